@@ -1,0 +1,19 @@
+"""kscupy: Kronecker-sparse matrices on the GPU with CuPy (and on the CPU with NumPy).
+
+A Kronecker-sparse (KS) matrix of pattern ``(a, b, c, d)`` has support
+``I_a ⊗ 1_{b×c} ⊗ I_d``; products of such factors give butterflies, Monarch matrices and
+FFT-style fast transforms. See ``docs/concepts.md`` for the conventions.
+"""
+from .pattern import KSPattern
+from .matrix import KSMatrix
+from .shuffle import (perfect_shuffle, inverse_perfect_shuffle, perfect_shuffle_matrix,
+                      bit_reversal, block_diagonal_permutations, block_diagonalize)
+from .linalg import aslinearoperator
+from ._arrays import SUPPORTED_DTYPES, gpu_module
+
+__version__ = "0.1.0"
+
+__all__ = ["KSPattern", "KSMatrix", "perfect_shuffle", "inverse_perfect_shuffle",
+           "perfect_shuffle_matrix", "bit_reversal", "block_diagonal_permutations",
+           "block_diagonalize", "aslinearoperator", "SUPPORTED_DTYPES", "gpu_module",
+           "__version__"]

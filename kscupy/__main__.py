@@ -1,0 +1,150 @@
+"""Command line: ``python -m kscupy {demo,info}``.
+
+``demo`` is the main job: it builds a random KS factor, multiplies it with every available
+backend in both layouts, checks each result against the dense product in float64, times
+each, and solves a small linear system through :func:`kscupy.aslinearoperator`. It runs on
+the GPU with CuPy when a device is there, on the CPU with NumPy otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+
+import numpy
+import scipy
+
+import kscupy
+from kscupy import _arrays
+
+
+def _device_lines(cupy):
+    if cupy is None:
+        return [f"device: CPU ({platform.processor() or platform.machine()})"]
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    rt = cupy.cuda.runtime.runtimeGetVersion()
+    drv = cupy.cuda.runtime.driverGetVersion()
+    return [f"device: {name} (compute capability {props['major']}.{props['minor']}, "
+            f"{props['multiProcessorCount']} SMs, {props['totalGlobalMem'] / 2**30:.1f} GiB, "
+            f"L2 {props['l2CacheSize'] / 2**20:.0f} MiB)",
+            f"CUDA runtime {rt // 1000}.{rt % 1000 // 10}, driver {drv // 1000}.{drv % 1000 // 10}"]
+
+
+def info(_args=None) -> int:
+    cupy, why = _arrays.gpu_module()
+    print(f"kscupy {kscupy.__version__}, Python {platform.python_version()}, "
+          f"NumPy {numpy.__version__}, SciPy {scipy.__version__}, "
+          f"CuPy {cupy.__version__ if cupy else 'not available'}")
+    for line in _device_lines(cupy):
+        print(line)
+    if why:
+        print(f"GPU path unavailable: {why}; kscupy runs on NumPy arrays on the CPU.")
+    return 0
+
+
+def _median_time(fn, xp, repeat):
+    """Median seconds of ``fn()``: CUDA events via cupyx.profiler.benchmark on the GPU."""
+    if xp is not numpy:
+        from cupyx.profiler import benchmark
+        result = benchmark(fn, n_repeat=repeat, n_warmup=3)
+        return float(numpy.median(result.gpu_times))
+    fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(numpy.median(times))
+
+
+def _rel_err(Y, ref):
+    Y = numpy.asarray(Y.get() if hasattr(Y, "get") else Y, dtype=numpy.complex128)
+    return float(numpy.linalg.norm(Y - ref) / numpy.linalg.norm(ref))
+
+
+def demo(args) -> int:
+    cupy, why = _arrays.gpu_module()
+    if args.cpu:
+        cupy, why = None, "--cpu was given"
+    xp = cupy if cupy is not None else numpy
+    info()
+    print()
+    pattern = kscupy.KSPattern(*args.pattern)
+    dtype = numpy.dtype(args.dtype)
+    B = args.batch
+    K = kscupy.KSMatrix.random(pattern, dtype=dtype, xp=xp, seed=0)
+    M, N = K.shape
+    print(f"K = {K!r}: nnz {K.nnz}, density {pattern.density:.3g}, "
+          f"h(b,c) {pattern.h:.3g}; batch B = {B}, running on {xp.__name__}")
+    rng = numpy.random.default_rng(1)
+    X_host = rng.standard_normal((N, B)).astype(dtype)
+    X = xp.asarray(X_host)
+    Xt = xp.ascontiguousarray(X.T)
+    # float64 oracle: the dense matrix built from the canonical values by their definition
+    w = numpy.asarray(K.values.get() if xp is not numpy else K.values, dtype=numpy.complex128)
+    D = numpy.zeros((M, N), dtype=numpy.complex128)
+    a, b, c, d = pattern
+    for i in range(a):
+        for j in range(d):
+            D[numpy.ix_(i * b * d + numpy.arange(b) * d + j,
+                        i * c * d + numpy.arange(c) * d + j)] = w[i, :, :, j]
+    ref = D @ X_host
+    backends = ["auto", "bmm", "einsum", "dense", "sparse"]
+    if xp is not numpy:
+        backends.insert(1, "kernel")
+    print(f"\n{'backend':8s} {'layout':6s} {'rel. error':>11s} {'time':>10s}")
+    for backend in backends:
+        for layout, operand, expected in (("bsl", X, ref), ("bsf", Xt, ref.T)):
+            try:
+                fn = lambda: K.matmul(operand, layout=layout, backend=backend)  # noqa: E731
+                err = _rel_err(fn(), expected)
+                t = _median_time(fn, xp, args.repeat)
+                print(f"{backend:8s} {layout:6s} {err:11.2e} {t * 1e3:8.3f} ms")
+            except (ImportError, NotImplementedError) as exc:
+                print(f"{backend:8s} {layout:6s} unavailable: {exc}")
+
+    # A small system through the LinearOperator adapter: (I + K^H K / ||K||^2) x = y is
+    # symmetric positive definite, so CG converges.
+    if xp is numpy:
+        import scipy.sparse.linalg as spla
+    else:
+        import cupyx.scipy.sparse.linalg as spla
+    square = kscupy.KSMatrix.random((4, 16, 16, 4), dtype=numpy.float64, xp=xp, seed=2)
+    op = kscupy.aslinearoperator(square)
+    n = square.shape[0]
+    scale = 1.0 / float(numpy.linalg.norm(numpy.asarray(
+        square.todense().get() if xp is not numpy else square.todense()), 2)) ** 2
+    A = spla.LinearOperator((n, n), matvec=lambda v: v + scale * op.rmatvec(op.matvec(v)),
+                            dtype=numpy.float64)
+    y = xp.asarray(rng.standard_normal(n))
+    x, status = spla.cg(A, y, maxiter=200)
+    residual = float(xp.linalg.norm(A.matvec(x) - y) / xp.linalg.norm(y))
+    print(f"\nCG on I + K^T K/||K||^2 via aslinearoperator ({n} unknowns, {xp.__name__}): "
+          f"status {status}, relative residual {residual:.2e}")
+    if why:
+        print(f"\n(GPU path not run: {why}.)")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kscupy", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_demo = sub.add_parser("demo", help="multiply a random KS factor with every backend")
+    p_demo.add_argument("--pattern", type=int, nargs=4, default=(4, 64, 64, 8),
+                        metavar=("A", "B", "C", "D"))
+    p_demo.add_argument("--batch", type=int, default=1024)
+    p_demo.add_argument("--dtype", default="float32",
+                        choices=[str(t) for t in _arrays.SUPPORTED_DTYPES])
+    p_demo.add_argument("--repeat", type=int, default=20)
+    p_demo.add_argument("--cpu", action="store_true", help="use NumPy even if a GPU is there")
+    p_demo.set_defaults(func=demo)
+    p_info = sub.add_parser("info", help="versions, device and CUDA details")
+    p_info.set_defaults(func=info)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

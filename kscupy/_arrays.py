@@ -1,0 +1,68 @@
+"""Which arrays kscupy accepts: array-module detection and dtype rules.
+
+CuPy is imported only when a CuPy array is seen (or asked for), so kscupy imports and runs
+on machines without CuPy or without a GPU.
+"""
+from __future__ import annotations
+
+import importlib
+
+import numpy
+
+__all__ = ["SUPPORTED_DTYPES", "array_module", "cupy_or_none", "gpu_module", "check_dtype", "result_dtype"]
+
+#: The value dtypes a KS matrix may hold (and that every multiply path computes in).
+SUPPORTED_DTYPES = tuple(numpy.dtype(t) for t in
+                         (numpy.float32, numpy.float64, numpy.complex64, numpy.complex128))
+
+
+def cupy_or_none():
+    """The ``cupy`` module when it can be imported, else None."""
+    try:
+        return importlib.import_module("cupy")
+    except ImportError:
+        return None
+
+
+def gpu_module():
+    """``(cupy, None)`` when CuPy imports and sees a CUDA device, else ``(None, reason)``."""
+    cupy = cupy_or_none()
+    if cupy is None:
+        return None, "CuPy is not installed"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # no driver or no device: CuPy raises CUDARuntimeError
+        return None, f"CuPy sees no CUDA device ({exc})"
+    if count == 0:
+        return None, "CuPy sees no CUDA device"
+    return cupy, None
+
+
+def array_module(x):
+    """``numpy`` for a NumPy array, ``cupy`` for a CuPy array; TypeError for anything else."""
+    if isinstance(x, numpy.ndarray):
+        return numpy
+    if type(x).__module__.split(".")[0] == "cupy":
+        import cupy
+        if isinstance(x, cupy.ndarray):
+            return cupy
+    raise TypeError(f"expected a numpy.ndarray or cupy.ndarray, got {type(x).__name__}")
+
+
+def check_dtype(dtype) -> numpy.dtype:
+    """Return ``dtype`` as a NumPy dtype if kscupy supports it, else raise TypeError."""
+    dt = numpy.dtype(dtype)
+    if dt not in SUPPORTED_DTYPES:
+        names = ", ".join(str(t) for t in SUPPORTED_DTYPES)
+        raise TypeError(f"unsupported dtype {dt}; kscupy supports {names}")
+    return dt
+
+
+def result_dtype(*dtypes) -> numpy.dtype:
+    """``numpy.result_type`` of the operands, checked to be a supported dtype."""
+    dt = numpy.result_type(*dtypes)
+    if dt not in SUPPORTED_DTYPES:
+        names = ", ".join(str(t) for t in SUPPORTED_DTYPES)
+        raise TypeError(f"operands of dtypes {', '.join(str(numpy.dtype(t)) for t in dtypes)} "
+                        f"promote to {dt}, which kscupy does not compute in (supported: {names})")
+    return dt

@@ -1,0 +1,284 @@
+"""KSMatrix: one Kronecker-sparse factor, stored pre-tiled, multiplied in both layouts."""
+from __future__ import annotations
+
+import numpy
+
+from . import _arrays, _reference
+from .pattern import KSPattern
+
+__all__ = ["KSMatrix", "BACKENDS"]
+
+#: Backend names accepted by :meth:`KSMatrix.matmul`.
+BACKENDS = ("auto", "kernel", "bmm", "einsum", "dense", "sparse")
+LAYOUTS = ("bsl", "bsf")
+
+
+class KSMatrix:
+    """A Kronecker-sparse matrix with pattern ``(a, b, c, d)`` and shape ``(a*b*d, a*c*d)``.
+
+    Values are given in the *canonical* layout, an array ``w`` of shape ``(a, b, c, d)`` with
+
+        ``K[i*b*d + k*d + j, i*c*d + l*d + j] = w[i, k, l, j]``
+
+    and stored *pre-tiled*: an array of shape ``(a, d, b, c)`` in which the dense ``b × c``
+    block of every group ``(i, j)`` is contiguous, so multiplies never re-lay out weights.
+    The array module of the values decides where the matrix lives: NumPy values give a
+    CPU matrix, CuPy values a GPU matrix.
+
+    Multiplication (``M, N = K.shape``; ``B`` is the batch size):
+
+    ========================  ==============  ==============  =========================
+    expression                operand shape   result shape    layout
+    ========================  ==============  ==============  =========================
+    ``K @ x``                 ``(N,)``        ``(M,)``        vector
+    ``K @ X``                 ``(N, B)``      ``(M, B)``      batch-size-last (BSL)
+    ``X @ K.T``               ``(B, N)``      ``(B, M)``      batch-size-first (BSF)
+    ``Z @ K``                 ``(B, M)``      ``(B, N)``      BSF with ``K.T``
+    ``x @ K``                 ``(M,)``        ``(N,)``        vector
+    ========================  ==============  ==============  =========================
+
+    The result dtype is ``numpy.result_type(K.dtype, X.dtype)``; it must be one of float32,
+    float64, complex64, complex128. When the operands' dtypes differ, the one of lower
+    precision is converted (a copy) to the result dtype for the product. NumPy and CuPy
+    operands must not be mixed (TypeError). ``T``, ``H`` and ``conj()`` return views that
+    share the stored values.
+
+    Examples
+    --------
+    >>> import numpy as np, kscupy as ks
+    >>> K = ks.KSMatrix.random((2, 3, 4, 5), dtype=np.float64, seed=0)
+    >>> X = np.ones((K.shape[1], 7))
+    >>> (K @ X).shape, (X.T @ K.T).shape
+    ((30, 7), (7, 30))
+    """
+
+    # Make NumPy and CuPy hand `ndarray @ KSMatrix` to __rmatmul__ instead of trying to
+    # convert the KSMatrix into an array.
+    __array_ufunc__ = None
+    __array_priority__ = 1000
+
+    def __init__(self, values):
+        xp = _arrays.array_module(values)
+        _arrays.check_dtype(values.dtype)
+        if values.ndim != 4:
+            raise ValueError("KSMatrix(values) takes canonical values of shape (a, b, c, d), "
+                             f"got an array of shape {values.shape}")
+        pattern = KSPattern.of(values.shape)   # also rejects empty axes
+        self._init(xp.ascontiguousarray(values.transpose(0, 3, 1, 2)), pattern,
+                   transposed=False, conjugated=False)
+
+    def _init(self, tiles, stored_pattern, transposed, conjugated):
+        # `tiles` holds the blocks of `stored_pattern` (shape (a, d, b0, c0), C-contiguous);
+        # this object represents op(stored), op in {identity, T, conj, H}.
+        self._tiles = tiles
+        self._stored_pattern = stored_pattern
+        self._transposed = transposed
+        self._conjugated = conjugated and tiles.dtype.kind == "c"
+        self._xp = _arrays.array_module(tiles)
+
+    @classmethod
+    def _view(cls, tiles, stored_pattern, transposed, conjugated) -> "KSMatrix":
+        obj = cls.__new__(cls)
+        obj._init(tiles, stored_pattern, transposed, conjugated)
+        return obj
+
+    # -- constructors --------------------------------------------------------------------
+    @classmethod
+    def random(cls, pattern, dtype=numpy.float32, xp=numpy, seed=None) -> "KSMatrix":
+        """Random values uniform in ``[-1/sqrt(c), 1/sqrt(c)]`` (real and imaginary parts).
+
+        ``xp`` is ``numpy`` (CPU) or ``cupy`` (GPU); ``seed`` seeds ``xp.random.default_rng``.
+        """
+        pattern = KSPattern.of(pattern)
+        dtype = _arrays.check_dtype(dtype)
+        if xp is not numpy and getattr(xp, "__name__", None) != "cupy":
+            raise TypeError(f"xp must be numpy or cupy, got {xp!r}")
+        rng = xp.random.default_rng(seed)
+        scale = 1.0 / numpy.sqrt(pattern.c)
+        real = numpy.float32 if dtype in (numpy.float32, numpy.complex64) else numpy.float64
+
+        def draw():
+            return (rng.random(tuple(pattern), dtype=real) * 2 - 1) * real(scale)
+
+        values = draw() if dtype.kind == "f" else draw() + 1j * draw()
+        return cls(values.astype(dtype, copy=False))
+
+    @classmethod
+    def from_dense(cls, D, pattern) -> "KSMatrix":
+        """The projection of the dense ``(M, N)`` matrix ``D`` onto the support of ``pattern``.
+
+        Entries of ``D`` outside the support are ignored. Raises ValueError when ``D.shape``
+        is not ``pattern.shape``, TypeError on an unsupported dtype.
+        """
+        pattern = KSPattern.of(pattern)
+        xp = _arrays.array_module(D)
+        _arrays.check_dtype(D.dtype)
+        if D.shape != pattern.shape:
+            raise ValueError(f"dense matrix of shape {D.shape} does not match pattern "
+                             f"{tuple(pattern)}, whose shape is {pattern.shape}")
+        rows, cols = pattern.indices(xp)
+        return cls._view(xp.ascontiguousarray(D[rows, cols]), pattern, False, False)
+
+    # -- attributes ----------------------------------------------------------------------
+    @property
+    def pattern(self) -> KSPattern:
+        p = self._stored_pattern
+        return p.transpose() if self._transposed else p
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.pattern.shape
+
+    @property
+    def dtype(self) -> numpy.dtype:
+        return self._tiles.dtype
+
+    @property
+    def nnz(self) -> int:
+        return self.pattern.nnz
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    @property
+    def xp(self):
+        """The array module of the values: ``numpy`` or ``cupy``."""
+        return self._xp
+
+    @property
+    def blocks(self):
+        """The ``(a, d, b, c)`` array of dense group blocks of this matrix (a view; for a
+        conjugated complex matrix, a conjugated copy)."""
+        blocks = self._tiles.swapaxes(-1, -2) if self._transposed else self._tiles
+        return self._xp.conj(blocks) if self._conjugated else blocks
+
+    @property
+    def values(self):
+        """Canonical values ``w`` of shape ``(a, b, c, d)`` (see the class docstring)."""
+        return self.blocks.transpose(0, 2, 3, 1)
+
+    # -- views and conversions -------------------------------------------------------------
+    @property
+    def T(self) -> "KSMatrix":
+        """Transpose, pattern ``(a, c, b, d)``; shares the stored values."""
+        return KSMatrix._view(self._tiles, self._stored_pattern,
+                              not self._transposed, self._conjugated)
+
+    @property
+    def H(self) -> "KSMatrix":
+        """Conjugate transpose; shares the stored values."""
+        return KSMatrix._view(self._tiles, self._stored_pattern,
+                              not self._transposed, not self._conjugated)
+
+    def conj(self) -> "KSMatrix":
+        """Complex conjugate; shares the stored values."""
+        return KSMatrix._view(self._tiles, self._stored_pattern,
+                              self._transposed, not self._conjugated)
+
+    def astype(self, dtype) -> "KSMatrix":
+        """A copy with values converted to ``dtype`` (one of the supported dtypes)."""
+        dtype = _arrays.check_dtype(dtype)
+        return KSMatrix._view(self._tiles.astype(dtype), self._stored_pattern,
+                              self._transposed, self._conjugated)
+
+    def todense(self):
+        """The dense ``(M, N)`` matrix, in the array module of the values."""
+        return _reference.todense(self.blocks, self._xp)
+
+    def tocsr(self):
+        """The matrix in CSR format (``scipy.sparse`` or ``cupyx.scipy.sparse``)."""
+        return _reference.tocsr(self.blocks, self._xp)
+
+    def __repr__(self) -> str:
+        where = "cpu" if self._xp is numpy else f"cuda:{self._tiles.device.id}"
+        view = {(False, False): "", (True, False): ", transposed view",
+                (False, True): ", conjugated view", (True, True): ", adjoint view"}
+        a, b, c, d = self.pattern
+        return (f"KSMatrix(pattern=({a}, {b}, {c}, {d}), shape={self.shape}, "
+                f"dtype={self.dtype}, device={where}"
+                f"{view[(self._transposed, self._conjugated)]})")
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("a KSMatrix is not converted to an array implicitly; "
+                        "call K.todense() for the dense matrix")
+
+    # -- multiplication --------------------------------------------------------------------
+    def matmul(self, X, *, layout="bsl", backend="auto"):
+        """Apply this matrix to a batch.
+
+        Parameters
+        ----------
+        X : numpy.ndarray or cupy.ndarray (same module as the values)
+            ``layout="bsl"``: shape ``(N,)`` or ``(N, B)``; returns ``K @ X``, shape ``(M,)``
+            or ``(M, B)``. ``layout="bsf"``: shape ``(B, N)`` (or ``(N,)``); returns
+            ``X @ K.T``, shape ``(B, M)`` (or ``(M,)``). Any strides are accepted.
+        layout : {"bsl", "bsf"}
+        backend : {"auto", "kernel", "bmm", "einsum", "dense", "sparse"}
+            ``"bmm"``, ``"einsum"``: the permutation-based algorithms of the paper's
+            Appendix A. ``"dense"`` / ``"sparse"``: convert the matrix to a dense or CSR
+            matrix *on every call* and multiply (for comparison; slow). ``"kernel"``: the
+            fused CUDA kernel (CuPy operands only). ``"auto"``: the best available choice;
+            on NumPy operands this is ``"bmm"``.
+
+        Returns
+        -------
+        Array of dtype ``numpy.result_type(self.dtype, X.dtype)``, in the module of ``X``.
+        """
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        xp = _arrays.array_module(X)
+        if xp is not self._xp:
+            raise TypeError(f"cannot multiply a KSMatrix holding {self._xp.__name__} values "
+                            f"with a {xp.__name__} array; move one of them first")
+        M, N = self.shape
+        if X.ndim not in (1, 2):
+            raise ValueError(f"operand must be 1-D or 2-D, got shape {X.shape}")
+        n_in = X.shape[0] if (X.ndim == 1 or layout == "bsl") else X.shape[1]
+        if n_in != N:
+            expected = "(N,) or (N, B)" if layout == "bsl" else "(B, N) or (N,)"
+            raise ValueError(f"shape mismatch: KSMatrix of shape {self.shape} cannot be applied "
+                             f"to an operand of shape {X.shape} in layout {layout!r} "
+                             f"(expected {expected} with N={N})")
+        dtype = _arrays.result_dtype(self.dtype, X.dtype)
+        X = X.astype(dtype, copy=False)
+        if X.ndim == 1:   # a vector is a BSL batch of one
+            return self._apply(X.reshape(N, 1), "bsl", backend, dtype).reshape(M)
+        return self._apply(X, layout, backend, dtype)
+
+    def _apply(self, X, layout, backend, dtype):
+        xp = self._xp
+        M = self.shape[0]
+        B = X.shape[1] if layout == "bsl" else X.shape[0]
+        if B == 0:
+            return xp.empty((M, 0) if layout == "bsl" else (0, M), dtype=dtype)
+        if backend == "kernel" and xp is numpy:
+            raise TypeError("backend='kernel' runs on the GPU and needs CuPy operands")
+        if backend in ("auto", "kernel") and xp is not numpy:
+            from . import _dispatch
+            return _dispatch.apply(self, X, layout, backend, dtype)
+        if backend == "auto" or backend == "kernel":
+            backend = "bmm"
+        K = self if self.dtype == dtype else self.astype(dtype)
+        if backend == "dense":
+            return _reference.dense(K.todense(), X, layout, xp)
+        if backend == "sparse":
+            return _reference.sparse(K.tocsr(), X, layout, xp)
+        return _reference.ALGORITHMS[backend](K.blocks, X, layout, xp)
+
+    def __matmul__(self, other):
+        try:
+            _arrays.array_module(other)
+        except TypeError:
+            return NotImplemented
+        return self.matmul(other, layout="bsl")
+
+    def __rmatmul__(self, other):
+        # other @ K: a row vector (M,) or a batch (B, M) on the left is K.T applied in BSF.
+        try:
+            _arrays.array_module(other)
+        except TypeError:
+            return NotImplemented
+        return self.T.matmul(other, layout="bsf")

@@ -1,0 +1,158 @@
+"""Kronecker-sparse patterns.
+
+A KS pattern ``(a, b, c, d)`` describes the support ``I_a ⊗ 1_{b×c} ⊗ I_d`` of a matrix of
+shape ``(M, N) = (a*b*d, a*c*d)``. Its non-zeros split into ``a*d`` independent dense
+``b × c`` blocks, one per *group* ``(i, j)`` (``i < a``, ``j < d``):
+
+    rows(i, j) = { i*b*d + k*d + j : k < b }
+    cols(i, j) = { i*c*d + l*d + j : l < c }
+
+and ``Y[rows(i, j)] = K[rows(i, j), cols(i, j)] @ X[cols(i, j)]`` (the output-stationary tiling
+of Gonon et al., ICML 2025, Algorithm 2).
+"""
+from __future__ import annotations
+
+import numbers
+import numpy
+
+__all__ = ["KSPattern"]
+
+
+class KSPattern(tuple):
+    """A Kronecker-sparse pattern ``(a, b, c, d)`` with support ``I_a ⊗ 1_{b×c} ⊗ I_d``.
+
+    Build it with ``KSPattern(a, b, c, d)`` or ``KSPattern.of(obj)`` (which also accepts a
+    4-tuple). All four entries are validated positive Python integers.
+
+    Examples
+    --------
+    >>> p = KSPattern(2, 3, 4, 5)
+    >>> p.shape, p.nnz
+    ((30, 40), 120)
+    >>> p.transpose()
+    KSPattern(a=2, b=4, c=3, d=5)
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, a, b, c, d):
+        values = []
+        for name, v in zip("abcd", (a, b, c, d)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise ValueError(f"KS pattern entry {name} must be a positive integer, got {v!r}")
+            if v < 1:
+                raise ValueError(f"KS pattern entry {name} must be a positive integer, got {v}")
+            values.append(int(v))
+        return super().__new__(cls, values)
+
+    a = property(lambda self: self[0], doc="number of diagonal blocks (``I_a``)")
+    b = property(lambda self: self[1], doc="rows of each dense block (``1_{b×c}``)")
+    c = property(lambda self: self[2], doc="columns of each dense block (``1_{b×c}``)")
+    d = property(lambda self: self[3], doc="size of the inner identity (``I_d``)")
+
+    def __getnewargs__(self):
+        return tuple(self)
+
+    @classmethod
+    def of(cls, pattern) -> "KSPattern":
+        """Return ``pattern`` as a :class:`KSPattern` (accepts a KSPattern or a 4-sequence)."""
+        if isinstance(pattern, KSPattern):
+            return pattern
+        try:
+            entries = tuple(pattern)
+        except TypeError:
+            raise ValueError(f"a KS pattern is a 4-tuple (a, b, c, d), got {pattern!r}") from None
+        if len(entries) != 4:
+            raise ValueError(f"a KS pattern is a 4-tuple (a, b, c, d), got {pattern!r}")
+        return cls(*entries)
+
+    # -- sizes ---------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(M, N) = (a*b*d, a*c*d)``."""
+        return (self.a * self.b * self.d, self.a * self.c * self.d)
+
+    @property
+    def nnz(self) -> int:
+        """Number of entries in the support, ``a*b*c*d``."""
+        return self.a * self.b * self.c * self.d
+
+    @property
+    def density(self) -> float:
+        """Fraction of the ``M × N`` entries in the support, ``1 / (a*d)``."""
+        return 1.0 / (self.a * self.d)
+
+    @property
+    def h(self) -> float:
+        """The paper's memory-overhead heuristic ``h(b, c) = (b + c) / (b*c)``."""
+        return (self.b + self.c) / (self.b * self.c)
+
+    @property
+    def groups(self) -> int:
+        """Number of dense ``b × c`` blocks (output-stationary tiles), ``a*d``."""
+        return self.a * self.d
+
+    # -- structure -----------------------------------------------------------------------
+    def transpose(self) -> "KSPattern":
+        """Pattern of the transpose: ``(a, c, b, d)``."""
+        return KSPattern(self.a, self.c, self.b, self.d)
+
+    def tile(self, i: int, j: int) -> tuple[numpy.ndarray, numpy.ndarray]:
+        """Row and column indices of group ``(i, j)`` as two int64 NumPy arrays.
+
+        ``rows[k] = i*b*d + k*d + j`` (length ``b``), ``cols[l] = i*c*d + l*d + j`` (length
+        ``c``); ``K[rows][:, cols]`` is the group's dense block.
+        """
+        if not (0 <= i < self.a and 0 <= j < self.d):
+            raise IndexError(f"group (i, j) = ({i}, {j}) is outside a={self.a}, d={self.d}")
+        a, b, c, d = self
+        rows = i * b * d + numpy.arange(b, dtype=numpy.int64) * d + j
+        cols = i * c * d + numpy.arange(c, dtype=numpy.int64) * d + j
+        return rows, cols
+
+    def tiles(self):
+        """Iterate over ``((i, j), rows, cols)`` for every group, ``i`` outer, ``j`` inner."""
+        for i in range(self.a):
+            for j in range(self.d):
+                yield (i, j), *self.tile(i, j)
+
+    def indices(self, xp=numpy):
+        """Row and column index of every support entry, in pre-tiled order.
+
+        Returns two int64 arrays ``rows, cols`` of shape ``(a, d, b, c)`` with
+        ``rows[i, j, k, l] = i*b*d + k*d + j`` and ``cols[i, j, k, l] = i*c*d + l*d + j``,
+        so that ``D[rows, cols]`` gathers the dense ``b × c`` block of every group ``(i, j)``
+        of a dense ``D`` and ``D[rows, cols] = tiles`` scatters them back.
+        """
+        a, b, c, d = self
+        i = xp.arange(a, dtype=xp.int64).reshape(a, 1, 1, 1)
+        j = xp.arange(d, dtype=xp.int64).reshape(1, d, 1, 1)
+        k = xp.arange(b, dtype=xp.int64).reshape(1, 1, b, 1)
+        l = xp.arange(c, dtype=xp.int64).reshape(1, 1, 1, c)
+        shape = (a, d, b, c)
+        rows = xp.broadcast_to(i * (b * d) + k * d + j, shape)
+        cols = xp.broadcast_to(i * (c * d) + l * d + j, shape)
+        return rows, cols
+
+    def support(self, xp=numpy) -> "numpy.ndarray":
+        """The 0/1 mask ``I_a ⊗ 1_{b×c} ⊗ I_d`` as a dense boolean array of shape ``(M, N)``."""
+        a, b, c, d = self
+        mask = numpy.kron(numpy.kron(numpy.eye(a), numpy.ones((b, c))), numpy.eye(d)) != 0
+        return xp.asarray(mask)
+
+    def chains_with(self, right) -> bool:
+        """True when ``K_self @ K_right`` is defined: ``a*c*d`` of self equals ``a*b*d`` of right."""
+        right = KSPattern.of(right)
+        return self.shape[1] == right.shape[0]
+
+    def check_chains_with(self, right) -> None:
+        """Raise ValueError unless ``K_self @ K_right`` is defined (see :meth:`chains_with`)."""
+        right = KSPattern.of(right)
+        if not self.chains_with(right):
+            raise ValueError(
+                f"patterns {tuple(self)} and {tuple(right)} cannot be chained: the left factor "
+                f"has {self.shape[1]} columns (a*c*d) but the right one has {right.shape[0]} "
+                f"rows (a*b*d)")
+
+    def __repr__(self) -> str:
+        return f"KSPattern(a={self.a}, b={self.b}, c={self.c}, d={self.d})"

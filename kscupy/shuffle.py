@@ -1,0 +1,114 @@
+"""Perfect shuffles, bit reversal, and the block-diagonalisation of a KS matrix.
+
+Convention (used everywhere in kscupy): the perfect shuffle ``P_{p,q}`` is the ``pq × pq``
+permutation matrix with
+
+    ``P_{p,q} @ x == x.reshape(p, q).T.ravel()``
+
+(write ``x`` row by row into a ``p × q`` array, read it column by column). As a gather it is
+``x[perfect_shuffle(p, q)]``. Its inverse is its transpose, ``P_{p,q}.T == P_{q,p}``.
+
+Block-diagonalisation (paper Appendix C, in this convention). For a KS matrix ``K`` of
+pattern ``(a, b, c, d)``, with ``R = I_a ⊗ P_{b,d}`` and ``C = I_a ⊗ P_{c,d}``,
+
+    ``R @ K @ C.T == block_diag(K_0, ..., K_{ad-1})``
+
+with ``a*d`` dense ``b × c`` blocks; block ``g = i*d + j`` is the block of group ``(i, j)``.
+Equivalently ``K == R.T @ block_diag(...) @ C``.
+"""
+from __future__ import annotations
+
+import numpy
+
+from .pattern import KSPattern
+
+__all__ = ["perfect_shuffle", "inverse_perfect_shuffle", "perfect_shuffle_matrix",
+           "bit_reversal", "block_diagonal_permutations", "block_diagonalize"]
+
+
+def _check_positive(**sizes):
+    for name, v in sizes.items():
+        if isinstance(v, bool) or not isinstance(v, (int, numpy.integer)) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+
+
+def perfect_shuffle(p: int, q: int, xp=numpy):
+    """Gather indices of ``P_{p,q}``: ``x[perfect_shuffle(p, q)] == x.reshape(p, q).T.ravel()``.
+
+    Returns an int64 array of length ``p*q`` (in the array module ``xp``).
+    """
+    _check_positive(p=p, q=q)
+    return xp.arange(p * q, dtype=xp.int64).reshape(p, q).T.ravel()
+
+
+def inverse_perfect_shuffle(p: int, q: int, xp=numpy):
+    """Gather indices of ``P_{p,q}^{-1} = P_{q,p}``: undoes :func:`perfect_shuffle`."""
+    return perfect_shuffle(q, p, xp)
+
+
+def perfect_shuffle_matrix(p: int, q: int, dtype=numpy.float64, xp=numpy):
+    """The dense ``pq × pq`` permutation matrix ``P_{p,q}`` (``P @ x == x[perfect_shuffle(p, q)]``)."""
+    idx = perfect_shuffle(p, q, xp)
+    P = xp.zeros((p * q, p * q), dtype=dtype)
+    P[xp.arange(p * q), idx] = 1
+    return P
+
+
+def bit_reversal(n: int, xp=numpy):
+    """Bit-reversal permutation of ``range(n)`` for ``n`` a power of two.
+
+    ``bit_reversal(8) == [0, 4, 2, 6, 1, 5, 3, 7]``; it is its own inverse. ``x[bit_reversal(n)]``
+    is the input order of a radix-2 decimation-in-time FFT.
+    """
+    _check_positive(n=n)
+    if n & (n - 1):
+        raise ValueError(f"bit_reversal needs a power of two, got {n}")
+    bits = n.bit_length() - 1
+    idx = numpy.arange(n, dtype=numpy.int64)
+    rev = numpy.zeros(n, dtype=numpy.int64)
+    for t in range(bits):
+        rev |= ((idx >> t) & 1) << (bits - 1 - t)
+    return xp.asarray(rev)
+
+
+def block_diagonal_permutations(pattern, xp=numpy):
+    """Gather indices ``(row_perm, col_perm)`` of ``R = I_a ⊗ P_{b,d}`` and ``C = I_a ⊗ P_{c,d}``.
+
+    For a dense KS matrix ``D`` of this pattern, ``D[row_perm][:, col_perm]`` is block
+    diagonal with ``a*d`` dense ``b × c`` blocks (see the module docstring).
+    """
+    a, b, c, d = KSPattern.of(pattern)
+    offsets_r = xp.arange(a, dtype=xp.int64)[:, None] * (b * d)
+    offsets_c = xp.arange(a, dtype=xp.int64)[:, None] * (c * d)
+    row_perm = (offsets_r + perfect_shuffle(b, d, xp)[None, :]).ravel()
+    col_perm = (offsets_c + perfect_shuffle(c, d, xp)[None, :]).ravel()
+    return row_perm, col_perm
+
+
+def block_diagonalize(D, pattern):
+    """Block-diagonalise a dense KS matrix with perfect shuffles (paper Appendix C).
+
+    Parameters
+    ----------
+    D : array of shape ``(a*b*d, a*c*d)`` (NumPy or CuPy) supported on the pattern.
+    pattern : ``(a, b, c, d)``.
+
+    Returns
+    -------
+    blocks : array of shape ``(a*d, b, c)``, ``blocks[i*d + j]`` the block of group ``(i, j)``.
+    row_perm, col_perm : the gather indices of :func:`block_diagonal_permutations`, so that
+        ``D[row_perm][:, col_perm] == block_diag(*blocks)``; entries of ``D`` outside the
+        support are dropped.
+    """
+    pattern = KSPattern.of(pattern)
+    if D.ndim != 2 or D.shape != pattern.shape:
+        raise ValueError(f"matrix of shape {D.shape} does not match pattern {tuple(pattern)}, "
+                         f"whose shape is {pattern.shape}")
+    from ._arrays import array_module
+    xp = array_module(D)
+    a, b, c, d = pattern
+    row_perm, col_perm = block_diagonal_permutations(pattern, xp)
+    permuted = D[row_perm][:, col_perm].reshape(a * d, b, a * d, c)
+    g = xp.arange(a * d)
+    blocks = permuted[g, :, g, :]
+    return blocks, row_perm, col_perm

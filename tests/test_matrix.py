@@ -1,0 +1,292 @@
+"""KSMatrix against the float64 dense oracle: construction, views, every reference backend,
+both layouts, vectors, strided operands, promotion, and bad input.
+
+Tests taking the ``xp`` fixture run on NumPy and, marked ``gpu``, on CuPy.
+"""
+import numpy
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import kscupy as ks
+from conftest import DTYPES, RTOL, dense_oracle, random_array, rel_err, to_numpy
+
+REFERENCE_BACKENDS = ["bmm", "einsum", "dense", "sparse"]
+PATTERNS = [(1, 1, 1, 1), (2, 3, 4, 5), (3, 4, 2, 1), (1, 5, 3, 2), (4, 2, 2, 4),
+            (2, 1, 3, 2), (2, 3, 1, 2), (1, 8, 8, 1)]
+
+
+def oracle_of(K):
+    return dense_oracle(to_numpy(K.values))
+
+
+# -- construction ---------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_values_round_trip_and_dense(xp, rng, dtype):
+    w = xp.asarray(random_array(rng, (2, 3, 4, 5), dtype))
+    K = ks.KSMatrix(w)
+    assert K.pattern == (2, 3, 4, 5) and K.shape == (30, 40) and K.nnz == 120
+    assert K.dtype == dtype and K.xp is xp
+    numpy.testing.assert_array_equal(to_numpy(K.values), to_numpy(w))
+    numpy.testing.assert_array_equal(to_numpy(K.todense()), dense_oracle(to_numpy(w)))
+
+
+def test_values_are_copied_into_pretiled_storage(rng):
+    w = random_array(rng, (2, 3, 4, 5), numpy.float64)
+    K = ks.KSMatrix(w)
+    w[...] = 7.0
+    assert not numpy.any(K.values == 7.0)
+    # pre-tiled: each group's b x c block is contiguous
+    assert K._tiles.shape == (2, 5, 3, 4) and K._tiles.flags.c_contiguous
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_random(xp, dtype):
+    K = ks.KSMatrix.random((3, 4, 9, 2), dtype=dtype, xp=xp, seed=5)
+    assert K.dtype == dtype and K.xp is xp
+    v = to_numpy(K.values)
+    bound = 1 / 3 + 1e-7
+    parts = [v.real, v.imag] if numpy.dtype(dtype).kind == "c" else [v]
+    for part in parts:
+        assert numpy.all(numpy.abs(part) <= bound)
+        assert part.std() > 0.1   # spread over the interval, not constant
+    again = ks.KSMatrix.random((3, 4, 9, 2), dtype=dtype, xp=xp, seed=5)
+    numpy.testing.assert_array_equal(to_numpy(again.values), v)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_from_dense_projects_onto_support(xp, rng, dtype):
+    pattern = ks.KSPattern(2, 3, 2, 3)
+    D = random_array(rng, pattern.shape, dtype)
+    K = ks.KSMatrix.from_dense(xp.asarray(D), pattern)
+    expected = numpy.where(pattern.support(), D, 0)
+    numpy.testing.assert_array_equal(to_numpy(K.todense()), expected)
+    numpy.testing.assert_array_equal(oracle_of(K), expected)
+
+
+def test_from_dense_rejects_wrong_shape():
+    with pytest.raises(ValueError, match=r"does not match pattern \(2, 3, 2, 3\)"):
+        ks.KSMatrix.from_dense(numpy.ones((18, 11)), (2, 3, 2, 3))
+
+
+@pytest.mark.parametrize("dtype", [numpy.float16, numpy.int64, numpy.bool_, object])
+def test_unsupported_dtypes_raise(dtype):
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        ks.KSMatrix(numpy.ones((1, 2, 2, 1), dtype=dtype))
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        ks.KSMatrix.random((1, 2, 2, 1), dtype=dtype)
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        ks.KSMatrix.from_dense(numpy.ones((2, 2), dtype=dtype), (1, 2, 2, 1))
+
+
+def test_bad_values_raise():
+    with pytest.raises(ValueError, match=r"shape \(a, b, c, d\)"):
+        ks.KSMatrix(numpy.ones((2, 2, 2)))
+    with pytest.raises(ValueError, match="positive integer"):
+        ks.KSMatrix(numpy.ones((2, 0, 2, 2)))
+    with pytest.raises(TypeError, match="numpy.ndarray or cupy.ndarray"):
+        ks.KSMatrix([[[[1.0]]]])
+    with pytest.raises(TypeError, match="xp must be numpy or cupy"):
+        ks.KSMatrix.random((1, 2, 2, 1), xp=list)
+
+
+def test_repr_and_astype(rng):
+    K = ks.KSMatrix(random_array(rng, (2, 3, 4, 5), numpy.complex64))
+    assert repr(K) == ("KSMatrix(pattern=(2, 3, 4, 5), shape=(30, 40), dtype=complex64, "
+                       "device=cpu)")
+    assert "adjoint view" in repr(K.H) and "(2, 4, 3, 5)" in repr(K.H)
+    K64 = K.H.astype(numpy.complex128)
+    assert K64.dtype == numpy.complex128
+    numpy.testing.assert_allclose(K64.todense(), oracle_of(K).conj().T, rtol=1e-6)
+    with pytest.raises(TypeError, match="todense"):
+        numpy.asarray(K)
+
+
+# -- views ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex128])
+def test_views_share_values(xp, rng, dtype):
+    K = ks.KSMatrix(xp.asarray(random_array(rng, (2, 3, 4, 5), dtype)))
+    D = oracle_of(K)
+    for view, expected, pattern in ((K.T, D.T, (2, 4, 3, 5)), (K.H, D.conj().T, (2, 4, 3, 5)),
+                                    (K.conj(), D.conj(), (2, 3, 4, 5)), (K.T.T, D, (2, 3, 4, 5)),
+                                    (K.H.H, D, (2, 3, 4, 5)), (K.H.T, D.conj(), (2, 3, 4, 5))):
+        assert view._tiles is K._tiles   # no copy of the values
+        assert view.pattern == pattern and view.shape == expected.shape
+        numpy.testing.assert_array_equal(to_numpy(view.todense()), expected)
+        numpy.testing.assert_array_equal(dense_oracle(to_numpy(view.values)), expected)
+
+
+# -- multiplication -------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", REFERENCE_BACKENDS + ["auto"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_matmul_both_layouts(xp, rng, backend, dtype, pattern):
+    K = ks.KSMatrix(xp.asarray(random_array(rng, pattern, dtype)))
+    D = oracle_of(K)
+    M, N = K.shape
+    B = 7
+    X = random_array(rng, (N, B), dtype)
+    Y = K.matmul(xp.asarray(X), backend=backend)
+    assert Y.shape == (M, B) and Y.dtype == dtype
+    assert rel_err(Y, D @ X) < RTOL[numpy.dtype(dtype)]
+    Xf = random_array(rng, (B, N), dtype)
+    Y = K.matmul(xp.asarray(Xf), layout="bsf", backend=backend)
+    assert Y.shape == (B, M) and Y.dtype == dtype
+    assert rel_err(Y, Xf @ D.T) < RTOL[numpy.dtype(dtype)]
+    x = random_array(rng, (N,), dtype)
+    for layout in ("bsl", "bsf"):
+        y = K.matmul(xp.asarray(x), layout=layout, backend=backend)
+        assert y.shape == (M,)
+        assert rel_err(y, D @ x) < RTOL[numpy.dtype(dtype)]
+
+
+@pytest.mark.parametrize("dtype", [numpy.float64, numpy.complex64])
+def test_operators(xp, rng, dtype):
+    K = ks.KSMatrix(xp.asarray(random_array(rng, (2, 3, 4, 5), dtype)))
+    D = oracle_of(K)
+    M, N = K.shape
+    tol = RTOL[numpy.dtype(dtype)]
+    x, X = random_array(rng, (N,), dtype), random_array(rng, (N, 6), dtype)
+    z, Z = random_array(rng, (M,), dtype), random_array(rng, (6, M), dtype)
+    assert rel_err(K @ xp.asarray(x), D @ x) < tol
+    assert rel_err(K @ xp.asarray(X), D @ X) < tol
+    assert rel_err(xp.asarray(X.T) @ K.T, X.T @ D.T) < tol
+    assert rel_err(xp.asarray(Z) @ K, Z @ D) < tol
+    assert rel_err(xp.asarray(z) @ K, z @ D) < tol
+    assert rel_err(K.H @ xp.asarray(Z.T), D.conj().T @ Z.T) < tol
+    assert rel_err(xp.asarray(X.T) @ K.H, X.T @ D.conj().T) < tol
+
+
+def _strided_views(xp, rng, dtype, N, B):
+    """Operands of logical shape (N, B) laid out in awkward ways."""
+    big = xp.asarray(random_array(rng, (N + 1, 2 * B + 1), dtype))
+    return {
+        "column-step": big[:N, : 2 * B : 2],
+        "offset": big[1:, 1: B + 1],
+        "fortran": xp.asfortranarray(big[:N, :B]),
+        "reversed": big[N - 1:: -1, B - 1:: -1] if N > 1 else big[:1, B - 1:: -1],
+        "transposed-view": xp.asarray(random_array(rng, (B, N), dtype)).T,
+    }
+
+
+@pytest.mark.parametrize("backend", REFERENCE_BACKENDS)
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex128])
+def test_strided_operands(xp, rng, backend, dtype):
+    K = ks.KSMatrix(xp.asarray(random_array(rng, (2, 3, 4, 5), dtype)))
+    D = oracle_of(K)
+    M, N = K.shape
+    tol = RTOL[numpy.dtype(dtype)]
+    for name, X in _strided_views(xp, rng, dtype, N, 5).items():
+        Xh = to_numpy(X)
+        assert rel_err(K.matmul(X, backend=backend), D @ Xh) < tol, name
+        assert rel_err(K.matmul(X.T, layout="bsf", backend=backend), Xh.T @ D.T) < tol, name
+    x = xp.asarray(random_array(rng, (2 * N,), dtype))[::2]
+    assert rel_err(K.matmul(x, backend=backend), D @ to_numpy(x)) < tol
+
+
+@pytest.mark.parametrize("k_dtype, x_dtype, expected", [
+    (numpy.float32, numpy.float64, numpy.float64),
+    (numpy.float64, numpy.float32, numpy.float64),
+    (numpy.float32, numpy.complex64, numpy.complex64),
+    (numpy.float64, numpy.complex64, numpy.complex128),
+    (numpy.complex64, numpy.float64, numpy.complex128),
+    (numpy.float32, numpy.int8, numpy.float32),
+    (numpy.float32, numpy.int32, numpy.float64),
+    (numpy.float32, numpy.float16, numpy.float32),
+])
+def test_result_dtype_follows_numpy_promotion(xp, rng, k_dtype, x_dtype, expected):
+    K = ks.KSMatrix(xp.asarray(random_array(rng, (2, 3, 4, 1), k_dtype)))
+    X = (rng.standard_normal((K.shape[1], 3)) * 10).astype(x_dtype)
+    assert numpy.result_type(k_dtype, x_dtype) == expected
+    for backend in REFERENCE_BACKENDS:
+        Y = K.matmul(xp.asarray(X), backend=backend)
+        assert Y.dtype == expected
+        assert rel_err(Y, oracle_of(K) @ X.astype(numpy.complex128)) < RTOL[numpy.dtype(expected)] * 10
+
+
+def test_unsupported_result_dtype_raises(rng):
+    K = ks.KSMatrix(random_array(rng, (1, 2, 2, 1), numpy.float32))
+    with pytest.raises(TypeError, match="promote to object"):
+        K @ numpy.ones(2, dtype=object)
+
+
+@pytest.mark.parametrize("backend", REFERENCE_BACKENDS + ["auto"])
+def test_empty_batch(xp, rng, backend):
+    K = ks.KSMatrix(xp.asarray(random_array(rng, (2, 3, 4, 5), numpy.float32)))
+    M, N = K.shape
+    Y = K.matmul(xp.zeros((N, 0), dtype=numpy.float32), backend=backend)
+    assert Y.shape == (M, 0) and Y.dtype == numpy.float32 and K.xp is xp
+    Y = K.matmul(xp.zeros((0, N), dtype=numpy.float64), layout="bsf", backend=backend)
+    assert Y.shape == (0, M) and Y.dtype == numpy.float64
+
+
+def test_shape_errors(xp):
+    K = ks.KSMatrix.random((2, 3, 4, 5), xp=xp)
+    M, N = K.shape
+    with pytest.raises(ValueError, match=r"shape mismatch.*\(30, 40\).*\(39, 2\)"):
+        K @ xp.ones((N - 1, 2), dtype=numpy.float32)
+    with pytest.raises(ValueError, match="shape mismatch"):
+        xp.ones((2, N), dtype=numpy.float32) @ K.T.T    # (2, 40) @ (30, 40)
+    with pytest.raises(ValueError, match="shape mismatch"):
+        K @ xp.ones(N + 1, dtype=numpy.float32)
+    with pytest.raises(ValueError, match="1-D or 2-D"):
+        K @ xp.ones((N, 2, 2), dtype=numpy.float32)
+    with pytest.raises(ValueError, match="layout"):
+        K.matmul(xp.ones(N, dtype=numpy.float32), layout="rows")
+    with pytest.raises(ValueError, match="backend"):
+        K.matmul(xp.ones(N, dtype=numpy.float32), backend="magic")
+
+
+def test_non_array_operands_raise():
+    K = ks.KSMatrix.random((1, 2, 2, 1))
+    with pytest.raises(TypeError):
+        K @ [1.0, 2.0]
+    with pytest.raises(TypeError):
+        [1.0, 2.0] @ K
+    with pytest.raises(TypeError, match="numpy.ndarray or cupy.ndarray"):
+        K.matmul([1.0, 2.0])
+    with pytest.raises(TypeError, match="needs CuPy"):
+        K.matmul(numpy.ones(2), backend="kernel")
+
+
+@pytest.mark.gpu
+def test_mixing_numpy_and_cupy_raises():
+    import cupy
+    Kc = ks.KSMatrix.random((2, 3, 4, 5), xp=cupy)
+    Kn = ks.KSMatrix.random((2, 3, 4, 5))
+    with pytest.raises(TypeError, match="cupy values with a numpy array"):
+        Kc @ numpy.ones(40, dtype=numpy.float32)
+    with pytest.raises(TypeError, match="numpy values with a cupy array"):
+        Kn @ cupy.ones(40, dtype=numpy.float32)
+    with pytest.raises(TypeError, match="numpy values with a cupy array"):
+        cupy.ones((3, 30), dtype=numpy.float32) @ Kn
+
+
+# -- properties -----------------------------------------------------------------------------
+patterns = st.tuples(*[st.integers(1, 5)] * 4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(pattern=patterns, B=st.integers(1, 9), backend=st.sampled_from(REFERENCE_BACKENDS),
+       dtype=st.sampled_from(DTYPES), seed=st.integers(0, 2**32 - 1))
+def test_random_patterns_match_oracle(pattern, B, backend, dtype, seed):
+    rng = numpy.random.default_rng(seed)
+    K = ks.KSMatrix(random_array(rng, pattern, dtype))
+    D = oracle_of(K)
+    X = random_array(rng, (K.shape[1], B), dtype)
+    assert rel_err(K.matmul(X, backend=backend), D @ X) < RTOL[numpy.dtype(dtype)]
+    assert rel_err(K.matmul(X.T, layout="bsf", backend=backend), X.T @ D.T) \
+        < RTOL[numpy.dtype(dtype)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(pattern=patterns, dtype=st.sampled_from(DTYPES), seed=st.integers(0, 2**32 - 1))
+def test_adjoint_dot_test(pattern, dtype, seed):
+    """<K x, y> == <x, K^H y> with both sides computed by kscupy."""
+    rng = numpy.random.default_rng(seed)
+    K = ks.KSMatrix(random_array(rng, pattern, dtype))
+    M, N = K.shape
+    x, y = random_array(rng, (N,), dtype), random_array(rng, (M,), dtype)
+    lhs = numpy.vdot(y, K @ x)
+    rhs = numpy.vdot(K.H @ y, x)
+    scale = numpy.linalg.norm(K @ x) * numpy.linalg.norm(y)
+    assert abs(lhs - rhs) <= RTOL[numpy.dtype(dtype)] * 10 * scale

@@ -1,0 +1,259 @@
+"""Time kscupy's fused kernel and ``auto`` against the baselines on the paper's pattern grid.
+
+    PYTHONPATH=$PWD python3 benchmarks/bench_patterns.py --out benchmarks/results/patterns_h100.json
+
+For each pattern of a stratified sample of the paper's grid (Appendix E, Figure 7: 627
+patterns at B = 25088; ``--all`` for every one), in both layouts, FP32, times (median of
+CUDA-event timings, inputs rotated when they fit in L2, nothing timed on zeros):
+``kernel``, ``auto``, CuPy ``bmm`` (permute / cuBLAS batched GEMM / permute), cuBLAS
+``dense`` (where the dense matrix takes at most ``--dense-limit`` GiB) and cupyx ``csr``
+(where B*nnz is at most ``--csr-limit``). The roofline floor of each product,
+``max(bytes / bandwidth, flops / peak)`` with ``bytes = 4 (B N + B M + nnz)`` and
+``flops = 2 B nnz``, uses a device-to-device copy and a cuBLAS SGEMM measured in the same
+run. Then a batch-size sweep on a few patterns. Writes JSON and prints a summary of medians.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import json
+import pathlib
+import subprocess
+import sys
+import time
+
+import numpy
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import cupy  # noqa: E402
+from cupyx.profiler import benchmark  # noqa: E402
+
+import kscupy as ks  # noqa: E402
+from kscupy import _kernels, _reference, tuning  # noqa: E402
+
+PAPER_BATCH = 25_088
+SIZE_LIMIT = 2_147_483_647
+SWEEP_BATCHES = (1, 16, 256, 4096, 25_088, 262_144)
+SWEEP_PATTERNS = ((1, 768, 192, 2), (6, 64, 64, 1), (16, 64, 64, 4), (1, 256, 1024, 4),
+                  (64, 48, 48, 16))
+
+
+def paper_grid():
+    """The 627 patterns of the paper's Figure 7 (same rules, same lists)."""
+    a_list = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128]
+    bc_list = [48, 64, 96, 128, 192, 256, 384, 512, 768, 1024]
+    d_list1 = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128]
+    d_list2 = [4, 16, 64]
+    excluded = {(1024, 256), (256, 1024), (128, 512), (512, 128), (64, 256), (256, 64)}
+    out = []
+
+    def add(a, b, c, d):
+        if (PAPER_BATCH * a * c * d <= SIZE_LIMIT and PAPER_BATCH * a * b * d <= SIZE_LIMIT
+                and a * b * c * d <= SIZE_LIMIT):
+            out.append((a, b, c, d))
+
+    for b, c, d in itertools.product(bc_list, bc_list, d_list1):
+        if b == c or b == 4 * c or c == 4 * b:
+            add(1, b, c, d)
+    for a, b, c, d in itertools.product(a_list, bc_list, bc_list, d_list2):
+        if a != 1 and (b, c) not in excluded and (b == c or b == 4 * c or c == 4 * b):
+            add(a, b, c, d)
+    return out
+
+
+def stratified_sample(patterns, count):
+    """``count`` patterns spread evenly over h(b, c) and over matrix size within each h."""
+    ordered = sorted(patterns, key=lambda p: (ks.KSPattern(*p).h, ks.KSPattern(*p).nnz))
+    if count >= len(ordered):
+        return ordered
+    idx = numpy.unique(numpy.linspace(0, len(ordered) - 1, count).round().astype(int))
+    return [ordered[i] for i in idx]
+
+
+def _l2_bytes():
+    return cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["l2CacheSize"]
+
+
+def time_fn(fn, inputs, budget_s=0.25, max_repeat=50):
+    """Median seconds of fn(x) over CUDA events, cycling through ``inputs``."""
+    state = {"i": 0}
+
+    def step():
+        state["i"] = (state["i"] + 1) % len(inputs)
+        return fn(inputs[state["i"]])
+
+    first = benchmark(step, n_repeat=2, n_warmup=2).gpu_times.max()
+    repeat = int(min(max_repeat, max(3, budget_s / max(first, 1e-6))))
+    return float(numpy.median(benchmark(step, n_repeat=repeat, n_warmup=1).gpu_times))
+
+
+def measure_ceilings():
+    """Copy bandwidth (bytes read + written per second) and cuBLAS SGEMM rate, measured here."""
+    n = 1 << 28                                           # 1 GiB of float32
+    src = cupy.random.default_rng(0).standard_normal(n, dtype=numpy.float32)
+    dst = cupy.empty_like(src)
+    t = time_fn(lambda s: dst.__setitem__(slice(None), s), [src], max_repeat=30)
+    bandwidth = 2 * src.nbytes / t
+    del src, dst
+    m = 8192
+    A = cupy.random.default_rng(1).standard_normal((m, m), dtype=numpy.float32)
+    Bm = cupy.random.default_rng(2).standard_normal((m, m), dtype=numpy.float32)
+    t = time_fn(lambda x: A @ x, [Bm], max_repeat=20)
+    return {"copy_bandwidth_Bps": bandwidth, "sgemm_flops": 2 * m**3 / t}
+
+
+def roofline_seconds(pattern, B, ceilings, itemsize=4):
+    p = ks.KSPattern(*pattern)
+    M, N = p.shape
+    bytes_moved = itemsize * (B * N + B * M + p.nnz)
+    flops = 2 * B * p.nnz
+    return max(bytes_moved / ceilings["copy_bandwidth_Bps"], flops / ceilings["sgemm_flops"])
+
+
+def bench_pattern(pattern, B, layout, args, ceilings):
+    """Times of every method for one pattern, batch size and layout (seconds; None = skipped)."""
+    K = ks.KSMatrix.random(pattern, dtype=numpy.float32, xp=cupy, seed=0)
+    M, N = K.shape
+    shape = (N, B) if layout == "bsl" else (B, N)
+    x_bytes = 4 * N * B
+    copies = int(min(8, max(1, -(-2 * _l2_bytes() // max(x_bytes, 1)))))
+    rng = cupy.random.default_rng(1)
+    inputs = [rng.standard_normal(shape, dtype=numpy.float32) for _ in range(copies)]
+    problem = tuning.problem_of(K, inputs[0], layout)
+    row = {"pattern": list(pattern), "B": B, "layout": layout, "h": ks.KSPattern(*pattern).h,
+           "nnz": K.nnz, "M": M, "N": N, "floor_s": roofline_seconds(pattern, B, ceilings),
+           "auto_choice": tuning.choose(problem).backend,
+           "kernel_config": list(tuning.kernel_config(problem).as_tuple())}
+    blocks = K.blocks
+    row["kernel_s"] = time_fn(lambda x: K.matmul(x, layout=layout, backend="kernel"), inputs)
+    row["auto_s"] = time_fn(lambda x: K.matmul(x, layout=layout, backend="auto"), inputs)
+    row["bmm_s"] = time_fn(lambda x: _reference.bmm(blocks, x, layout, cupy), inputs)
+    row["dense_s"] = row["csr_s"] = None
+    if 4 * M * N <= args.dense_limit * 2**30:
+        D = K.todense()
+        row["dense_s"] = time_fn(lambda x: _reference.dense(D, x, layout, cupy), inputs)
+        del D
+    if B * K.nnz <= args.csr_limit:
+        S = K.tocsr()
+        row["csr_s"] = time_fn(lambda x: _reference.sparse(S, x, layout, cupy), inputs,
+                               max_repeat=10)
+        del S
+    # correctness of what was timed, against the float64 definition on a few batch columns
+    cols = slice(0, min(B, 64))
+    X = inputs[0]
+    X64 = (X[:, cols] if layout == "bsl" else X[cols].T).astype(numpy.float64)
+    w = K.values.astype(numpy.float64)
+    a, b, c, d = pattern
+    ref = cupy.einsum("iklj,iljn->ikjn", w, X64.reshape(a, c, d, -1)).reshape(M, -1)
+    for method in ("kernel", "auto"):
+        Y = K.matmul(X, layout=layout, backend=method)
+        got = Y[:, cols] if layout == "bsl" else Y[cols].T
+        row[f"{method}_rel_err"] = float(cupy.linalg.norm(got - ref) / cupy.linalg.norm(ref))
+    best = min(t for t in (row["bmm_s"], row["dense_s"]) if t is not None)
+    row["best_baseline_s"] = best
+    row["auto_speedup"] = best / row["auto_s"]
+    row["kernel_speedup"] = best / row["kernel_s"]
+    row["auto_floor_fraction"] = row["floor_s"] / row["auto_s"]
+    row["kernel_floor_fraction"] = row["floor_s"] / row["kernel_s"]
+    del inputs, K
+    cupy.get_default_memory_pool().free_all_blocks()
+    return row
+
+
+def summarize(rows):
+    out = {}
+    for layout in ("bsl", "bsf"):
+        rs = [r for r in rows if r["layout"] == layout]
+        if not rs:
+            continue
+        auto = numpy.array([r["auto_speedup"] for r in rs])
+        kern = numpy.array([r["kernel_speedup"] for r in rs])
+        out[layout] = {
+            "patterns": len(rs),
+            "auto_speedup_median": float(numpy.median(auto)),
+            "auto_speedup_min": float(auto.min()),
+            "auto_below_0.95": int((auto < 0.95).sum()),
+            "kernel_speedup_median": float(numpy.median(kern)),
+            "kernel_wins": int((kern > 1).sum()),
+            "auto_floor_fraction_median": float(numpy.median([r["auto_floor_fraction"] for r in rs])),
+            "kernel_floor_fraction_median": float(numpy.median([r["kernel_floor_fraction"] for r in rs])),
+            "bmm_floor_fraction_median": float(numpy.median([r["floor_s"] / r["bmm_s"] for r in rs])),
+            "max_rel_err": float(max(max(r["kernel_rel_err"], r["auto_rel_err"]) for r in rs)),
+        }
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="JSON file to write")
+    parser.add_argument("--count", type=int, default=64, help="patterns in the stratified sample")
+    parser.add_argument("--all", action="store_true", help="every pattern of the grid")
+    parser.add_argument("--layouts", default="bsl,bsf")
+    parser.add_argument("--dense-limit", type=float, default=4.0, help="GiB")
+    parser.add_argument("--csr-limit", type=float, default=2e10, help="max B*nnz for CSR")
+    parser.add_argument("--no-sweep", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        def tqdm(it, **_):
+            return it
+
+    grid = paper_grid()
+    sample = grid if args.all else stratified_sample(grid, args.count)
+    layouts = args.layouts.split(",")
+    t0 = time.time()
+    ceilings = measure_ceilings()
+    print(f"ceilings: copy {ceilings['copy_bandwidth_Bps'] / 1e12:.2f} TB/s, "
+          f"SGEMM {ceilings['sgemm_flops'] / 1e12:.1f} TFLOP/s", flush=True)
+    rows = []
+    for pattern, layout in tqdm(list(itertools.product(sample, layouts)), desc="patterns"):
+        rows.append(bench_pattern(pattern, PAPER_BATCH, layout, args, ceilings))
+    sweep = []
+    if not args.no_sweep:
+        for pattern, B, layout in tqdm(list(itertools.product(SWEEP_PATTERNS, SWEEP_BATCHES, layouts)),
+                                       desc="batch sweep"):
+            sweep.append(bench_pattern(pattern, B, layout, args, ceilings))
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True).stdout.strip() or "unknown"
+    except OSError:
+        commit = "unknown"
+    result = {
+        "gpu": props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
+        "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "cupy": cupy.__version__,
+        "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "command": " ".join([sys.executable.split("/")[-1]] + sys.argv),
+        "grid_size": len(grid), "batch": PAPER_BATCH, "dtype": "float32", "ceilings": ceilings,
+        "summary": summarize(rows), "rows": rows, "batch_sweep": sweep,
+        "seconds": time.time() - t0,
+    }
+    small = [r for r in sweep if r["B"] <= 64]
+    if small:
+        result["summary"]["small_batch"] = {
+            "cases": len(small), "auto_speedup_min": float(min(r["auto_speedup"] for r in small)),
+            "auto_speedup_median": float(numpy.median([r["auto_speedup"] for r in small]))}
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(f"\n{result['gpu']}, {len(sample)} patterns, B={PAPER_BATCH}, FP32, {time.time() - t0:.0f} s")
+    print(f"{'layout':6s} {'auto/best med':>13s} {'min':>6s} {'<0.95':>6s} {'kernel med':>10s} "
+          f"{'floor frac auto':>15s} {'kernel':>7s} {'bmm':>6s}")
+    for layout, s in result["summary"].items():
+        if layout == "small_batch":
+            continue
+        print(f"{layout:6s} {s['auto_speedup_median']:13.2f} {s['auto_speedup_min']:6.2f} "
+              f"{s['auto_below_0.95']:6d} {s['kernel_speedup_median']:10.2f} "
+              f"{s['auto_floor_fraction_median']:15.2f} {s['kernel_floor_fraction_median']:7.2f} "
+              f"{s['bmm_floor_fraction_median']:6.2f}")
+    if small:
+        print(f"B<=64: auto/best min {result['summary']['small_batch']['auto_speedup_min']:.2f}, "
+              f"median {result['summary']['small_batch']['auto_speedup_median']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+// Scalar types for the KS kernels: float, double and a minimal complex type.
+//
+// NVRTC-compilable: no host headers. The complex type has the memory layout of NumPy's
+// complex64 / complex128 (real part first) and the alignment of float2 / double2.
+#pragma once
+
+namespace ks {
+
+template <class R>
+struct __align__(2 * sizeof(R)) cplx {
+  R re, im;
+};
+
+__device__ __forceinline__ float zero(float) { return 0.0f; }
+__device__ __forceinline__ double zero(double) { return 0.0; }
+template <class R>
+__device__ __forceinline__ cplx<R> zero(cplx<R>) { return {R(0), R(0)}; }
+
+__device__ __forceinline__ float conj(float x) { return x; }
+__device__ __forceinline__ double conj(double x) { return x; }
+template <class R>
+__device__ __forceinline__ cplx<R> conj(cplx<R> x) { return {x.re, -x.im}; }
+
+// acc + w * x, fused where the hardware fuses.
+__device__ __forceinline__ float fma(float w, float x, float acc) { return fmaf(w, x, acc); }
+__device__ __forceinline__ double fma(double w, double x, double acc) { return ::fma(w, x, acc); }
+template <class R>
+__device__ __forceinline__ cplx<R> fma(cplx<R> w, cplx<R> x, cplx<R> acc) {
+  acc.re = ks::fma(w.re, x.re, acc.re);
+  acc.re = ks::fma(-w.im, x.im, acc.re);
+  acc.im = ks::fma(w.re, x.im, acc.im);
+  acc.im = ks::fma(w.im, x.re, acc.im);
+  return acc;
+}
+
+}  // namespace ks

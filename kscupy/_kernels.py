@@ -1,0 +1,151 @@
+"""Load, cache and launch the CUDA kernels of ``kernels_cu/`` through ``cupy.RawModule``.
+
+Each kernel instantiation (scalar type × tile configuration) is compiled by NVRTC on first
+use and cached for the process here, and on disk by CuPy's kernel cache. The batch size, the
+pattern and the strides are run-time arguments: no recompilation per call.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+from pathlib import Path
+
+import numpy
+
+__all__ = ["KernelConfig", "source_dir", "launch"]
+
+_SCALAR = {numpy.dtype(numpy.float32): "float", numpy.dtype(numpy.float64): "double",
+           numpy.dtype(numpy.complex64): "ks::cplx<float>",
+           numpy.dtype(numpy.complex128): "ks::cplx<double>"}
+
+#: Tile axis that neighbouring threads walk in global memory (see kernels_cu/ks_matmul.cu).
+ORDER_BATCH, ORDER_GROUP, ORDER_INGROUP = 0, 1, 2
+
+
+def source_dir() -> Path:
+    """Directory of the CUDA sources: inside the installed package, else the source tree."""
+    installed = Path(__file__).with_name("kernels_cu")
+    return installed if installed.is_dir() else Path(__file__).resolve().parent.parent / "kernels_cu"
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelConfig:
+    """Tile configuration of ``ks_matmul`` (names as in kernels_cu/ks_matmul.cu).
+
+    ``jt`` groups × ``bm`` rows × ``bn`` batch columns per block, reduction chunk ``bk``,
+    ``tm × tn`` outputs per thread, ``order`` the axis contiguous in global memory.
+    """
+    jt: int
+    bm: int
+    bn: int
+    bk: int
+    tm: int
+    tn: int
+    order: int
+
+    def __post_init__(self):
+        if min(self.jt, self.bm, self.bn, self.bk, self.tm, self.tn) < 1:
+            raise ValueError(f"tile sizes must be positive: {self}")
+        if self.bm % self.tm or self.bn % self.tn:
+            raise ValueError(f"micro-tile must divide the tile: {self}")
+        if self.order not in (ORDER_BATCH, ORDER_GROUP, ORDER_INGROUP):
+            raise ValueError(f"order must be 0, 1 or 2: {self}")
+        if not 1 <= self.threads <= 1024:
+            raise ValueError(f"{self.threads} threads per block: {self}")
+
+    @property
+    def threads(self) -> int:
+        return self.jt * (self.bm // self.tm) * (self.bn // self.tn)
+
+    def smem_bytes(self, itemsize: int) -> int:
+        """Dynamic shared memory: X and W chunks, or the output staging tile if larger."""
+        inputs = self.jt * (self.bk * (self.bn + 1) + 1) + self.jt * (self.bk * (self.bm + 1) + 1)
+        staging = self.jt * (self.bm * (self.bn + 1) + 1) if self.order != ORDER_BATCH else 0
+        return itemsize * max(inputs, staging)
+
+    def name(self, dtype) -> str:
+        return (f"ks::ks_matmul<{_SCALAR[numpy.dtype(dtype)]}, {self.jt}, {self.bm}, {self.bn}, "
+                f"{self.bk}, {self.tm}, {self.tn}, {self.order}>")
+
+    def as_tuple(self):
+        return dataclasses.astuple(self)
+
+
+@functools.lru_cache(maxsize=None)
+def _source():
+    """The kernel source, prefixed with a digest of every file in kernels_cu/ so that CuPy's
+    on-disk cache (keyed by source text) notices edits to included headers too."""
+    directory = source_dir()
+    digest = hashlib.sha256()
+    for path in sorted(directory.glob("*.cu*")):
+        digest.update(path.name.encode() + path.read_bytes())
+    return f"// kernels_cu digest {digest.hexdigest()}\n" + (directory / "ks_matmul.cu").read_text()
+
+
+@functools.lru_cache(maxsize=None)
+def _function(dtype, config: KernelConfig, device_id: int):
+    import cupy
+    name = config.name(dtype)
+    module = cupy.RawModule(code=_source(), options=("-std=c++17", f"-I{source_dir()}"),
+                            name_expressions=[name])
+    fn = module.get_function(name)
+    smem = config.smem_bytes(numpy.dtype(dtype).itemsize)
+    if smem > 48 * 1024:
+        fn.max_dynamic_shared_size_bytes = smem
+    return fn
+
+
+def _element_strides(A):
+    itemsize = A.dtype.itemsize
+    if any(s % itemsize for s in A.strides):
+        return None
+    return tuple(s // itemsize for s in A.strides)
+
+
+def launch(K, X, layout, config: KernelConfig):
+    """``K @ X`` (``layout="bsl"``, X ``(N, B)``) or ``X @ K.T`` (``"bsf"``, X ``(B, N)``).
+
+    ``K.dtype == X.dtype`` is required (the caller promotes). ``X`` may have any strides that
+    are whole elements (other views are copied once). Launches on CuPy's current stream and
+    returns a new C-contiguous result without synchronising.
+    """
+    import cupy
+    dtype = X.dtype
+    if K.dtype != dtype:
+        raise TypeError(f"kernel operands must share a dtype, got {K.dtype} and {dtype}")
+    a, b, c, d = K.pattern
+    M, N = K.shape
+    strides = _element_strides(X)
+    if strides is None:
+        X = cupy.ascontiguousarray(X)
+        strides = _element_strides(X)
+    if layout == "bsl":
+        B = X.shape[1]
+        sx_f, sx_b = strides
+        Y = cupy.empty((M, B), dtype=dtype)
+        sy_f, sy_b = B, 1
+    else:
+        B = X.shape[0]
+        sx_b, sx_f = strides
+        Y = cupy.empty((B, M), dtype=dtype)
+        sy_f, sy_b = 1, M
+    if B == 0:
+        return Y
+    # A_g[k, l] = W[g*b*c + k*w_sk + l*w_sl]: the stored block, or its transpose (a view).
+    w_sk, w_sl = (1, b) if K._transposed else (c, 1)
+    groups = a * d
+    ktiles = -(-b // config.bm)
+    ntiles = -(-B // config.bn)
+    gtiles = -(-groups // config.jt)
+    if ktiles * ntiles >= 2**31:
+        raise ValueError(f"batch of {B} columns needs {ktiles * ntiles} blocks along the grid's "
+                         f"x axis; use a larger bn than {config.bn}")
+    fn = _function(dtype, config, cupy.cuda.Device().id)
+    i32, i64 = numpy.int32, numpy.int64
+    fn((ktiles * ntiles, min(gtiles, 65535)), (config.threads,),
+       (X, Y, K._tiles, i32(groups), i32(b), i32(c), i32(d), i64(B),
+        i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b), i32(w_sk), i32(w_sl),
+        i32(1 if K._conjugated else 0), i32(ktiles), i32(gtiles)),
+       shared_mem=config.smem_bytes(dtype.itemsize))
+    return Y

@@ -1,0 +1,253 @@
+"""The fused kernel against a float64 oracle on the GPU (run with ``pytest -m gpu``).
+
+The oracle is the definition in index form, ``Y[i,k,j,n] = sum_l w[i,k,l,j] X[i,l,j,n]``,
+evaluated by ``cupy.einsum`` in float64/complex128 on the canonical values: it shares no code
+with the kernel. Every allocation made while a test runs is filled with NaN bytes first
+(``poisoned`` fixture), so an output element the kernel fails to write fails the test.
+"""
+import numpy
+import pytest
+
+import kscupy as ks
+from conftest import RTOL, gpu_available
+
+pytestmark = pytest.mark.gpu
+if not gpu_available():
+    pytest.skip("needs CuPy and a CUDA device", allow_module_level=True)
+
+import cupy  # noqa: E402
+
+DTYPES = [numpy.float32, numpy.float64, numpy.complex64, numpy.complex128]
+BATCHES = [1, 3, 127, 1000, 100003]
+EDGE_PATTERNS = [(1, 1, 1, 1), (1, 2, 2, 1), (8, 2, 2, 8), (1, 2, 2, 4096), (4096, 2, 2, 1),
+                 (1, 1, 7, 3), (3, 7, 1, 2), (2, 1, 1, 5), (1, 64, 1, 4), (1, 1, 64, 4),
+                 (2, 3, 5, 7), (1, 48, 192, 3), (2, 192, 48, 2), (1, 128, 128, 1),
+                 (4, 16, 64, 16), (1, 300, 17, 1), (5, 33, 65, 9), (1, 4, 4, 1024),
+                 (16, 8, 8, 16), (64, 4, 4, 1)]
+
+
+def _random_patterns(count, seed):
+    rng = numpy.random.default_rng(seed)
+    out = []
+    while len(out) < count:
+        a, d = (int(2 ** rng.uniform(0, 6)) for _ in range(2))
+        b, c = (int(2 ** rng.uniform(0, 7.5)) for _ in range(2))
+        if a * b * d * a * c * d <= 2**24:       # keep the float64 oracle cheap
+            out.append((a, b, c, d))
+    return out
+
+
+SWEEP = EDGE_PATTERNS + _random_patterns(200, seed=2026)
+
+
+@pytest.fixture
+def poisoned():
+    """Fill every new device allocation with 0xFF bytes (NaN in every float dtype)."""
+    pool = cupy.cuda.MemoryPool()
+
+    def malloc(size):
+        mem = pool.malloc(size)
+        if size:
+            cupy.cuda.runtime.memsetAsync(mem.ptr, 0xFF, size, cupy.cuda.get_current_stream().ptr)
+        return mem
+
+    previous = cupy.cuda.get_allocator()
+    cupy.cuda.set_allocator(malloc)
+    try:
+        yield
+    finally:
+        cupy.cuda.set_allocator(previous)
+        pool.free_all_blocks()
+
+
+def _random(rng, shape, dtype):
+    X = rng.standard_normal(shape, dtype=numpy.float64)
+    if numpy.dtype(dtype).kind == "c":
+        X = X + 1j * rng.standard_normal(shape, dtype=numpy.float64)
+    return X.astype(dtype)
+
+
+def oracle(w, X, layout):
+    """float64 definition of K @ X (bsl, X (N, B)) or X @ K.T (bsf, X (B, N)) from values w."""
+    a, b, c, d = w.shape
+    hi = numpy.complex128 if w.dtype.kind == "c" or X.dtype.kind == "c" else numpy.float64
+    w, X = w.astype(hi), X.astype(hi)
+    if layout == "bsl":
+        B = X.shape[1]
+        return cupy.einsum("iklj,iljn->ikjn", w, X.reshape(a, c, d, B)).reshape(a * b * d, B)
+    B = X.shape[0]
+    return cupy.einsum("iklj,nilj->nikj", w, X.reshape(B, a, c, d)).reshape(B, a * b * d)
+
+
+def check(Y, ref, dtype):
+    assert Y.dtype == dtype and Y.shape == ref.shape
+    assert bool(cupy.isfinite(Y).all()), "unwritten (NaN) or non-finite output"
+    err = float(cupy.linalg.norm(Y.astype(ref.dtype) - ref) / cupy.linalg.norm(ref))
+    assert err < RTOL[numpy.dtype(dtype)], err
+
+
+def _batches_for(pattern, dtype):
+    M, N = ks.KSPattern(*pattern).shape
+    # keep each case under ~64 MB of operands
+    return [B for B in BATCHES if (M + N) * B * numpy.dtype(dtype).itemsize <= 2**26]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_sweep(poisoned, dtype, layout):
+    """>= 200 patterns x batch sizes {1, 3, 127, 1000, 100003}, all through the kernel."""
+    rng = cupy.random.default_rng(7)
+    cases = 0
+    for pattern in SWEEP:
+        K = ks.KSMatrix(_random(rng, pattern, dtype))
+        M, N = K.shape
+        for B in _batches_for(pattern, dtype):
+            X = _random(rng, (N, B) if layout == "bsl" else (B, N), dtype)
+            Y = K.matmul(X, layout=layout, backend="kernel")
+            try:
+                check(Y, oracle(K.values, X, layout), dtype)
+            except AssertionError as exc:
+                raise AssertionError(f"pattern {pattern}, B={B}: {exc}") from None
+            cases += 1
+    assert cases >= 200 * 3
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
+@pytest.mark.parametrize("view", ["T", "H", "conj"])
+def test_views_read_the_same_storage(poisoned, dtype, view):
+    rng = cupy.random.default_rng(11)
+    for pattern in [(2, 3, 5, 7), (1, 64, 16, 1), (3, 2, 2, 8), (1, 96, 200, 2)]:
+        K = ks.KSMatrix(_random(rng, pattern, dtype))
+        V = {"T": K.T, "H": K.H, "conj": K.conj()}[view]
+        assert V._tiles is K._tiles
+        M, N = V.shape
+        for layout, shape in (("bsl", (N, 300)), ("bsf", (300, N)), ("bsl", (N,))):
+            X = _random(rng, shape, dtype)
+            Y = V.matmul(X, layout=layout, backend="kernel")
+            X2 = X.reshape(N, 1) if X.ndim == 1 else X
+            ref = oracle(V.values, X2, layout)
+            check(Y.reshape(ref.shape), ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex128], ids=lambda t: numpy.dtype(t).name)
+def test_operators_and_vectors(poisoned, dtype):
+    rng = cupy.random.default_rng(3)
+    K = ks.KSMatrix(_random(rng, (4, 16, 8, 8), dtype))
+    M, N = K.shape
+    X = _random(rng, (N, 33), dtype)
+    for Y, ref in ((K @ X, oracle(K.values, X, "bsl")),
+                   (X.T @ K.T, oracle(K.values, cupy.ascontiguousarray(X.T), "bsf")),
+                   (K @ X[:, 0], oracle(K.values, X[:, :1], "bsl")[:, 0])):
+        check(Y, ref, dtype)
+
+
+def _awkward_views(rng, dtype, rows, cols):
+    big = _random(rng, (rows + 3, 2 * cols + 3), dtype)
+    return {"column-step": big[:rows, : 2 * cols: 2], "offset-by-one": big[1: rows + 1, 1: cols + 1],
+            "fortran": cupy.asfortranarray(big[:rows, :cols]),
+            "reversed": big[rows - 1:: -1, cols - 1:: -1],
+            "real-part": _random(rng, (rows, cols), numpy.complex128).real.astype(dtype)
+            if numpy.dtype(dtype).kind == "f" else big[2: rows + 2, :cols]}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_strided_and_misaligned(poisoned, dtype, layout):
+    rng = cupy.random.default_rng(5)
+    for pattern in [(2, 3, 4, 5), (1, 64, 64, 2), (4, 2, 2, 16)]:
+        K = ks.KSMatrix(_random(rng, pattern, dtype))
+        M, N = K.shape
+        shape = (N, 257) if layout == "bsl" else (257, N)
+        for name, X in _awkward_views(rng, dtype, *shape).items():
+            Y = K.matmul(X, layout=layout, backend="kernel")
+            try:
+                check(Y, oracle(K.values, cupy.ascontiguousarray(X), layout), dtype)
+            except AssertionError as exc:
+                raise AssertionError(f"{pattern} {name}: {exc}") from None
+
+
+def test_non_default_stream(poisoned):
+    rng = cupy.random.default_rng(9)
+    K = ks.KSMatrix(_random(rng, (4, 32, 32, 8), numpy.float32))
+    X = _random(rng, (K.shape[1], 4096), numpy.float32)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        Y = K.matmul(X, backend="kernel")
+        Yf = K.matmul(cupy.ascontiguousarray(X.T), layout="bsf", backend="kernel")
+    stream.synchronize()
+    check(Y, oracle(K.values, X, "bsl"), numpy.float32)
+    check(Yf, oracle(K.values, cupy.ascontiguousarray(X.T), "bsf"), numpy.float32)
+
+
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_auto_matches_oracle(poisoned, layout):
+    rng = cupy.random.default_rng(13)
+    for pattern in [(1, 256, 256, 1), (16, 2, 2, 16), (4, 64, 64, 4), (1, 48, 192, 3)]:
+        K = ks.KSMatrix(_random(rng, pattern, numpy.float32))
+        M, N = K.shape
+        X = _random(rng, (N, 2048) if layout == "bsl" else (2048, N), numpy.float32)
+        check(K.matmul(X, layout=layout), oracle(K.values, X, layout), numpy.float32)
+
+
+def test_mixed_dtypes_promote(poisoned):
+    rng = cupy.random.default_rng(17)
+    K = ks.KSMatrix(_random(rng, (2, 8, 4, 4), numpy.float32))
+    X = _random(rng, (K.shape[1], 50), numpy.complex128)
+    Y = K.matmul(X, backend="kernel")
+    check(Y, oracle(K.values, X, "bsl"), numpy.complex128)
+
+
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_offsets_beyond_int32(layout):
+    """B*N > 2^31 elements: checked on a sample of batch columns, including the last ones."""
+    pattern = (1, 2, 2, 1024)                 # N = M = 2048
+    K = ks.KSMatrix.random(pattern, dtype=numpy.float32, xp=cupy, seed=1)
+    N = K.shape[1]
+    B = 2**31 // N + 4097
+    assert B * N > 2**31
+    rng = cupy.random.default_rng(19)
+    X = rng.standard_normal((N, B) if layout == "bsl" else (B, N), dtype=numpy.float32)
+    Y = K.matmul(X, layout=layout, backend="kernel")
+    cols = cupy.concatenate([cupy.arange(64), cupy.arange(B - 4096, B)])
+    if layout == "bsl":
+        ref = oracle(K.values, X[:, cols], layout)
+        got = Y[:, cols]
+    else:
+        ref = oracle(K.values, X[cols], layout)
+        got = Y[cols]
+    check(got, ref, numpy.float32)
+    assert not bool(cupy.isnan(Y[..., -1] if layout == "bsl" else Y[-1]).any())
+
+
+def test_empty_batch():
+    K = ks.KSMatrix.random((2, 3, 4, 5), xp=cupy)
+    assert K.matmul(cupy.zeros((40, 0), numpy.float32), backend="kernel").shape == (30, 0)
+    assert K.matmul(cupy.zeros((0, 40), numpy.float32), layout="bsf", backend="kernel").shape == (0, 30)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
+def test_sanitizer_subset(poisoned, dtype):
+    """A small representative subset, fast enough to run under compute-sanitizer."""
+    rng = cupy.random.default_rng(23)
+    for pattern in [(1, 2, 2, 8), (2, 3, 5, 7), (1, 64, 48, 1), (3, 16, 16, 4), (2, 130, 70, 3)]:
+        K = ks.KSMatrix(_random(rng, pattern, dtype))
+        for op in (K, K.H):
+            M, N = op.shape
+            for B in (1, 3, 129):
+                for layout, shape in (("bsl", (N, B)), ("bsf", (B, N))):
+                    X = _random(rng, shape, dtype)
+                    check(op.matmul(X, layout=layout, backend="kernel"),
+                          oracle(op.values, X, layout), dtype)
+
+
+def test_tune_and_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KSCUPY_CACHE_DIR", str(tmp_path))
+    from kscupy import tuning
+    K = ks.KSMatrix.random((4, 32, 32, 4), dtype=numpy.float32, xp=cupy, seed=2)
+    choice = tuning.tune(K, 4096, layout="bsl", progress=False, n_repeat=3)
+    assert choice.backend in ("kernel", "bmm", "dense")
+    assert (tmp_path / "tuning.json").exists()
+    X = cupy.random.default_rng(1).standard_normal((K.shape[1], 4096), dtype=numpy.float32)
+    problem = tuning.problem_of(K, X, "bsl")
+    assert tuning.choose(problem) == choice
+    check(K @ X, oracle(K.values, X, "bsl"), numpy.float32)

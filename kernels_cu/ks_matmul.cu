@@ -10,18 +10,18 @@
 // and any strided view.
 //
 // Block tile: JT consecutive groups g0..g0+JT-1, BM rows k0..k0+BM-1 of each, BN batch
-// columns n0..n0+BN-1; the reduction over l runs in chunks of BK through shared memory.
-// Each thread owns a TM x TN micro-tile of one group: rows k0 + tm + r*(BM/TM) and columns
-// n0 + tn + s*(BN/TN) (strided, so neighbouring lanes touch neighbouring shared-memory words
-// and, in batch-size-last, neighbouring global addresses).
+// columns n0..n0+BN-1; the reduction over l runs in chunks of BK through shared memory,
+// the next chunk's global loads in flight while the current one is multiplied.
+// Each thread owns a TM x TN micro-tile of one group. Its rows and columns come in runs of
+// VM (VN) adjacent indices, the runs of neighbouring threads adjacent, so that shared memory
+// is read in vectors of up to 16 bytes without bank conflicts:
+//   row(r) = (r / VM) * (THREADS_M * VM) + tm * VM + r % VM,  col(q) likewise with VN, tn.
 //
-// ORDER fixes which tile axis neighbouring threads walk when they move data between global
-// and shared memory, i.e. the axis that is contiguous in global memory:
-//   0: the batch n        (batch-size-last: X[f, n] at f*B + n)
-//   1: the group g        (batch-size-first with d > 1: cols of groups j, j+1 are adjacent)
-//   2: the row/col in-group index l (or k), then g (batch-size-first with d == 1)
-// ORDER 0 writes Y straight from registers (coalesced over n); ORDERs 1 and 2 stage the
-// output tile in shared memory and write it in ORDER's order.
+// ORDER fixes the axis that is contiguous in global memory, which neighbouring threads walk
+// when they load X and W into shared memory and when they store Y from registers:
+//   0: the batch n        (batch-size-last: X[f, n] at f*B + n)            lanes walk tn
+//   1: the group g        (batch-size-first, d > 1: cols of j, j+1 adjacent) lanes walk tj
+//   2: the in-group index (batch-size-first, d == 1: cols l, l+1 adjacent)   lanes walk tm
 //
 // Weights: the pre-tiled storage holds block g at W + g*b*c; A_g[k, l] = W[g*b*c + k*w_sk +
 // l*w_sl], so (w_sk, w_sl) = (c, 1) reads the stored block and (1, b) its transpose. With
@@ -36,6 +36,34 @@ namespace ks {
 template <int N, int D>
 struct ceil_div { static constexpr int value = (N + D - 1) / D; };
 
+// Widest vector (<= 16 bytes, <= 4 elements) that divides a thread's run length.
+template <class T, int RUN>
+struct vec_width {
+  static constexpr int cap = (16 / (int)sizeof(T)) < 4 ? (16 / (int)sizeof(T)) : 4;
+  static constexpr int value = RUN % cap == 0 ? cap : (RUN % 2 == 0 && cap >= 2 ? 2 : 1);
+};
+
+template <class T, int V>
+struct __align__(V * sizeof(T)) vec { T v[V]; };
+
+// Which element of a tile a thread moves in its slot s: element e = tid + s*NT of a tile
+// whose axes are (a0, a1, a2), a0 fastest with extent S0, then a1 with extent S1. When the
+// extents and NT divide one another (all compile-time), each coordinate is affine in s, so
+// the compiler reduces a slot's address to the thread's first address plus a constant.
+template <int S0, int S1, int NT>
+__device__ __forceinline__ void split(int tid, int s, int& a0, int& a1, int& a2) {
+  if (NT % S0 == 0 && (NT / S0) % S1 == 0) {
+    a0 = tid % S0; a1 = (tid / S0) % S1; a2 = tid / (S0 * S1) + s * (NT / (S0 * S1));
+  } else if (NT % S0 == 0) {
+    a0 = tid % S0; const int r = tid / S0 + s * (NT / S0); a1 = r % S1; a2 = r / S1;
+  } else if (S0 % NT == 0) {
+    constexpr int PER_ROW = S0 % NT == 0 ? S0 / NT : 1;
+    a0 = tid + (s % PER_ROW) * NT; a1 = (s / PER_ROW) % S1; a2 = (s / PER_ROW) / S1;
+  } else {
+    const int e = tid + s * NT; a0 = e % S0; a1 = (e / S0) % S1; a2 = e / (S0 * S1);
+  }
+}
+
 template <class T, int JT, int BM, int BN, int BK, int TM, int TN, int ORDER>
 __global__ void __launch_bounds__(JT * (BM / TM) * (BN / TN))
 ks_matmul(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
@@ -45,75 +73,84 @@ ks_matmul(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   static_assert(BM % TM == 0 && BN % TN == 0, "micro-tile must divide the tile");
   constexpr int THREADS_M = BM / TM, THREADS_N = BN / TN;
   constexpr int NT = JT * THREADS_M * THREADS_N;
-  // Shared-memory strides, padded to odd word counts so that the threads of a warp that
-  // walk any one tile axis hit distinct banks.
-  constexpr int XS_LD = BN + 1, XS_J = BK * XS_LD + 1;   // Xs[jt][l][n]
-  constexpr int WS_LD = BM + 1, WS_J = BK * WS_LD + 1;   // Ws[jt][l][k]  (A transposed)
-  constexpr int OS_LD = BN + 1, OS_J = BM * OS_LD + 1;   // Os[jt][k][n]  (output staging)
-  constexpr int XL = ceil_div<JT * BK * BN, NT>::value;  // X elements each thread moves
-  constexpr int WL = ceil_div<JT * BK * BM, NT>::value;  // W elements each thread moves
+  constexpr int VM = vec_width<T, TM>::value, VN = vec_width<T, TN>::value;
+  // Shared-memory strides: rows padded by one vector so consecutive rows (and groups)
+  // start in different banks, every row start still vector-aligned.
+  constexpr int XS_LD = BN + VN, XS_J = BK * XS_LD + VN;   // Xs[jt][l][n]
+  constexpr int WS_LD = BM + VM, WS_J = BK * WS_LD + VM;   // Ws[jt][l][k]  (A transposed)
+  constexpr int XS_SIZE = (JT * XS_J + 3) / 4 * 4;        // keeps Ws 16-byte aligned
+  constexpr int XL = ceil_div<JT * BK * BN, NT>::value;   // X elements each thread moves
+  constexpr int WL = ceil_div<JT * BK * BM, NT>::value;   // W elements each thread moves
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* Xs = reinterpret_cast<T*>(smem_raw);
-  T* Ws = Xs + JT * XS_J;
-  T* Os = Xs;  // the output staging reuses the input buffers once the reduction is done
+  long long* gx = reinterpret_cast<long long*>(smem_raw);  // [JT] offset of X[cols(g)[0], 0]
+  long long* gy = gx + JT;                                 // [JT] offset of Y[rows(g)[0], 0]
+  T* Xs = reinterpret_cast<T*>(gy + JT);
+  T* Ws = Xs + XS_SIZE;
 
   const int tid = threadIdx.x;
-  const int tn = tid % THREADS_N;
-  const int tm = (tid / THREADS_N) % THREADS_M;
-  const int tj = tid / (THREADS_N * THREADS_M);
-  const int kt = blockIdx.x % ktiles;
+  int tj, tm, tn;
+  if (ORDER == 0)      { tn = tid % THREADS_N; tm = (tid / THREADS_N) % THREADS_M; tj = tid / (THREADS_N * THREADS_M); }
+  else if (ORDER == 1) { tj = tid % JT; tn = (tid / JT) % THREADS_N; tm = tid / (JT * THREADS_N); }
+  else                 { tm = tid % THREADS_M; tn = (tid / THREADS_M) % THREADS_N; tj = tid / (THREADS_M * THREADS_N); }
+  const int k0 = (blockIdx.x % ktiles) * BM;
   const long long n0 = (long long)(blockIdx.x / ktiles) * BN;
-  const int k0 = kt * BM;
-  const int cd = c * d, bd = b * d;
+  const long long x_step = (long long)d * sx_f;   // X offset between l and l + 1
+  const long long y_step = (long long)d * sy_f;   // Y offset between k and k + 1
+  const long long bc = (long long)b * c;
 
   for (int gt = blockIdx.y; gt < gtiles; gt += gridDim.y) {
     const int g0 = gt * JT;
-
-    // -- per-thread load plan, fixed for the whole reduction: for each element slot, its
-    //    shared-memory index, its global offset at l = 0, its l, and whether g and n exist.
-    long long x_off[XL];
-    int x_sm[XL], x_l[XL];
-    bool x_ok[XL];
-#pragma unroll
-    for (int s = 0; s < XL; ++s) {
-      const int e = tid + s * NT;
-      int jt, l, n;
-      if (ORDER == 0)      { n = e % BN; l = (e / BN) % BK; jt = e / (BN * BK); }
-      else if (ORDER == 1) { jt = e % JT; l = (e / JT) % BK; n = e / (JT * BK); }
-      else                 { l = e % BK; jt = (e / BK) % JT; n = e / (BK * JT); }
-      const int g = g0 + jt;
-      x_ok[s] = e < JT * BK * BN && g < G && n0 + n < B;
-      x_l[s] = l;
-      x_sm[s] = jt * XS_J + l * XS_LD + n;
-      const int i = g / d, j = g - (g / d) * d;
-      x_off[s] = x_ok[s] ? ((long long)i * cd + (long long)l * d + j) * sx_f + (n0 + n) * sx_b : 0;
+    if (tid < JT && g0 + tid < G) {   // g = i*d + j: cols(g)[0] = i*c*d + j, rows(g)[0] = i*b*d + j
+      const int g = g0 + tid, i = g / d, j = g - (g / d) * d;
+      gx[tid] = ((long long)i * c * d + j) * sx_f;
+      gy[tid] = ((long long)i * b * d + j) * sy_f;
     }
-    long long w_off[WL];
-    int w_sm[WL], w_l[WL];
-    bool w_ok[WL];
-#pragma unroll
-    for (int s = 0; s < WL; ++s) {
-      const int e = tid + s * NT;
-      int jt, l, k;
-      if (w_sl == 1) { l = e % BK; k = (e / BK) % BM; jt = e / (BK * BM); }  // l contiguous
-      else           { k = e % BM; l = (e / BM) % BK; jt = e / (BM * BK); }  // k contiguous
-      const int g = g0 + jt;
-      w_ok[s] = e < JT * BK * BM && g < G && k0 + k < b;
-      w_l[s] = l;
-      w_sm[s] = jt * WS_J + l * WS_LD + k;
-      w_off[s] = w_ok[s] ? (long long)g * b * c + (long long)(k0 + k) * w_sk + (long long)l * w_sl : 0;
-    }
+    __syncthreads();
 
     T x_reg[XL], w_reg[WL];
     auto fetch = [&](int l0) {
 #pragma unroll
-      for (int s = 0; s < XL; ++s)
-        x_reg[s] = (x_ok[s] && l0 + x_l[s] < c) ? X[x_off[s] + (long long)l0 * d * sx_f] : zero(T());
+      for (int s = 0; s < XL; ++s) {
+        const int e = tid + s * NT;
+        int jt, l, n;
+        if (ORDER == 0)      split<BN, BK, NT>(tid, s, n, l, jt);
+        else if (ORDER == 1) split<JT, BK, NT>(tid, s, jt, l, n);
+        else                 split<BK, JT, NT>(tid, s, l, jt, n);
+        const bool ok = e < JT * BK * BN && g0 + jt < G && l0 + l < c && n0 + n < B;
+        x_reg[s] = ok ? X[gx[jt] + (l0 + l) * x_step + (n0 + n) * sx_b] : zero(T());
+      }
 #pragma unroll
       for (int s = 0; s < WL; ++s) {
-        T w = (w_ok[s] && l0 + w_l[s] < c) ? W[w_off[s] + (long long)l0 * w_sl] : zero(T());
+        const int e = tid + s * NT;
+        int jt, l, k;
+        if (w_sl == 1) split<BK, BM, NT>(tid, s, l, k, jt);   // stored block: l contiguous
+        else           split<BM, BK, NT>(tid, s, k, l, jt);   // transposed view: k contiguous
+        const bool ok = e < JT * BK * BM && g0 + jt < G && k0 + k < b && l0 + l < c;
+        const T w = ok ? W[(g0 + jt) * bc + (long long)(k0 + k) * w_sk + (long long)(l0 + l) * w_sl]
+                       : zero(T());
         w_reg[s] = conj_w ? ks::conj(w) : w;
+      }
+    };
+    auto stash = [&]() {
+#pragma unroll
+      for (int s = 0; s < XL; ++s) {
+        const int e = tid + s * NT;
+        if (e >= JT * BK * BN) break;
+        int jt, l, n;
+        if (ORDER == 0)      split<BN, BK, NT>(tid, s, n, l, jt);
+        else if (ORDER == 1) split<JT, BK, NT>(tid, s, jt, l, n);
+        else                 split<BK, JT, NT>(tid, s, l, jt, n);
+        Xs[jt * XS_J + l * XS_LD + n] = x_reg[s];
+      }
+#pragma unroll
+      for (int s = 0; s < WL; ++s) {
+        const int e = tid + s * NT;
+        if (e >= JT * BK * BM) break;
+        int jt, l, k;
+        if (w_sl == 1) split<BK, BM, NT>(tid, s, l, k, jt);
+        else           split<BM, BK, NT>(tid, s, k, l, jt);
+        Ws[jt * WS_J + l * WS_LD + k] = w_reg[s];
       }
     };
 
@@ -123,26 +160,28 @@ ks_matmul(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
 #pragma unroll
       for (int q = 0; q < TN; ++q) acc[r][q] = zero(T());
 
-    // -- reduction over l: registers -> shared, prefetch the next chunk, multiply-add.
     fetch(0);
     for (int l0 = 0; l0 < c; l0 += BK) {
-#pragma unroll
-      for (int s = 0; s < XL; ++s)
-        if (tid + s * NT < JT * BK * BN) Xs[x_sm[s]] = x_reg[s];
-#pragma unroll
-      for (int s = 0; s < WL; ++s)
-        if (tid + s * NT < JT * BK * BM) Ws[w_sm[s]] = w_reg[s];
+      stash();
       __syncthreads();
-      if (l0 + BK < c) fetch(l0 + BK);  // global loads in flight while we compute
-      const T* xs = Xs + tj * XS_J + tn;
-      const T* ws = Ws + tj * WS_J + tm;
+      if (l0 + BK < c) fetch(l0 + BK);   // global loads in flight while we compute
+      const T* xs = Xs + tj * XS_J + tn * VN;
+      const T* ws = Ws + tj * WS_J + tm * VM;
 #pragma unroll
       for (int l = 0; l < BK; ++l) {
         T wv[TM], xv[TN];
 #pragma unroll
-        for (int r = 0; r < TM; ++r) wv[r] = ws[l * WS_LD + r * THREADS_M];
+        for (int r = 0; r < TM; r += VM) {
+          const vec<T, VM> v = *reinterpret_cast<const vec<T, VM>*>(ws + l * WS_LD + (r / VM) * THREADS_M * VM);
 #pragma unroll
-        for (int q = 0; q < TN; ++q) xv[q] = xs[l * XS_LD + q * THREADS_N];
+          for (int u = 0; u < VM; ++u) wv[r + u] = v.v[u];
+        }
+#pragma unroll
+        for (int q = 0; q < TN; q += VN) {
+          const vec<T, VN> v = *reinterpret_cast<const vec<T, VN>*>(xs + l * XS_LD + (q / VN) * THREADS_N * VN);
+#pragma unroll
+          for (int u = 0; u < VN; ++u) xv[q + u] = v.v[u];
+        }
 #pragma unroll
         for (int r = 0; r < TM; ++r)
 #pragma unroll
@@ -151,42 +190,22 @@ ks_matmul(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       __syncthreads();
     }
 
-    // -- epilogue: Y[rows(g)[k], n] for the tile.
-    if (ORDER == 0) {
-      const int g = g0 + tj;
-      if (g < G) {
-        const int i = g / d, j = g - (g / d) * d;
+    // Epilogue: Y[rows(g)[k], n] straight from registers; ORDER's thread layout makes
+    // neighbouring lanes write neighbouring addresses.
+    if (g0 + tj < G) {
+      const long long ybase = gy[tj];
 #pragma unroll
-        for (int r = 0; r < TM; ++r) {
-          const int k = k0 + tm + r * THREADS_M;
-          if (k >= b) continue;
-          T* yrow = Y + ((long long)i * bd + (long long)k * d + j) * sy_f;
+      for (int r = 0; r < TM; ++r) {
+        const int k = k0 + (r / VM) * THREADS_M * VM + tm * VM + r % VM;
+        if (k >= b) continue;
 #pragma unroll
-          for (int q = 0; q < TN; ++q) {
-            const long long n = n0 + tn + q * THREADS_N;
-            if (n < B) yrow[n * sy_b] = acc[r][q];
-          }
+        for (int q = 0; q < TN; ++q) {
+          const long long n = n0 + (q / VN) * THREADS_N * VN + tn * VN + q % VN;
+          if (n < B) Y[ybase + k * y_step + n * sy_b] = acc[r][q];
         }
       }
-    } else {
-#pragma unroll
-      for (int r = 0; r < TM; ++r)
-#pragma unroll
-        for (int q = 0; q < TN; ++q)
-          Os[tj * OS_J + (tm + r * THREADS_M) * OS_LD + tn + q * THREADS_N] = acc[r][q];
-      __syncthreads();
-      for (int e = tid; e < JT * BM * BN; e += NT) {
-        int jt, k, n;
-        if (ORDER == 1) { jt = e % JT; k = (e / JT) % BM; n = e / (JT * BM); }
-        else            { k = e % BM; jt = (e / BM) % JT; n = e / (BM * JT); }
-        const int g = g0 + jt;
-        if (g >= G || k0 + k >= b || n0 + n >= B) continue;
-        const int i = g / d, j = g - (g / d) * d;
-        Y[((long long)i * bd + (long long)(k0 + k) * d + j) * sy_f + (n0 + n) * sy_b] =
-            Os[jt * OS_J + k * OS_LD + n];
-      }
-      __syncthreads();  // Os aliases Xs: the next group tile overwrites it
     }
+    __syncthreads();   // gx/gy are rewritten for the next group tile
   }
 }
 

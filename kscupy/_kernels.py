@@ -29,6 +29,12 @@ def source_dir() -> Path:
     return installed if installed.is_dir() else Path(__file__).resolve().parent.parent / "kernels_cu"
 
 
+def _vec_width(itemsize: int, run: int) -> int:
+    """The kernel's vec_width: widest shared-memory vector (<= 16 bytes, <= 4 elements)."""
+    cap = min(4, 16 // itemsize)
+    return cap if run % cap == 0 else (2 if run % 2 == 0 and cap >= 2 else 1)
+
+
 @dataclasses.dataclass(frozen=True)
 class KernelConfig:
     """Tile configuration of ``ks_matmul`` (names as in kernels_cu/ks_matmul.cu).
@@ -59,10 +65,11 @@ class KernelConfig:
         return self.jt * (self.bm // self.tm) * (self.bn // self.tn)
 
     def smem_bytes(self, itemsize: int) -> int:
-        """Dynamic shared memory: X and W chunks, or the output staging tile if larger."""
-        inputs = self.jt * (self.bk * (self.bn + 1) + 1) + self.jt * (self.bk * (self.bm + 1) + 1)
-        staging = self.jt * (self.bm * (self.bn + 1) + 1) if self.order != ORDER_BATCH else 0
-        return itemsize * max(inputs, staging)
+        """Dynamic shared memory: group offset tables, X chunk and W chunk (mirrors the kernel)."""
+        vm, vn = _vec_width(itemsize, self.tm), _vec_width(itemsize, self.tn)
+        xs = self.jt * (self.bk * (self.bn + vn) + vn)
+        ws = self.jt * (self.bk * (self.bm + vm) + vm)
+        return 16 * self.jt + itemsize * ((xs + 3) // 4 * 4 + ws)
 
     def name(self, dtype) -> str:
         return (f"ks::ks_matmul<{_SCALAR[numpy.dtype(dtype)]}, {self.jt}, {self.bm}, {self.bn}, "

@@ -118,18 +118,26 @@ def heuristic_config(problem: Problem) -> KernelConfig:
             bn //= 2
             tn = max(1, tn // 2) if bn // tn < 32 else tn
     else:
+        # A block must still hold many rows of each group (else X is re-read b/bm times):
+        # up to 8 adjacent groups (32-byte runs of columns) x up to 64 rows.
         if d > 1:
-            order, jt = ORDER_GROUP, next(t for t in _GROUP_TILES if t <= d)
+            order, jt = ORDER_GROUP, min(8, 1 << (d.bit_length() - 1))
         else:
-            order, jt = ORDER_INGROUP, max(1, 32 // _pow2_at_least(c))
-        bm = _row_tile(b, max(1, _ROWS_PER_BLOCK // jt))
-        tm = _largest_divisor(bm, min(4, budget))
-        bn = min(32, _pow2_at_least(B))
-        tn = min(bn, 4, _pow2_at_least(budget // tm + 1) // 2)
-        while jt * (bm // tm) * (bn // tn) > 512 and tn < bn and tm * tn * 2 <= budget:
-            tn *= 2
-        while jt * (bm // tm) * (bn // tn) < 128 and tm > 1:   # thin batch: more threads
-            tm = _largest_divisor(bm, tm - 1)
+            order, jt = ORDER_INGROUP, max(1, min(8, 32 // _pow2_at_least(c)))
+        bm = _row_tile(b, 128 if jt == 1 else 64)
+        threads_m = 16 if bm >= 128 else (8 if bm >= 8 else 1)
+        tm = max(1, bm // threads_m)
+        while bm % tm:
+            tm -= 1
+        threads_m = bm // tm
+        tn = max(1, min(8, _pow2_at_least(budget // tm + 1) // 2))
+        threads_n = max(1, 256 // (jt * threads_m))
+        bn = threads_n * tn
+        if bn > _pow2_at_least(B):                 # thin batch: threads along the rows
+            bn = _pow2_at_least(B)
+            tn = min(tn, bn)
+            while jt * (bm // tm) * (bn // tn) < 256 and tm > 1:
+                tm = _largest_divisor(bm, tm - 1)
     config = KernelConfig(jt=jt, bm=bm, bn=bn, bk=bk, tm=tm, tn=tn, order=order)
     return _fit(config, problem.itemsize)
 

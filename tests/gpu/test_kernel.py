@@ -171,6 +171,7 @@ def test_non_default_stream(poisoned):
     K = ks.KSMatrix(_random(rng, (4, 32, 32, 8), numpy.float32))
     X = _random(rng, (K.shape[1], 4096), numpy.float32)
     stream = cupy.cuda.Stream(non_blocking=True)
+    cupy.cuda.get_current_stream().synchronize()   # X was written on the default stream
     with stream:
         Y = K.matmul(X, backend="kernel")
         Yf = K.matmul(cupy.ascontiguousarray(X.T), layout="bsf", backend="kernel")

@@ -27,8 +27,10 @@
 // l*w_sl], so (w_sk, w_sl) = (c, 1) reads the stored block and (1, b) its transpose. With
 // conj_w != 0, A_g is conjugated as it is loaded (adjoint products use the same storage).
 //
-// Grid: blockIdx.x = kt + ktiles*nt (row tile fastest, so blocks sharing an X tile run
-// together); blockIdx.y strides over group tiles. Offsets are 64-bit.
+// Grid: a 1-D grid strides over tile ids; the row tile kt varies fastest (blocks that share
+// an X tile run together), then, for ORDER 0, the batch tile (same weights, next stretch of
+// the same rows) and for ORDERs 1 and 2 the group tile (blocks that run together read
+// adjacent column runs of the same rows of X, so DRAM sees whole lines). Offsets are 64-bit.
 #include "ks_scalar.cuh"
 
 namespace ks {
@@ -69,7 +71,7 @@ __global__ void __launch_bounds__(JT * (BM / TM) * (BN / TN))
 ks_matmul(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
           int G, int b, int c, int d, long long B,
           long long sx_f, long long sx_b, long long sy_f, long long sy_b,
-          int w_sk, int w_sl, int conj_w, int ktiles, int gtiles) {
+          int w_sk, int w_sl, int conj_w, int ktiles, int gtiles, long long tiles) {
   static_assert(BM % TM == 0 && BN % TN == 0, "micro-tile must divide the tile");
   constexpr int THREADS_M = BM / TM, THREADS_N = BN / TN;
   constexpr int NT = JT * THREADS_M * THREADS_N;
@@ -78,28 +80,31 @@ ks_matmul(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   // start in different banks, every row start still vector-aligned.
   constexpr int XS_LD = BN + VN, XS_J = BK * XS_LD + VN;   // Xs[jt][l][n]
   constexpr int WS_LD = BM + VM, WS_J = BK * WS_LD + VM;   // Ws[jt][l][k]  (A transposed)
-  constexpr int XS_SIZE = (JT * XS_J + 3) / 4 * 4;        // keeps Ws 16-byte aligned
+  constexpr int XS_SIZE = (JT * XS_J + 3) / 4 * 4;        // keep each buffer 16-byte aligned
+  constexpr int WS_SIZE = (JT * WS_J + 3) / 4 * 4;
   constexpr int XL = ceil_div<JT * BK * BN, NT>::value;   // X elements each thread moves
   constexpr int WL = ceil_div<JT * BK * BM, NT>::value;   // W elements each thread moves
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   long long* gx = reinterpret_cast<long long*>(smem_raw);  // [JT] offset of X[cols(g)[0], 0]
   long long* gy = gx + JT;                                 // [JT] offset of Y[rows(g)[0], 0]
-  T* Xs = reinterpret_cast<T*>(gy + JT);
-  T* Ws = Xs + XS_SIZE;
+  T* const buffers = reinterpret_cast<T*>(gy + JT);       // two stages of (Xs, Ws)
 
   const int tid = threadIdx.x;
   int tj, tm, tn;
   if (ORDER == 0)      { tn = tid % THREADS_N; tm = (tid / THREADS_N) % THREADS_M; tj = tid / (THREADS_N * THREADS_M); }
   else if (ORDER == 1) { tj = tid % JT; tn = (tid / JT) % THREADS_N; tm = tid / (JT * THREADS_N); }
   else                 { tm = tid % THREADS_M; tn = (tid / THREADS_M) % THREADS_N; tj = tid / (THREADS_M * THREADS_N); }
-  const int k0 = (blockIdx.x % ktiles) * BM;
-  const long long n0 = (long long)(blockIdx.x / ktiles) * BN;
   const long long x_step = (long long)d * sx_f;   // X offset between l and l + 1
   const long long y_step = (long long)d * sy_f;   // Y offset between k and k + 1
   const long long bc = (long long)b * c;
 
-  for (int gt = blockIdx.y; gt < gtiles; gt += gridDim.y) {
+  for (long long id = blockIdx.x; id < tiles; id += gridDim.x) {
+    const int k0 = (int)(id % ktiles) * BM;
+    const long long rest = id / ktiles;
+    const long long nt = ORDER == 0 ? rest % ((tiles / ktiles) / gtiles) : rest / gtiles;
+    const int gt = (int)(ORDER == 0 ? rest / ((tiles / ktiles) / gtiles) : rest % gtiles);
+    const long long n0 = nt * BN;
     const int g0 = gt * JT;
     if (tid < JT && g0 + tid < G) {   // g = i*d + j: cols(g)[0] = i*c*d + j, rows(g)[0] = i*b*d + j
       const int g = g0 + tid, i = g / d, j = g - (g / d) * d;
@@ -132,7 +137,7 @@ ks_matmul(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
         w_reg[s] = conj_w ? ks::conj(w) : w;
       }
     };
-    auto stash = [&]() {
+    auto stash = [&](T* Xs, T* Ws) {
 #pragma unroll
       for (int s = 0; s < XL; ++s) {
         const int e = tid + s * NT;
@@ -160,13 +165,17 @@ ks_matmul(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
 #pragma unroll
       for (int q = 0; q < TN; ++q) acc[r][q] = zero(T());
 
+    // Two shared-memory stages: while the block multiplies stage s, the next chunk travels
+    // from global memory to registers and then into stage s^1; one barrier per chunk.
     fetch(0);
-    for (int l0 = 0; l0 < c; l0 += BK) {
-      stash();
-      __syncthreads();
-      if (l0 + BK < c) fetch(l0 + BK);   // global loads in flight while we compute
+    stash(buffers, buffers + XS_SIZE);
+    __syncthreads();
+    for (int l0 = 0, stage = 0; l0 < c; l0 += BK, stage ^= 1) {
+      const bool more = l0 + BK < c;
+      if (more) fetch(l0 + BK);
+      T* const Xs = buffers + stage * (XS_SIZE + WS_SIZE);
       const T* xs = Xs + tj * XS_J + tn * VN;
-      const T* ws = Ws + tj * WS_J + tm * VM;
+      const T* ws = Xs + XS_SIZE + tj * WS_J + tm * VM;
 #pragma unroll
       for (int l = 0; l < BK; ++l) {
         T wv[TM], xv[TN];
@@ -187,6 +196,10 @@ ks_matmul(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
 #pragma unroll
           for (int q = 0; q < TN; ++q) acc[r][q] = ks::fma(wv[r], xv[q], acc[r][q]);
       }
+      if (more) {
+        T* const next = buffers + (stage ^ 1) * (XS_SIZE + WS_SIZE);
+        stash(next, next + XS_SIZE);
+      }
       __syncthreads();
     }
 
@@ -205,7 +218,7 @@ ks_matmul(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
         }
       }
     }
-    __syncthreads();   // gx/gy are rewritten for the next group tile
+    __syncthreads();   // gx/gy and stage 0 are rewritten for the next tile
   }
 }
 

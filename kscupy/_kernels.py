@@ -65,11 +65,12 @@ class KernelConfig:
         return self.jt * (self.bm // self.tm) * (self.bn // self.tn)
 
     def smem_bytes(self, itemsize: int) -> int:
-        """Dynamic shared memory: group offset tables, X chunk and W chunk (mirrors the kernel)."""
+        """Dynamic shared memory: group offset tables and two stages of X and W chunks
+        (mirrors the kernel's layout)."""
         vm, vn = _vec_width(itemsize, self.tm), _vec_width(itemsize, self.tn)
         xs = self.jt * (self.bk * (self.bn + vn) + vn)
         ws = self.jt * (self.bk * (self.bm + vm) + vm)
-        return 16 * self.jt + itemsize * ((xs + 3) // 4 * 4 + ws)
+        return 16 * self.jt + 2 * itemsize * ((xs + 3) // 4 * 4 + (ws + 3) // 4 * 4)
 
     def name(self, dtype) -> str:
         return (f"ks::ks_matmul<{_SCALAR[numpy.dtype(dtype)]}, {self.jt}, {self.bm}, {self.bn}, "
@@ -145,14 +146,13 @@ def launch(K, X, layout, config: KernelConfig):
     ktiles = -(-b // config.bm)
     ntiles = -(-B // config.bn)
     gtiles = -(-groups // config.jt)
-    if ktiles * ntiles >= 2**31:
-        raise ValueError(f"batch of {B} columns needs {ktiles * ntiles} blocks along the grid's "
-                         f"x axis; use a larger bn than {config.bn}")
+    tiles = ktiles * ntiles * gtiles
     fn = _function(dtype, config, cupy.cuda.Device().id)
     i32, i64 = numpy.int32, numpy.int64
-    fn((ktiles * ntiles, min(gtiles, 65535)), (config.threads,),
+    # 1-D grid, capped: the kernel strides over tile ids beyond the grid.
+    fn((min(tiles, 2**31 - 1),), (config.threads,),
        (X, Y, K._tiles, i32(groups), i32(b), i32(c), i32(d), i64(B),
         i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b), i32(w_sk), i32(w_sl),
-        i32(1 if K._conjugated else 0), i32(ktiles), i32(gtiles)),
+        i32(1 if K._conjugated else 0), i32(ktiles), i32(gtiles), i64(tiles)),
        shared_mem=config.smem_bytes(dtype.itemsize))
     return Y

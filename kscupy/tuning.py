@@ -124,7 +124,7 @@ def heuristic_config(problem: Problem) -> KernelConfig:
             order, jt = ORDER_GROUP, min(8, 1 << (d.bit_length() - 1))
         else:
             order, jt = ORDER_INGROUP, max(1, min(8, 32 // _pow2_at_least(c)))
-        bm = _row_tile(b, 128 if jt == 1 else 64)
+        bm = _row_tile(b, min(128, 256 // jt))      # jt*bm <= 256 rows: no register spills
         threads_m = 16 if bm >= 128 else (8 if bm >= 8 else 1)
         tm = max(1, bm // threads_m)
         while bm % tm:

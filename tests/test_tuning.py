@@ -114,7 +114,7 @@ def test_kernel_sources_compile_with_nvcc(tmp_path, scalar):
     order_cases = [(1, 128, 128, 8, 8, 8, 0), (8, 4, 32, 8, 2, 4, 1), (1, 2, 8, 2, 2, 4, 2)]
     lines = [f'#include "{path.name}"' for path in sorted(source_dir().glob("*.cu*"))]
     args = ("const S*, S*, const S*, int, int, int, int, long long, long long, long long, "
-            "long long, long long, int, int, int, int, int")
+            "long long, long long, int, int, int, int, int, long long")
     lines.append(f"using S = {scalar};")
     for cfg in order_cases:
         lines.append(f"template __global__ void ks::ks_matmul<S, {', '.join(map(str, cfg))}>({args});")

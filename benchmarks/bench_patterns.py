@@ -6,8 +6,8 @@ For each pattern of a stratified sample of the paper's grid (Appendix E, Figure 
 patterns at B = 25088; ``--all`` for every one), in both layouts, FP32, times (median of
 CUDA-event timings, inputs rotated when they fit in L2, nothing timed on zeros):
 ``kernel``, ``auto``, CuPy ``bmm`` (permute / cuBLAS batched GEMM / permute), cuBLAS
-``dense`` (where the dense matrix takes at most ``--dense-limit`` GiB) and cupyx ``csr``
-(where B*nnz is at most ``--csr-limit``). The roofline floor of each product,
+``dense`` (where the dense matrix takes at most ``--dense-limit`` GiB and the product at most
+``--dense-flops`` FLOP) and cupyx ``csr`` (where B*nnz is at most ``--csr-limit``). The roofline floor of each product,
 ``max(bytes / bandwidth, flops / peak)`` with ``bytes = 4 (B N + B M + nnz)`` and
 ``flops = 2 B nnz``, uses a device-to-device copy and a cuBLAS SGEMM measured in the same
 run. Then a batch-size sweep on a few patterns. Writes JSON and prints a summary of medians.
@@ -27,57 +27,25 @@ import numpy
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import cupy  # noqa: E402
 from cupyx.profiler import benchmark  # noqa: E402
 
 import kscupy as ks  # noqa: E402
-from kscupy import _kernels, _reference, tuning  # noqa: E402
+from kscupy import _reference, tuning  # noqa: E402
+from pattern_grid import PAPER_BATCH, paper_grid, stratified_sample  # noqa: E402
 
-PAPER_BATCH = 25_088
-SIZE_LIMIT = 2_147_483_647
 SWEEP_BATCHES = (1, 16, 256, 4096, 25_088, 262_144)
 SWEEP_PATTERNS = ((1, 768, 192, 2), (6, 64, 64, 1), (16, 64, 64, 4), (1, 256, 1024, 4),
                   (64, 48, 48, 16))
-
-
-def paper_grid():
-    """The 627 patterns of the paper's Figure 7 (same rules, same lists)."""
-    a_list = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128]
-    bc_list = [48, 64, 96, 128, 192, 256, 384, 512, 768, 1024]
-    d_list1 = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128]
-    d_list2 = [4, 16, 64]
-    excluded = {(1024, 256), (256, 1024), (128, 512), (512, 128), (64, 256), (256, 64)}
-    out = []
-
-    def add(a, b, c, d):
-        if (PAPER_BATCH * a * c * d <= SIZE_LIMIT and PAPER_BATCH * a * b * d <= SIZE_LIMIT
-                and a * b * c * d <= SIZE_LIMIT):
-            out.append((a, b, c, d))
-
-    for b, c, d in itertools.product(bc_list, bc_list, d_list1):
-        if b == c or b == 4 * c or c == 4 * b:
-            add(1, b, c, d)
-    for a, b, c, d in itertools.product(a_list, bc_list, bc_list, d_list2):
-        if a != 1 and (b, c) not in excluded and (b == c or b == 4 * c or c == 4 * b):
-            add(a, b, c, d)
-    return out
-
-
-def stratified_sample(patterns, count):
-    """``count`` patterns spread evenly over h(b, c) and over matrix size within each h."""
-    ordered = sorted(patterns, key=lambda p: (ks.KSPattern(*p).h, ks.KSPattern(*p).nnz))
-    if count >= len(ordered):
-        return ordered
-    idx = numpy.unique(numpy.linspace(0, len(ordered) - 1, count).round().astype(int))
-    return [ordered[i] for i in idx]
 
 
 def _l2_bytes():
     return cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["l2CacheSize"]
 
 
-def time_fn(fn, inputs, budget_s=0.25, max_repeat=50):
+def time_fn(fn, inputs, budget_s=0.15, max_repeat=50):
     """Median seconds of fn(x) over CUDA events, cycling through ``inputs``."""
     state = {"i": 0}
 
@@ -97,7 +65,6 @@ def measure_ceilings():
     dst = cupy.empty_like(src)
     t = time_fn(lambda s: dst.__setitem__(slice(None), s), [src], max_repeat=30)
     bandwidth = 2 * src.nbytes / t
-    del src, dst
     m = 8192
     A = cupy.random.default_rng(1).standard_normal((m, m), dtype=numpy.float32)
     Bm = cupy.random.default_rng(2).standard_normal((m, m), dtype=numpy.float32)
@@ -132,15 +99,13 @@ def bench_pattern(pattern, B, layout, args, ceilings):
     row["auto_s"] = time_fn(lambda x: K.matmul(x, layout=layout, backend="auto"), inputs)
     row["bmm_s"] = time_fn(lambda x: _reference.bmm(blocks, x, layout, cupy), inputs)
     row["dense_s"] = row["csr_s"] = None
-    if 4 * M * N <= args.dense_limit * 2**30:
+    if 4 * M * N <= args.dense_limit * 2**30 and 2 * B * M * N <= args.dense_flops:
         D = K.todense()
         row["dense_s"] = time_fn(lambda x: _reference.dense(D, x, layout, cupy), inputs)
-        del D
     if B * K.nnz <= args.csr_limit:
         S = K.tocsr()
         row["csr_s"] = time_fn(lambda x: _reference.sparse(S, x, layout, cupy), inputs,
                                max_repeat=10)
-        del S
     # correctness of what was timed, against the float64 definition on a few batch columns
     cols = slice(0, min(B, 64))
     X = inputs[0]
@@ -158,7 +123,12 @@ def bench_pattern(pattern, B, layout, args, ceilings):
     row["kernel_speedup"] = best / row["kernel_s"]
     row["auto_floor_fraction"] = row["floor_s"] / row["auto_s"]
     row["kernel_floor_fraction"] = row["floor_s"] / row["kernel_s"]
-    del inputs, K
+    return row
+
+
+def bench_and_release(*args):
+    """bench_pattern, then hand the pattern's buffers back to the device."""
+    row = bench_pattern(*args)
     cupy.get_default_memory_pool().free_all_blocks()
     return row
 
@@ -189,12 +159,14 @@ def summarize(rows):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="JSON file to write")
-    parser.add_argument("--count", type=int, default=64, help="patterns in the stratified sample")
+    parser.add_argument("--count", type=int, default=60, help="patterns in the stratified sample")
     parser.add_argument("--all", action="store_true", help="every pattern of the grid")
     parser.add_argument("--layouts", default="bsl,bsf")
     parser.add_argument("--dense-limit", type=float, default=4.0, help="GiB")
-    parser.add_argument("--csr-limit", type=float, default=2e10, help="max B*nnz for CSR")
-    parser.add_argument("--no-sweep", action="store_true")
+    parser.add_argument("--dense-flops", type=float, default=6e12, help="max FLOP for dense")
+    parser.add_argument("--csr-limit", type=float, default=5e9, help="max B*nnz for CSR")
+    parser.add_argument("--part", choices=("grid", "sweep", "all"), default="all",
+                        help="the pattern grid at B=25088, the batch-size sweep, or both")
     args = parser.parse_args(argv)
     try:
         from tqdm import tqdm
@@ -210,13 +182,14 @@ def main(argv=None):
     print(f"ceilings: copy {ceilings['copy_bandwidth_Bps'] / 1e12:.2f} TB/s, "
           f"SGEMM {ceilings['sgemm_flops'] / 1e12:.1f} TFLOP/s", flush=True)
     rows = []
-    for pattern, layout in tqdm(list(itertools.product(sample, layouts)), desc="patterns"):
-        rows.append(bench_pattern(pattern, PAPER_BATCH, layout, args, ceilings))
+    if args.part in ("grid", "all"):
+        for pattern, layout in tqdm(list(itertools.product(sample, layouts)), desc="patterns"):
+            rows.append(bench_and_release(pattern, PAPER_BATCH, layout, args, ceilings))
     sweep = []
-    if not args.no_sweep:
+    if args.part in ("sweep", "all"):
         for pattern, B, layout in tqdm(list(itertools.product(SWEEP_PATTERNS, SWEEP_BATCHES, layouts)),
                                        desc="batch sweep"):
-            sweep.append(bench_pattern(pattern, B, layout, args, ceilings))
+            sweep.append(bench_and_release(pattern, B, layout, args, ceilings))
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
@@ -228,7 +201,7 @@ def main(argv=None):
         "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "cupy": cupy.__version__,
         "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "command": " ".join([sys.executable.split("/")[-1]] + sys.argv),
-        "grid_size": len(grid), "batch": PAPER_BATCH, "dtype": "float32", "ceilings": ceilings,
+        "grid_size": len(grid), "sample_size": len(sample) if rows else 0, "batch": PAPER_BATCH, "dtype": "float32", "ceilings": ceilings,
         "summary": summarize(rows), "rows": rows, "batch_sweep": sweep,
         "seconds": time.time() - t0,
     }
@@ -240,7 +213,8 @@ def main(argv=None):
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
-    print(f"\n{result['gpu']}, {len(sample)} patterns, B={PAPER_BATCH}, FP32, {time.time() - t0:.0f} s")
+    print(f"\n{result['gpu']}, {len(sample) if rows else 0} patterns, B={PAPER_BATCH}, FP32, "
+          f"{time.time() - t0:.0f} s")
     print(f"{'layout':6s} {'auto/best med':>13s} {'min':>6s} {'<0.95':>6s} {'kernel med':>10s} "
           f"{'floor frac auto':>15s} {'kernel':>7s} {'bmm':>6s}")
     for layout, s in result["summary"].items():

@@ -96,48 +96,60 @@ def _row_tile(b: int, at_most: int) -> int:
 def heuristic_config(problem: Problem) -> KernelConfig:
     """A good tile configuration for ``problem`` from its shape alone (no table).
 
-    Batch-size-last with a contiguous batch of at least 32: threads walk the batch (ORDER 0);
-    up to 128 rows x 128 columns per block, 8 x 8 per thread (less for wide dtypes).
-    Otherwise (batch-size-first, or a thin batch) threads walk the features: the group tile
-    ``jt`` is a divisor of ``d`` so neighbouring threads read neighbouring columns (ORDER 1),
-    or for ``d == 1`` the in-group index is walked first (ORDER 2).
+    The rules follow the autotuner's winners on an H200 (benchmarks/tune_report.py):
+
+    * batch-size-last with a contiguous batch of at least 32 (kernel ORDER 0, threads walk
+      the batch): large blocks take 128 x 64 tiles with 8 x 4 outputs per thread; blocks of
+      up to 16 rows take all rows and 1024 batch columns per block;
+    * otherwise (batch-size-first, or a thin batch) threads walk the features. For ``d == 1``
+      (ORDER 2) 64 x 128 tiles; for ``d > 1`` (ORDER 1) eight adjacent groups per block when
+      the blocks are small (so 32-byte runs of columns are read together), else one group
+      per block in small tiles (32 x 32 when d >= 8, 64 x 64 below).
     """
     a, b, c, d = problem.pattern
     B = problem.batch
     budget = _accumulator_budget(problem.itemsize)
-    # Power-of-two chunk and small row tiles: few compiled variants; tails are masked.
+    # Power-of-two chunk and a short menu of row tiles: few compiled variants; tails masked.
     bk = min(_pow2_at_least(c), 8 if problem.itemsize <= 8 else 4)
     if problem.batch_contiguous and B >= 32:
         order, jt = ORDER_BATCH, 1
-        bm = _row_tile(b, 128)
-        tm = min(bm // 16, budget) if bm > 16 else _largest_divisor(bm, min(8, budget))
-        tn = min(8, _pow2_at_least(budget // tm + 1) // 2)
-        threads_n = max(16, 256 // (bm // tm))
-        bn = threads_n * tn
-        while bn >= 2 * _pow2_at_least(B) and bn > 32:    # mostly idle columns: shrink
-            bn //= 2
-            tn = max(1, tn // 2) if bn // tn < 32 else tn
-    else:
-        # A block must still hold many rows of each group (else X is re-read b/bm times):
-        # up to 8 adjacent groups (32-byte runs of columns) x up to 64 rows.
-        if d > 1:
-            order, jt = ORDER_GROUP, min(8, 1 << (d.bit_length() - 1))
+        if b > 16:
+            bm = _row_tile(b, 128)
+            tm, threads_n, tn = max(1, bm // 16), 16, 4
         else:
-            order, jt = ORDER_INGROUP, max(1, min(8, 32 // _pow2_at_least(c)))
-        bm = _row_tile(b, min(128, 256 // jt))      # jt*bm <= 256 rows: no register spills
-        threads_m = 16 if bm >= 128 else (8 if bm >= 8 else 1)
-        tm = max(1, bm // threads_m)
-        while bm % tm:
-            tm -= 1
-        threads_m = bm // tm
-        tn = max(1, min(8, _pow2_at_least(budget // tm + 1) // 2))
-        threads_n = max(1, 256 // (jt * threads_m))
-        bn = threads_n * tn
-        if bn > _pow2_at_least(B):                 # thin batch: threads along the rows
-            bn = _pow2_at_least(B)
-            tn = min(tn, bn)
-            while jt * (bm // tm) * (bn // tn) < 256 and tm > 1:
-                tm = _largest_divisor(bm, tm - 1)
+            bm = tm = _pow2_at_least(b)
+            threads_n, tn = 256, 4
+    elif d == 1:
+        order, jt = ORDER_INGROUP, max(1, min(8, 32 // _pow2_at_least(c)))
+        bm = _row_tile(b, max(1, 64 // jt))
+        tm = max(1, bm // 16) if bm >= 16 else bm
+        threads_n, tn = max(1, 256 // (jt * (bm // tm))) // 8, 8
+    elif b <= 8:
+        order, jt = ORDER_GROUP, min(8, 1 << (d.bit_length() - 1))
+        bm = tm = _pow2_at_least(b)
+        threads_n, tn = max(1, 256 // jt), 8
+    elif b <= 64 and d >= 8:
+        order, jt = ORDER_GROUP, 8
+        bm = _row_tile(b, 32)
+        tm, threads_n, tn = max(1, bm // 8), 4, 8
+    else:
+        order, jt = ORDER_GROUP, 1
+        bm = _row_tile(b, 32 if d >= 8 else 64)
+        tm, threads_n, tn = max(1, bm // 8), (4 if d >= 8 else 8), 8
+    while bm % tm:
+        tm -= 1
+    while tm * tn > budget:                      # wide dtypes: fewer outputs per thread
+        if tn > 1:
+            tn //= 2
+            threads_n *= 2
+        else:
+            tm = _largest_divisor(bm, tm - 1)
+    bn = max(1, threads_n) * tn
+    if bn > _pow2_at_least(B):                   # thin batch: threads along the rows instead
+        bn = _pow2_at_least(B)
+        tn = min(tn, bn)
+        while jt * (bm // tm) * (bn // tn) < 128 and tm > 1:
+            tm = _largest_divisor(bm, tm - 1)
     config = KernelConfig(jt=jt, bm=bm, bn=bn, bk=bk, tm=tm, tn=tn, order=order)
     return _fit(config, problem.itemsize)
 
@@ -188,13 +200,19 @@ def candidate_configs(problem: Problem):
 
 
 # -- cost model ---------------------------------------------------------------------------------
-# Fractions of peak reached on compute-bound problems by the fused kernel (SIMT, no tensor
-# cores), by cuBLAS batched GEMM and by cuBLAS GEMM; fractions of copy bandwidth on
-# memory-bound ones. Calibrated on an H100 (see docs/performance.md); the autotuner replaces
-# the model wherever it has run.
-_EFFICIENCY = {"kernel": (0.55, 0.80), "bmm": (0.80, 0.85), "dense": (0.85, 0.85)}
-# Below this many bytes a launch costs about as much as moving the data.
-_LAUNCH_SECONDS = 4e-6
+# Modelled seconds of one product:
+#     bytes_factor * io / bandwidth + flops * (m + m0) / (efficiency * peak * m) + launches
+# with io = itemsize * B * (M + N), m = 2bc/(b+c) (harmonic mean of the block sides: small
+# blocks run GEMMs less efficiently) and the constants fitted, per algorithm and layout, to
+# measurements on an H200 (benchmarks/tune_report.py; RMS error of log time 0.15-0.26).
+# BMM's bytes_factor includes its two permutation passes. The autotuner replaces the model
+# wherever it has run.
+_MODEL = {  # (bytes_factor, efficiency, m0)
+    ("kernel", "bsl"): (1.38, 0.41, 19.0), ("kernel", "bsf"): (1.20, 0.29, 30.0),
+    ("bmm", "bsl"): (2.10, 1.00, 358.0), ("bmm", "bsf"): (2.60, 1.00, 532.0),
+}
+_DENSE_EFFICIENCY = 0.75                      # cuBLAS GEMM, fraction of FP32/FP64 peak
+_LAUNCH_SECONDS = {"kernel": 5e-6, "bmm": 20e-6, "dense": 25e-6}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,26 +256,24 @@ def _device_rates(dev) -> DeviceRates:
 
 
 def estimate_seconds(problem: Problem, backend: str, rates: DeviceRates) -> float:
-    """Modelled time of one product with ``backend`` (see module docstring)."""
+    """Modelled time of one product with ``backend`` (see the cost-model constants)."""
     a, b, c, d = problem.pattern
     M, N = problem.pattern.shape
     B, isz = problem.batch, problem.itemsize
-    complex_factor = 4 if problem.dtype.kind == "c" else 1
+    flops = 2.0 * B * (4 if problem.dtype.kind == "c" else 1)
     peak = rates.flops64 if problem.dtype in (numpy.float64, numpy.complex128) else rates.flops32
-    compute_eff, memory_eff = _EFFICIENCY[backend]
     io = isz * B * (M + N)
     if backend == "dense":
         # kscupy keeps no dense copy: forming it (zero-fill, scatter) is part of the cost
-        bytes_moved = io + 2 * isz * M * N + (16 + isz) * problem.pattern.nnz
-        flops = 2.0 * B * M * N * complex_factor
-    else:
-        bytes_moved = io + isz * problem.pattern.nnz
-        flops = 2.0 * B * problem.pattern.nnz * complex_factor
-        if backend == "bmm":
-            bytes_moved += 2 * io          # the two permutation passes
-    launches = 3 if backend == "bmm" else 1
-    return (max(bytes_moved / (memory_eff * rates.bandwidth), flops / (compute_eff * peak))
-            + launches * _LAUNCH_SECONDS)
+        formation = 2 * isz * M * N + (16 + isz) * problem.pattern.nnz
+        return ((io + formation + isz * M * N) / rates.bandwidth
+                + flops * M * N / (_DENSE_EFFICIENCY * peak) + _LAUNCH_SECONDS["dense"])
+    layout = "bsl" if problem.layout == "bsl" and problem.batch_contiguous else "bsf"
+    bytes_factor, efficiency, m0 = _MODEL[(backend, layout)]
+    m = 2.0 * b * c / (b + c)
+    return (bytes_factor * (io + isz * problem.pattern.nnz) / rates.bandwidth
+            + flops * problem.pattern.nnz * (m + m0) / (efficiency * peak * m)
+            + _LAUNCH_SECONDS[backend])
 
 
 def _dense_fits(problem: Problem) -> bool:

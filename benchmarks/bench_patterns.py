@@ -181,15 +181,19 @@ def main(argv=None):
     ceilings = measure_ceilings()
     print(f"ceilings: copy {ceilings['copy_bandwidth_Bps'] / 1e12:.2f} TB/s, "
           f"SGEMM {ceilings['sgemm_flops'] / 1e12:.1f} TFLOP/s", flush=True)
-    rows = []
+    rows, sweep = [], []
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     if args.part in ("grid", "all"):
         for pattern, layout in tqdm(list(itertools.product(sample, layouts)), desc="patterns"):
             rows.append(bench_and_release(pattern, PAPER_BATCH, layout, args, ceilings))
-    sweep = []
+            out.write_text(json.dumps({"partial": True, "ceilings": ceilings, "rows": rows}))
     if args.part in ("sweep", "all"):
         for pattern, B, layout in tqdm(list(itertools.product(SWEEP_PATTERNS, SWEEP_BATCHES, layouts)),
                                        desc="batch sweep"):
             sweep.append(bench_and_release(pattern, B, layout, args, ceilings))
+            out.write_text(json.dumps({"partial": True, "ceilings": ceilings, "rows": rows,
+                                       "batch_sweep": sweep}))
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
@@ -210,8 +214,6 @@ def main(argv=None):
         result["summary"]["small_batch"] = {
             "cases": len(small), "auto_speedup_min": float(min(r["auto_speedup"] for r in small)),
             "auto_speedup_median": float(numpy.median([r["auto_speedup"] for r in small]))}
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     print(f"\n{result['gpu']}, {len(sample) if rows else 0} patterns, B={PAPER_BATCH}, FP32, "
           f"{time.time() - t0:.0f} s")

@@ -284,7 +284,21 @@ def _dense_fits(problem: Problem) -> bool:
 
 
 def choose(problem: Problem) -> Choice:
-    """The backend and configuration ``auto`` uses: tuning cache, else the cost model."""
+    """The backend and configuration ``auto`` uses: tuning cache, else the cost model.
+
+    Memoized per process (and cache file): a multiply pays the decision once per problem.
+    """
+    key = (cache_path(), problem)
+    choice = _CHOICES.get(key)
+    if choice is None:
+        choice = _CHOICES[key] = _choose(problem)
+    return choice
+
+
+_CHOICES: dict = {}
+
+
+def _choose(problem: Problem) -> Choice:
     rates = device_rates()
     cached = _cache().get(_cache_key(problem, rates))
     if cached is not None:
@@ -365,6 +379,7 @@ def clear_cache():
     """Forget all tuning results (deletes the cache file)."""
     path = cache_path()
     _CACHE.pop(path, None)
+    _CHOICES.clear()
     try:
         path.unlink()
     except FileNotFoundError:
@@ -442,4 +457,5 @@ def tune(problem_or_matrix, batch=None, *, layout="bsl", dtype=None, progress=Tr
     best = min(seconds, key=seconds.get)
     choice = runs[best][0]
     _cache().put(_cache_key(problem, device_rates()), choice, seconds)
+    _CHOICES.clear()
     return choice

@@ -161,6 +161,8 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="JSON file to write")
     parser.add_argument("--count", type=int, default=60, help="patterns in the stratified sample")
     parser.add_argument("--all", action="store_true", help="every pattern of the grid")
+    parser.add_argument("--shift", type=float, default=0.0,
+                        help="shift of the stratified sample (0.5: disjoint from the default)")
     parser.add_argument("--layouts", default="bsl,bsf")
     parser.add_argument("--dense-limit", type=float, default=4.0, help="GiB")
     parser.add_argument("--dense-flops", type=float, default=6e12, help="max FLOP for dense")
@@ -175,7 +177,7 @@ def main(argv=None):
             return it
 
     grid = paper_grid()
-    sample = grid if args.all else stratified_sample(grid, args.count)
+    sample = grid if args.all else stratified_sample(grid, args.count, args.shift)
     layouts = args.layouts.split(",")
     t0 = time.time()
     ceilings = measure_ceilings()

@@ -32,12 +32,18 @@ def paper_grid():
     return out
 
 
-def stratified_sample(patterns, count):
-    """``count`` patterns spread evenly over h(b, c) and over matrix size within each h."""
+def stratified_sample(patterns, count, shift=0.0):
+    """``count`` patterns spread evenly over h(b, c) and over matrix size within each h.
+
+    ``shift`` in [0, 1) moves every pick by that fraction of the spacing: ``shift=0.5``
+    gives a sample disjoint from ``shift=0`` (a held-out set for checking fitted models).
+    """
     ordered = sorted(patterns, key=lambda p: (KSPattern(*p).h, KSPattern(*p).nnz))
     if count >= len(ordered):
         return ordered
-    idx = numpy.unique(numpy.linspace(0, len(ordered) - 1, count).round().astype(int))
-    return [ordered[i] for i in idx]
+    spacing = (len(ordered) - 1) / (count - 1)
+    idx = numpy.clip(numpy.linspace(0, len(ordered) - 1, count) + shift * spacing, 0,
+                     len(ordered) - 1)
+    return [ordered[i] for i in numpy.unique(idx.round().astype(int))]
 
 

@@ -167,6 +167,8 @@ def main(argv=None):
     parser.add_argument("--dense-limit", type=float, default=4.0, help="GiB")
     parser.add_argument("--dense-flops", type=float, default=6e12, help="max FLOP for dense")
     parser.add_argument("--csr-limit", type=float, default=5e9, help="max B*nnz for CSR")
+    parser.add_argument("--io-limit", type=float, default=12.0,
+                        help="GiB: skip sweep cases whose X and Y take more")
     parser.add_argument("--part", choices=("grid", "sweep", "all"), default="all",
                         help="the pattern grid at B=25088, the batch-size sweep, or both")
     args = parser.parse_args(argv)
@@ -191,8 +193,9 @@ def main(argv=None):
             rows.append(bench_and_release(pattern, PAPER_BATCH, layout, args, ceilings))
             out.write_text(json.dumps({"partial": True, "ceilings": ceilings, "rows": rows}))
     if args.part in ("sweep", "all"):
-        for pattern, B, layout in tqdm(list(itertools.product(SWEEP_PATTERNS, SWEEP_BATCHES, layouts)),
-                                       desc="batch sweep"):
+        cases = [(p, B, lay) for p, B, lay in itertools.product(SWEEP_PATTERNS, SWEEP_BATCHES, layouts)
+                 if 4 * B * sum(ks.KSPattern(*p).shape) <= args.io_limit * 2**30]
+        for pattern, B, layout in tqdm(cases, desc="batch sweep"):
             sweep.append(bench_and_release(pattern, B, layout, args, ceilings))
             out.write_text(json.dumps({"partial": True, "ceilings": ceilings, "rows": rows,
                                        "batch_sweep": sweep}))

@@ -65,21 +65,29 @@ class KSMatrix:
                              f"got an array of shape {values.shape}")
         pattern = KSPattern.of(values.shape)   # also rejects empty axes
         self._init(xp.ascontiguousarray(values.transpose(0, 3, 1, 2)), pattern,
-                   transposed=False, conjugated=False)
+                   transposed=False, conjugated=False, derived={})
 
-    def _init(self, tiles, stored_pattern, transposed, conjugated):
+    def _init(self, tiles, stored_pattern, transposed, conjugated, derived):
         # `tiles` holds the blocks of `stored_pattern` (shape (a, d, b0, c0), C-contiguous);
-        # this object represents op(stored), op in {identity, T, conj, H}.
+        # this object represents op(stored), op in {identity, T, conj, H}. `derived` holds
+        # arrays computed from the values (see dense_cached) and is shared by all views.
         self._tiles = tiles
         self._stored_pattern = stored_pattern
         self._transposed = transposed
         self._conjugated = conjugated and tiles.dtype.kind == "c"
         self._xp = _arrays.array_module(tiles)
+        self._derived = derived
+
+    def _view(self, transposed, conjugated) -> "KSMatrix":
+        """Another view of the same stored values."""
+        obj = KSMatrix.__new__(KSMatrix)
+        obj._init(self._tiles, self._stored_pattern, transposed, conjugated, self._derived)
+        return obj
 
     @classmethod
-    def _view(cls, tiles, stored_pattern, transposed, conjugated) -> "KSMatrix":
+    def _from_tiles(cls, tiles, pattern) -> "KSMatrix":
         obj = cls.__new__(cls)
-        obj._init(tiles, stored_pattern, transposed, conjugated)
+        obj._init(tiles, pattern, False, False, {})
         return obj
 
     # -- constructors --------------------------------------------------------------------
@@ -117,7 +125,7 @@ class KSMatrix:
             raise ValueError(f"dense matrix of shape {D.shape} does not match pattern "
                              f"{tuple(pattern)}, whose shape is {pattern.shape}")
         rows, cols = pattern.indices(xp)
-        return cls._view(xp.ascontiguousarray(D[rows, cols]), pattern, False, False)
+        return cls._from_tiles(xp.ascontiguousarray(D[rows, cols]), pattern)
 
     # -- attributes ----------------------------------------------------------------------
     @property
@@ -162,29 +170,43 @@ class KSMatrix:
     @property
     def T(self) -> "KSMatrix":
         """Transpose, pattern ``(a, c, b, d)``; shares the stored values."""
-        return KSMatrix._view(self._tiles, self._stored_pattern,
-                              not self._transposed, self._conjugated)
+        return self._view(not self._transposed, self._conjugated)
 
     @property
     def H(self) -> "KSMatrix":
         """Conjugate transpose; shares the stored values."""
-        return KSMatrix._view(self._tiles, self._stored_pattern,
-                              not self._transposed, not self._conjugated)
+        return self._view(not self._transposed, not self._conjugated)
 
     def conj(self) -> "KSMatrix":
         """Complex conjugate; shares the stored values."""
-        return KSMatrix._view(self._tiles, self._stored_pattern,
-                              self._transposed, not self._conjugated)
+        return self._view(self._transposed, not self._conjugated)
 
     def astype(self, dtype) -> "KSMatrix":
         """A copy with values converted to ``dtype`` (one of the supported dtypes)."""
         dtype = _arrays.check_dtype(dtype)
-        return KSMatrix._view(self._tiles.astype(dtype), self._stored_pattern,
-                              self._transposed, self._conjugated)
+        copy = KSMatrix._from_tiles(self._tiles.astype(dtype), self._stored_pattern)
+        return copy._view(self._transposed, self._conjugated)
 
     def todense(self):
         """The dense ``(M, N)`` matrix, in the array module of the values."""
         return _reference.todense(self.blocks, self._xp)
+
+    def dense_cached(self):
+        """The dense matrix, formed once and kept (shared with this matrix's T/H views).
+
+        ``backend="auto"`` uses it for small, nearly dense factors where cuBLAS on the dense
+        matrix beats both KS algorithms (see :mod:`kscupy.tuning`); :meth:`clear_cache`
+        releases it.
+        """
+        key = ("dense", self._transposed, self._conjugated)
+        D = self._derived.get(key)
+        if D is None:
+            D = self._derived[key] = self.todense()
+        return D
+
+    def clear_cache(self):
+        """Release arrays kept by :meth:`dense_cached` (for this matrix and its views)."""
+        self._derived.clear()
 
     def tocsr(self):
         """The matrix in CSR format (``scipy.sparse`` or ``cupyx.scipy.sparse``)."""

@@ -217,6 +217,8 @@ _MODEL = {  # (bytes_factor, efficiency, m0)
 # mostly large), and the model's error is about 20-30%.
 _KERNEL_MARGIN = 1.3
 _DENSE_EFFICIENCY = 0.75          # cuBLAS GEMM, fraction of FP32/FP64 peak
+#: auto keeps a dense copy of a factor (KSMatrix.dense_cached) only below this size.
+DENSE_CACHE_BYTES = 256 * 2**20
 # Fixed costs: launches, and for dense the ~15 small launches that form the dense matrix.
 _OVERHEAD_SECONDS = {"kernel": 5e-6, "bmm": 20e-6, "dense": 300e-6}
 
@@ -270,10 +272,15 @@ def estimate_seconds(problem: Problem, backend: str, rates: DeviceRates) -> floa
     peak = rates.flops64 if problem.dtype in (numpy.float64, numpy.complex128) else rates.flops32
     io = isz * B * (M + N)
     if backend == "dense":
-        # kscupy keeps no dense copy: forming it (zero-fill, scatter) is part of the cost
-        formation = 2 * isz * M * N + (16 + isz) * problem.pattern.nnz
+        # A small factor's dense copy is kept after the first call (dense_cached); a larger
+        # one would be formed on every call (zero-fill, scatter, ~15 small launches).
+        if isz * M * N <= DENSE_CACHE_BYTES:
+            formation, overhead = 0.0, _OVERHEAD_SECONDS["kernel"]
+        else:
+            formation = 2 * isz * M * N + (16 + isz) * problem.pattern.nnz
+            overhead = _OVERHEAD_SECONDS["dense"]
         return ((io + formation + isz * M * N) / rates.bandwidth
-                + flops * M * N / (_DENSE_EFFICIENCY * peak) + _OVERHEAD_SECONDS["dense"])
+                + flops * M * N / (_DENSE_EFFICIENCY * peak) + overhead)
     layout = "bsl" if problem.layout == "bsl" and problem.batch_contiguous else "bsf"
     bytes_factor, efficiency, m0 = _MODEL[(backend, layout)]
     m = 2.0 * b * c / (b + c)
@@ -294,7 +301,8 @@ def choose(problem: Problem) -> Choice:
 
     Memoized per process (and cache file): a multiply pays the decision once per problem.
     """
-    key = (cache_path(), problem)
+    # keyed by what decides the cache file (cheaper than building its path on every call)
+    key = (os.environ.get("KSCUPY_CACHE_DIR"), os.environ.get("XDG_CACHE_HOME"), problem)
     choice = _CHOICES.get(key)
     if choice is None:
         choice = _CHOICES[key] = _choose(problem)
@@ -448,9 +456,14 @@ def tune(problem_or_matrix, batch=None, *, layout="bsl", dtype=None, progress=Tr
                                         lambda cfg=cfg: _kernels.launch(K, X, problem.layout, cfg))
             for cfg in candidate_configs(problem)}
     runs["bmm"] = (Choice("bmm"), lambda: _reference.bmm(K.blocks, X, problem.layout, cupy))
-    if _dense_fits(problem):   # as auto runs it: the dense matrix is formed on each call
-        runs["dense"] = (Choice("dense"),
-                         lambda: _reference.dense(K.todense(), X, problem.layout, cupy))
+    if _dense_fits(problem):   # as auto runs it: kept when small, else formed on each call
+        M, N = K.shape
+        if problem.itemsize * M * N <= DENSE_CACHE_BYTES:
+            D = K.todense()
+            runs["dense"] = (Choice("dense"), lambda: _reference.dense(D, X, problem.layout, cupy))
+        else:
+            runs["dense"] = (Choice("dense"),
+                             lambda: _reference.dense(K.todense(), X, problem.layout, cupy))
     items = list(runs.items())
     if progress:
         try:

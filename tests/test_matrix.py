@@ -290,3 +290,16 @@ def test_adjoint_dot_test(pattern, dtype, seed):
     rhs = numpy.vdot(K.H @ y, x)
     scale = numpy.linalg.norm(K @ x) * numpy.linalg.norm(y)
     assert abs(lhs - rhs) <= RTOL[numpy.dtype(dtype)] * 10 * scale
+
+
+def test_dense_cache_is_shared_by_views_and_released(rng):
+    K = ks.KSMatrix(random_array(rng, (2, 3, 4, 5), numpy.complex128))
+    D = oracle_of(K)
+    KH = K.H
+    numpy.testing.assert_array_equal(K.dense_cached(), D)
+    numpy.testing.assert_array_equal(KH.dense_cached(), D.conj().T)
+    assert K.dense_cached() is K.dense_cached()           # formed once
+    assert len(K.T._derived) == 2                           # the views share the cache
+    assert K.astype(numpy.complex64)._derived == {}         # a copy starts empty
+    KH.clear_cache()
+    assert K._derived == {}

@@ -183,11 +183,14 @@ def test_non_default_stream(poisoned):
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
 def test_auto_matches_oracle(poisoned, layout):
     rng = cupy.random.default_rng(13)
-    for pattern in [(1, 256, 256, 1), (16, 2, 2, 16), (4, 64, 64, 4), (1, 48, 192, 3)]:
+    for pattern in [(1, 256, 256, 1), (16, 2, 2, 16), (4, 64, 64, 4), (1, 48, 48, 64),
+                    (1, 64, 64, 2), (2, 48, 96, 1)]:   # the last two: auto picks cached dense
         K = ks.KSMatrix(_random(rng, pattern, numpy.float32))
-        M, N = K.shape
-        X = _random(rng, (N, 2048) if layout == "bsl" else (2048, N), numpy.float32)
-        check(K.matmul(X, layout=layout), oracle(K.values, X, layout), numpy.float32)
+        for op in (K, K.T):
+            M, N = op.shape
+            X = _random(rng, (N, 2048) if layout == "bsl" else (2048, N), numpy.float32)
+            for _ in range(2):    # the second call may use what the first one cached
+                check(op.matmul(X, layout=layout), oracle(op.values, X, layout), numpy.float32)
 
 
 def test_mixed_dtypes_promote(poisoned):

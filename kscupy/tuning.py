@@ -49,6 +49,11 @@ class Problem:
     def itemsize(self) -> int:
         return self.dtype.itemsize
 
+    @property
+    def access(self) -> str:
+        """"bsl" when the batch is contiguous (threads can walk it), else "bsf"."""
+        return "bsl" if self.layout == "bsl" and self.batch_contiguous else "bsf"
+
     def batch_bucket(self) -> int:
         """Batch sizes within a factor of two share tuning results."""
         return 1 << max(0, int(self.batch) - 1).bit_length()
@@ -282,8 +287,7 @@ def estimate_seconds(problem: Problem, backend: str, rates: DeviceRates) -> floa
             overhead = _OVERHEAD_SECONDS["dense"]
         return ((io + formation + isz * M * N) / rates.bandwidth
                 + flops * M * N / (_DENSE_EFFICIENCY * peak) + overhead)
-    layout = "bsl" if problem.layout == "bsl" and problem.batch_contiguous else "bsf"
-    bytes_factor, efficiency, m0 = _MODEL[(backend, layout)]
+    bytes_factor, efficiency, m0 = _MODEL[(backend, problem.access)]
     m = 2.0 * b * c / (b + c)
     return (bytes_factor * (io + isz * problem.pattern.nnz) / rates.bandwidth
             + flops * problem.pattern.nnz * (m + m0) / (efficiency * peak * m)
@@ -321,8 +325,7 @@ def _choose(problem: Problem) -> Choice:
     if os.environ.get("KSCUPY_AUTOTUNE", "0") not in ("", "0"):
         return tune(problem, progress=False)
     options = ["kernel", "bmm"] + (["dense"] if _dense_fits(problem) else [])
-    layout = "bsl" if problem.layout == "bsl" and problem.batch_contiguous else "bsf"
-    margin = {"kernel": _KERNEL_MARGIN[layout]}
+    margin = {"kernel": _KERNEL_MARGIN[problem.access]}
     best = min(options, key=lambda be: estimate_seconds(problem, be, rates) * margin.get(be, 1.0))
     return Choice(best, heuristic_config(problem) if best == "kernel" else None)
 

@@ -77,6 +77,7 @@ class KSMatrix:
         self._conjugated = conjugated and tiles.dtype.kind == "c"
         self._xp = _arrays.array_module(tiles)
         self._derived = derived
+        self._pattern = stored_pattern.transpose() if transposed else stored_pattern
 
     def _view(self, transposed, conjugated) -> "KSMatrix":
         """Another view of the same stored values."""
@@ -130,8 +131,7 @@ class KSMatrix:
     # -- attributes ----------------------------------------------------------------------
     @property
     def pattern(self) -> KSPattern:
-        p = self._stored_pattern
-        return p.transpose() if self._transposed else p
+        return self._pattern
 
     @property
     def shape(self) -> tuple[int, int]:

@@ -36,6 +36,8 @@ class KSPattern(tuple):
     __slots__ = ()
 
     def __new__(cls, a, b, c, d):
+        if type(a) is type(b) is type(c) is type(d) is int and min(a, b, c, d) >= 1:
+            return super().__new__(cls, (a, b, c, d))   # the common case, on hot paths
         values = []
         for name, v in zip("abcd", (a, b, c, d)):
             if isinstance(v, bool) or not isinstance(v, numbers.Integral):

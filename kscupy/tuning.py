@@ -225,8 +225,13 @@ _KERNEL_MARGIN = {"bsl": 1.2, "bsf": 1.5}
 _DENSE_EFFICIENCY = 0.75          # cuBLAS GEMM, fraction of FP32/FP64 peak
 #: auto keeps a dense copy of a factor (KSMatrix.dense_cached) only below this size.
 DENSE_CACHE_BYTES = 256 * 2**20
-# Fixed costs: launches, and for dense the ~15 small launches that form the dense matrix.
-_OVERHEAD_SECONDS = {"kernel": 5e-6, "bmm": 20e-6, "dense": 300e-6}
+# Fixed costs measured at B = 1 on an H200: launches (BMM: three kernels and two copies),
+# and for an uncached dense matrix the ~15 small launches that form it.
+_OVERHEAD_SECONDS = {"kernel": 10e-6, "bmm": 45e-6, "dense_cached": 15e-6, "dense": 300e-6}
+# Each block walks the reduction in chunks of bk, one after the other: a product takes at
+# least this long per chunk (a global-memory round trip), whatever its size. It dominates
+# thin batches with long reductions (B = 1, c = 1024: 128 chunks, 0.17 ms measured).
+_CHUNK_SECONDS = 1.2e-6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,7 +286,7 @@ def estimate_seconds(problem: Problem, backend: str, rates: DeviceRates) -> floa
         # A small factor's dense copy is kept after the first call (dense_cached); a larger
         # one would be formed on every call (zero-fill, scatter, ~15 small launches).
         if isz * M * N <= DENSE_CACHE_BYTES:
-            formation, overhead = 0.0, _OVERHEAD_SECONDS["kernel"]
+            formation, overhead = 0.0, _OVERHEAD_SECONDS["dense_cached"]
         else:
             formation = 2 * isz * M * N + (16 + isz) * problem.pattern.nnz
             overhead = _OVERHEAD_SECONDS["dense"]
@@ -289,9 +294,12 @@ def estimate_seconds(problem: Problem, backend: str, rates: DeviceRates) -> floa
                 + flops * M * N / (_DENSE_EFFICIENCY * peak) + overhead)
     bytes_factor, efficiency, m0 = _MODEL[(backend, problem.access)]
     m = 2.0 * b * c / (b + c)
-    return (bytes_factor * (io + isz * problem.pattern.nnz) / rates.bandwidth
-            + flops * problem.pattern.nnz * (m + m0) / (efficiency * peak * m)
-            + _OVERHEAD_SECONDS[backend])
+    seconds = (bytes_factor * (io + isz * problem.pattern.nnz) / rates.bandwidth
+               + flops * problem.pattern.nnz * (m + m0) / (efficiency * peak * m))
+    if backend == "kernel":
+        chunks = -(-c // heuristic_config(problem).bk)
+        seconds = max(seconds, chunks * _CHUNK_SECONDS)
+    return seconds + _OVERHEAD_SECONDS[backend]
 
 
 def _dense_fits(problem: Problem) -> bool:
@@ -331,11 +339,18 @@ def _choose(problem: Problem) -> Choice:
 
 
 def kernel_config(problem: Problem) -> KernelConfig:
-    """The kernel configuration for ``backend="kernel"``: a tuned one if cached, else the heuristic."""
-    cached = _cache().get(_cache_key(problem, device_rates()))
-    if cached is not None and cached.config is not None:
-        return cached.config
-    return heuristic_config(problem)
+    """The configuration for ``backend="kernel"``: a tuned one if cached, else the heuristic.
+
+    Memoized per process like :func:`choose`.
+    """
+    key = ("kernel", os.environ.get("KSCUPY_CACHE_DIR"), os.environ.get("XDG_CACHE_HOME"), problem)
+    config = _CHOICES.get(key)
+    if config is None:
+        cached = _cache().get(_cache_key(problem, device_rates()))
+        config = cached.config if cached is not None and cached.config is not None \
+            else heuristic_config(problem)
+        _CHOICES[key] = config
+    return config
 
 
 # -- tuning cache ---------------------------------------------------------------------------------

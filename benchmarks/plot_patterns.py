@@ -38,7 +38,7 @@ def speedup_vs_h(rows, out):
                        showfliers=False, patch_artist=True,
                        boxprops=dict(facecolor=color, alpha=0.5), medianprops=dict(color="k"))
         ax.axhline(1.0, color="gray", lw=0.8, ls="--")
-        ax.set_xticks(numpy.arange(len(hs)), [f"{h:.3f}" for h in hs], rotation=60, fontsize=7)
+        ax.set_xticks(numpy.arange(len(hs)), [f"{h:.4f}" for h in hs], rotation=60, fontsize=7)
         ax.set_yscale("log")
         ax.set_xlabel("h(b, c) = (b + c) / (b c)")
         ax.set_title(f"{LAYOUT_NAMES[layout]} ({len(rs)} patterns)")

@@ -295,6 +295,8 @@ def estimate_seconds(problem: Problem, backend: str, rates: DeviceRates) -> floa
         return ((io + formation + isz * M * N) / rates.bandwidth
                 + flops * M * N / (_DENSE_EFFICIENCY * peak) + overhead)
     bytes_factor, efficiency, m0 = _MODEL[(backend, problem.access)]
+    if backend == "bmm" and d == 1 and problem.layout == "bsl" and problem.batch_contiguous:
+        bytes_factor /= 3      # (a, c, 1, B) -> (a, 1, c, B) is a view: no permutation passes
     m = 2.0 * b * c / (b + c)
     seconds = (bytes_factor * (io + isz * problem.pattern.nnz) / rates.bandwidth
                + flops * problem.pattern.nnz * (m + m0) / (efficiency * peak * m))

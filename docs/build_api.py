@@ -1,6 +1,7 @@
 """Write docs/api.md from the docstrings of kscupy's public API: python3 docs/build_api.py"""
 import inspect
 import pathlib
+import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -10,9 +11,11 @@ import kscupy  # noqa: E402
 
 def _signature(obj):
     try:
-        return str(inspect.signature(obj))
+        sig = str(inspect.signature(obj))
     except (TypeError, ValueError):
         return ""
+    # default arguments such as xp=numpy print with their install path: keep the name only
+    return re.sub(r"<module '([\w.]+)' from '[^']*'>", r"\1", sig)
 
 
 def _section(name, obj, level="##"):

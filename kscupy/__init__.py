@@ -9,11 +9,12 @@ from .matrix import KSMatrix
 from .shuffle import (perfect_shuffle, inverse_perfect_shuffle, perfect_shuffle_matrix,
                       bit_reversal, block_diagonal_permutations, block_diagonalize)
 from .linalg import aslinearoperator
+from .tuning import tune
 from ._arrays import SUPPORTED_DTYPES, gpu_module
 
 __version__ = "0.1.0"
 
 __all__ = ["KSPattern", "KSMatrix", "perfect_shuffle", "inverse_perfect_shuffle",
            "perfect_shuffle_matrix", "bit_reversal", "block_diagonal_permutations",
-           "block_diagonalize", "aslinearoperator", "SUPPORTED_DTYPES", "gpu_module",
+           "block_diagonalize", "aslinearoperator", "tune", "SUPPORTED_DTYPES", "gpu_module",
            "__version__"]

@@ -143,11 +143,13 @@ def test_operators_and_vectors(poisoned, dtype):
 
 def _awkward_views(rng, dtype, rows, cols):
     big = _random(rng, (rows + 3, 2 * cols + 3), dtype)
-    return {"column-step": big[:rows, : 2 * cols: 2], "offset-by-one": big[1: rows + 1, 1: cols + 1],
-            "fortran": cupy.asfortranarray(big[:rows, :cols]),
-            "reversed": big[rows - 1:: -1, cols - 1:: -1],
-            "real-part": _random(rng, (rows, cols), numpy.complex128).real.astype(dtype)
-            if numpy.dtype(dtype).kind == "f" else big[2: rows + 2, :cols]}
+    views = {"column-step": big[:rows, : 2 * cols: 2], "offset-by-one": big[1: rows + 1, 1: cols + 1],
+             "fortran": cupy.asfortranarray(big[:rows, :cols]),
+             "reversed": big[rows - 1:: -1, cols - 1:: -1]}
+    if numpy.dtype(dtype).kind == "f":   # the real part of a complex array: element stride 2
+        complex_dtype = numpy.result_type(dtype, numpy.complex64)
+        views["real-part"] = _random(rng, (rows, cols), complex_dtype).real
+    return views
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)

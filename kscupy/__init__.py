@@ -6,6 +6,9 @@ FFT-style fast transforms. See ``docs/concepts.md`` for the conventions.
 """
 from .pattern import KSPattern
 from .matrix import KSMatrix
+from .chain import KSChain
+from .transforms import (dft, idft, hadamard, butterfly, block_butterfly, monarch, low_rank,
+                         choose_pattern)
 from .shuffle import (perfect_shuffle, inverse_perfect_shuffle, perfect_shuffle_matrix,
                       bit_reversal, block_diagonal_permutations, block_diagonalize)
 from .linalg import aslinearoperator
@@ -14,7 +17,8 @@ from ._arrays import SUPPORTED_DTYPES, gpu_module
 
 __version__ = "0.1.0"
 
-__all__ = ["KSPattern", "KSMatrix", "perfect_shuffle", "inverse_perfect_shuffle",
+__all__ = ["KSPattern", "KSMatrix", "KSChain", "dft", "idft", "hadamard", "butterfly",
+           "block_butterfly", "monarch", "low_rank", "choose_pattern", "perfect_shuffle", "inverse_perfect_shuffle",
            "perfect_shuffle_matrix", "bit_reversal", "block_diagonal_permutations",
            "block_diagonalize", "aslinearoperator", "tune", "SUPPORTED_DTYPES", "gpu_module",
            "__version__"]

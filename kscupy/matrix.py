@@ -291,6 +291,9 @@ class KSMatrix:
         return _reference.ALGORITHMS[backend](K.blocks, X, layout, xp)
 
     def __matmul__(self, other):
+        from .chain import KSChain
+        if isinstance(other, (KSMatrix, KSChain)):   # a product of factors is a chain
+            return KSChain([self]) @ other
         try:
             _arrays.array_module(other)
         except TypeError:

@@ -1,0 +1,242 @@
+"""KSChain: a product ``K1 @ K2 @ ... @ KL`` of KS factors, applied right to left."""
+from __future__ import annotations
+
+import numpy
+
+from . import _arrays
+from .matrix import BACKENDS, LAYOUTS, KSMatrix
+
+__all__ = ["KSChain"]
+
+
+def _inverse(perm, xp):
+    inv = xp.empty_like(perm)
+    inv[perm] = xp.arange(perm.shape[0], dtype=perm.dtype)
+    return inv
+
+
+class KSChain:
+    """The product ``P_out @ K1 @ K2 @ ... @ KL @ P_in`` of KS factors (applied right to left).
+
+    Parameters
+    ----------
+    factors : sequence of KSMatrix (or KSChain, flattened), all NumPy or all CuPy.
+        Factor ``l`` must have as many columns as factor ``l + 1`` has rows.
+    input_permutation, output_permutation : optional gather index arrays.
+        ``P_in x = x[input_permutation]`` is applied first and
+        ``P_out y = y[output_permutation]`` last (the DFT factories put the digit reversal of
+        the FFT there). Each is a separate gather pass.
+
+    ``C @ X`` (``X`` of shape ``(N,)`` or ``(N, B)``), ``X @ C.T`` (``(B, N)``) and ``Z @ C``
+    work as for :class:`KSMatrix`; so do ``T``, ``H`` (no value copies), ``todense()`` and
+    :func:`kscupy.aslinearoperator`. ``C @ K`` and ``K @ C`` with KS matrices or chains give
+    chains. The result dtype is ``numpy.result_type`` of the factors and the operand.
+
+    Each factor is applied with :meth:`KSMatrix.matmul` (the fused kernel or ``auto`` on the
+    GPU), so a chain of L factors reads and writes the batch L times; applying several
+    factors in one kernel is not implemented yet.
+
+    Examples
+    --------
+    >>> import numpy as np, kscupy as ks
+    >>> C = ks.KSChain([ks.KSMatrix.random((1, 4, 2, 2), seed=0),
+    ...                 ks.KSMatrix.random((2, 2, 4, 1), seed=1)])
+    >>> C.shape, C.patterns
+    ((8, 8), (KSPattern(a=1, b=4, c=2, d=2), KSPattern(a=2, b=2, c=4, d=1)))
+    """
+
+    __array_ufunc__ = None
+    __array_priority__ = 1000
+
+    def __init__(self, factors, *, input_permutation=None, output_permutation=None):
+        flat = []
+        for f in factors:
+            if isinstance(f, KSChain):
+                if f._in is not None or f._out is not None:
+                    raise ValueError("cannot nest a KSChain with permutations inside another chain")
+                flat.extend(f.factors)
+            elif isinstance(f, KSMatrix):
+                flat.append(f)
+            else:
+                raise TypeError(f"KSChain factors must be KSMatrix or KSChain, got {type(f).__name__}")
+        if not flat:
+            raise ValueError("a KSChain needs at least one factor")
+        xp = flat[0].xp
+        for idx, f in enumerate(flat):
+            if f.xp is not xp:
+                raise TypeError(f"factor {idx} holds {f.xp.__name__} values but factor 0 holds "
+                                f"{xp.__name__} values; move them to one device first")
+        for idx in range(len(flat) - 1):
+            left, right = flat[idx].pattern, flat[idx + 1].pattern
+            if not left.chains_with(right):
+                raise ValueError(
+                    f"factors {idx} and {idx + 1} cannot be chained: factor {idx} (pattern "
+                    f"{tuple(left)}, shape {left.shape}) has {left.shape[1]} columns but factor "
+                    f"{idx + 1} (pattern {tuple(right)}, shape {right.shape}) has "
+                    f"{right.shape[0]} rows")
+        self._factors = tuple(flat)
+        self._xp = xp
+        self._in = self._check_permutation(input_permutation, flat[-1].shape[1], "input")
+        self._out = self._check_permutation(output_permutation, flat[0].shape[0], "output")
+
+    def _check_permutation(self, perm, n, which):
+        if perm is None:
+            return None
+        xp = _arrays.array_module(perm)
+        if xp is not self._xp:
+            raise TypeError(f"the {which} permutation is a {xp.__name__} array but the factors "
+                            f"hold {self._xp.__name__} values")
+        if perm.ndim != 1 or perm.shape[0] != n or perm.dtype.kind not in "iu":
+            raise ValueError(f"the {which} permutation must be an integer array of shape ({n},), "
+                             f"got {perm.dtype} of shape {perm.shape}")
+        if not bool((xp.sort(perm) == xp.arange(n)).all()):
+            raise ValueError(f"the {which} permutation is not a permutation of range({n})")
+        return perm
+
+    @classmethod
+    def _make(cls, factors, input_permutation, output_permutation):
+        """A chain from already validated parts."""
+        obj = cls.__new__(cls)
+        obj._factors = tuple(factors)
+        obj._xp = factors[0].xp
+        obj._in, obj._out = input_permutation, output_permutation
+        return obj
+
+    # -- attributes ----------------------------------------------------------------------
+    @property
+    def factors(self) -> tuple:
+        return self._factors
+
+    @property
+    def patterns(self) -> tuple:
+        return tuple(f.pattern for f in self._factors)
+
+    @property
+    def shape(self) -> tuple:
+        return (self._factors[0].shape[0], self._factors[-1].shape[1])
+
+    @property
+    def dtype(self) -> numpy.dtype:
+        return numpy.result_type(*[f.dtype for f in self._factors])
+
+    @property
+    def nnz(self) -> int:
+        """Stored values over all factors (the chain's parameter count)."""
+        return sum(f.nnz for f in self._factors)
+
+    @property
+    def nbytes(self) -> int:
+        """Device (or host) memory held: factor values and permutations."""
+        total = sum(f._tiles.nbytes for f in self._factors)
+        return total + sum(p.nbytes for p in (self._in, self._out) if p is not None)
+
+    @property
+    def xp(self):
+        return self._xp
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    @property
+    def input_permutation(self):
+        return self._in
+
+    @property
+    def output_permutation(self):
+        return self._out
+
+    def __len__(self) -> int:
+        return len(self._factors)
+
+    def __repr__(self) -> str:
+        perms = "".join(f", {w} permutation" for w, p in (("input", self._in), ("output", self._out))
+                        if p is not None)
+        return (f"KSChain({len(self._factors)} factors, shape={self.shape}, dtype={self.dtype}, "
+                f"patterns={[tuple(p) for p in self.patterns]}{perms})")
+
+    # -- views -------------------------------------------------------------------------------
+    def _reversed(self, op):
+        # (P_out K1 ... KL P_in)^T = P_in^T KL^T ... K1^T P_out^T, and P^T gathers by P^{-1}.
+        inv = lambda p: None if p is None else _inverse(p, self._xp)  # noqa: E731
+        return KSChain._make([op(f) for f in reversed(self._factors)], inv(self._out), inv(self._in))
+
+    @property
+    def T(self) -> "KSChain":
+        return self._reversed(lambda f: f.T)
+
+    @property
+    def H(self) -> "KSChain":
+        return self._reversed(lambda f: f.H)
+
+    def conj(self) -> "KSChain":
+        return KSChain._make([f.conj() for f in self._factors], self._in, self._out)
+
+    def todense(self):
+        """The dense matrix of the product (applies the chain to an identity matrix)."""
+        N = self.shape[1]
+        return self.matmul(self._xp.eye(N, dtype=self.dtype))
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("a KSChain is not converted to an array implicitly; "
+                        "call C.todense() for the dense matrix")
+
+    # -- multiplication --------------------------------------------------------------------
+    def matmul(self, X, *, layout="bsl", backend="auto"):
+        """Apply the chain; same arguments and shapes as :meth:`KSMatrix.matmul`."""
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        xp = _arrays.array_module(X)
+        if xp is not self._xp:
+            raise TypeError(f"cannot multiply a KSChain holding {self._xp.__name__} values "
+                            f"with a {xp.__name__} array; move one of them first")
+        M, N = self.shape
+        if X.ndim not in (1, 2):
+            raise ValueError(f"operand must be 1-D or 2-D, got shape {X.shape}")
+        n_in = X.shape[0] if (X.ndim == 1 or layout == "bsl") else X.shape[1]
+        if n_in != N:
+            raise ValueError(f"shape mismatch: KSChain of shape {self.shape} cannot be applied to "
+                             f"an operand of shape {X.shape} in layout {layout!r} (N={N})")
+        feature_axis = 0 if (X.ndim == 1 or layout == "bsl") else 1
+        if self._in is not None:
+            X = xp.take(X, self._in, axis=feature_axis)
+        for factor in reversed(self._factors):
+            X = factor.matmul(X, layout=layout, backend=backend)
+        if self._out is not None:
+            X = xp.take(X, self._out, axis=feature_axis)
+        return X
+
+    def __matmul__(self, other):
+        if isinstance(other, (KSMatrix, KSChain)):
+            return _product(self, other)
+        try:
+            _arrays.array_module(other)
+        except TypeError:
+            return NotImplemented
+        return self.matmul(other, layout="bsl")
+
+    def __rmatmul__(self, other):
+        if isinstance(other, KSMatrix):
+            return _product(other, self)
+        try:
+            _arrays.array_module(other)
+        except TypeError:
+            return NotImplemented
+        return self.T.matmul(other, layout="bsf")
+
+
+def _product(left, right) -> KSChain:
+    """``left @ right`` for KS matrices and chains, as a chain."""
+    def parts(op):
+        if isinstance(op, KSMatrix):
+            return [op], None, None
+        return list(op.factors), op._in, op._out
+
+    lf, l_in, l_out = parts(left)
+    rf, r_in, r_out = parts(right)
+    if l_in is not None or r_out is not None:
+        raise ValueError("cannot multiply chains with a permutation between them (the left "
+                         "chain's input or the right chain's output permutation)")
+    return KSChain(lf + rf, input_permutation=r_in, output_permutation=l_out)

@@ -1,0 +1,220 @@
+"""Factories for structured transforms as KS chains (patterns from the paper's Table 4).
+
+============================  ===============================================================
+factory                       factors (a, b, c, d), left to right
+============================  ===============================================================
+``dft(n)``, ``idft(n)``       ``(r1...r_{l-1}, r_l, r_l, n / (r1...r_l))`` for ``n = r1...rL``
+``hadamard(2**L)``            ``(2**(l-1), 2, 2, 2**(L-l))``
+``butterfly(2**L)``           ``(2**(l-1), 2, 2, 2**(L-l))`` (random values)
+``block_butterfly(2**L*t)``   ``(2**(l-1), 2t, 2t, 2**(L-l))``
+``monarch(M, N, p)``          ``(1, M/p, min(M,N)/p, p), (p, min(M,N)/p, N/p, 1)``
+``low_rank(M, N, r)``         ``(1, M, r, 1), (1, r, N, 1)``
+============================  ===============================================================
+"""
+from __future__ import annotations
+
+import math
+
+import numpy
+
+from . import _arrays
+from .chain import KSChain
+from .matrix import KSMatrix
+from .pattern import KSPattern
+from .shuffle import perfect_shuffle
+
+__all__ = ["dft", "idft", "hadamard", "butterfly", "block_butterfly", "monarch", "low_rank",
+           "choose_pattern", "radix_factors"]
+
+
+def _check_xp(xp):
+    if xp is not numpy and getattr(xp, "__name__", None) != "cupy":
+        raise TypeError(f"xp must be numpy or cupy, got {xp!r}")
+
+
+def _check_size(name, n):
+    if isinstance(n, bool) or not isinstance(n, (int, numpy.integer)) or n < 1:
+        raise ValueError(f"{name} must be a positive integer, got {n!r}")
+    return int(n)
+
+
+def _power_of_two(name, n):
+    n = _check_size(name, n)
+    if n & (n - 1):
+        raise ValueError(f"{name} must be a power of two, got {n}")
+    return n.bit_length() - 1
+
+
+def radix_factors(n: int, max_radix: int = 64) -> list:
+    """The radices of kscupy's DFT chain for size ``n``: its prime factors, smallest first.
+
+    Raises ValueError when a prime factor exceeds ``max_radix`` (its factor would be a dense
+    ``p x p`` block: correct, but no longer a fast transform).
+    """
+    n = _check_size("n", n)
+    radices, m, p = [], n, 2
+    while p * p <= m:
+        while m % p == 0:
+            radices.append(p)
+            m //= p
+        p += 1
+    if m > 1:
+        radices.append(m)
+    too_big = [r for r in radices if r > max_radix]
+    if too_big:
+        raise ValueError(f"n = {n} has the prime factor {too_big[0]} > max_radix = {max_radix}; "
+                         f"kscupy builds DFTs for sizes whose prime factors are at most "
+                         f"max_radix (raise it to accept dense {too_big[0]}x{too_big[0]} blocks)")
+    return radices
+
+
+def dft(n: int, dtype=numpy.complex128, norm=None, xp=numpy, *, inverse=False, max_radix=64):
+    """The ``n x n`` DFT matrix as a KS chain (mixed-radix Cooley-Tukey, decimation in time).
+
+    ``F @ X`` equals ``numpy.fft.fft(X, axis=0, norm=norm)`` and ``X @ F.T`` equals
+    ``numpy.fft.fft(X, axis=-1, norm=norm)``. With ``n = r_1 r_2 ... r_L`` (prime factors,
+    :func:`radix_factors`), ``F_n = K_1 K_2 ... K_L Q`` where ``K_l`` has pattern
+    ``(r_1...r_{l-1}, r_l, r_l, n / (r_1...r_l))`` and canonical values
+
+        ``w[i, k, m, j] = exp(-2 pi i k m / r_l) * exp(-2 pi i m j / (r_l d_l))``
+
+    (a size-``r_l`` DFT with the twiddle factors folded in), and ``Q`` is the digit-reversal
+    permutation, stored as the chain's input permutation (a gather pass).
+
+    Parameters
+    ----------
+    n : size (any positive integer whose prime factors are at most ``max_radix``).
+    dtype : complex64 or complex128.
+    norm : None (unscaled forward), "ortho" (1/sqrt(n)) or "forward" (1/n), as in numpy.fft.
+    xp : numpy or cupy.
+    inverse : build the inverse transform (see :func:`idft`).
+    """
+    n = _check_size("n", n)
+    dtype = _arrays.check_dtype(dtype)
+    if dtype.kind != "c":
+        raise TypeError(f"a DFT chain needs a complex dtype (complex64 or complex128), got {dtype}")
+    if norm not in (None, "backward", "ortho", "forward"):
+        raise ValueError(f'norm must be None, "backward", "ortho" or "forward", got {norm!r}')
+    _check_xp(xp)
+    scale = {None: 1.0, "backward": 1.0, "ortho": 1 / math.sqrt(n), "forward": 1.0 / n}[norm]
+    if inverse:   # numpy's ifft scales by 1/n for "backward" and 1 for "forward"
+        scale = {None: 1.0 / n, "backward": 1.0 / n, "ortho": 1 / math.sqrt(n), "forward": 1.0}[norm]
+    sign = 1.0 if inverse else -1.0
+    radices = radix_factors(n, max_radix) or [1]      # n = 1: one 1 x 1 factor
+    factors, perm, a = [], numpy.arange(n), 1
+    for level, r in enumerate(radices):
+        d = n // (a * r)
+        k = numpy.arange(r).reshape(r, 1)
+        m = numpy.arange(r).reshape(1, r)
+        j = numpy.arange(d)
+        block = numpy.exp(sign * 2j * numpy.pi * k * m / r)                      # (r, r)
+        twiddle = numpy.exp(sign * 2j * numpy.pi * m[..., None] * j / (r * d))   # (1, r, d)
+        w = numpy.broadcast_to(block[:, :, None] * twiddle, (a, r, r, d))
+        if level == len(radices) - 1:
+            w = w * scale                                  # normalisation on the first-applied factor
+        factors.append(KSMatrix(xp.asarray(numpy.ascontiguousarray(w), dtype=dtype)))
+        # this level's input split: I_a ⊗ P_{d, r} (decimation by r within each of a blocks)
+        split = (numpy.arange(a)[:, None] * (r * d) + perfect_shuffle(d, r)[None, :]).ravel()
+        perm = perm[split]
+        a *= r
+    identity = bool((perm == numpy.arange(n)).all())
+    return KSChain(factors, input_permutation=None if identity else xp.asarray(perm))
+
+
+def idft(n: int, dtype=numpy.complex128, norm=None, xp=numpy, *, max_radix=64):
+    """The inverse DFT as a KS chain: ``F @ X == numpy.fft.ifft(X, axis=0, norm=norm)``."""
+    return dft(n, dtype=dtype, norm=norm, xp=xp, inverse=True, max_radix=max_radix)
+
+
+def _factor_chain(patterns, values_of, dtype, xp):
+    dtype = _arrays.check_dtype(dtype)
+    _check_xp(xp)
+    return KSChain([KSMatrix(xp.asarray(values_of(i, KSPattern(*p)), dtype=dtype))
+                    for i, p in enumerate(patterns)])
+
+
+def hadamard(n: int, normalized=False, dtype=numpy.float64, xp=numpy):
+    """The Sylvester-Hadamard matrix (``scipy.linalg.hadamard(n)``) as ``log2 n`` KS factors.
+
+    ``H_n = ⊗^L H_2`` factors as ``prod_l I_{2^(l-1)} ⊗ H_2 ⊗ I_{2^(L-l)}``, patterns
+    ``(2^(l-1), 2, 2, 2^(L-l))``. ``normalized=True`` scales by ``1/sqrt(n)`` (orthogonal).
+    """
+    L = _power_of_two("n", n)
+    h2 = numpy.array([[1.0, 1.0], [1.0, -1.0]]) / (math.sqrt(2) if normalized else 1.0)
+    if L == 0:
+        return _factor_chain([(1, 1, 1, 1)], lambda i, p: numpy.ones((1, 1, 1, 1)), dtype, xp)
+    patterns = [(2 ** (l - 1), 2, 2, 2 ** (L - l)) for l in range(1, L + 1)]
+    return _factor_chain(patterns, lambda i, p: numpy.broadcast_to(h2[None, :, :, None], tuple(p)),
+                         dtype, xp)
+
+
+def _random_chain(patterns, dtype, xp, seed):
+    rng = numpy.random.default_rng(seed)
+    seeds = rng.integers(0, 2**63, size=len(patterns))
+    _check_xp(xp)
+    return KSChain([KSMatrix.random(p, dtype=dtype, xp=xp, seed=int(s)) for p, s in zip(patterns, seeds)])
+
+
+def butterfly(n: int, dtype=numpy.float32, xp=numpy, seed=None):
+    """A random square dyadic butterfly: ``log2 n`` factors ``(2^(l-1), 2, 2, 2^(L-l))``."""
+    L = _power_of_two("n", n)
+    patterns = [(2 ** (l - 1), 2, 2, 2 ** (L - l)) for l in range(1, L + 1)] or [(1, 1, 1, 1)]
+    return _random_chain(patterns, dtype, xp, seed)
+
+
+def block_butterfly(n: int, t: int, dtype=numpy.float32, xp=numpy, seed=None):
+    """A random block butterfly of size ``n = 2^L t``: factors ``(2^(l-1), 2t, 2t, 2^(L-l))``."""
+    n, t = _check_size("n", n), _check_size("t", t)
+    if n % t:
+        raise ValueError(f"block_butterfly needs t to divide n, got n={n}, t={t}")
+    L = _power_of_two("n / t", n // t)
+    if L == 0:
+        return _random_chain([(1, t, t, 1)], dtype, xp, seed)
+    patterns = [(2 ** (l - 1), 2 * t, 2 * t, 2 ** (L - l)) for l in range(1, L + 1)]
+    return _random_chain(patterns, dtype, xp, seed)
+
+
+def monarch(M: int, N: int | None = None, p: int | None = None, dtype=numpy.float32, xp=numpy,
+            seed=None):
+    """A random Monarch matrix of shape ``(M, N)``: two factors ``(1, M/p, min(M,N)/p, p)`` and
+    ``(p, min(M,N)/p, N/p, 1)`` (``p`` defaults to the largest divisor of ``gcd(M, N)`` that is
+    at most ``sqrt(min(M, N))``)."""
+    M = _check_size("M", M)
+    N = M if N is None else _check_size("N", N)
+    g = math.gcd(M, N)
+    if p is None:
+        p = max(q for q in range(1, math.isqrt(min(M, N)) + 1) if g % q == 0)
+    p = _check_size("p", p)
+    if M % p or N % p or min(M, N) % p:
+        raise ValueError(f"monarch needs p to divide M, N and min(M, N); got M={M}, N={N}, p={p}")
+    k = min(M, N) // p
+    return _random_chain([(1, M // p, k, p), (p, k, N // p, 1)], dtype, xp, seed)
+
+
+def low_rank(M: int, N: int, r: int, dtype=numpy.float32, xp=numpy, seed=None):
+    """A random rank-``r`` product ``(1, M, r, 1) @ (1, r, N, 1)``."""
+    M, N, r = _check_size("M", M), _check_size("N", N), _check_size("r", r)
+    return _random_chain([(1, M, r, 1), (1, r, N, 1)], dtype, xp, seed)
+
+
+def choose_pattern(M: int, N: int, density: float = 0.1) -> KSPattern:
+    """A KS pattern of shape ``(M, N)`` for a target density: a heuristic.
+
+    The paper's rule is to prefer patterns with a large ``h(b, c) = (b + c)/(b c)`` (the
+    fused kernel's advantage over BMM grows with h) under a constraint on the number of
+    non-zeros. For one factor of fixed shape, ``b = M/(a d)`` and ``c = N/(a d)``, so h grows
+    with ``a*d`` exactly as the density ``1/(a d)`` falls: the rule reduces to taking the
+    **largest density not above** ``density`` (the most expressive pattern allowed) and, among
+    the splits of ``a*d``, the largest ``d`` (the kernel reads adjacent groups together).
+    Raises ValueError when no pattern qualifies.
+    """
+    M, N = _check_size("M", M), _check_size("N", N)
+    if not 0 < density <= 1:
+        raise ValueError(f"density must be in (0, 1], got {density}")
+    g = math.gcd(M, N)
+    candidates = [KSPattern(a, M // (a * d), N // (a * d), d)
+                  for a in range(1, g + 1) if g % a == 0
+                  for d in range(1, g // a + 1) if (g // a) % d == 0 and a * d * density >= 1 - 1e-12]
+    if not candidates:
+        raise ValueError(f"no KS pattern of shape ({M}, {N}) has density <= {density}")
+    return max(candidates, key=lambda p: (p.density, p.d))

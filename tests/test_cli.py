@@ -27,6 +27,8 @@ def test_demo_cpu(dtype):
     tol = 1e-5 if dtype == "float32" else 1e-12
     assert all(float(r[2]) < tol for r in rows), out.stdout
     assert "status 0" in out.stdout
+    fft = out.stdout.split("FFT as KS:")[1]
+    assert float(fft.split("rel. error vs float64 FFT")[1].split(";")[0]) < 1e-5
 
 
 @pytest.mark.gpu

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy
 
 from . import _arrays
-from .matrix import BACKENDS, LAYOUTS, KSMatrix
+from .matrix import KSMatrix, check_operand
 
 __all__ = ["KSChain"]
 
@@ -184,21 +184,8 @@ class KSChain:
     # -- multiplication --------------------------------------------------------------------
     def matmul(self, X, *, layout="bsl", backend="auto"):
         """Apply the chain; same arguments and shapes as :meth:`KSMatrix.matmul`."""
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        xp = _arrays.array_module(X)
-        if xp is not self._xp:
-            raise TypeError(f"cannot multiply a KSChain holding {self._xp.__name__} values "
-                            f"with a {xp.__name__} array; move one of them first")
-        M, N = self.shape
-        if X.ndim not in (1, 2):
-            raise ValueError(f"operand must be 1-D or 2-D, got shape {X.shape}")
-        n_in = X.shape[0] if (X.ndim == 1 or layout == "bsl") else X.shape[1]
-        if n_in != N:
-            raise ValueError(f"shape mismatch: KSChain of shape {self.shape} cannot be applied to "
-                             f"an operand of shape {X.shape} in layout {layout!r} (N={N})")
+        check_operand(self, X, layout, backend)
+        xp = self._xp
         feature_axis = 0 if (X.ndim == 1 or layout == "bsl") else 1
         if self._in is not None:
             X = xp.take(X, self._in, axis=feature_axis)

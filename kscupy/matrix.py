@@ -13,6 +13,30 @@ BACKENDS = ("auto", "kernel", "bmm", "einsum", "dense", "sparse")
 LAYOUTS = ("bsl", "bsf")
 
 
+def check_operand(op, X, layout, backend):
+    """Validate ``op.matmul(X, layout=layout, backend=backend)`` for any kscupy operator:
+    known layout and backend, same array module, 1-D or 2-D, ``N`` features along the
+    layout's feature axis. Raises ValueError or TypeError naming the problem."""
+    name = type(op).__name__
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    xp = _arrays.array_module(X)
+    if xp is not op.xp:
+        raise TypeError(f"cannot multiply a {name} holding {op.xp.__name__} values "
+                        f"with a {xp.__name__} array; move one of them first")
+    if X.ndim not in (1, 2):
+        raise ValueError(f"operand must be 1-D or 2-D, got shape {X.shape}")
+    N = op.shape[1]
+    n_in = X.shape[0] if (X.ndim == 1 or layout == "bsl") else X.shape[1]
+    if n_in != N:
+        expected = "(N,) or (N, B)" if layout == "bsl" else "(B, N) or (N,)"
+        raise ValueError(f"shape mismatch: {name} of shape {op.shape} cannot be applied to an "
+                         f"operand of shape {X.shape} in layout {layout!r} (expected {expected} "
+                         f"with N={N})")
+
+
 class KSMatrix:
     """A Kronecker-sparse matrix with pattern ``(a, b, c, d)`` and shape ``(a*b*d, a*c*d)``.
 
@@ -247,23 +271,8 @@ class KSMatrix:
         -------
         Array of dtype ``numpy.result_type(self.dtype, X.dtype)``, in the module of ``X``.
         """
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        xp = _arrays.array_module(X)
-        if xp is not self._xp:
-            raise TypeError(f"cannot multiply a KSMatrix holding {self._xp.__name__} values "
-                            f"with a {xp.__name__} array; move one of them first")
+        check_operand(self, X, layout, backend)
         M, N = self.shape
-        if X.ndim not in (1, 2):
-            raise ValueError(f"operand must be 1-D or 2-D, got shape {X.shape}")
-        n_in = X.shape[0] if (X.ndim == 1 or layout == "bsl") else X.shape[1]
-        if n_in != N:
-            expected = "(N,) or (N, B)" if layout == "bsl" else "(B, N) or (N,)"
-            raise ValueError(f"shape mismatch: KSMatrix of shape {self.shape} cannot be applied "
-                             f"to an operand of shape {X.shape} in layout {layout!r} "
-                             f"(expected {expected} with N={N})")
         dtype = _arrays.result_dtype(self.dtype, X.dtype)
         X = X.astype(dtype, copy=False)
         if X.ndim == 1:   # a vector is a BSL batch of one

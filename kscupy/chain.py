@@ -4,9 +4,10 @@ from __future__ import annotations
 import numpy
 
 from . import _arrays
-from .matrix import KSMatrix, check_operand
+from .matrix import KSMatrix
+from .operator import KSOperator, check_operand
 
-__all__ = ["KSChain"]
+__all__ = ["KSChain", "compose"]
 
 
 def _inverse(perm, xp):
@@ -15,7 +16,7 @@ def _inverse(perm, xp):
     return inv
 
 
-class KSChain:
+class KSChain(KSOperator):
     """The product ``P_out @ K1 @ K2 @ ... @ KL @ P_in`` of KS factors (applied right to left).
 
     Parameters
@@ -44,9 +45,6 @@ class KSChain:
     >>> C.shape, C.patterns
     ((8, 8), (KSPattern(a=1, b=4, c=2, d=2), KSPattern(a=2, b=2, c=4, d=1)))
     """
-
-    __array_ufunc__ = None
-    __array_priority__ = 1000
 
     def __init__(self, factors, *, input_permutation=None, output_permutation=None):
         flat = []
@@ -131,14 +129,6 @@ class KSChain:
         return total + sum(p.nbytes for p in (self._in, self._out) if p is not None)
 
     @property
-    def xp(self):
-        return self._xp
-
-    @property
-    def ndim(self) -> int:
-        return 2
-
-    @property
     def input_permutation(self):
         return self._in
 
@@ -177,10 +167,6 @@ class KSChain:
         N = self.shape[1]
         return self.matmul(self._xp.eye(N, dtype=self.dtype))
 
-    def __array__(self, *args, **kwargs):
-        raise TypeError("a KSChain is not converted to an array implicitly; "
-                        "call C.todense() for the dense matrix")
-
     # -- multiplication --------------------------------------------------------------------
     def matmul(self, X, *, layout="bsl", backend="auto"):
         """Apply the chain; same arguments and shapes as :meth:`KSMatrix.matmul`."""
@@ -195,26 +181,8 @@ class KSChain:
             X = xp.take(X, self._out, axis=feature_axis)
         return X
 
-    def __matmul__(self, other):
-        if isinstance(other, (KSMatrix, KSChain)):
-            return _product(self, other)
-        try:
-            _arrays.array_module(other)
-        except TypeError:
-            return NotImplemented
-        return self.matmul(other, layout="bsl")
 
-    def __rmatmul__(self, other):
-        if isinstance(other, KSMatrix):
-            return _product(other, self)
-        try:
-            _arrays.array_module(other)
-        except TypeError:
-            return NotImplemented
-        return self.T.matmul(other, layout="bsf")
-
-
-def _product(left, right) -> KSChain:
+def compose(left, right) -> KSChain:
     """``left @ right`` for KS matrices and chains, as a chain."""
     def parts(op):
         if isinstance(op, KSMatrix):

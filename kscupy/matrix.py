@@ -4,40 +4,13 @@ from __future__ import annotations
 import numpy
 
 from . import _arrays, _reference
+from .operator import BACKENDS, KSOperator, check_operand
 from .pattern import KSPattern
 
 __all__ = ["KSMatrix", "BACKENDS"]
 
-#: Backend names accepted by :meth:`KSMatrix.matmul`.
-BACKENDS = ("auto", "kernel", "bmm", "einsum", "dense", "sparse")
-LAYOUTS = ("bsl", "bsf")
 
-
-def check_operand(op, X, layout, backend):
-    """Validate ``op.matmul(X, layout=layout, backend=backend)`` for any kscupy operator:
-    known layout and backend, same array module, 1-D or 2-D, ``N`` features along the
-    layout's feature axis. Raises ValueError or TypeError naming the problem."""
-    name = type(op).__name__
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    xp = _arrays.array_module(X)
-    if xp is not op.xp:
-        raise TypeError(f"cannot multiply a {name} holding {op.xp.__name__} values "
-                        f"with a {xp.__name__} array; move one of them first")
-    if X.ndim not in (1, 2):
-        raise ValueError(f"operand must be 1-D or 2-D, got shape {X.shape}")
-    N = op.shape[1]
-    n_in = X.shape[0] if (X.ndim == 1 or layout == "bsl") else X.shape[1]
-    if n_in != N:
-        expected = "(N,) or (N, B)" if layout == "bsl" else "(B, N) or (N,)"
-        raise ValueError(f"shape mismatch: {name} of shape {op.shape} cannot be applied to an "
-                         f"operand of shape {X.shape} in layout {layout!r} (expected {expected} "
-                         f"with N={N})")
-
-
-class KSMatrix:
+class KSMatrix(KSOperator):
     """A Kronecker-sparse matrix with pattern ``(a, b, c, d)`` and shape ``(a*b*d, a*c*d)``.
 
     Values are given in the *canonical* layout, an array ``w`` of shape ``(a, b, c, d)`` with
@@ -75,11 +48,6 @@ class KSMatrix:
     >>> (K @ X).shape, (X.T @ K.T).shape
     ((30, 7), (7, 30))
     """
-
-    # Make NumPy and CuPy hand `ndarray @ KSMatrix` to __rmatmul__ instead of trying to
-    # convert the KSMatrix into an array.
-    __array_ufunc__ = None
-    __array_priority__ = 1000
 
     def __init__(self, values):
         xp = _arrays.array_module(values)
@@ -170,15 +138,6 @@ class KSMatrix:
         return self.pattern.nnz
 
     @property
-    def ndim(self) -> int:
-        return 2
-
-    @property
-    def xp(self):
-        """The array module of the values: ``numpy`` or ``cupy``."""
-        return self._xp
-
-    @property
     def blocks(self):
         """The ``(a, d, b, c)`` array of dense group blocks of this matrix (a view; for a
         conjugated complex matrix, a conjugated copy)."""
@@ -245,10 +204,6 @@ class KSMatrix:
                 f"dtype={self.dtype}, device={where}"
                 f"{view[(self._transposed, self._conjugated)]})")
 
-    def __array__(self, *args, **kwargs):
-        raise TypeError("a KSMatrix is not converted to an array implicitly; "
-                        "call K.todense() for the dense matrix")
-
     # -- multiplication --------------------------------------------------------------------
     def matmul(self, X, *, layout="bsl", backend="auto"):
         """Apply this matrix to a batch.
@@ -298,21 +253,3 @@ class KSMatrix:
         if backend == "sparse":
             return _reference.sparse(K.tocsr(), X, layout, xp)
         return _reference.ALGORITHMS[backend](K.blocks, X, layout, xp)
-
-    def __matmul__(self, other):
-        from .chain import KSChain
-        if isinstance(other, (KSMatrix, KSChain)):   # a product of factors is a chain
-            return KSChain([self]) @ other
-        try:
-            _arrays.array_module(other)
-        except TypeError:
-            return NotImplemented
-        return self.matmul(other, layout="bsl")
-
-    def __rmatmul__(self, other):
-        # other @ K: a row vector (M,) or a batch (B, M) on the left is K.T applied in BSF.
-        try:
-            _arrays.array_module(other)
-        except TypeError:
-            return NotImplemented
-        return self.T.matmul(other, layout="bsf")

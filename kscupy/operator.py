@@ -1,0 +1,79 @@
+"""What KSMatrix and KSChain share as operators: array interop, ``@`` dispatch, operand checks."""
+from __future__ import annotations
+
+from . import _arrays
+
+__all__ = ["KSOperator", "check_operand", "BACKENDS", "LAYOUTS"]
+
+#: Backend names accepted by ``matmul``.
+BACKENDS = ("auto", "kernel", "bmm", "einsum", "dense", "sparse")
+LAYOUTS = ("bsl", "bsf")
+
+
+def check_operand(op, X, layout, backend):
+    """Validate ``op.matmul(X, layout=layout, backend=backend)`` for any kscupy operator:
+    known layout and backend, same array module, 1-D or 2-D, ``N`` features along the
+    layout's feature axis. Raises ValueError or TypeError naming the problem."""
+    name = type(op).__name__
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    xp = _arrays.array_module(X)
+    if xp is not op.xp:
+        raise TypeError(f"cannot multiply a {name} holding {op.xp.__name__} values "
+                        f"with a {xp.__name__} array; move one of them first")
+    if X.ndim not in (1, 2):
+        raise ValueError(f"operand must be 1-D or 2-D, got shape {X.shape}")
+    N = op.shape[1]
+    n_in = X.shape[0] if (X.ndim == 1 or layout == "bsl") else X.shape[1]
+    if n_in != N:
+        expected = "(N,) or (N, B)" if layout == "bsl" else "(B, N) or (N,)"
+        raise ValueError(f"shape mismatch: {name} of shape {op.shape} cannot be applied to an "
+                         f"operand of shape {X.shape} in layout {layout!r} (expected {expected} "
+                         f"with N={N})")
+
+
+class KSOperator:
+    """Base of :class:`~kscupy.KSMatrix` and :class:`~kscupy.KSChain`.
+
+    Subclasses provide ``shape``, ``dtype``, ``_xp``, ``T``, ``H`` and
+    ``matmul(X, layout=..., backend=...)``; this class gives them the ``@`` operators (arrays
+    on either side; KS operands compose into a :class:`~kscupy.KSChain`) and keeps NumPy and
+    CuPy from converting them into arrays behind the user's back.
+    """
+
+    # Make NumPy and CuPy hand `ndarray @ op` to __rmatmul__ instead of converting `op`.
+    __array_ufunc__ = None
+    __array_priority__ = 1000
+    ndim = 2
+
+    @property
+    def xp(self):
+        """The array module of the values: ``numpy`` or ``cupy``."""
+        return self._xp
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError(f"a {type(self).__name__} is not converted to an array implicitly; "
+                        f"call .todense() for the dense matrix")
+
+    def __matmul__(self, other):
+        if isinstance(other, KSOperator):            # a product of factors is a chain
+            from .chain import compose
+            return compose(self, other)
+        try:
+            _arrays.array_module(other)
+        except TypeError:
+            return NotImplemented
+        return self.matmul(other, layout="bsl")
+
+    def __rmatmul__(self, other):
+        # other @ op: a row vector (M,) or a batch (B, M) on the left is op.T applied in BSF.
+        if isinstance(other, KSOperator):
+            from .chain import compose
+            return compose(other, self)
+        try:
+            _arrays.array_module(other)
+        except TypeError:
+            return NotImplemented
+        return self.T.matmul(other, layout="bsf")

@@ -15,11 +15,9 @@ run. Then a batch-size sweep on a few patterns. Writes JSON and prints a summary
 from __future__ import annotations
 
 import argparse
-import datetime
 import itertools
 import json
 import pathlib
-import subprocess
 import sys
 import time
 
@@ -30,46 +28,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import cupy  # noqa: E402
-from cupyx.profiler import benchmark  # noqa: E402
 
 import kscupy as ks  # noqa: E402
 from kscupy import _reference, tuning  # noqa: E402
 from pattern_grid import PAPER_BATCH, paper_grid, stratified_sample  # noqa: E402
+from timing import l2_bytes, measure_ceilings, run_metadata, time_fn  # noqa: E402
 
 SWEEP_BATCHES = (1, 16, 256, 4096, 25_088, 262_144)
 SWEEP_PATTERNS = ((1, 768, 192, 2), (6, 64, 64, 1), (16, 64, 64, 4), (1, 256, 1024, 4),
                   (64, 48, 48, 16))
-
-
-def _l2_bytes():
-    return cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["l2CacheSize"]
-
-
-def time_fn(fn, inputs, budget_s=0.15, max_repeat=50):
-    """Median seconds of fn(x) over CUDA events, cycling through ``inputs``."""
-    state = {"i": 0}
-
-    def step():
-        state["i"] = (state["i"] + 1) % len(inputs)
-        return fn(inputs[state["i"]])
-
-    first = benchmark(step, n_repeat=2, n_warmup=2).gpu_times.max()
-    repeat = int(min(max_repeat, max(3, budget_s / max(first, 1e-6))))
-    return float(numpy.median(benchmark(step, n_repeat=repeat, n_warmup=1).gpu_times))
-
-
-def measure_ceilings():
-    """Copy bandwidth (bytes read + written per second) and cuBLAS SGEMM rate, measured here."""
-    n = 1 << 28                                           # 1 GiB of float32
-    src = cupy.random.default_rng(0).standard_normal(n, dtype=numpy.float32)
-    dst = cupy.empty_like(src)
-    t = time_fn(lambda s: dst.__setitem__(slice(None), s), [src], max_repeat=30)
-    bandwidth = 2 * src.nbytes / t
-    m = 8192
-    A = cupy.random.default_rng(1).standard_normal((m, m), dtype=numpy.float32)
-    Bm = cupy.random.default_rng(2).standard_normal((m, m), dtype=numpy.float32)
-    t = time_fn(lambda x: A @ x, [Bm], max_repeat=20)
-    return {"copy_bandwidth_Bps": bandwidth, "sgemm_flops": 2 * m**3 / t}
 
 
 def roofline_seconds(pattern, B, ceilings, itemsize=4):
@@ -86,7 +53,7 @@ def bench_pattern(pattern, B, layout, args, ceilings):
     M, N = K.shape
     shape = (N, B) if layout == "bsl" else (B, N)
     x_bytes = 4 * N * B
-    copies = int(min(8, max(1, -(-2 * _l2_bytes() // max(x_bytes, 1)))))
+    copies = int(min(8, max(1, -(-2 * l2_bytes() // max(x_bytes, 1)))))
     rng = cupy.random.default_rng(1)
     inputs = [rng.standard_normal(shape, dtype=numpy.float32) for _ in range(copies)]
     problem = tuning.problem_of(K, inputs[0], layout)
@@ -199,17 +166,8 @@ def main(argv=None):
             sweep.append(bench_and_release(pattern, B, layout, args, ceilings))
             out.write_text(json.dumps({"partial": True, "ceilings": ceilings, "rows": rows,
                                        "batch_sweep": sweep}))
-    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip() or "unknown"
-    except OSError:
-        commit = "unknown"
     result = {
-        "gpu": props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
-        "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "cupy": cupy.__version__,
-        "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "command": " ".join([sys.executable.split("/")[-1]] + sys.argv),
+        **run_metadata(),
         "grid_size": len(grid), "sample_size": len(sample) if rows else 0, "batch": PAPER_BATCH, "dtype": "float32", "ceilings": ceilings,
         "summary": summarize(rows), "rows": rows, "batch_sweep": sweep,
         "seconds": time.time() - t0,

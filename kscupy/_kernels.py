@@ -1,8 +1,10 @@
 """Load, cache and launch the CUDA kernels of ``kernels_cu/`` through ``cupy.RawModule``.
 
-Each kernel instantiation (scalar type × tile configuration) is compiled by NVRTC on first
-use and cached for the process here, and on disk by CuPy's kernel cache. The batch size, the
-pattern and the strides are run-time arguments: no recompilation per call.
+Each kernel instantiation is compiled by NVRTC on first use and cached for the process here,
+and on disk by CuPy's kernel cache. ``ks_matmul`` (one factor) is instantiated per scalar
+type × tile configuration: the batch size, the pattern and the strides are run-time
+arguments. ``ks_chain`` (a fused segment of a chain) is instantiated per scalar type ×
+segment patterns × tile configuration: a chain's plan compiles once per process.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import numpy
 
-__all__ = ["KernelConfig", "source_dir", "launch"]
+__all__ = ["KernelConfig", "source_dir", "launch", "launch_segment"]
 
 _SCALAR = {numpy.dtype(numpy.float32): "float", numpy.dtype(numpy.float64): "double",
            numpy.dtype(numpy.complex64): "ks::cplx<float>",
@@ -81,27 +83,30 @@ class KernelConfig:
 
 
 @functools.lru_cache(maxsize=None)
-def _source():
-    """The kernel source, prefixed with a digest of every file in kernels_cu/ so that CuPy's
+def _source(filename: str):
+    """A kernel source, prefixed with a digest of every file in kernels_cu/ so that CuPy's
     on-disk cache (keyed by source text) notices edits to included headers too."""
     directory = source_dir()
     digest = hashlib.sha256()
     for path in sorted(directory.glob("*.cu*")):
         digest.update(path.name.encode() + path.read_bytes())
-    return f"// kernels_cu digest {digest.hexdigest()}\n" + (directory / "ks_matmul.cu").read_text()
+    return f"// kernels_cu digest {digest.hexdigest()}\n" + (directory / filename).read_text()
 
 
 @functools.lru_cache(maxsize=None)
-def _function(dtype, config: KernelConfig, device_id: int):
+def _compiled(filename: str, name: str, smem: int, device_id: int):
     import cupy
-    name = config.name(dtype)
-    module = cupy.RawModule(code=_source(), options=("-std=c++17", f"-I{source_dir()}"),
+    module = cupy.RawModule(code=_source(filename), options=("-std=c++17", f"-I{source_dir()}"),
                             name_expressions=[name])
     fn = module.get_function(name)
-    smem = config.smem_bytes(numpy.dtype(dtype).itemsize)
     if smem > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = smem
     return fn
+
+
+def _function(dtype, config: KernelConfig, device_id: int):
+    smem = config.smem_bytes(numpy.dtype(dtype).itemsize)
+    return _compiled("ks_matmul.cu", config.name(dtype), smem, device_id)
 
 
 def _element_strides(A):
@@ -155,4 +160,50 @@ def launch(K, X, layout, config: KernelConfig):
         i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b), i32(w_sk), i32(w_sl),
         i32(1 if K._conjugated else 0), i32(ktiles), i32(gtiles), i64(tiles)),
        shared_mem=config.smem_bytes(dtype.itemsize))
+    return Y
+
+
+def segment_name(segment, dtype) -> str:
+    """The ``ks_chain`` instantiation of a fused segment (see kscupy.planner.FusedSegment)."""
+    factors = ", ".join(f"ks::Factor<{p.a}, {p.b}, {p.c}, {p.d}, {tm}, {rw}>"
+                        for p, (tm, rw) in zip(segment.patterns, segment.work))
+    return (f"ks::ks_chain<{_SCALAR[numpy.dtype(dtype)]}, {segment.rows}, {segment.slots}, "
+            f"{segment.threads}, {factors}>")
+
+
+def launch_segment(segment, X, layout):
+    """Apply a fused segment: ``K_F ... K_1 X`` (bsl, X ``(N, B)``) or the same on the rows
+    of ``X`` (bsf, ``(B, N)``). Same contract as :func:`launch`; the segment's factors must
+    have X's dtype."""
+    import cupy
+    dtype = X.dtype
+    AS, DS, nin, nout, _, _ = segment.geometry
+    M = AS * DS * nout
+    strides = _element_strides(X)
+    if strides is None:
+        X = cupy.ascontiguousarray(X)
+        strides = _element_strides(X)
+    if layout == "bsl":
+        B = X.shape[1]
+        sx_f, sx_b = strides
+        Y = cupy.empty((M, B), dtype=dtype)
+        sy_f, sy_b = B, 1
+    else:
+        B = X.shape[0]
+        sx_b, sx_f = strides
+        Y = cupy.empty((B, M), dtype=dtype)
+        sy_f, sy_b = 1, M
+    if B == 0:
+        return Y
+    smem = segment.smem_bytes(dtype.itemsize)
+    fn = _compiled("ks_chain.cu", segment_name(segment, dtype), smem, cupy.cuda.Device().id)
+    tiles = -(-B // segment.rows) * (AS * DS // segment.slots)
+    i32, i64 = numpy.int32, numpy.int64
+    null = numpy.uint64(0)
+    table = lambda t: null if t is None else t  # noqa: E731
+    fn((min(tiles, 2**31 - 1),), (segment.threads,),
+       (X, Y, segment.meta, i64(B), i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b),
+        table(segment.src), table(segment.dst), table(segment.gorder),
+        i32(segment.load_order), i32(segment.store_order), i64(tiles)),
+       shared_mem=smem)
     return Y

@@ -5,7 +5,7 @@ import numpy
 
 from . import _arrays
 from .matrix import KSMatrix
-from .operator import KSOperator, check_operand
+from .operator import CHAIN_BACKENDS, KSOperator, check_operand
 
 __all__ = ["KSChain", "compose"]
 
@@ -26,16 +26,19 @@ class KSChain(KSOperator):
     input_permutation, output_permutation : optional gather index arrays.
         ``P_in x = x[input_permutation]`` is applied first and
         ``P_out y = y[output_permutation]`` last (the DFT factories put the digit reversal of
-        the FFT there). Each is a separate gather pass.
+        the FFT there). On the GPU a fused segment folds them into its reads and writes;
+        elsewhere each is a gather pass.
 
     ``C @ X`` (``X`` of shape ``(N,)`` or ``(N, B)``), ``X @ C.T`` (``(B, N)``) and ``Z @ C``
     work as for :class:`KSMatrix`; so do ``T``, ``H`` (no value copies), ``todense()`` and
     :func:`kscupy.aslinearoperator`. ``C @ K`` and ``K @ C`` with KS matrices or chains give
     chains. The result dtype is ``numpy.result_type`` of the factors and the operand.
 
-    Each factor is applied with :meth:`KSMatrix.matmul` (the fused kernel or ``auto`` on the
-    GPU), so a chain of L factors reads and writes the batch L times; applying several
-    factors in one kernel is not implemented yet.
+    On the GPU, ``backend="auto"`` follows a plan (:mod:`kscupy.planner`, see :meth:`plan`):
+    runs of factors are applied by one kernel each (the batch is read and written once per
+    run, every factor of the run applied in shared memory), adjacent small-block factors
+    are merged, and the rest goes factor by factor. ``backend="fused"`` fuses as much as
+    shared memory allows; the other backends apply every factor with that backend.
 
     Examples
     --------
@@ -76,6 +79,7 @@ class KSChain(KSOperator):
         self._xp = xp
         self._in = self._check_permutation(input_permutation, flat[-1].shape[1], "input")
         self._out = self._check_permutation(output_permutation, flat[0].shape[0], "output")
+        self._plans = {}      # (layout, dtype, batch bucket, backend) -> planner.ChainPlan
 
     def _check_permutation(self, perm, n, which):
         if perm is None:
@@ -98,6 +102,7 @@ class KSChain(KSOperator):
         obj._factors = tuple(factors)
         obj._xp = factors[0].xp
         obj._in, obj._out = input_permutation, output_permutation
+        obj._plans = {}
         return obj
 
     # -- attributes ----------------------------------------------------------------------
@@ -169,10 +174,20 @@ class KSChain(KSOperator):
 
     # -- multiplication --------------------------------------------------------------------
     def matmul(self, X, *, layout="bsl", backend="auto"):
-        """Apply the chain; same arguments and shapes as :meth:`KSMatrix.matmul`."""
-        check_operand(self, X, layout, backend)
+        """Apply the chain; arguments and shapes as :meth:`KSMatrix.matmul`, plus
+        ``backend="fused"`` (GPU only): fuse as many factors per launch as fit."""
+        check_operand(self, X, layout, backend, CHAIN_BACKENDS)
         xp = self._xp
-        feature_axis = 0 if (X.ndim == 1 or layout == "bsl") else 1
+        dtype = _arrays.result_dtype(self.dtype, X.dtype)
+        X = X.astype(dtype, copy=False)
+        if X.ndim == 1:   # a vector is a BSL batch of one
+            return self.matmul(X.reshape(-1, 1), layout="bsl", backend=backend).reshape(-1)
+        if backend == "fused" and xp is numpy:
+            raise TypeError("backend='fused' runs on the GPU and needs CuPy operands")
+        B = X.shape[1] if layout == "bsl" else X.shape[0]
+        if xp is not numpy and backend in ("auto", "fused") and B > 0:
+            return self.plan(layout, dtype, B, backend)(X, layout)
+        feature_axis = 0 if layout == "bsl" else 1
         if self._in is not None:
             X = xp.take(X, self._in, axis=feature_axis)
         for factor in reversed(self._factors):
@@ -180,6 +195,20 @@ class KSChain(KSOperator):
         if self._out is not None:
             X = xp.take(X, self._out, axis=feature_axis)
         return X
+
+    def plan(self, layout="bsl", dtype=None, batch=1, backend="auto"):
+        """The :class:`kscupy.planner.ChainPlan` that ``matmul`` follows on the GPU for a
+        batch of ``batch`` in ``layout`` (cached per batch size bucket); ``print(plan.describe())``
+        lists its launches. ``backend``: "auto" (cost model) or "fused" (fewest launches)."""
+        from . import planner
+        dtype = numpy.dtype(self.dtype if dtype is None else dtype)
+        bucket = 1 << max(0, int(batch) - 1).bit_length()
+        key = (layout, dtype, bucket if bucket < 1024 else 1024, backend)
+        found = self._plans.get(key)
+        if found is None:
+            fuse = "always" if backend == "fused" else "auto"
+            found = self._plans[key] = planner.plan(self, layout, dtype, max(batch, 1), fuse=fuse)
+        return found
 
 
 def compose(left, right) -> KSChain:

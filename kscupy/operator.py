@@ -3,22 +3,23 @@ from __future__ import annotations
 
 from . import _arrays
 
-__all__ = ["KSOperator", "check_operand", "BACKENDS", "LAYOUTS"]
+__all__ = ["KSOperator", "check_operand", "BACKENDS", "CHAIN_BACKENDS", "LAYOUTS"]
 
-#: Backend names accepted by ``matmul``.
+#: Backend names accepted by ``KSMatrix.matmul``; chains also take "fused".
 BACKENDS = ("auto", "kernel", "bmm", "einsum", "dense", "sparse")
+CHAIN_BACKENDS = BACKENDS + ("fused",)
 LAYOUTS = ("bsl", "bsf")
 
 
-def check_operand(op, X, layout, backend):
+def check_operand(op, X, layout, backend, backends=BACKENDS):
     """Validate ``op.matmul(X, layout=layout, backend=backend)`` for any kscupy operator:
     known layout and backend, same array module, 1-D or 2-D, ``N`` features along the
     layout's feature axis. Raises ValueError or TypeError naming the problem."""
     name = type(op).__name__
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend not in backends:
+        raise ValueError(f"backend must be one of {backends}, got {backend!r}")
     xp = _arrays.array_module(X)
     if xp is not op.xp:
         raise TypeError(f"cannot multiply a {name} holding {op.xp.__name__} values "

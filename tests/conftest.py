@@ -68,6 +68,28 @@ def xp(request):
 
 
 @pytest.fixture
+def poisoned():
+    """Fill every new device allocation with 0xFF bytes (NaN in every float dtype), so that an
+    output element a kernel fails to write fails the test."""
+    import cupy
+    pool = cupy.cuda.MemoryPool()
+
+    def malloc(size):
+        mem = pool.malloc(size)
+        if size:
+            cupy.cuda.runtime.memsetAsync(mem.ptr, 0xFF, size, cupy.cuda.get_current_stream().ptr)
+        return mem
+
+    previous = cupy.cuda.get_allocator()
+    cupy.cuda.set_allocator(malloc)
+    try:
+        yield
+    finally:
+        cupy.cuda.set_allocator(previous)
+        pool.free_all_blocks()
+
+
+@pytest.fixture
 def rng(request):
     # A fresh, test-specific seed: different tests see different data, reruns are reproducible.
     import zlib

@@ -3,7 +3,7 @@
 The oracle is the definition in index form, ``Y[i,k,j,n] = sum_l w[i,k,l,j] X[i,l,j,n]``,
 evaluated by ``cupy.einsum`` in float64/complex128 on the canonical values: it shares no code
 with the kernel. Every allocation made while a test runs is filled with NaN bytes first
-(``poisoned`` fixture), so an output element the kernel fails to write fails the test.
+(``poisoned`` fixture, tests/conftest.py), so an output element the kernel fails to write fails the test.
 """
 import numpy
 import pytest
@@ -40,24 +40,6 @@ def _random_patterns(count, seed):
 SWEEP = EDGE_PATTERNS + _random_patterns(200, seed=2026)
 
 
-@pytest.fixture
-def poisoned():
-    """Fill every new device allocation with 0xFF bytes (NaN in every float dtype)."""
-    pool = cupy.cuda.MemoryPool()
-
-    def malloc(size):
-        mem = pool.malloc(size)
-        if size:
-            cupy.cuda.runtime.memsetAsync(mem.ptr, 0xFF, size, cupy.cuda.get_current_stream().ptr)
-        return mem
-
-    previous = cupy.cuda.get_allocator()
-    cupy.cuda.set_allocator(malloc)
-    try:
-        yield
-    finally:
-        cupy.cuda.set_allocator(previous)
-        pool.free_all_blocks()
 
 
 def _random(rng, shape, dtype):

@@ -1,0 +1,61 @@
+"""Timing helpers shared by the benchmarks: CUDA-event medians, measured ceilings, run metadata."""
+from __future__ import annotations
+
+import datetime
+import pathlib
+import subprocess
+import sys
+
+import numpy
+
+import cupy
+from cupyx.profiler import benchmark
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def l2_bytes():
+    return cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["l2CacheSize"]
+
+
+def time_fn(fn, inputs, budget_s=0.15, max_repeat=50):
+    """Median seconds of fn(x) over CUDA events, cycling through ``inputs``."""
+    state = {"i": 0}
+
+    def step():
+        state["i"] = (state["i"] + 1) % len(inputs)
+        return fn(inputs[state["i"]])
+
+    first = benchmark(step, n_repeat=2, n_warmup=2).gpu_times.max()
+    repeat = int(min(max_repeat, max(3, budget_s / max(first, 1e-6))))
+    return float(numpy.median(benchmark(step, n_repeat=repeat, n_warmup=1).gpu_times))
+
+
+def measure_ceilings():
+    """Copy bandwidth (bytes read + written per second) and cuBLAS SGEMM rate, measured here."""
+    n = 1 << 28                                           # 1 GiB of float32
+    src = cupy.random.default_rng(0).standard_normal(n, dtype=numpy.float32)
+    dst = cupy.empty_like(src)
+    t = time_fn(lambda s: dst.__setitem__(slice(None), s), [src], max_repeat=30)
+    bandwidth = 2 * src.nbytes / t
+    m = 8192
+    A = cupy.random.default_rng(1).standard_normal((m, m), dtype=numpy.float32)
+    Bm = cupy.random.default_rng(2).standard_normal((m, m), dtype=numpy.float32)
+    t = time_fn(lambda x: A @ x, [Bm], max_repeat=20)
+    return {"copy_bandwidth_Bps": bandwidth, "sgemm_flops": 2 * m**3 / t}
+
+
+def run_metadata() -> dict:
+    """GPU, CUDA runtime, CuPy version, commit, date and command of this run."""
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True).stdout.strip() or "unknown"
+    except OSError:
+        commit = "unknown"
+    return {
+        "gpu": props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
+        "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "cupy": cupy.__version__,
+        "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "command": " ".join([sys.executable.split("/")[-1]] + sys.argv),
+    }

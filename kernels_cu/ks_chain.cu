@@ -1,0 +1,248 @@
+// Fused application of a segment of a KS chain: Y = K_F ... K_2 K_1 X in one kernel.
+//
+// Every factor K_f = I_{a_f} ⊗ 1_{b_f × c_f} ⊗ I_{d_f} of the segment is also
+// I_AS ⊗ (dense) ⊗ I_DS with AS = gcd(a_f) and DS = gcd(d_f), so the segment acts
+// independently on AS·DS "super-groups": super-group g = (i', j') holds the n elements
+//
+//     p = i'·n·DS + t·DS + j'          (t < n; n = NIN at the input, NOUT at the output)
+//
+// of a feature vector. A block owns a tile of RT batch rows × JT super-groups, loads it into
+// shared memory once, applies every factor there (barrier between factors) and stores it
+// once: the batch is read and written once per segment instead of once per factor.
+//
+// Inside super-group g, factor f splits into S_f = (a_f/AS)·(d_f/DS) sub-groups
+// s = (i_s, j_s) with df = d_f/DS; sub-group s maps input t = i_s·c·df + k·df + j_s (k < c)
+// to output t = i_s·b·df + l·df + j_s (l < b) through the b × c block of the factor's global
+// group (i_f, j_f) = (i'·a_f/AS + i_s, j_s·DS + j').
+//
+// Work item of a stage: TM outputs (l0 .. l0+TM) of one sub-group of one super-group for RW
+// rows, a TM × RW register tile: acc[m][r] += w[l0+m, k] · x[r, k] over k < c. Weights come
+// from global memory (L1/L2-resident) and are reused across the RW rows; inputs come from
+// shared memory and are reused across the TM outputs. A factor with b == c whose work item
+// covers its whole block (TM == b) is applied in place: the work item reads its c inputs
+// before it writes its b outputs over them, and no other work item touches them.
+//
+// Permutations of the chain are folded into the global accesses: element p of the segment's
+// input is read from column src[p] (when src is given) and element p of its output is
+// written to column dst[p]. gorder (optional) lists the super-groups in the order tiles take
+// them, so that a permuted read still walks contiguous columns.
+#include "ks_scalar.cuh"
+
+namespace ks {
+
+// Pattern (A, B, C, D) of one factor and its work-item shape: TM outputs × RW rows.
+template <int A_, int B_, int C_, int D_, int TM_, int RW_>
+struct Factor {
+  static constexpr int a = A_, b = B_, c = C_, d = D_, tm = TM_, rw = RW_;
+  static_assert(B_ % TM_ == 0, "TM must divide b");
+  static constexpr bool in_place = (B_ == C_) && (TM_ == B_);
+};
+
+__host__ __device__ constexpr int gcd(int x, int y) { return y == 0 ? x : gcd(y, x % y); }
+__host__ __device__ constexpr int cmax(int x, int y) { return x > y ? x : y; }
+
+template <class... Fs> struct Segment;
+template <class F> struct Segment<F> {
+  static constexpr int AS = F::a, DS = F::d;
+  static constexpr int NF = 1;
+};
+template <class F, class... Rest> struct Segment<F, Rest...> {
+  static constexpr int AS = gcd(F::a, Segment<Rest...>::AS);
+  static constexpr int DS = gcd(F::d, Segment<Rest...>::DS);
+  static constexpr int NF = 1 + sizeof...(Rest);
+};
+
+// Lengths (per super-group) of factor F's input and output inside a segment (AS, DS).
+template <class F, int AS, int DS> struct Span {
+  static constexpr int af = F::a / AS, df = F::d / DS;
+  static constexpr int n_in = af * F::c * df, n_out = af * F::b * df;
+};
+
+template <int AS, int DS, class... Fs> struct MaxLen;
+template <int AS, int DS> struct MaxLen<AS, DS> { static constexpr int value = 0; };
+template <int AS, int DS, class F, class... Rest> struct MaxLen<AS, DS, F, Rest...> {
+  static constexpr int value = cmax(cmax(Span<F, AS, DS>::n_in, Span<F, AS, DS>::n_out),
+                                    MaxLen<AS, DS, Rest...>::value);
+};
+
+template <class... Fs> struct First;
+template <class F, class... Rest> struct First<F, Rest...> { using type = F; };
+template <class... Fs> struct Last;
+template <class F> struct Last<F> { using type = F; };
+template <class F, class... Rest> struct Last<F, Rest...> { using type = typename Last<Rest...>::type; };
+
+// Per-factor run-time data, packed by the host into one int64 array of 4·NF entries:
+//   meta[f]        address of factor f's pre-tiled values (block of group (i, j) at (i·d + j)·b·c)
+//   meta[NF + f]   sl, meta[2NF + f] sk: element (l, k) of a block at l·sl + k·sk (a
+//                  transposed view swaps them)
+//   meta[3NF + f]  1 to use conj(w) (adjoint and conjugate views of complex factors)
+// Shared-memory tile: element (row, t, u) at q = (row·NMAX + t)·JT + u, plus one padding
+// element every 128 bytes so that strided sub-group accesses spread over the banks.
+template <class T, int NMAX, int JT>
+struct Tile {
+  static constexpr int PAD = 128 / sizeof(T) > 0 ? 128 / sizeof(T) : 1;
+  T* base;
+  __device__ __forceinline__ T& at(int row, int t, int u) const {
+    int q = (row * NMAX + t) * JT + u;
+    return base[q + q / PAD];
+  }
+  __host__ __device__ static constexpr int elements(int rows) {
+    return rows * NMAX * JT + (rows * NMAX * JT) / PAD + 1;
+  }
+};
+
+// One stage: apply factor F (index FI of the segment) from tile `in` to tile `out`.
+template <class T, int RT, int JT, int NT, int AS, int DS, int NMAX, int FI, class F, int NF>
+__device__ __forceinline__ void stage(const Tile<T, NMAX, JT>& in, const Tile<T, NMAX, JT>& out,
+                                      const long long* __restrict__ meta, const int (&sg)[2][JT]) {
+  using SP = Span<F, AS, DS>;
+  constexpr int b = F::b, c = F::c, TM = F::tm, RW = F::rw;
+  constexpr int S = SP::af * SP::df;
+  constexpr int work = JT * S * (b / TM) * (RT / RW);
+  const T* __restrict__ w = reinterpret_cast<const T*>(meta[FI]);
+  const int sl = (int)meta[NF + FI], sk = (int)meta[2 * NF + FI];
+  const bool cj = meta[3 * NF + FI] != 0;
+  for (int item = threadIdx.x; item < work; item += NT) {
+    // item -> (u fastest, sub-group s, output chunk, row chunk)
+    const int u = item % JT;
+    int rest = item / JT;
+    const int s = rest % S;
+    rest /= S;
+    const int l0 = (rest % (b / TM)) * TM;
+    const int r0 = (rest / (b / TM)) * RW;
+    const int i_s = s / SP::df, j_s = s % SP::df;
+    const int i_g = sg[0][u], j_g = sg[1][u];           // super-group (i', j') of slot u
+    const long long group = (long long)(i_g * SP::af + i_s) * F::d + (j_s * DS + j_g);
+    const T* __restrict__ wg = w + group * (b * c) + l0 * sl;
+    const int t_in = i_s * c * SP::df + j_s;             // + k·df
+    const int t_out = i_s * b * SP::df + j_s;            // + l·df
+
+    T acc[TM][RW];
+#pragma unroll
+    for (int m = 0; m < TM; ++m)
+#pragma unroll
+      for (int r = 0; r < RW; ++r) acc[m][r] = zero(T());
+#pragma unroll(c <= 16 ? c : 4)
+    for (int k = 0; k < c; ++k) {
+      T x[RW], wv[TM];
+#pragma unroll
+      for (int r = 0; r < RW; ++r) x[r] = in.at(r0 + r, t_in + k * SP::df, u);
+#pragma unroll
+      for (int m = 0; m < TM; ++m) {
+        const T v = wg[m * sl + k * sk];
+        wv[m] = cj ? ks::conj(v) : v;
+      }
+#pragma unroll
+      for (int m = 0; m < TM; ++m)
+#pragma unroll
+        for (int r = 0; r < RW; ++r) acc[m][r] = ks::fma(wv[m], x[r], acc[m][r]);
+    }
+#pragma unroll
+    for (int m = 0; m < TM; ++m)
+#pragma unroll
+      for (int r = 0; r < RW; ++r) out.at(r0 + r, t_out + (l0 + m) * SP::df, u) = acc[m][r];
+  }
+}
+
+// Apply factors FI, FI+1, ... alternating between the two buffers as needed; CUR is the
+// buffer holding the current vector. `Result::buffer` is where the last factor leaves it.
+template <class T, int RT, int JT, int NT, int AS, int DS, int NMAX, int NF, int FI, int CUR,
+          class... Fs>
+struct Stages {
+  static constexpr int buffer = CUR;
+  __device__ static void run(const Tile<T, NMAX, JT> (&)[2], const long long*,
+                             const int (&)[2][JT]) {}
+};
+template <class T, int RT, int JT, int NT, int AS, int DS, int NMAX, int NF, int FI, int CUR,
+          class F, class... Rest>
+struct Stages<T, RT, JT, NT, AS, DS, NMAX, NF, FI, CUR, F, Rest...> {
+  static constexpr int NEXT = F::in_place ? CUR : 1 - CUR;
+  using Tail = Stages<T, RT, JT, NT, AS, DS, NMAX, NF, FI + 1, NEXT, Rest...>;
+  static constexpr int buffer = Tail::buffer;
+  __device__ static void run(const Tile<T, NMAX, JT> (&buf)[2], const long long* meta,
+                             const int (&sg)[2][JT]) {
+    stage<T, RT, JT, NT, AS, DS, NMAX, FI, F, NF>(buf[CUR], buf[NEXT], meta, sg);
+    __syncthreads();
+    Tail::run(buf, meta, sg);
+  }
+};
+
+template <class... Fs>
+__host__ __device__ constexpr bool all_in_place() { return (Fs::in_place && ...); }
+
+// Order in which a tile's elements are walked in global memory (neighbouring threads take
+// neighbouring elements along this axis): the batch row, the super-group slot u or t.
+enum WalkOrder { WALK_ROW = 0, WALK_SLOT = 1, WALK_T = 2 };
+
+template <int RT, int JT, int N>
+__device__ __forceinline__ void walk(int e, int order, int& row, int& t, int& u) {
+  if (order == WALK_ROW) {
+    row = e % RT; e /= RT; u = e % JT; t = e / JT;
+  } else if (order == WALK_SLOT) {
+    u = e % JT; e /= JT; t = e % N; row = e / N;
+  } else {
+    t = e % N; e /= N; u = e % JT; row = e / JT;
+  }
+}
+
+// Fs: the segment's factors in the order they are applied (first applied first).
+// X: element (row, column) at row·sx_b + column·sx_f; Y likewise with sy_*.
+// Tiles: `stiles` super-group tiles (AS·DS / JT) × ceil(B / RT) row tiles, super fastest.
+template <class T, int RT, int JT, int NT, class... Fs>
+__global__ void __launch_bounds__(NT) ks_chain(
+    const T* __restrict__ X, T* __restrict__ Y, const long long* __restrict__ meta,
+    long long B, long long sx_f, long long sx_b, long long sy_f, long long sy_b,
+    const int* __restrict__ src, const int* __restrict__ dst, const int* __restrict__ gorder,
+    int load_order, int store_order, long long tiles) {
+  using Seg = Segment<Fs...>;
+  constexpr int AS = Seg::AS, DS = Seg::DS, NF = Seg::NF;
+  constexpr int NMAX = MaxLen<AS, DS, Fs...>::value;
+  constexpr int NIN = Span<typename First<Fs...>::type, AS, DS>::n_in;
+  constexpr int NOUT = Span<typename Last<Fs...>::type, AS, DS>::n_out;
+  constexpr int STILES = AS * DS / JT;
+  static_assert((AS * DS) % JT == 0, "JT must divide the number of super-groups");
+  using TileT = Tile<T, NMAX, JT>;
+  constexpr int BUFFERS = all_in_place<Fs...>() ? 1 : 2;
+  using Run = Stages<T, RT, JT, NT, AS, DS, NMAX, NF, 0, 0, Fs...>;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* smem = reinterpret_cast<T*>(smem_raw);
+  const TileT buf[2] = {TileT{smem}, TileT{smem + (BUFFERS - 1) * TileT::elements(RT)}};
+  __shared__ int sg[2][JT];   // (i', j') of the tile's super-group slots
+
+  for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int stile = (int)(tile % STILES);
+    const long long row0 = (tile / STILES) * RT;
+    for (int u = threadIdx.x; u < JT; u += NT) {
+      const int g = gorder ? gorder[stile * JT + u] : stile * JT + u;
+      sg[0][u] = g / DS;
+      sg[1][u] = g % DS;
+    }
+    __syncthreads();
+
+    // Load: element (row, t, u) of the tile is input column p = i'·NIN·DS + t·DS + j'.
+    for (int e = threadIdx.x; e < RT * NIN * JT; e += NT) {
+      int row, t, u;
+      walk<RT, JT, NIN>(e, load_order, row, t, u);
+      const long long p = (long long)sg[0][u] * NIN * DS + (long long)t * DS + sg[1][u];
+      const long long col = src ? (long long)src[p] : p;
+      buf[0].at(row, t, u) = row0 + row < B ? X[(row0 + row) * sx_b + col * sx_f] : zero(T());
+    }
+    __syncthreads();
+
+    Run::run(buf, meta, sg);
+
+    const TileT& result = buf[Run::buffer];
+    for (int e = threadIdx.x; e < RT * NOUT * JT; e += NT) {
+      int row, t, u;
+      walk<RT, JT, NOUT>(e, store_order, row, t, u);
+      if (row0 + row >= B) continue;
+      const long long p = (long long)sg[0][u] * NOUT * DS + (long long)t * DS + sg[1][u];
+      const long long col = dst ? (long long)dst[p] : p;
+      Y[(row0 + row) * sy_b + col * sy_f] = result.at(row, t, u);
+    }
+    __syncthreads();   // the next tile overwrites sg and the buffers
+  }
+}
+
+}  // namespace ks

@@ -82,10 +82,11 @@ template <class T, int NMAX, int JT>
 struct Tile {
   static constexpr int PAD = 128 / sizeof(T) > 0 ? 128 / sizeof(T) : 1;
   T* base;
-  __device__ __forceinline__ T& at(int row, int t, int u) const {
-    int q = (row * NMAX + t) * JT + u;
-    return base[q + q / PAD];
+  __device__ __forceinline__ int index(int row, int t, int u) const {
+    const int q = (row * NMAX + t) * JT + u;
+    return q + q / PAD;
   }
+  __device__ __forceinline__ T& at(int row, int t, int u) const { return base[index(row, t, u)]; }
   __host__ __device__ static constexpr int elements(int rows) {
     return rows * NMAX * JT + (rows * NMAX * JT) / PAD + 1;
   }
@@ -170,6 +171,10 @@ struct Stages<T, RT, JT, NT, AS, DS, NMAX, NF, FI, CUR, F, Rest...> {
 template <class... Fs>
 __host__ __device__ constexpr bool all_in_place() { return (Fs::in_place && ...); }
 
+// Elements each thread moves between global and shared memory per round of a tile's load
+// and store.
+constexpr int UNROLL = 8;
+
 // Order in which a tile's elements are walked in global memory (neighbouring threads take
 // neighbouring elements along this axis): the batch row, the super-group slot u or t.
 enum WalkOrder { WALK_ROW = 0, WALK_SLOT = 1, WALK_T = 2 };
@@ -221,25 +226,48 @@ __global__ void __launch_bounds__(NT) ks_chain(
     __syncthreads();
 
     // Load: element (row, t, u) of the tile is input column p = i'·NIN·DS + t·DS + j'.
-    for (int e = threadIdx.x; e < RT * NIN * JT; e += NT) {
-      int row, t, u;
-      walk<RT, JT, NIN>(e, load_order, row, t, u);
-      const long long p = (long long)sg[0][u] * NIN * DS + (long long)t * DS + sg[1][u];
-      const long long col = src ? (long long)src[p] : p;
-      buf[0].at(row, t, u) = row0 + row < B ? X[(row0 + row) * sx_b + col * sx_f] : zero(T());
+    // UNROLL elements per thread are fetched before any is stored, so that each thread
+    // keeps several global loads in flight (one at a time would leave the kernel
+    // latency-bound at a fraction of the memory bandwidth).
+    constexpr int LOADS = RT * NIN * JT, STORES = RT * NOUT * JT;
+    for (int e0 = threadIdx.x; e0 < LOADS; e0 += NT * UNROLL) {
+      T v[UNROLL];
+      int q[UNROLL];
+#pragma unroll
+      for (int i = 0; i < UNROLL; ++i) {
+        const int e = e0 + i * NT;
+        int row = 0, t = 0, u = 0;
+        if (e < LOADS) walk<RT, JT, NIN>(e, load_order, row, t, u);
+        q[i] = e < LOADS ? buf[0].index(row, t, u) : -1;
+        const long long p = (long long)sg[0][u] * NIN * DS + (long long)t * DS + sg[1][u];
+        const long long col = (src && e < LOADS) ? (long long)src[p] : p;
+        v[i] = (e < LOADS && row0 + row < B) ? X[(row0 + row) * sx_b + col * sx_f] : zero(T());
+      }
+#pragma unroll
+      for (int i = 0; i < UNROLL; ++i)
+        if (q[i] >= 0) buf[0].base[q[i]] = v[i];
     }
     __syncthreads();
 
     Run::run(buf, meta, sg);
 
     const TileT& result = buf[Run::buffer];
-    for (int e = threadIdx.x; e < RT * NOUT * JT; e += NT) {
-      int row, t, u;
-      walk<RT, JT, NOUT>(e, store_order, row, t, u);
-      if (row0 + row >= B) continue;
-      const long long p = (long long)sg[0][u] * NOUT * DS + (long long)t * DS + sg[1][u];
-      const long long col = dst ? (long long)dst[p] : p;
-      Y[(row0 + row) * sy_b + col * sy_f] = result.at(row, t, u);
+    for (int e0 = threadIdx.x; e0 < STORES; e0 += NT * UNROLL) {
+      T v[UNROLL];
+      long long addr[UNROLL];
+#pragma unroll
+      for (int i = 0; i < UNROLL; ++i) {
+        const int e = e0 + i * NT;
+        int row = 0, t = 0, u = 0;
+        if (e < STORES) walk<RT, JT, NOUT>(e, store_order, row, t, u);
+        const long long p = (long long)sg[0][u] * NOUT * DS + (long long)t * DS + sg[1][u];
+        const long long col = (dst && e < STORES) ? (long long)dst[p] : p;
+        addr[i] = (e < STORES && row0 + row < B) ? (row0 + row) * sy_b + col * sy_f : -1;
+        v[i] = result.at(row, t, u);
+      }
+#pragma unroll
+      for (int i = 0; i < UNROLL; ++i)
+        if (addr[i] >= 0) Y[addr[i]] = v[i];
     }
     __syncthreads();   // the next tile overwrites sg and the buffers
   }

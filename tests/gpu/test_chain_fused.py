@@ -129,11 +129,12 @@ def test_permutations_folded(poisoned, rng, layout):
 def test_dft_against_numpy_fft(poisoned, rng, monkeypatch, n, dtype, budget):
     """DFT chains in both layouts; a small shared-memory budget forces several segments
     (exercising super-group ordering for the digit-reversed input)."""
+    full_budget = budget == planner.SMEM_BUDGET
     monkeypatch.setattr(planner, "SMEM_BUDGET", budget)
     F = ks.dft(n, dtype=dtype, xp=cupy)
     for layout, B in (("bsf", 3), ("bsf", 1000), ("bsl", 65537 if n <= 64 else 33)):
         steps = _fused_steps(F, layout, numpy.dtype(dtype), B, "fused")
-        if budget == planner.SMEM_BUDGET or n <= 64:
+        if full_budget or n <= 64:
             assert steps
         X = random_array(rng, (B, n) if layout == "bsf" else (n, B), dtype)
         ref = numpy.fft.fft(X.astype(numpy.complex128), axis=1 if layout == "bsf" else 0)

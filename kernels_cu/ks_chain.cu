@@ -31,10 +31,16 @@
 namespace ks {
 
 // Pattern (A, B, C, D) of one factor and its work-item shape: TM outputs × RW rows.
-template <int A_, int B_, int C_, int D_, int TM_, int RW_>
+// VEC = 1: a work item covers the whole block (TM == B) and loads it with 16-byte vector
+// loads (the block's bytes are a multiple of 16 and its storage is 16-byte aligned); TR = 1
+// then says the block is stored transposed (a transposed view). VEC = 0 reads element by
+// element through the run-time strides of `meta`.
+template <int A_, int B_, int C_, int D_, int TM_, int RW_, int TR_ = 0, int VEC_ = 0>
 struct Factor {
   static constexpr int a = A_, b = B_, c = C_, d = D_, tm = TM_, rw = RW_;
+  static constexpr bool transposed = TR_ != 0, vec = VEC_ != 0;
   static_assert(B_ % TM_ == 0, "TM must divide b");
+  static_assert(!VEC_ || TM_ == B_, "a vector-loaded block is one work item's");
   static constexpr bool in_place = (B_ == C_) && (TM_ == B_);
 };
 
@@ -123,6 +129,14 @@ __device__ __forceinline__ void stage(const Tile<T, NMAX, JT>& in, const Tile<T,
     for (int m = 0; m < TM; ++m)
 #pragma unroll
       for (int r = 0; r < RW; ++r) acc[m][r] = zero(T());
+    // VEC: the whole b × c block in registers, fetched with 16-byte loads up front.
+    constexpr int WORDS = F::vec ? b * c * (int)sizeof(T) / 16 : 1;
+    uint4 block[WORDS];
+    if constexpr (F::vec) {
+      const uint4* src4 = reinterpret_cast<const uint4*>(wg);
+#pragma unroll
+      for (int i = 0; i < WORDS; ++i) block[i] = __ldg(src4 + i);
+    }
 #pragma unroll(c <= 16 ? c : 4)
     for (int k = 0; k < c; ++k) {
       T x[RW], wv[TM];
@@ -130,7 +144,11 @@ __device__ __forceinline__ void stage(const Tile<T, NMAX, JT>& in, const Tile<T,
       for (int r = 0; r < RW; ++r) x[r] = in.at(r0 + r, t_in + k * SP::df, u);
 #pragma unroll
       for (int m = 0; m < TM; ++m) {
-        const T v = wg[m * sl + k * sk];
+        T v;
+        if constexpr (F::vec)
+          v = reinterpret_cast<const T*>(block)[F::transposed ? k * b + m : m * c + k];
+        else
+          v = wg[m * sl + k * sk];
         wv[m] = cj ? ks::conj(v) : v;
       }
 #pragma unroll
@@ -194,7 +212,7 @@ __device__ __forceinline__ void walk(int e, int order, int& row, int& t, int& u)
 // X: element (row, column) at row·sx_b + column·sx_f; Y likewise with sy_*.
 // Tiles: `stiles` super-group tiles (AS·DS / JT) × ceil(B / RT) row tiles, super fastest.
 template <class T, int RT, int JT, int NT, class... Fs>
-__global__ void __launch_bounds__(NT) ks_chain(
+__global__ void __launch_bounds__(NT, 2048 / NT / 4 > 0 ? 2048 / NT / 4 : 1) ks_chain(
     const T* __restrict__ X, T* __restrict__ Y, const long long* __restrict__ meta,
     long long B, long long sx_f, long long sx_b, long long sy_f, long long sy_b,
     const int* __restrict__ src, const int* __restrict__ dst, const int* __restrict__ gorder,

@@ -94,13 +94,17 @@ def _source(filename: str):
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(filename: str, name: str, smem: int, device_id: int):
+def _compiled(filename: str, name: str, smem: int, device_id: int, prefer_shared=False):
     import cupy
     module = cupy.RawModule(code=_source(filename), options=("-std=c++17", f"-I{source_dir()}"),
                             name_expressions=[name])
     fn = module.get_function(name)
     if smem > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = smem
+    if prefer_shared:
+        # all of the SM's unified storage that L1 can spare goes to shared memory, so that
+        # several blocks, each holding a whole tile, fit per SM
+        fn.preferred_shared_memory_carveout = 100
     return fn
 
 
@@ -165,8 +169,9 @@ def launch(K, X, layout, config: KernelConfig):
 
 def segment_name(segment, dtype) -> str:
     """The ``ks_chain`` instantiation of a fused segment (see kscupy.planner.FusedSegment)."""
-    factors = ", ".join(f"ks::Factor<{p.a}, {p.b}, {p.c}, {p.d}, {tm}, {rw}>"
-                        for p, (tm, rw) in zip(segment.patterns, segment.work))
+    factors = ", ".join(f"ks::Factor<{p.a}, {p.b}, {p.c}, {p.d}, {tm}, {rw}, {tr}, {vec}>"
+                        for p, (tm, rw), (tr, vec) in zip(segment.patterns, segment.work,
+                                                          segment.reads))
     return (f"ks::ks_chain<{_SCALAR[numpy.dtype(dtype)]}, {segment.rows}, {segment.slots}, "
             f"{segment.threads}, {factors}>")
 
@@ -196,7 +201,8 @@ def launch_segment(segment, X, layout):
     if B == 0:
         return Y
     smem = segment.smem_bytes(dtype.itemsize)
-    fn = _compiled("ks_chain.cu", segment_name(segment, dtype), smem, cupy.cuda.Device().id)
+    fn = _compiled("ks_chain.cu", segment_name(segment, dtype), smem, cupy.cuda.Device().id,
+                   prefer_shared=True)
     tiles = -(-B // segment.rows) * (AS * DS // segment.slots)
     i32, i64 = numpy.int32, numpy.int64
     null = numpy.uint64(0)

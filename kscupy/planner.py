@@ -136,7 +136,9 @@ class FusedSegment:
     """Factors applied by one launch of ``ks_chain`` (``factors`` in application order).
 
     ``rows × slots`` is the tile (batch rows × super-groups) a block owns; ``work[f] =
-    (tm, rw)`` the register tile of factor f's work items; ``src`` / ``dst`` the folded
+    (tm, rw)`` the register tile of factor f's work items; ``reads[f] = (transposed,
+    vector)`` how its blocks are read (vector: whole blocks by 16-byte loads, with the
+    stored orientation fixed at compile time); ``src`` / ``dst`` the folded
     input / output permutations as column tables; ``gorder`` the order tiles take the
     super-groups in.
     """
@@ -147,6 +149,7 @@ class FusedSegment:
     work: tuple
     load_order: int
     store_order: int
+    reads: tuple = ()
     src: object = None
     dst: object = None
     gorder: object = None
@@ -286,6 +289,9 @@ def make_segment(factors, dtype, layout, batch, src=None, dst=None):
     nin = _spans(factors[0].pattern, AS, DS)[0]
     as_int32 = lambda p: None if p is None else xp.asarray(p, dtype=xp.int32)  # noqa: E731
     gorder = _gorder(src, AS, DS, nin, xp) if src is not None and AS * DS > 1 else None
+    itemsize = numpy.dtype(dtype).itemsize
+    reads = tuple((int(K._transposed), int(_vector_readable(K, tm, itemsize)))
+                  for K, (tm, _) in zip(factors, config["work"]))
     meta = None
     if xp is not numpy:
         n = len(factors)
@@ -297,7 +303,15 @@ def make_segment(factors, dtype, layout, batch, src=None, dst=None):
             table[3 * n + f] = int(K._conjugated)
         meta = xp.asarray(table)
     return FusedSegment(tuple(factors), src=as_int32(src), dst=as_int32(dst), gorder=gorder,
-                        meta=meta, **config)
+                        meta=meta, reads=reads, **config)
+
+
+def _vector_readable(K, tm, itemsize):
+    """Whether a work item can fetch K's whole block with 16-byte loads."""
+    block = K.pattern.b * K.pattern.c * itemsize
+    tiles = K._tiles
+    address = tiles.data.ptr if hasattr(tiles.data, "ptr") else tiles.ctypes.data
+    return tm == K.pattern.b and block % 16 == 0 and block <= 256 and address % 16 == 0
 
 
 # -- cost model -----------------------------------------------------------------------------------

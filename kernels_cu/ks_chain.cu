@@ -82,20 +82,22 @@ template <class F, class... Rest> struct Last<F, Rest...> { using type = typenam
 //   meta[NF + f]   sl, meta[2NF + f] sk: element (l, k) of a block at l·sl + k·sk (a
 //                  transposed view swaps them)
 //   meta[3NF + f]  1 to use conj(w) (adjoint and conjugate views of complex factors)
-// Shared-memory tile: element (row, t, u) at q = (row·NMAX + t)·JT + u, plus one padding
-// element every 128 bytes so that strided sub-group accesses spread over the banks.
+// Shared-memory tile: element (row, t, u) of a row of NMAX·JT elements at row·ROW + q + q/PAD,
+// q = t·JT + u: one padding element every 128 bytes, so that strided sub-group accesses
+// spread over the banks, and one after each row. A fixed row stride lets the RW rows of a
+// work item differ by compile-time offsets.
 template <class T, int NMAX, int JT>
 struct Tile {
   static constexpr int PAD = 128 / sizeof(T) > 0 ? 128 / sizeof(T) : 1;
+  static constexpr int ROW = NMAX * JT + (NMAX * JT) / PAD + 1;
   T* base;
-  __device__ __forceinline__ int index(int row, int t, int u) const {
-    const int q = (row * NMAX + t) * JT + u;
+  __device__ __forceinline__ static int offset(int t, int u) {
+    const int q = t * JT + u;
     return q + q / PAD;
   }
+  __device__ __forceinline__ int index(int row, int t, int u) const { return row * ROW + offset(t, u); }
   __device__ __forceinline__ T& at(int row, int t, int u) const { return base[index(row, t, u)]; }
-  __host__ __device__ static constexpr int elements(int rows) {
-    return rows * NMAX * JT + (rows * NMAX * JT) / PAD + 1;
-  }
+  __host__ __device__ static constexpr int elements(int rows) { return rows * ROW; }
 };
 
 // One stage: apply factor F (index FI of the segment) from tile `in` to tile `out`.
@@ -208,6 +210,114 @@ __device__ __forceinline__ void walk(int e, int order, int& row, int& t, int& u)
   }
 }
 
+// Column of tile element (t, u) in a segment's input (N = NIN) or output (N = NOUT):
+// p = i'·N·DS + t·DS + j', through the permutation table when there is one.
+template <int N, int DS, int JT>
+__device__ __forceinline__ long long column(int t, int u, const int (&sg)[2][JT],
+                                            const int* __restrict__ table) {
+  const long long p = (long long)sg[0][u] * N * DS + (long long)t * DS + sg[1][u];
+  return table ? (long long)table[p] : p;
+}
+
+// Global -> shared: the tile's RT rows of N·JT elements. Fast path (the walk runs along the
+// row, i.e. not WALK_ROW, and column offsets fit in 32 bits): each thread works out the
+// column offsets and shared-memory offsets of its elements once, and then only adds a row
+// base per row. Otherwise every element's position is computed from its flat index, UNROLL
+// elements at a time so that each thread keeps several loads in flight.
+template <class T, int RT, int JT, int NT, int N, int DS, class Tl>
+__device__ __forceinline__ void load_tile(const Tl& tile, const T* __restrict__ X, long long B,
+                                          long long row0, long long s_f, long long s_b,
+                                          const int* __restrict__ table, const int (&sg)[2][JT],
+                                          int order, int narrow) {
+  constexpr int PER_ROW = N * JT, EACH = (PER_ROW + NT - 1) / NT;
+  if (order != WALK_ROW && narrow && EACH <= 16) {
+    int goff[EACH], soff[EACH];
+#pragma unroll
+    for (int i = 0; i < EACH; ++i) {
+      const int e = threadIdx.x + i * NT;
+      int row, t = 0, u = 0;
+      if (e < PER_ROW) walk<1, JT, N>(e, order, row, t, u);
+      goff[i] = e < PER_ROW ? (int)(column<N, DS, JT>(t, u, sg, table) * s_f) : 0;
+      soff[i] = e < PER_ROW ? Tl::offset(t, u) : -1;
+    }
+#pragma unroll 2
+    for (int row = 0; row < RT; ++row) {
+      const bool live = row0 + row < B;
+      const T* __restrict__ xr = X + (live ? (row0 + row) * s_b : 0);
+      T v[EACH];
+#pragma unroll
+      for (int i = 0; i < EACH; ++i) v[i] = (live && soff[i] >= 0) ? xr[goff[i]] : zero(T());
+#pragma unroll
+      for (int i = 0; i < EACH; ++i)
+        if (soff[i] >= 0) tile.base[row * Tl::ROW + soff[i]] = v[i];
+    }
+    return;
+  }
+  constexpr int ALL = RT * PER_ROW;
+  for (int e0 = threadIdx.x; e0 < ALL; e0 += NT * UNROLL) {
+    T v[UNROLL];
+    int q[UNROLL];
+#pragma unroll
+    for (int i = 0; i < UNROLL; ++i) {
+      const int e = e0 + i * NT;
+      int row = 0, t = 0, u = 0;
+      if (e < ALL) walk<RT, JT, N>(e, order, row, t, u);
+      q[i] = e < ALL ? tile.index(row, t, u) : -1;
+      const long long col = e < ALL ? column<N, DS, JT>(t, u, sg, table) : 0;
+      v[i] = (e < ALL && row0 + row < B) ? X[(row0 + row) * s_b + col * s_f] : zero(T());
+    }
+#pragma unroll
+    for (int i = 0; i < UNROLL; ++i)
+      if (q[i] >= 0) tile.base[q[i]] = v[i];
+  }
+}
+
+// Shared -> global, the mirror image of load_tile.
+template <class T, int RT, int JT, int NT, int N, int DS, class Tl>
+__device__ __forceinline__ void store_tile(const Tl& tile, T* __restrict__ Y, long long B,
+                                           long long row0, long long s_f, long long s_b,
+                                           const int* __restrict__ table, const int (&sg)[2][JT],
+                                           int order, int narrow) {
+  constexpr int PER_ROW = N * JT, EACH = (PER_ROW + NT - 1) / NT;
+  if (order != WALK_ROW && narrow && EACH <= 16) {
+    int goff[EACH], soff[EACH];
+#pragma unroll
+    for (int i = 0; i < EACH; ++i) {
+      const int e = threadIdx.x + i * NT;
+      int row, t = 0, u = 0;
+      if (e < PER_ROW) walk<1, JT, N>(e, order, row, t, u);
+      goff[i] = e < PER_ROW ? (int)(column<N, DS, JT>(t, u, sg, table) * s_f) : 0;
+      soff[i] = e < PER_ROW ? Tl::offset(t, u) : -1;
+    }
+#pragma unroll 2
+    for (int row = 0; row < RT; ++row) {
+      if (row0 + row >= B) break;
+      T* __restrict__ yr = Y + (row0 + row) * s_b;
+#pragma unroll
+      for (int i = 0; i < EACH; ++i)
+        if (soff[i] >= 0) yr[goff[i]] = tile.base[row * Tl::ROW + soff[i]];
+    }
+    return;
+  }
+  constexpr int ALL = RT * PER_ROW;
+  for (int e0 = threadIdx.x; e0 < ALL; e0 += NT * UNROLL) {
+    T v[UNROLL];
+    long long addr[UNROLL];
+#pragma unroll
+    for (int i = 0; i < UNROLL; ++i) {
+      const int e = e0 + i * NT;
+      int row = 0, t = 0, u = 0;
+      if (e < ALL) walk<RT, JT, N>(e, order, row, t, u);
+      const long long col = e < ALL ? column<N, DS, JT>(t, u, sg, table) : 0;
+      addr[i] = (e < ALL && row0 + row < B) ? (row0 + row) * s_b + col * s_f : -1;
+      v[i] = tile.at(row, t, u);
+    }
+#pragma unroll
+    for (int i = 0; i < UNROLL; ++i)
+      if (addr[i] >= 0) Y[addr[i]] = v[i];
+  }
+}
+
 // Fs: the segment's factors in the order they are applied (first applied first).
 // X: element (row, column) at row·sx_b + column·sx_f; Y likewise with sy_*.
 // Tiles: `stiles` super-group tiles (AS·DS / JT) × ceil(B / RT) row tiles, super fastest.
@@ -216,7 +326,7 @@ __global__ void __launch_bounds__(NT, 2048 / NT / 4 > 0 ? 2048 / NT / 4 : 1) ks_
     const T* __restrict__ X, T* __restrict__ Y, const long long* __restrict__ meta,
     long long B, long long sx_f, long long sx_b, long long sy_f, long long sy_b,
     const int* __restrict__ src, const int* __restrict__ dst, const int* __restrict__ gorder,
-    int load_order, int store_order, long long tiles) {
+    int load_order, int store_order, int narrow, long long tiles) {
   using Seg = Segment<Fs...>;
   constexpr int AS = Seg::AS, DS = Seg::DS, NF = Seg::NF;
   constexpr int NMAX = MaxLen<AS, DS, Fs...>::value;
@@ -243,50 +353,11 @@ __global__ void __launch_bounds__(NT, 2048 / NT / 4 > 0 ? 2048 / NT / 4 : 1) ks_
     }
     __syncthreads();
 
-    // Load: element (row, t, u) of the tile is input column p = i'·NIN·DS + t·DS + j'.
-    // UNROLL elements per thread are fetched before any is stored, so that each thread
-    // keeps several global loads in flight (one at a time would leave the kernel
-    // latency-bound at a fraction of the memory bandwidth).
-    constexpr int LOADS = RT * NIN * JT, STORES = RT * NOUT * JT;
-    for (int e0 = threadIdx.x; e0 < LOADS; e0 += NT * UNROLL) {
-      T v[UNROLL];
-      int q[UNROLL];
-#pragma unroll
-      for (int i = 0; i < UNROLL; ++i) {
-        const int e = e0 + i * NT;
-        int row = 0, t = 0, u = 0;
-        if (e < LOADS) walk<RT, JT, NIN>(e, load_order, row, t, u);
-        q[i] = e < LOADS ? buf[0].index(row, t, u) : -1;
-        const long long p = (long long)sg[0][u] * NIN * DS + (long long)t * DS + sg[1][u];
-        const long long col = (src && e < LOADS) ? (long long)src[p] : p;
-        v[i] = (e < LOADS && row0 + row < B) ? X[(row0 + row) * sx_b + col * sx_f] : zero(T());
-      }
-#pragma unroll
-      for (int i = 0; i < UNROLL; ++i)
-        if (q[i] >= 0) buf[0].base[q[i]] = v[i];
-    }
+    load_tile<T, RT, JT, NT, NIN, DS>(buf[0], X, B, row0, sx_f, sx_b, src, sg, load_order, narrow);
     __syncthreads();
-
     Run::run(buf, meta, sg);
-
-    const TileT& result = buf[Run::buffer];
-    for (int e0 = threadIdx.x; e0 < STORES; e0 += NT * UNROLL) {
-      T v[UNROLL];
-      long long addr[UNROLL];
-#pragma unroll
-      for (int i = 0; i < UNROLL; ++i) {
-        const int e = e0 + i * NT;
-        int row = 0, t = 0, u = 0;
-        if (e < STORES) walk<RT, JT, NOUT>(e, store_order, row, t, u);
-        const long long p = (long long)sg[0][u] * NOUT * DS + (long long)t * DS + sg[1][u];
-        const long long col = (dst && e < STORES) ? (long long)dst[p] : p;
-        addr[i] = (e < STORES && row0 + row < B) ? (row0 + row) * sy_b + col * sy_f : -1;
-        v[i] = result.at(row, t, u);
-      }
-#pragma unroll
-      for (int i = 0; i < UNROLL; ++i)
-        if (addr[i] >= 0) Y[addr[i]] = v[i];
-    }
+    store_tile<T, RT, JT, NT, NOUT, DS>(buf[Run::buffer], Y, B, row0, sy_f, sy_b, dst, sg,
+                                        store_order, narrow);
     __syncthreads();   // the next tile overwrites sg and the buffers
   }
 }

@@ -185,9 +185,10 @@ class FusedSegment:
 
 
 def segment_smem(nmax, rows, slots, in_place, itemsize):
+    """Bytes of ``Tile<T, NMAX, JT>::elements(rows)`` per buffer, one or two buffers."""
     pad = max(1, 128 // itemsize)
-    elements = rows * nmax * slots
-    return (1 if in_place else 2) * (elements + elements // pad + 1) * itemsize
+    row = nmax * slots + (nmax * slots) // pad + 1
+    return (1 if in_place else 2) * rows * row * itemsize
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -127,7 +127,7 @@ def test_planned_segments_compile_with_nvcc(tmp_path, dtype):
             names |= {_kernels.segment_name(s, dtype) for s in plan.steps
                       if isinstance(s, planner.FusedSegment)}
     args = ("const S*, S*, const long long*, long long, long long, long long, long long, "
-            "long long, const int*, const int*, const int*, int, int, long long")
+            "long long, const int*, const int*, const int*, int, int, int, long long")
     lines = ['#include "ks_chain.cu"', f"using S = {_kernels._SCALAR[numpy.dtype(dtype)]};"]
     lines += [f"template __global__ void {name}({args});" for name in sorted(names)]
     src = tmp_path / "chain.cu"

@@ -15,8 +15,9 @@ blocks (two radix-2 FFT stages make one radix-4 stage) are first merged, when th
 add arithmetic (``merge=True``). Then a dynamic program over the factors, in the order they
 are applied, picks the cheapest split into fused segments and per-factor steps under a
 simple cost model (:func:`segment_seconds`; the per-factor costs are the single-factor
-model of :mod:`kscupy.tuning`). ``fuse="always"`` instead uses as few launches as the shared
-memory allows. Plans are cached on the chain per layout, dtype and batch bucket.
+model of :mod:`kscupy.tuning`), and fuses only factors with small blocks (SMALL_BLOCKS_ONLY
+below). ``fuse="always"`` instead uses as few launches as the shared memory allows, whatever
+the blocks. Plans are cached on the chain per layout, dtype and batch bucket.
 """
 from __future__ import annotations
 
@@ -41,6 +42,12 @@ MERGE_MAX_BLOCK = 16
 L2_FACTOR = 2.0
 FUSED_EFFICIENCY = 0.3
 LAUNCH_SECONDS = 8e-6
+
+# SMALL_BLOCKS_ONLY: under fuse="auto" a segment is fused only when every factor's blocks are
+# small enough for a work item to hold whole (16-byte loads, at most 256 bytes: FFT, Hadamard,
+# butterfly stages). Larger blocks stream their weights from L2 inside the reduction loop; on
+# an H200 that ran 8-30x slower than per-factor application for the paper's two-factor
+# chains (benchmarks/results/fft_h200.json), so only fuse="always" (backend="fused") uses it.
 
 # The kernel's WalkOrder: which tile axis neighbouring threads walk in global memory.
 WALK_ROW, WALK_SLOT, WALK_T = 0, 1, 2
@@ -413,6 +420,8 @@ def plan(chain, layout: str, dtype, batch: int, *, fuse: str = "auto", merge: bo
                                src=src if first else None, dst=dst if last else None)
             if seg is None:
                 break             # longer segments only need more shared memory
+            if fuse == "auto" and not all(vec for _, vec in seg.reads):
+                continue          # large blocks: see SMALL_BLOCKS_ONLY
             s = segment_seconds(seg, batch, dtype, rates)
             if fuse == "always":
                 s = 1.0 + s * 1e-9            # count launches, break ties by the model

@@ -86,11 +86,16 @@ def test_plan_modes():
         planner.plan(F, "bsl", numpy.complex64, 4096, fuse="sometimes", rates=RATES)
 
 
-def test_big_blocks_stay_per_factor_under_auto():
-    """(1,64,256,16)·(64,64,64,1): a tile would re-read 2 MB of weights for a few rows."""
-    C = ks.KSChain([ks.KSMatrix.random((1, 64, 256, 16)), ks.KSMatrix.random((64, 64, 64, 1))])
-    plan = planner.plan(C, "bsf", numpy.float32, 25088, rates=RATES)
-    assert all(isinstance(s, planner.FactorStep) for s in plan.steps)
+@pytest.mark.parametrize("patterns", [((1, 64, 256, 16), (64, 64, 64, 1)),
+                                      ((1, 192, 48, 2), (2, 48, 192, 1))])
+def test_big_blocks_stay_per_factor_under_auto(patterns):
+    """Large blocks are fused only on request (backend="fused")."""
+    C = ks.KSChain([ks.KSMatrix.random(p) for p in patterns])
+    for layout in ("bsl", "bsf"):
+        plan = planner.plan(C, layout, numpy.float32, 25088, rates=RATES)
+        assert all(isinstance(s, planner.FactorStep) for s in plan.steps)
+        forced = planner.plan(C, layout, numpy.float32, 25088, fuse="always", rates=RATES)
+        assert forced.launches == 1
 
 
 def test_output_permutation_becomes_a_scatter_table():

@@ -219,6 +219,22 @@ __device__ __forceinline__ long long column(int t, int u, const int (&sg)[2][JT]
   return table ? (long long)table[p] : p;
 }
 
+// The fast path of load_tile / store_tile: the offsets of this thread's elements of a row,
+// in global memory (column · stride) and in a shared-memory row (-1: no element).
+template <int JT, int NT, int N, int DS, int EACH, class Tl>
+__device__ __forceinline__ void row_offsets(int (&goff)[EACH], int (&soff)[EACH], int order,
+                                            long long s_f, const int (&sg)[2][JT],
+                                            const int* __restrict__ table) {
+#pragma unroll
+  for (int i = 0; i < EACH; ++i) {
+    const int e = threadIdx.x + i * NT;
+    int row, t = 0, u = 0;
+    if (e < N * JT) walk<1, JT, N>(e, order, row, t, u);
+    goff[i] = e < N * JT ? (int)(column<N, DS, JT>(t, u, sg, table) * s_f) : 0;
+    soff[i] = e < N * JT ? Tl::offset(t, u) : -1;
+  }
+}
+
 // Global -> shared: the tile's RT rows of N·JT elements. Fast path (the walk runs along the
 // row, i.e. not WALK_ROW, and column offsets fit in 32 bits): each thread works out the
 // column offsets and shared-memory offsets of its elements once, and then only adds a row
@@ -232,14 +248,7 @@ __device__ __forceinline__ void load_tile(const Tl& tile, const T* __restrict__ 
   constexpr int PER_ROW = N * JT, EACH = (PER_ROW + NT - 1) / NT;
   if (order != WALK_ROW && narrow && EACH <= 16) {
     int goff[EACH], soff[EACH];
-#pragma unroll
-    for (int i = 0; i < EACH; ++i) {
-      const int e = threadIdx.x + i * NT;
-      int row, t = 0, u = 0;
-      if (e < PER_ROW) walk<1, JT, N>(e, order, row, t, u);
-      goff[i] = e < PER_ROW ? (int)(column<N, DS, JT>(t, u, sg, table) * s_f) : 0;
-      soff[i] = e < PER_ROW ? Tl::offset(t, u) : -1;
-    }
+    row_offsets<JT, NT, N, DS, EACH, Tl>(goff, soff, order, s_f, sg, table);
 #pragma unroll 2
     for (int row = 0; row < RT; ++row) {
       const bool live = row0 + row < B;
@@ -281,14 +290,7 @@ __device__ __forceinline__ void store_tile(const Tl& tile, T* __restrict__ Y, lo
   constexpr int PER_ROW = N * JT, EACH = (PER_ROW + NT - 1) / NT;
   if (order != WALK_ROW && narrow && EACH <= 16) {
     int goff[EACH], soff[EACH];
-#pragma unroll
-    for (int i = 0; i < EACH; ++i) {
-      const int e = threadIdx.x + i * NT;
-      int row, t = 0, u = 0;
-      if (e < PER_ROW) walk<1, JT, N>(e, order, row, t, u);
-      goff[i] = e < PER_ROW ? (int)(column<N, DS, JT>(t, u, sg, table) * s_f) : 0;
-      soff[i] = e < PER_ROW ? Tl::offset(t, u) : -1;
-    }
+    row_offsets<JT, NT, N, DS, EACH, Tl>(goff, soff, order, s_f, sg, table);
 #pragma unroll 2
     for (int row = 0; row < RT; ++row) {
       if (row0 + row >= B) break;

@@ -120,6 +120,24 @@ def _element_strides(A):
     return tuple(s // itemsize for s in A.strides)
 
 
+def _operands(X, layout, M):
+    """``(X, Y, B, (sx_f, sx_b, sy_f, sy_b))``: the operand (copied once if its strides are
+    not whole elements), a new C-contiguous result with ``M`` features, the batch size and
+    the element strides along the feature and batch axes of both."""
+    import cupy
+    strides = _element_strides(X)
+    if strides is None:
+        X = cupy.ascontiguousarray(X)
+        strides = _element_strides(X)
+    if layout == "bsl":
+        B = X.shape[1]
+        Y = cupy.empty((M, B), dtype=X.dtype)
+        return X, Y, B, (strides[0], strides[1], B, 1)
+    B = X.shape[0]
+    Y = cupy.empty((B, M), dtype=X.dtype)
+    return X, Y, B, (strides[1], strides[0], 1, M)
+
+
 def launch(K, X, layout, config: KernelConfig):
     """``K @ X`` (``layout="bsl"``, X ``(N, B)``) or ``X @ K.T`` (``"bsf"``, X ``(B, N)``).
 
@@ -132,21 +150,7 @@ def launch(K, X, layout, config: KernelConfig):
     if K.dtype != dtype:
         raise TypeError(f"kernel operands must share a dtype, got {K.dtype} and {dtype}")
     a, b, c, d = K.pattern
-    M, N = K.shape
-    strides = _element_strides(X)
-    if strides is None:
-        X = cupy.ascontiguousarray(X)
-        strides = _element_strides(X)
-    if layout == "bsl":
-        B = X.shape[1]
-        sx_f, sx_b = strides
-        Y = cupy.empty((M, B), dtype=dtype)
-        sy_f, sy_b = B, 1
-    else:
-        B = X.shape[0]
-        sx_b, sx_f = strides
-        Y = cupy.empty((B, M), dtype=dtype)
-        sy_f, sy_b = 1, M
+    X, Y, B, (sx_f, sx_b, sy_f, sy_b) = _operands(X, layout, K.shape[0])
     if B == 0:
         return Y
     # A_g[k, l] = W[g*b*c + k*w_sk + l*w_sl]: the stored block, or its transpose (a view).
@@ -184,20 +188,7 @@ def launch_segment(segment, X, layout):
     dtype = X.dtype
     AS, DS, nin, nout, _, _ = segment.geometry
     M = AS * DS * nout
-    strides = _element_strides(X)
-    if strides is None:
-        X = cupy.ascontiguousarray(X)
-        strides = _element_strides(X)
-    if layout == "bsl":
-        B = X.shape[1]
-        sx_f, sx_b = strides
-        Y = cupy.empty((M, B), dtype=dtype)
-        sy_f, sy_b = B, 1
-    else:
-        B = X.shape[0]
-        sx_b, sx_f = strides
-        Y = cupy.empty((B, M), dtype=dtype)
-        sy_f, sy_b = 1, M
+    X, Y, B, (sx_f, sx_b, sy_f, sy_b) = _operands(X, layout, M)
     if B == 0:
         return Y
     smem = segment.smem_bytes(dtype.itemsize)

@@ -80,6 +80,7 @@ class KSChain(KSOperator):
         self._in = self._check_permutation(input_permutation, flat[-1].shape[1], "input")
         self._out = self._check_permutation(output_permutation, flat[0].shape[0], "output")
         self._plans = {}      # (layout, dtype, batch bucket, backend) -> planner.ChainPlan
+        self._views = {}      # "T", "H" -> the transposed / adjoint chain (see T)
 
     def _check_permutation(self, perm, n, which):
         if perm is None:
@@ -102,7 +103,7 @@ class KSChain(KSOperator):
         obj._factors = tuple(factors)
         obj._xp = factors[0].xp
         obj._in, obj._out = input_permutation, output_permutation
-        obj._plans = {}
+        obj._plans, obj._views = {}, {}
         return obj
 
     # -- attributes ----------------------------------------------------------------------
@@ -156,13 +157,21 @@ class KSChain(KSOperator):
         inv = lambda p: None if p is None else _inverse(p, self._xp)  # noqa: E731
         return KSChain._make([op(f) for f in reversed(self._factors)], inv(self._out), inv(self._in))
 
+    # T and H are kept (and link back), so that `X @ C.T`, which applies C.T.T, finds the
+    # chain whose plans are already cached instead of planning a fresh copy on every call.
     @property
     def T(self) -> "KSChain":
-        return self._reversed(lambda f: f.T)
+        if self._views.get("T") is None:
+            view = self._reversed(lambda f: f.T)
+            view._views["T"], self._views["T"] = self, view
+        return self._views["T"]
 
     @property
     def H(self) -> "KSChain":
-        return self._reversed(lambda f: f.H)
+        if self._views.get("H") is None:
+            view = self._reversed(lambda f: f.H)
+            view._views["H"], self._views["H"] = self, view
+        return self._views["H"]
 
     def conj(self) -> "KSChain":
         return KSChain._make([f.conj() for f in self._factors], self._in, self._out)

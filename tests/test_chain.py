@@ -214,3 +214,11 @@ def test_gmres_with_dft_chain(xp, rng):
     assert info == 0
     Fd = numpy.fft.fft(numpy.eye(n), axis=0, norm="ortho")
     assert rel_err(x, numpy.linalg.solve(Fd + 2 * numpy.eye(n), b)) < 1e-9
+
+
+def test_transpose_and_adjoint_round_trip_to_the_same_chain():
+    """``X @ C.T`` applies ``C.T.T``: it must be C itself, whose plans are cached."""
+    C = ks.dft(16)
+    assert C.T.T is C and C.H.H is C and C.T is C.T
+    X = numpy.random.default_rng(0).standard_normal((3, 16))
+    numpy.testing.assert_allclose(X @ C.T, numpy.fft.fft(X, axis=-1), atol=1e-12)

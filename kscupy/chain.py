@@ -159,19 +159,19 @@ class KSChain(KSOperator):
 
     # T and H are kept (and link back), so that `X @ C.T`, which applies C.T.T, finds the
     # chain whose plans are already cached instead of planning a fresh copy on every call.
+    def _kept_view(self, name, op):
+        if self._views.get(name) is None:
+            view = self._reversed(op)
+            view._views[name], self._views[name] = self, view
+        return self._views[name]
+
     @property
     def T(self) -> "KSChain":
-        if self._views.get("T") is None:
-            view = self._reversed(lambda f: f.T)
-            view._views["T"], self._views["T"] = self, view
-        return self._views["T"]
+        return self._kept_view("T", lambda f: f.T)
 
     @property
     def H(self) -> "KSChain":
-        if self._views.get("H") is None:
-            view = self._reversed(lambda f: f.H)
-            view._views["H"], self._views["H"] = self, view
-        return self._views["H"]
+        return self._kept_view("H", lambda f: f.H)
 
     def conj(self) -> "KSChain":
         return KSChain._make([f.conj() for f in self._factors], self._in, self._out)

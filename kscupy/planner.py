@@ -22,6 +22,7 @@ the blocks. Plans are cached on the chain per layout, dtype and batch bucket.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy
@@ -166,13 +167,13 @@ class FusedSegment:
     def patterns(self):
         return tuple(f.pattern for f in self.factors)
 
-    @property
+    @functools.cached_property       # read on every launch
     def geometry(self):
         """``(AS, DS, NIN, NOUT, NMAX, in_place)`` as the kernel derives them."""
         AS, DS = super_pattern(self.patterns)
         spans = [_spans(p, AS, DS) for p in self.patterns]
-        in_place = all(p.b == p.c and tm == p.b for p, (tm, _) in zip(self.patterns, self.work))
-        return AS, DS, spans[0][0], spans[-1][1], max(max(s) for s in spans), in_place
+        return (AS, DS, spans[0][0], spans[-1][1], max(max(s) for s in spans),
+                _in_place(self.patterns, self.work))
 
     def smem_bytes(self, itemsize: int) -> int:
         """Dynamic shared memory (mirrors Tile::elements and the buffer count in the kernel)."""
@@ -189,6 +190,12 @@ class FusedSegment:
                                                 ("gorder", self.gorder)) if v is not None)
         return (f"fused {len(self.factors)} factors [{pats}] rows={self.rows} "
                 f"slots={self.slots}{extras}")
+
+
+def _in_place(patterns, work):
+    """Whether the kernel needs one buffer: every stage square with whole-block work items
+    (Factor::in_place in kernels_cu/ks_chain.cu)."""
+    return all(p.b == p.c and tm == p.b for p, (tm, _) in zip(patterns, work))
 
 
 def segment_smem(nmax, rows, slots, in_place, itemsize):
@@ -258,8 +265,7 @@ def configure(factors, dtype, layout, batch, src=None):
         slots *= 2
     for rows in (rows_wanted >> s for s in range(rows_wanted.bit_length())):
         work = tuple(_work_shape(p, rows, complex_) for p in patterns)
-        in_place = all(p.b == p.c and tm == p.b for p, (tm, _) in zip(patterns, work))
-        if segment_smem(nmax, rows, slots, in_place, itemsize) <= SMEM_BUDGET:
+        if segment_smem(nmax, rows, slots, _in_place(patterns, work), itemsize) <= SMEM_BUDGET:
             break
     else:
         return None

@@ -1,0 +1,15 @@
+"""The CUDA kernel families, one module each, beside their sources in ``kernels_cu/``.
+
+=====================  ===========================  ==========================================
+module                 source                       what it launches
+=====================  ===========================  ==========================================
+:mod:`.ks_matmul`      ``kernels_cu/ks_matmul.cu``  one factor, any pattern, both layouts
+:mod:`.ks_chain`       ``kernels_cu/ks_chain.cu``   a segment of a chain in shared memory
+=====================  ===========================  ==========================================
+
+Each family module owns everything about its kernel: the tile configuration and how it is
+chosen, the Python mirror of the shared-memory layout (checked against the compiled kernel
+by ``tests/gpu/test_kernel_layout.py``), the instantiation name and the launch.
+:mod:`.nvrtc` compiles and caches instantiations; :mod:`.operands` prepares operands and
+results for any family.
+"""

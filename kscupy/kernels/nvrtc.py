@@ -1,0 +1,60 @@
+"""Compile kernel instantiations from ``kernels_cu/`` with NVRTC (``cupy.RawModule``), once.
+
+Every instantiation is compiled on first use and kept for the process here, and on disk by
+CuPy's kernel cache. The source text handed to NVRTC starts with a digest of every file in
+``kernels_cu/``, so CuPy's cache (keyed by source text) notices edits to included headers.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+import numpy
+
+__all__ = ["source_dir", "scalar_name", "function"]
+
+_SCALAR = {numpy.dtype(numpy.float32): "float", numpy.dtype(numpy.float64): "double",
+           numpy.dtype(numpy.complex64): "ks::cplx<float>",
+           numpy.dtype(numpy.complex128): "ks::cplx<double>"}
+
+
+def source_dir() -> Path:
+    """Directory of the CUDA sources: inside the installed package, else the source tree."""
+    installed = Path(__file__).resolve().parent.parent / "kernels_cu"
+    return installed if installed.is_dir() else Path(__file__).resolve().parents[2] / "kernels_cu"
+
+
+def scalar_name(dtype) -> str:
+    """The kernels' C++ scalar type for a NumPy dtype."""
+    return _SCALAR[numpy.dtype(dtype)]
+
+
+@functools.lru_cache(maxsize=None)
+def _source(filename: str) -> str:
+    directory = source_dir()
+    digest = hashlib.sha256()
+    for path in sorted(directory.glob("*.cu*")):
+        digest.update(path.name.encode() + path.read_bytes())
+    return f"// kernels_cu digest {digest.hexdigest()}\n" + (directory / filename).read_text()
+
+
+@functools.lru_cache(maxsize=None)
+def function(filename: str, name: str, smem: int = 0, device_id: int = 0,
+             prefer_shared: bool = False):
+    """The compiled kernel ``name`` (a template instantiation) of ``kernels_cu/filename``.
+
+    ``smem``: dynamic shared memory it will be launched with (above 48 KiB the limit is
+    raised); ``prefer_shared``: give shared memory all of the SM's storage that L1 can
+    spare, so that several blocks each holding a whole tile fit per SM. ``device_id`` is
+    part of the cache key: a function is loaded per device.
+    """
+    import cupy
+    module = cupy.RawModule(code=_source(filename), options=("-std=c++17", f"-I{source_dir()}"),
+                            name_expressions=[name])
+    fn = module.get_function(name)
+    if smem > 48 * 1024:
+        fn.max_dynamic_shared_size_bytes = smem
+    if prefer_shared:
+        fn.preferred_shared_memory_carveout = 100
+    return fn

@@ -1,0 +1,66 @@
+"""The CUDA sources compile as kscupy compiles them at run time (NVRTC, same options), for
+every instantiation the Python side asks for. NVRTC needs no GPU: this runs in CI."""
+import numpy
+import pytest
+
+import kscupy as ks
+from kscupy import costs, planner
+from kscupy.kernels import ks_matmul, nvrtc
+from kscupy.kernels.ks_chain import FusedSegment
+from kscupy.problem import Problem
+from nvrtc_program import LIBRARY, compile_source
+
+pytestmark = pytest.mark.skipif(LIBRARY is None, reason="NVRTC is not installed (the test "
+                                "extra installs nvidia-cuda-nvrtc-cu12 on Linux x86-64)")
+
+RATES = costs.DeviceRates(bandwidth=4e12, flops32=6.7e13, flops64=3.4e13, name="test",
+                          cuda_runtime=0, memory=80 * 2**30)
+DTYPES = [numpy.float32, numpy.float64, numpy.complex64, numpy.complex128]
+
+
+def _compile(filename, names):
+    source = (nvrtc.source_dir() / filename).read_text()
+    ok, log = compile_source(source, sorted(names), nvrtc.source_dir())
+    assert ok, log[-4000:]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_matmul_instantiations_compile(dtype):
+    """ks_matmul in each ORDER, and the configurations the heuristic picks on a spread of
+    problems, with their layout probes."""
+    configs = {ks_matmul.KernelConfig(1, 128, 128, 8, 8, 8, 0),
+               ks_matmul.KernelConfig(8, 4, 32, 8, 2, 4, 1),
+               ks_matmul.KernelConfig(1, 2, 8, 2, 2, 4, 2)}
+    for pattern in ((1, 1024, 1024, 1), (64, 2, 2, 64), (4, 64, 64, 1), (3, 5, 7, 2)):
+        for layout, contiguous, B in (("bsl", True, 4096), ("bsf", False, 4096), ("bsl", True, 1)):
+            problem = Problem(ks.KSPattern(*pattern), B, numpy.dtype(dtype), layout, contiguous,
+                              False)
+            configs.add(ks_matmul.heuristic_config(problem))
+    names = {cfg.name(dtype) for cfg in configs}
+    names |= {cfg.layout_probe_name(dtype) for cfg in configs}
+    _compile("ks_matmul.cu", names)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_planned_segments_compile(dtype):
+    """The ks_chain instantiations (and layout probes) the planner asks for."""
+    chains = [ks.KSChain([ks.KSMatrix.random(p, dtype=dtype) for p in pats]) for pats in
+              ([(1, 24, 6, 2), (2, 6, 24, 1)], [(1, 4, 4, 8), (4, 2, 2, 4)],
+               [(1, 6, 2, 2), (2, 1, 3, 2), (2, 6, 5, 1)])]
+    if numpy.dtype(dtype).kind == "c":
+        chains.append(ks.dft(4096, dtype=dtype))
+    names = set()
+    for chain in chains:
+        for layout in ("bsl", "bsf"):
+            plan = planner.plan(chain, layout, dtype, 1000, fuse="always", rates=RATES)
+            for step in plan.steps:
+                if isinstance(step, FusedSegment):
+                    names |= {step.name(dtype), step.layout_probe_name(dtype)}
+    _compile("ks_chain.cu", names)
+
+
+def test_a_broken_source_fails():
+    """The check can fail: a template error is reported, not ignored."""
+    ok, log = compile_source("template <int N> __global__ void k(int* x) { x[0] = N + ; }",
+                             ["k<1>"], nvrtc.source_dir())
+    assert not ok and "error" in log

@@ -31,6 +31,7 @@ import cupy  # noqa: E402
 
 import kscupy as ks  # noqa: E402
 from kscupy import _reference, tuning  # noqa: E402
+from kscupy.problem import problem_of  # noqa: E402
 from pattern_grid import PAPER_BATCH, paper_grid, stratified_sample  # noqa: E402
 from timing import l2_bytes, measure_ceilings, run_metadata, time_fn  # noqa: E402
 
@@ -56,11 +57,11 @@ def bench_pattern(pattern, B, layout, args, ceilings):
     copies = int(min(8, max(1, -(-2 * l2_bytes() // max(x_bytes, 1)))))
     rng = cupy.random.default_rng(1)
     inputs = [rng.standard_normal(shape, dtype=numpy.float32) for _ in range(copies)]
-    problem = tuning.problem_of(K, inputs[0], layout)
+    problem = problem_of(K.factor, inputs[0], layout)
     row = {"pattern": list(pattern), "B": B, "layout": layout, "h": ks.KSPattern(*pattern).h,
            "nnz": K.nnz, "M": M, "N": N, "floor_s": roofline_seconds(pattern, B, ceilings),
            "auto_choice": tuning.choose(problem).backend,
-           "kernel_config": list(tuning.kernel_config(problem).as_tuple())}
+           "kernel_config": list(tuning.configuration(problem, "kernel").as_tuple())}
     blocks = K.blocks
     row["kernel_s"] = time_fn(lambda x: K.matmul(x, layout=layout, backend="kernel"), inputs)
     row["auto_s"] = time_fn(lambda x: K.matmul(x, layout=layout, backend="auto"), inputs)

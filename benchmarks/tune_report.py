@@ -20,7 +20,9 @@ os.environ["KSCUPY_CACHE_DIR"] = tempfile.mkdtemp(prefix="kscupy-tune-report-")
 
 import numpy  # noqa: E402
 
-from kscupy import KSPattern, tuning  # noqa: E402
+from kscupy import KSPattern, costs, tuning  # noqa: E402
+from kscupy.kernels.ks_matmul import heuristic_config  # noqa: E402
+from kscupy.problem import Problem  # noqa: E402
 
 PATTERNS = [(1, 1024, 1024, 1), (1, 256, 256, 4), (16, 64, 64, 4), (1, 48, 48, 64),
             (64, 2, 2, 64), (1, 768, 192, 2), (6, 64, 64, 1), (1, 192, 768, 8),
@@ -32,20 +34,20 @@ def main():
     parser.add_argument("--batch", type=int, default=25088)
     parser.add_argument("--out")
     args = parser.parse_args()
-    rates = tuning.device_rates()
+    rates = costs.device_rates()
     rows = []
     print(f"{'pattern':20s} lay {'heur ms':>8s} {'best ms':>8s} {'bmm':>7s} {'dense':>7s} | "
           f"model kernel/bmm/dense ms -> auto | best config")
     for pattern in PATTERNS:
         for layout in ("bsl", "bsf"):
-            problem = tuning.Problem(KSPattern(*pattern), args.batch, numpy.dtype("float32"),
+            problem = Problem(KSPattern(*pattern), args.batch, numpy.dtype("float32"),
                                      layout, layout == "bsl", False)
             tuning.tune(problem, progress=False, n_repeat=10)
             seconds = tuning._cache()._entries[tuning._cache_key(problem, rates)]["seconds"]
             kernels = {k: v for k, v in seconds.items() if k.startswith("kernel")}
             best = min(kernels, key=kernels.get)
-            heur = f"kernel{tuning.heuristic_config(problem).as_tuple()}"
-            model = {be: tuning.estimate_seconds(problem, be, rates) for be in ("kernel", "bmm", "dense")}
+            heur = f"kernel{heuristic_config(problem).as_tuple()}"
+            model = {be: tuning.seconds(problem, be, rates) for be in ("kernel", "bmm", "dense")}
             rows.append({"pattern": pattern, "layout": layout, "seconds": seconds,
                          "heuristic": heur, "model": model})
             ms = lambda k: 1e3 * seconds.get(k, float("nan"))  # noqa: E731

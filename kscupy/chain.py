@@ -3,17 +3,16 @@ from __future__ import annotations
 
 import numpy
 
-from . import _arrays
+from . import _arrays, backends, dispatch, planner
 from .matrix import KSMatrix
-from .operator import CHAIN_BACKENDS, KSOperator, check_operand
+from .operator import KSOperator
+from .problem import batch_bucket
+from .shuffle import inverse_permutation
 
 __all__ = ["KSChain", "compose"]
 
-
-def _inverse(perm, xp):
-    inv = xp.empty_like(perm)
-    inv[perm] = xp.arange(perm.shape[0], dtype=perm.dtype)
-    return inv
+#: Plans for batches of this size or more are shared (the plan no longer changes with B).
+_PLAN_BUCKET_CAP = 1024
 
 
 class KSChain(KSOperator):
@@ -131,7 +130,7 @@ class KSChain(KSOperator):
     @property
     def nbytes(self) -> int:
         """Device (or host) memory held: factor values and permutations."""
-        total = sum(f._tiles.nbytes for f in self._factors)
+        total = sum(f.factor.tiles.nbytes for f in self._factors)
         return total + sum(p.nbytes for p in (self._in, self._out) if p is not None)
 
     @property
@@ -154,7 +153,7 @@ class KSChain(KSOperator):
     # -- views -------------------------------------------------------------------------------
     def _reversed(self, op):
         # (P_out K1 ... KL P_in)^T = P_in^T KL^T ... K1^T P_out^T, and P^T gathers by P^{-1}.
-        inv = lambda p: None if p is None else _inverse(p, self._xp)  # noqa: E731
+        inv = lambda p: None if p is None else inverse_permutation(p, self._xp)  # noqa: E731
         return KSChain._make([op(f) for f in reversed(self._factors)], inv(self._out), inv(self._in))
 
     # T and H are kept (and link back), so that `X @ C.T`, which applies C.T.T, finds the
@@ -182,25 +181,23 @@ class KSChain(KSOperator):
         return self.matmul(self._xp.eye(N, dtype=self.dtype))
 
     # -- multiplication --------------------------------------------------------------------
-    def matmul(self, X, *, layout="bsl", backend="auto"):
-        """Apply the chain; arguments and shapes as :meth:`KSMatrix.matmul`, plus
-        ``backend="fused"`` (GPU only): fuse as many factors per launch as fit."""
-        check_operand(self, X, layout, backend, CHAIN_BACKENDS)
+    @staticmethod
+    def backends() -> tuple:
+        """Backend names :meth:`matmul` accepts: a single factor's, and ``"fused"``."""
+        return backends.names() + (backends.FUSED,)
+
+    def _apply(self, X, layout, backend):
         xp = self._xp
-        dtype = _arrays.result_dtype(self.dtype, X.dtype)
-        X = X.astype(dtype, copy=False)
-        if X.ndim == 1:   # a vector is a BSL batch of one
-            return self.matmul(X.reshape(-1, 1), layout="bsl", backend=backend).reshape(-1)
-        if backend == "fused" and xp is numpy:
+        if backend == backends.FUSED and xp is numpy:
             raise TypeError("backend='fused' runs on the GPU and needs CuPy operands")
-        B = X.shape[1] if layout == "bsl" else X.shape[0]
-        if xp is not numpy and backend in ("auto", "fused") and B > 0:
-            return self.plan(layout, dtype, B, backend)(X, layout)
+        if xp is not numpy and backend in (backends.AUTO, backends.FUSED):
+            B = X.shape[1] if layout == "bsl" else X.shape[0]
+            return self.plan(layout, X.dtype, B, backend)(X, layout)
         feature_axis = 0 if layout == "bsl" else 1
         if self._in is not None:
             X = xp.take(X, self._in, axis=feature_axis)
         for factor in reversed(self._factors):
-            X = factor.matmul(X, layout=layout, backend=backend)
+            X = dispatch.apply(factor.factor, X, layout, backend)
         if self._out is not None:
             X = xp.take(X, self._out, axis=feature_axis)
         return X
@@ -209,13 +206,11 @@ class KSChain(KSOperator):
         """The :class:`kscupy.planner.ChainPlan` that ``matmul`` follows on the GPU for a
         batch of ``batch`` in ``layout`` (cached per batch size bucket); ``print(plan.describe())``
         lists its launches. ``backend``: "auto" (cost model) or "fused" (fewest launches)."""
-        from . import planner
         dtype = numpy.dtype(self.dtype if dtype is None else dtype)
-        bucket = 1 << max(0, int(batch) - 1).bit_length()
-        key = (layout, dtype, bucket if bucket < 1024 else 1024, backend)
+        key = (layout, dtype, min(batch_bucket(batch), _PLAN_BUCKET_CAP), backend)
         found = self._plans.get(key)
         if found is None:
-            fuse = "always" if backend == "fused" else "auto"
+            fuse = "always" if backend == backends.FUSED else "auto"
             found = self._plans[key] = planner.plan(self, layout, dtype, max(batch, 1), fuse=fuse)
         return found
 

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import numpy
 
-from . import _arrays, _reference
-from .operator import BACKENDS, KSOperator, check_operand
+from . import _arrays, _reference, backends, dispatch
+from .factor import Factor
+from .operator import KSOperator
 from .pattern import KSPattern
 
-__all__ = ["KSMatrix", "BACKENDS"]
+__all__ = ["KSMatrix"]
 
 
 class KSMatrix(KSOperator):
@@ -36,9 +37,11 @@ class KSMatrix(KSOperator):
 
     The result dtype is ``numpy.result_type(K.dtype, X.dtype)``; it must be one of float32,
     float64, complex64, complex128. When the operands' dtypes differ, the one of lower
-    precision is converted (a copy) to the result dtype for the product. NumPy and CuPy
+    precision is converted to the result dtype for the product (the matrix's converted
+    values are kept for the next product; :meth:`clear_cache` releases them). NumPy and CuPy
     operands must not be mixed (TypeError). ``T``, ``H`` and ``conj()`` return views that
-    share the stored values.
+    share the stored values. Below this class, every layer sees the matrix through its
+    :attr:`factor` (:class:`kscupy.factor.Factor`).
 
     Examples
     --------
@@ -56,31 +59,15 @@ class KSMatrix(KSOperator):
             raise ValueError("KSMatrix(values) takes canonical values of shape (a, b, c, d), "
                              f"got an array of shape {values.shape}")
         pattern = KSPattern.of(values.shape)   # also rejects empty axes
-        self._init(xp.ascontiguousarray(values.transpose(0, 3, 1, 2)), pattern,
-                   transposed=False, conjugated=False, derived={})
-
-    def _init(self, tiles, stored_pattern, transposed, conjugated, derived):
-        # `tiles` holds the blocks of `stored_pattern` (shape (a, d, b0, c0), C-contiguous);
-        # this object represents op(stored), op in {identity, T, conj, H}. `derived` holds
-        # arrays computed from the values (see dense_cached) and is shared by all views.
-        self._tiles = tiles
-        self._stored_pattern = stored_pattern
-        self._transposed = transposed
-        self._conjugated = conjugated and tiles.dtype.kind == "c"
-        self._xp = _arrays.array_module(tiles)
-        self._derived = derived
-        self._pattern = stored_pattern.transpose() if transposed else stored_pattern
-
-    def _view(self, transposed, conjugated) -> "KSMatrix":
-        """Another view of the same stored values."""
-        obj = KSMatrix.__new__(KSMatrix)
-        obj._init(self._tiles, self._stored_pattern, transposed, conjugated, self._derived)
-        return obj
+        self._factor = Factor.of_blocks(xp.ascontiguousarray(values.transpose(0, 3, 1, 2)), pattern)
+        self._xp = xp
 
     @classmethod
-    def _from_tiles(cls, tiles, pattern) -> "KSMatrix":
+    def of_factor(cls, factor: Factor) -> "KSMatrix":
+        """The matrix a :class:`~kscupy.factor.Factor` describes (shares its storage)."""
         obj = cls.__new__(cls)
-        obj._init(tiles, pattern, False, False, {})
+        obj._factor = factor
+        obj._xp = factor.xp
         return obj
 
     # -- constructors --------------------------------------------------------------------
@@ -118,20 +105,25 @@ class KSMatrix(KSOperator):
             raise ValueError(f"dense matrix of shape {D.shape} does not match pattern "
                              f"{tuple(pattern)}, whose shape is {pattern.shape}")
         rows, cols = pattern.indices(xp)
-        return cls._from_tiles(xp.ascontiguousarray(D[rows, cols]), pattern)
+        return cls.of_factor(Factor.of_blocks(xp.ascontiguousarray(D[rows, cols]), pattern))
 
     # -- attributes ----------------------------------------------------------------------
     @property
+    def factor(self) -> Factor:
+        """What the execution layers see: storage, stored pattern, view flags, cache."""
+        return self._factor
+
+    @property
     def pattern(self) -> KSPattern:
-        return self._pattern
+        return self._factor.pattern
 
     @property
     def shape(self) -> tuple[int, int]:
-        return self.pattern.shape
+        return self._factor.shape
 
     @property
     def dtype(self) -> numpy.dtype:
-        return self._tiles.dtype
+        return self._factor.dtype
 
     @property
     def nnz(self) -> int:
@@ -141,8 +133,7 @@ class KSMatrix(KSOperator):
     def blocks(self):
         """The ``(a, d, b, c)`` array of dense group blocks of this matrix (a view; for a
         conjugated complex matrix, a conjugated copy)."""
-        blocks = self._tiles.swapaxes(-1, -2) if self._transposed else self._tiles
-        return self._xp.conj(blocks) if self._conjugated else blocks
+        return self._factor.blocks
 
     @property
     def values(self):
@@ -153,103 +144,59 @@ class KSMatrix(KSOperator):
     @property
     def T(self) -> "KSMatrix":
         """Transpose, pattern ``(a, c, b, d)``; shares the stored values."""
-        return self._view(not self._transposed, self._conjugated)
+        return KSMatrix.of_factor(self._factor.T)
 
     @property
     def H(self) -> "KSMatrix":
         """Conjugate transpose; shares the stored values."""
-        return self._view(not self._transposed, not self._conjugated)
+        return KSMatrix.of_factor(self._factor.H)
 
     def conj(self) -> "KSMatrix":
         """Complex conjugate; shares the stored values."""
-        return self._view(self._transposed, not self._conjugated)
+        return KSMatrix.of_factor(self._factor.conj())
 
     def astype(self, dtype) -> "KSMatrix":
         """A copy with values converted to ``dtype`` (one of the supported dtypes)."""
-        dtype = _arrays.check_dtype(dtype)
-        copy = KSMatrix._from_tiles(self._tiles.astype(dtype), self._stored_pattern)
-        return copy._view(self._transposed, self._conjugated)
+        return KSMatrix.of_factor(self._factor.astype(dtype))
 
     def todense(self):
         """The dense ``(M, N)`` matrix, in the array module of the values."""
-        return _reference.todense(self.blocks, self._xp)
+        return self._factor.todense()
 
     def dense_cached(self):
-        """The dense matrix, formed once and kept (shared with this matrix's T/H views).
+        """The dense matrix, formed once and kept (shared with this matrix's T/H views) when
+        it takes at most :data:`kscupy.factor.DENSE_CACHE_BYTES`; formed anew otherwise.
 
-        ``backend="auto"`` uses it for small, nearly dense factors where cuBLAS on the dense
-        matrix beats both KS algorithms (see :mod:`kscupy.tuning`); :meth:`clear_cache`
-        releases it.
+        The ``dense`` backend (which ``auto`` picks on the GPU for small, nearly dense
+        factors where cuBLAS on the dense matrix beats both KS algorithms) uses it;
+        :meth:`clear_cache` releases it.
         """
-        key = ("dense", self._transposed, self._conjugated)
-        D = self._derived.get(key)
-        if D is None:
-            D = self._derived[key] = self.todense()
-        return D
+        return self._factor.dense()
 
     def clear_cache(self):
-        """Release arrays kept by :meth:`dense_cached` (for this matrix and its views)."""
-        self._derived.clear()
+        """Release arrays kept for products (dense matrix, values converted to another
+        dtype), for this matrix and its views."""
+        self._factor.cache.clear()
 
     def tocsr(self):
         """The matrix in CSR format (``scipy.sparse`` or ``cupyx.scipy.sparse``)."""
         return _reference.tocsr(self.blocks, self._xp)
 
     def __repr__(self) -> str:
-        where = "cpu" if self._xp is numpy else f"cuda:{self._tiles.device.id}"
+        f = self._factor
+        where = "cpu" if self._xp is numpy else f"cuda:{f.tiles.device.id}"
         view = {(False, False): "", (True, False): ", transposed view",
                 (False, True): ", conjugated view", (True, True): ", adjoint view"}
         a, b, c, d = self.pattern
         return (f"KSMatrix(pattern=({a}, {b}, {c}, {d}), shape={self.shape}, "
                 f"dtype={self.dtype}, device={where}"
-                f"{view[(self._transposed, self._conjugated)]})")
+                f"{view[(f.transposed, f.conjugated)]})")
 
     # -- multiplication --------------------------------------------------------------------
-    def matmul(self, X, *, layout="bsl", backend="auto"):
-        """Apply this matrix to a batch.
+    @staticmethod
+    def backends() -> tuple:
+        """Backend names :meth:`matmul` accepts (see :mod:`kscupy.backends`)."""
+        return backends.names()
 
-        Parameters
-        ----------
-        X : numpy.ndarray or cupy.ndarray (same module as the values)
-            ``layout="bsl"``: shape ``(N,)`` or ``(N, B)``; returns ``K @ X``, shape ``(M,)``
-            or ``(M, B)``. ``layout="bsf"``: shape ``(B, N)`` (or ``(N,)``); returns
-            ``X @ K.T``, shape ``(B, M)`` (or ``(M,)``). Any strides are accepted.
-        layout : {"bsl", "bsf"}
-        backend : {"auto", "kernel", "bmm", "einsum", "dense", "sparse"}
-            ``"bmm"``, ``"einsum"``: the permutation-based algorithms of the paper's
-            Appendix A. ``"dense"`` / ``"sparse"``: convert the matrix to a dense or CSR
-            matrix *on every call* and multiply (for comparison; slow). ``"kernel"``: the
-            fused CUDA kernel (CuPy operands only). ``"auto"``: the best available choice;
-            on NumPy operands this is ``"bmm"``.
-
-        Returns
-        -------
-        Array of dtype ``numpy.result_type(self.dtype, X.dtype)``, in the module of ``X``.
-        """
-        check_operand(self, X, layout, backend)
-        M, N = self.shape
-        dtype = _arrays.result_dtype(self.dtype, X.dtype)
-        X = X.astype(dtype, copy=False)
-        if X.ndim == 1:   # a vector is a BSL batch of one
-            return self._apply(X.reshape(N, 1), "bsl", backend, dtype).reshape(M)
-        return self._apply(X, layout, backend, dtype)
-
-    def _apply(self, X, layout, backend, dtype):
-        xp = self._xp
-        M = self.shape[0]
-        B = X.shape[1] if layout == "bsl" else X.shape[0]
-        if B == 0:
-            return xp.empty((M, 0) if layout == "bsl" else (0, M), dtype=dtype)
-        if backend == "kernel" and xp is numpy:
-            raise TypeError("backend='kernel' runs on the GPU and needs CuPy operands")
-        if backend in ("auto", "kernel") and xp is not numpy:
-            from . import _dispatch
-            return _dispatch.apply(self, X, layout, backend, dtype)
-        if backend == "auto" or backend == "kernel":
-            backend = "bmm"
-        K = self if self.dtype == dtype else self.astype(dtype)
-        if backend == "dense":
-            return _reference.dense(K.todense(), X, layout, xp)
-        if backend == "sparse":
-            return _reference.sparse(K.tocsr(), X, layout, xp)
-        return _reference.ALGORITHMS[backend](K.blocks, X, layout, xp)
+    def _apply(self, X, layout, backend):
+        return dispatch.apply(self._factor, X, layout, backend)

@@ -12,10 +12,12 @@ of Gonon et al., ICML 2025, Algorithm 2).
 """
 from __future__ import annotations
 
+import math
 import numbers
+
 import numpy
 
-__all__ = ["KSPattern"]
+__all__ = ["KSPattern", "super_pattern", "super_group_lengths"]
 
 
 class KSPattern(tuple):
@@ -147,14 +149,20 @@ class KSPattern(tuple):
         right = KSPattern.of(right)
         return self.shape[1] == right.shape[0]
 
-    def check_chains_with(self, right) -> None:
-        """Raise ValueError unless ``K_self @ K_right`` is defined (see :meth:`chains_with`)."""
-        right = KSPattern.of(right)
-        if not self.chains_with(right):
-            raise ValueError(
-                f"patterns {tuple(self)} and {tuple(right)} cannot be chained: the left factor "
-                f"has {self.shape[1]} columns (a*c*d) but the right one has {right.shape[0]} "
-                f"rows (a*b*d)")
-
     def __repr__(self) -> str:
         return f"KSPattern(a={self.a}, b={self.b}, c={self.c}, d={self.d})"
+
+
+def super_pattern(patterns) -> tuple:
+    """``(AS, DS)`` for a run of chained patterns: every factor is ``I_AS ⊗ (dense) ⊗ I_DS``
+    with ``AS = gcd(a)`` and ``DS = gcd(d)``, so the run acts independently on ``AS*DS``
+    *super-groups*, super-group ``(i', j')`` holding the elements ``i'*n*DS + t*DS + j'``
+    (``t < n``) of a vector of length ``AS*n*DS``."""
+    return (math.gcd(*[p.a for p in patterns]), math.gcd(*[p.d for p in patterns]))
+
+
+def super_group_lengths(pattern, AS: int, DS: int) -> tuple:
+    """``(n_in, n_out)``: the lengths of one super-group of ``(AS, DS)`` at the input and
+    the output of a factor of ``pattern`` (``AS`` divides ``a``, ``DS`` divides ``d``)."""
+    a, b, c, d = pattern
+    return (a // AS) * c * (d // DS), (a // AS) * b * (d // DS)

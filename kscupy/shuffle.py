@@ -22,7 +22,7 @@ import numpy
 
 from .pattern import KSPattern
 
-__all__ = ["perfect_shuffle", "inverse_perfect_shuffle", "perfect_shuffle_matrix",
+__all__ = ["perfect_shuffle", "inverse_perfect_shuffle", "inverse_permutation", "perfect_shuffle_matrix",
            "bit_reversal", "block_diagonal_permutations", "block_diagonalize"]
 
 
@@ -30,6 +30,13 @@ def _check_positive(**sizes):
     for name, v in sizes.items():
         if isinstance(v, bool) or not isinstance(v, (int, numpy.integer)) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
+
+
+def inverse_permutation(perm, xp=numpy):
+    """Gather indices of the inverse of the gather ``perm``: ``x[perm][inv] == x``."""
+    inv = xp.empty_like(perm)
+    inv[perm] = xp.arange(perm.shape[0], dtype=perm.dtype)
+    return inv
 
 
 def perfect_shuffle(p: int, q: int, xp=numpy):

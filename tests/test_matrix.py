@@ -36,7 +36,7 @@ def test_values_are_copied_into_pretiled_storage(rng):
     w[...] = 7.0
     assert not numpy.any(K.values == 7.0)
     # pre-tiled: each group's b x c block is contiguous
-    assert K._tiles.shape == (2, 5, 3, 4) and K._tiles.flags.c_contiguous
+    assert K.factor.tiles.shape == (2, 5, 3, 4) and K.factor.tiles.flags.c_contiguous
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -109,7 +109,7 @@ def test_views_share_values(xp, rng, dtype):
     for view, expected, pattern in ((K.T, D.T, (2, 4, 3, 5)), (K.H, D.conj().T, (2, 4, 3, 5)),
                                     (K.conj(), D.conj(), (2, 3, 4, 5)), (K.T.T, D, (2, 3, 4, 5)),
                                     (K.H.H, D, (2, 3, 4, 5)), (K.H.T, D.conj(), (2, 3, 4, 5))):
-        assert view._tiles is K._tiles   # no copy of the values
+        assert view.factor.tiles is K.factor.tiles   # no copy of the values
         assert view.pattern == pattern and view.shape == expected.shape
         numpy.testing.assert_array_equal(to_numpy(view.todense()), expected)
         numpy.testing.assert_array_equal(dense_oracle(to_numpy(view.values)), expected)
@@ -299,7 +299,27 @@ def test_dense_cache_is_shared_by_views_and_released(rng):
     numpy.testing.assert_array_equal(K.dense_cached(), D)
     numpy.testing.assert_array_equal(KH.dense_cached(), D.conj().T)
     assert K.dense_cached() is K.dense_cached()           # formed once
-    assert len(K.T._derived) == 2                           # the views share the cache
-    assert K.astype(numpy.complex64)._derived == {}         # a copy starts empty
+    assert len(K.T.factor.cache) == 2                       # the views share the cache
+    assert K.astype(numpy.complex64).factor.cache == {}     # a copy starts empty
     KH.clear_cache()
-    assert K._derived == {}
+    assert K.factor.cache == {}
+
+
+def test_mixed_dtype_products_convert_the_matrix_once(xp, rng):
+    """A float32 matrix applied to float64 operands converts its values once and keeps the
+    converted copy (with its dense matrix), instead of rebuilding both on every call."""
+    K = ks.KSMatrix(xp.asarray(random_array(rng, (1, 6, 5, 1), numpy.float32)))
+    D = oracle_of(K)
+    X = random_array(rng, (5, 3), numpy.float64)
+    for backend in ("dense", "auto", "bmm"):
+        for _ in range(2):
+            Y = K.matmul(xp.asarray(X), backend=backend)
+            assert Y.dtype == numpy.float64
+            assert rel_err(Y, D @ X) < 1e-6
+    converted = [v for key, v in K.factor.cache.items() if key[0] == "converted"]
+    assert len(converted) == 1 and converted[0].dtype == numpy.float64
+    dense = converted[0].cache[("dense", False, False)]
+    K.matmul(xp.asarray(X), backend="dense")
+    assert converted[0].cache[("dense", False, False)] is dense     # not rebuilt
+    K.clear_cache()
+    assert K.factor.cache == {}

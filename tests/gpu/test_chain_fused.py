@@ -13,6 +13,8 @@ import scipy.linalg
 import kscupy as ks
 from conftest import RTOL, dense_oracle, gpu_available, random_array, rel_err
 from kscupy import planner
+from kscupy.kernels import ks_chain
+from kscupy.kernels.ks_chain import FusedSegment
 
 pytestmark = pytest.mark.gpu
 if not gpu_available():
@@ -58,7 +60,7 @@ def _oracle(chain):
 
 def _fused_steps(chain, layout, dtype, batch, backend):
     plan = chain.plan(layout, dtype, batch, backend)
-    return [s for s in plan.steps if isinstance(s, planner.FusedSegment)]
+    return [s for s in plan.steps if isinstance(s, FusedSegment)]
 
 
 def _check(chain, X, layout, backend, ref, dtype):
@@ -84,7 +86,7 @@ def test_fused_chain_against_oracle(poisoned, rng, name, dtype, layout):
         _check(chain, Xd, layout, "fused", ref, dtype)
         # without merging: every original factor is a stage of the fused kernel
         unmerged = planner.plan(chain, layout, numpy.dtype(dtype), B, fuse="always", merge=False)
-        assert any(isinstance(s, planner.FusedSegment) for s in unmerged.steps)
+        assert any(isinstance(s, FusedSegment) for s in unmerged.steps)
         assert rel_err(unmerged(Xd, layout), ref) < 20 * RTOL[numpy.dtype(dtype)] * len(chain)
         # per-factor path: an independent route through the same factors
         Yp = chain.matmul(Xd, layout=layout, backend="kernel")
@@ -114,8 +116,8 @@ def test_permutations_folded(poisoned, rng, layout):
     chain = ks.KSChain(base.factors, input_permutation=cupy.asarray(rng.permutation(N)),
                        output_permutation=cupy.asarray(rng.permutation(N)))
     steps = chain.plan(layout, numpy.dtype(dtype), 1000, "fused").steps
-    assert isinstance(steps[0], planner.FusedSegment) and steps[0].src is not None
-    assert isinstance(steps[-1], planner.FusedSegment) and steps[-1].dst is not None
+    assert isinstance(steps[0], FusedSegment) and steps[0].src is not None
+    assert isinstance(steps[-1], FusedSegment) and steps[-1].dst is not None
     D = _oracle(chain)
     for B in BATCHES:
         X = random_array(rng, (N, B) if layout == "bsl" else (B, N), dtype)
@@ -123,14 +125,14 @@ def test_permutations_folded(poisoned, rng, layout):
         _check(chain, cupy.asarray(X), layout, "fused", ref, dtype)
 
 
-@pytest.mark.parametrize("budget", [planner.SMEM_BUDGET, 4 * 1024])
+@pytest.mark.parametrize("budget", [ks_chain.SMEM_BUDGET, 4 * 1024])
 @pytest.mark.parametrize("n", [64, 1024, 16384, 360])
 @pytest.mark.parametrize("dtype", [numpy.complex64, numpy.complex128])
 def test_dft_against_numpy_fft(poisoned, rng, monkeypatch, n, dtype, budget):
     """DFT chains in both layouts; a small shared-memory budget forces several segments
     (exercising super-group ordering for the digit-reversed input)."""
-    full_budget = budget == planner.SMEM_BUDGET
-    monkeypatch.setattr(planner, "SMEM_BUDGET", budget)
+    full_budget = budget == ks_chain.SMEM_BUDGET
+    monkeypatch.setattr(ks_chain, "SMEM_BUDGET", budget)
     F = ks.dft(n, dtype=dtype, xp=cupy)
     for layout, B in (("bsf", 3), ("bsf", 1000), ("bsl", 65537 if n <= 64 else 33)):
         steps = _fused_steps(F, layout, numpy.dtype(dtype), B, "fused")

@@ -101,7 +101,7 @@ def test_views_read_the_same_storage(poisoned, dtype, view):
     for pattern in [(2, 3, 5, 7), (1, 64, 16, 1), (3, 2, 2, 8), (1, 96, 200, 2)]:
         K = ks.KSMatrix(_random(rng, pattern, dtype))
         V = {"T": K.T, "H": K.H, "conj": K.conj()}[view]
-        assert V._tiles is K._tiles
+        assert V.factor.tiles is K.factor.tiles
         M, N = V.shape
         for layout, shape in (("bsl", (N, 300)), ("bsf", (300, N)), ("bsl", (N,))):
             X = _random(rng, shape, dtype)
@@ -231,11 +231,12 @@ def test_sanitizer_subset(poisoned, dtype):
 def test_tune_and_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("KSCUPY_CACHE_DIR", str(tmp_path))
     from kscupy import tuning
+    from kscupy.problem import problem_of
     K = ks.KSMatrix.random((4, 32, 32, 4), dtype=numpy.float32, xp=cupy, seed=2)
     choice = tuning.tune(K, 4096, layout="bsl", progress=False, n_repeat=3)
     assert choice.backend in ("kernel", "bmm", "dense")
     assert (tmp_path / "tuning.json").exists()
     X = cupy.random.default_rng(1).standard_normal((K.shape[1], 4096), dtype=numpy.float32)
-    problem = tuning.problem_of(K, X, "bsl")
+    problem = problem_of(K.factor, X, "bsl")
     assert tuning.choose(problem) == choice
     check(K @ X, oracle(K.values, X, "bsl"), numpy.float32)

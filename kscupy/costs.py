@@ -1,0 +1,169 @@
+"""The cost model: device rates and every modelled time that guides ``auto`` and the planner.
+
+All constants of the model live here. Times are ``max``/sums of three kinds of terms:
+bytes over bandwidth, flops over an efficiency times the peak rate, and fixed launch costs.
+The constants were fitted to heuristic-configuration times on 120 patterns of the paper's
+grid on an H200 (two disjoint stratified samples, ``benchmarks/bench_patterns.py --shift 0 /
+0.5``); RMS error of log time: BSL 0.15 (kernel) and 0.06 (BMM), BSF about 0.3. The
+autotuner (:mod:`kscupy.tuning`) replaces the model where it has run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy
+
+from .problem import Problem
+
+__all__ = ["DeviceRates", "device_rates", "LAUNCH_SECONDS", "kernel_seconds", "bmm_seconds",
+           "dense_seconds", "segment_seconds", "gather_seconds", "KERNEL_MARGIN"]
+
+#: One kernel launch with its Python dispatch, measured at B = 1 on an H200.
+LAUNCH_SECONDS = 10e-6
+
+# Single-factor algorithms:
+#     bytes_factor * bytes / bandwidth + flops * (m + m0) / (efficiency * peak * m) + fixed
+# with bytes = itemsize * (B * (M + N) + nnz) and m = 2bc/(b+c) (harmonic mean of the block
+# sides: small blocks run GEMMs less efficiently). BMM's bytes_factor includes its two
+# permutation passes. Keyed by (algorithm, access), access as in Problem.access.
+_SINGLE = {  # (bytes_factor, efficiency, m0)
+    ("kernel", "bsl"): (1.515, 0.424, 40.1), ("kernel", "bsf"): (0.835, 0.206, 25.8),
+    ("bmm", "bsl"): (2.432, 0.883, 244.7), ("bmm", "bsf"): (3.237, 1.123, 670.7),
+}
+#: ``auto`` picks the kernel over other backends only when predicted faster by this factor.
+#: In BSL the model is unbiased (median predicted/measured 1.02) and any margin above 1 gave
+#: away the kernel's wins; in BSF a wrong pick of the kernel costs up to 2x.
+KERNEL_MARGIN = {"bsl": 1.0, "bsf": 1.5}
+_DENSE_EFFICIENCY = 0.75          # cuBLAS GEMM, fraction of FP32/FP64 peak
+# Fixed costs besides a launch: BMM runs three kernels and two copies; forming a dense
+# matrix that is not kept takes ~15 small launches.
+_BMM_FIXED_SECONDS = 45e-6
+_DENSE_FIXED_SECONDS = {"kept": 15e-6, "formed": 300e-6}
+# The single-factor kernel walks the reduction in chunks one after the other: at least this
+# long per chunk (a global-memory round trip), whatever the size. It dominates thin batches
+# with long reductions (B = 1, c = 1024: 128 chunks, 0.17 ms measured).
+_CHUNK_SECONDS = 1.2e-6
+
+# Fused chain segments (kernels_cu/ks_chain.cu): weights are re-read from L2 by every tile
+# (L2 bandwidth = _L2_FACTOR x DRAM), the SIMT core reaches _FUSED_EFFICIENCY of peak.
+_L2_FACTOR = 2.0
+_FUSED_EFFICIENCY = 0.3
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceRates:
+    """Peak rates of a device (datasheet-level estimates from its attributes)."""
+    bandwidth: float      # bytes/s, device memory
+    flops32: float        # float32 FMA rate x 2, flop/s
+    flops64: float
+    name: str
+    cuda_runtime: int
+    memory: int = 0       # bytes of device memory
+
+    def peak(self, dtype) -> float:
+        """Peak flop/s for arithmetic in ``dtype``'s precision."""
+        return self.flops64 if numpy.dtype(dtype) in (numpy.float64, numpy.complex128) \
+            else self.flops32
+
+
+def device_rates() -> DeviceRates:
+    """Peak rates of the current CUDA device."""
+    import cupy
+    return _device_rates(cupy.cuda.Device().id)
+
+
+def _attribute(rt, attr, dev):
+    try:
+        return rt.deviceGetAttribute(attr, dev)
+    except Exception:
+        return 0
+
+
+@functools.lru_cache(maxsize=None)
+def _device_rates(dev) -> DeviceRates:
+    import cupy
+    rt = cupy.cuda.runtime
+    props = rt.getDeviceProperties(dev)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    sms, major, minor = props["multiProcessorCount"], props["major"], props["minor"]
+    clock_khz = _attribute(rt, 13, dev) or 1_755_000            # cudaDevAttrClockRate
+    mem_khz = _attribute(rt, 36, dev)                             # cudaDevAttrMemoryClockRate
+    bus_bits = _attribute(rt, 37, dev)                            # cudaDevAttrGlobalMemoryBusWidth
+    bandwidth = 2 * mem_khz * 1e3 * bus_bits / 8 if mem_khz and bus_bits else 3.0e12
+    fp32_per_sm = 128 if (major, minor) not in ((8, 0), (7, 0)) and major >= 8 else 64
+    flops32 = 2 * fp32_per_sm * sms * clock_khz * 1e3
+    flops64 = flops32 / 2 if major in (7, 9) or (major, minor) == (8, 0) else flops32 / 32
+    return DeviceRates(bandwidth, flops32, flops64, name, rt.runtimeGetVersion(),
+                       props["totalGlobalMem"])
+
+
+def _flops_per_mac(dtype) -> int:
+    return 8 if numpy.dtype(dtype).kind == "c" else 2
+
+
+def _single_factor(problem: Problem, rates: DeviceRates, algorithm: str, bytes_factor=None):
+    a, b, c, d = problem.pattern
+    M, N = problem.pattern.shape
+    nnz, isz = problem.pattern.nnz, problem.itemsize
+    factor, efficiency, m0 = _SINGLE[(algorithm, problem.access)]
+    m = 2.0 * b * c / (b + c)
+    moved = isz * (problem.batch * (M + N) + nnz)
+    flops = _flops_per_mac(problem.dtype) * problem.batch * nnz
+    return ((bytes_factor or factor) * moved / rates.bandwidth
+            + flops * (m + m0) / (efficiency * rates.peak(problem.dtype) * m))
+
+
+def kernel_seconds(problem: Problem, rates: DeviceRates, chunk: int) -> float:
+    """The single-factor kernel (``kernels_cu/ks_matmul.cu``) reducing in chunks of ``chunk``."""
+    chunks = -(-problem.pattern.c // chunk)
+    return max(_single_factor(problem, rates, "kernel"), chunks * _CHUNK_SECONDS) + LAUNCH_SECONDS
+
+
+def bmm_seconds(problem: Problem, rates: DeviceRates) -> float:
+    """Permute / cuBLAS batched GEMM / permute (``_reference.bmm`` on CuPy)."""
+    factor = _SINGLE[("bmm", problem.access)][0]
+    if problem.pattern.d == 1 and problem.layout == "bsl" and problem.batch_contiguous:
+        factor /= 3      # (a, c, 1, B) -> (a, 1, c, B) is a view: no permutation passes
+    return _single_factor(problem, rates, "bmm", factor) + _BMM_FIXED_SECONDS
+
+
+def dense_seconds(problem: Problem, rates: DeviceRates, kept: bool) -> float:
+    """cuBLAS GEMM on the dense matrix; ``kept``: the dense matrix is already formed (else
+    forming it, a zero fill and a scatter, is part of every call)."""
+    M, N = problem.pattern.shape
+    isz = problem.itemsize
+    moved = isz * (problem.batch * (M + N) + M * N)
+    if not kept:
+        moved += 2 * isz * M * N + (16 + isz) * problem.pattern.nnz
+    flops = _flops_per_mac(problem.dtype) * problem.batch * M * N
+    return (moved / rates.bandwidth
+            + flops / (_DENSE_EFFICIENCY * rates.peak(problem.dtype))
+            + _DENSE_FIXED_SECONDS["kept" if kept else "formed"])
+
+
+def segment_seconds(segment, batch: int, dtype, rates: DeviceRates) -> float:
+    """A fused chain segment (:class:`kscupy.kernels.ks_chain.FusedSegment`): the slowest of
+    DRAM traffic (the batch in and out once), weight traffic (every tile re-reads the
+    weights its work items use, from L2) and SIMT arithmetic, plus a launch."""
+    isz = numpy.dtype(dtype).itemsize
+    AS, DS, nin, nout, _, _ = segment.geometry
+    dram = isz * batch * AS * DS * (nin + nout) / rates.bandwidth
+    tiles = -(-batch // segment.rows) * (AS * DS // segment.slots)
+    weights = sum(segment.slots * (p.a // AS) * (p.d // DS) * p.b * p.c * (segment.rows // rw)
+                  for p, (_, rw) in zip(segment.patterns, segment.work))
+    l2 = isz * tiles * weights / (_L2_FACTOR * rates.bandwidth)
+    per_mac = _flops_per_mac(dtype)
+    compute = 0.0
+    for p, (tm, rw) in zip(segment.patterns, segment.work):
+        # a work item loads tm weights and rw inputs per tm·rw multiply-adds: below about
+        # 4 real FMAs per load the loads, not the FMA units, set the pace
+        per_load = (per_mac // 2) * tm * rw / (tm + rw)
+        efficiency = _FUSED_EFFICIENCY * min(1.0, per_load / 4.0)
+        compute += per_mac * batch * p.nnz / (efficiency * rates.peak(dtype))
+    return max(dram, l2, compute) + LAUNCH_SECONDS
+
+
+def gather_seconds(n: int, batch: int, dtype, rates: DeviceRates) -> float:
+    """A permutation pass over ``batch`` vectors of length ``n``: read and write once."""
+    return 2.0 * numpy.dtype(dtype).itemsize * n * batch / rates.bandwidth + LAUNCH_SECONDS

@@ -1,0 +1,141 @@
+"""Factor: what every execution layer needs to know about one stored KS factor.
+
+A :class:`~kscupy.KSMatrix` is the user's object; the layers below it (the backends, the
+kernel launchers, the tuner, the chain planner) see only its :class:`Factor`: the stored
+blocks, the stored pattern, whether the operator reads them transposed and/or conjugated,
+and a cache shared by all views of the same storage. Nothing below :mod:`kscupy.matrix`
+reads a KSMatrix's private fields.
+
+Storage. ``tiles`` has shape ``(a, d, b0, c0)`` for the stored pattern ``(a, b0, c0, d)``
+and is C-contiguous: the dense ``b0 × c0`` block of group ``g = i*d + j`` starts at element
+``g*b0*c0``. The factor represents ``op(stored)`` with ``op`` one of identity, transpose,
+conjugate, adjoint, so its own pattern is ``(a, b, c, d)`` with ``(b, c) = (c0, b0)`` when
+transposed. Element ``(k, l)`` (``k < b`` output row, ``l < c`` reduction index) of group
+``g``'s block is ``tiles.ravel()[g*b*c + k*sk + l*sl]`` with ``(sk, sl) =``
+:attr:`Factor.weight_strides`.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy
+
+from . import _arrays
+from ._reference import todense
+from .pattern import KSPattern
+
+__all__ = ["Factor", "DENSE_CACHE_BYTES"]
+
+#: A factor keeps its dense matrix (see :meth:`Factor.dense`) only up to this size.
+DENSE_CACHE_BYTES = 256 * 2**20
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Factor:
+    """One KS factor as stored: blocks, stored pattern, view flags and a shared cache.
+
+    ``cache`` holds arrays derived from ``tiles`` (a dense copy, converted copies for mixed
+    dtype products); every view of the same storage shares it.
+    """
+    tiles: object
+    stored: KSPattern
+    transposed: bool = False
+    conjugated: bool = False
+    cache: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        # conjugating real values is the identity: keep the flag meaningful
+        if self.conjugated and self.tiles.dtype.kind != "c":
+            object.__setattr__(self, "conjugated", False)
+
+    @classmethod
+    def of_blocks(cls, tiles, pattern) -> "Factor":
+        """A new factor owning ``tiles`` (``(a, d, b, c)``, C-contiguous) of ``pattern``."""
+        return cls(tiles, KSPattern.of(pattern))
+
+    # -- what the operator is ----------------------------------------------------------------
+    @property
+    def pattern(self) -> KSPattern:
+        """The pattern of the operator (the stored one, transposed for a transposed view)."""
+        return self.stored.transpose() if self.transposed else self.stored
+
+    @property
+    def shape(self) -> tuple:
+        return self.pattern.shape
+
+    @property
+    def dtype(self) -> numpy.dtype:
+        return self.tiles.dtype
+
+    @property
+    def xp(self):
+        return _arrays.array_module(self.tiles)
+
+    @property
+    def blocks(self):
+        """The ``(a, d, b, c)`` dense group blocks of the operator (a view of the storage;
+        a conjugated copy for a conjugated complex view)."""
+        blocks = self.tiles.swapaxes(-1, -2) if self.transposed else self.tiles
+        return self.xp.conj(blocks) if self.conjugated else blocks
+
+    @property
+    def weight_strides(self) -> tuple:
+        """``(sk, sl)``: element ``(k, l)`` of a block is at ``k*sk + l*sl`` from its start
+        (``(c, 1)`` for the stored orientation, ``(1, b)`` for a transposed view)."""
+        return (1, self.pattern.b) if self.transposed else (self.pattern.c, 1)
+
+    # -- views and conversions -----------------------------------------------------------
+    def view(self, transposed: bool, conjugated: bool) -> "Factor":
+        """Another view of the same storage (and the same cache)."""
+        return Factor(self.tiles, self.stored, transposed, conjugated, self.cache)
+
+    @property
+    def T(self) -> "Factor":
+        return self.view(not self.transposed, self.conjugated)
+
+    @property
+    def H(self) -> "Factor":
+        return self.view(not self.transposed, not self.conjugated)
+
+    def conj(self) -> "Factor":
+        return self.view(self.transposed, not self.conjugated)
+
+    def astype(self, dtype) -> "Factor":
+        """A copy with values converted to ``dtype`` (a new storage and an empty cache)."""
+        copy = Factor(self.tiles.astype(_arrays.check_dtype(dtype)), self.stored)
+        return copy.view(self.transposed, self.conjugated)
+
+    def in_dtype(self, dtype) -> "Factor":
+        """This factor in ``dtype`` for a product: itself when the dtypes agree, else a
+        converted copy kept in the cache (a mixed-dtype product converts once, not on every
+        call, and the copy's own cache, e.g. its dense matrix, survives between calls)."""
+        dtype = numpy.dtype(dtype)
+        if dtype == self.dtype:
+            return self
+        key = ("converted", dtype)
+        stored = self.cache.get(key)
+        if stored is None:
+            stored = self.cache[key] = Factor(self.tiles.astype(dtype), self.stored)
+        return stored.view(self.transposed, self.conjugated)
+
+    def todense(self):
+        """The dense ``(M, N)`` matrix, formed now."""
+        return todense(self.blocks, self.xp)
+
+    def dense(self):
+        """The dense matrix, formed once and kept in the cache when it is at most
+        :data:`DENSE_CACHE_BYTES` (larger ones are formed on every call)."""
+        M, N = self.shape
+        if self.dtype.itemsize * M * N > DENSE_CACHE_BYTES:
+            return self.todense()
+        key = ("dense", self.transposed, self.conjugated)
+        D = self.cache.get(key)
+        if D is None:
+            D = self.cache[key] = self.todense()
+        return D
+
+    @property
+    def address(self) -> int:
+        """Device (or host) address of the stored values."""
+        data = self.tiles.data
+        return data.ptr if hasattr(data, "ptr") else self.tiles.ctypes.data

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy
 
 from . import _arrays, backends, dispatch, planner
-from .matrix import KSMatrix
+from .factor import Factor
 from .operator import KSOperator
 from .problem import batch_bucket
 from .shuffle import inverse_permutation
@@ -55,7 +55,9 @@ class KSChain(KSOperator):
                 if f._in is not None or f._out is not None:
                     raise ValueError("cannot nest a KSChain with permutations inside another chain")
                 flat.extend(f.factors)
-            elif isinstance(f, KSMatrix):
+            # a single factor: any operator backed by one Factor (a KSMatrix; checked this
+            # way so that chain.py need not import matrix.py)
+            elif isinstance(f, KSOperator) and isinstance(getattr(f, "factor", None), Factor):
                 flat.append(f)
             else:
                 raise TypeError(f"KSChain factors must be KSMatrix or KSChain, got {type(f).__name__}")
@@ -218,9 +220,9 @@ class KSChain(KSOperator):
 def compose(left, right) -> KSChain:
     """``left @ right`` for KS matrices and chains, as a chain."""
     def parts(op):
-        if isinstance(op, KSMatrix):
-            return [op], None, None
-        return list(op.factors), op._in, op._out
+        if isinstance(op, KSChain):
+            return list(op.factors), op._in, op._out
+        return [op], None, None
 
     lf, l_in, l_out = parts(left)
     rf, r_in, r_out = parts(right)

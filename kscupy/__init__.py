@@ -14,13 +14,14 @@ from .shuffle import (perfect_shuffle, inverse_perfect_shuffle, perfect_shuffle_
 from .submatrix import KSSubmatrix
 from .realpart import KSRealPart
 from .dct import dct, dst
+from .factorization import factorize
 from .linalg import aslinearoperator
 from .tuning import tune
 from ._arrays import SUPPORTED_DTYPES, gpu_module
 
 __version__ = "0.1.0"
 
-__all__ = ["KSPattern", "KSMatrix", "KSChain", "KSSubmatrix", "KSRealPart", "dft", "dct", "dst", "idft", "hadamard", "butterfly",
+__all__ = ["KSPattern", "KSMatrix", "KSChain", "KSSubmatrix", "KSRealPart", "dft", "dct", "dst", "factorize", "idft", "hadamard", "butterfly",
            "block_butterfly", "monarch", "low_rank", "choose_pattern", "perfect_shuffle", "inverse_perfect_shuffle",
            "perfect_shuffle_matrix", "bit_reversal", "block_diagonal_permutations",
            "block_diagonalize", "aslinearoperator", "tune", "SUPPORTED_DTYPES", "gpu_module",

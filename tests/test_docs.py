@@ -21,7 +21,7 @@ def test_readme_example_runs():
 
 
 @pytest.mark.parametrize("module", ["pattern", "matrix", "linalg", "shuffle", "transforms", "submatrix",
-                                    "realpart", "dct"])
+                                    "realpart", "dct", "factorization"])
 def test_docstring_examples(module):
     mod = sys.modules[f"kscupy.{module}"]
     result = doctest.testmod(mod, extraglobs={"ks": kscupy})

@@ -1,4 +1,4 @@
-"""DCT and DST of types 2 and 3 as the real part of a complex DFT operator (Makhoul's method).
+"""DCT and DST of types 1 to 4 as the real part of a complex DFT operator (Makhoul's method).
 
 With the even-odd reordering ``v = x[perm]``, ``perm = (0, 2, 4, ..., then the odd indices in
 decreasing order)``, the DCT-II is (Makhoul, 1980, any ``n``)
@@ -31,6 +31,22 @@ on the input and the output reversed). ``S P = diag(s[perm]) P`` becomes a colum
 Scalings: ``norm=None``: ``f = f' = 1``, ``g = (1/2, 1, ..., 1)``, ``g' = (1, ..., 1, 1/2)``;
 ``norm="ortho"``: ``f = g = (1/sqrt(4n), 1/sqrt(2n), ...)``, ``f' = g' = (..., 1/sqrt(2n),
 1/sqrt(4n))`` (orthogonal matrices, type 3 the transpose of type 2).
+
+Types 1 and 4 are blocks of a DFT of another size ``N`` (a :class:`~kscupy.KSSubmatrix`, the
+leading ``n x n`` block of the size-``N`` DFT operator with the gathers and diagonals folded):
+
+* DCT-IV: ``(2j+1)(2k+1) = 4jk + 2j + 2k + 1`` gives ``Re(diag(2 e'_k) F_{2n}[:n, :n]
+  diag(e''_j))`` with ``e'_k = exp(-i pi (2k+1) / (4n))``, ``e''_j = exp(-i pi j / (2n))``;
+  DST-IV is the same with ``2i e'`` (``sin t = Re(i exp(-i t))``).
+* DCT-I: ``Re(F_{2n-2}[:n, :n] diag(1, 2, ..., 2, 1))`` (``n >= 2``).
+* DST-I: ``Re(2i F_{2n+2}[1:n+1, 1:n+1])``; the shifted block becomes the leading one through
+  the input gather ``(n, 0, 1, ..., n-1, n+1, ...)`` and the output gather
+  ``(1, ..., n, 0, n+1, ...)``.
+
+They cost a DFT of about twice the size (no half-length trick), which keeps them exact and
+valid for every ``n``. ``norm="ortho"`` scales by ``1/sqrt(2n)`` (type 4), ``1/sqrt(2(n+1))``
+(DST-I) and ``1/sqrt(2(n-1))`` with scipy's orthogonalisation (DCT-I: ``x_0, x_{n-1}`` times
+``sqrt(2)``, ``y_0, y_{n-1}`` divided by ``sqrt(2)``).
 """
 from __future__ import annotations
 
@@ -39,6 +55,7 @@ import numpy
 from . import _arrays
 from .fourier import framed_dft
 from .realpart import KSRealPart
+from .submatrix import KSSubmatrix
 
 __all__ = ["dct", "dst"]
 
@@ -49,8 +66,8 @@ _COMPLEX_OF = {numpy.dtype(numpy.float32): numpy.complex64,
 def _checked(n, type, norm, dtype, xp):
     from .transforms import _check_size, _check_xp
     n = _check_size("n", n)
-    if isinstance(type, bool) or type not in (2, 3):
-        raise ValueError(f"type must be 2 or 3 (types 1 and 4 are not implemented), got {type!r}")
+    if isinstance(type, bool) or type not in (1, 2, 3, 4):
+        raise ValueError(f"type must be 1, 2, 3 or 4, got {type!r}")
     if norm not in (None, "backward", "ortho"):
         raise ValueError(f'norm must be None, "backward" or "ortho", got {norm!r}')
     dtype = _arrays.check_dtype(dtype)
@@ -59,6 +76,33 @@ def _checked(n, type, norm, dtype, xp):
                         f"got {dtype}")
     _check_xp(xp)
     return n, dtype
+
+
+def _real_part_of_dft_block(N, n, dtype, xp, max_radix, row_scale, col_scale=None,
+                            input_gather=None, output_gather=None):
+    """``Re`` of the leading ``n x n`` block of ``P_out diag(row) F_N diag(col) P_in``; the
+    scales have length ``n`` (then zero-padded to ``N``: rows and columns beyond ``n`` are
+    cropped) or ``N`` (indexed before the gathers)."""
+    def padded(v):
+        if v is None or len(v) == N:
+            return v
+        out = numpy.zeros(N, dtype=numpy.complex128)
+        out[:n] = v
+        return out
+    W = framed_dft(N, row_scale=padded(row_scale), col_scale=padded(col_scale),
+                   input_gather=input_gather, output_gather=output_gather,
+                   dtype=_COMPLEX_OF[dtype], xp=xp, max_radix=max_radix)
+    if n < N:      # a block of a block of a chain is a block of the chain
+        W = KSSubmatrix(W.chain if isinstance(W, KSSubmatrix) else W, (n, n))
+    return KSRealPart(W)
+
+
+def _type4(n, norm, dtype, xp, max_radix, sine):
+    k = numpy.arange(n)
+    scale = numpy.sqrt(1 / (2 * n)) if norm == "ortho" else 1.0
+    row = (2j if sine else 2.0) * scale * numpy.exp(-1j * numpy.pi * (2 * k + 1) / (4 * n))
+    col = numpy.exp(-0.5j * numpy.pi * k / n)
+    return _real_part_of_dft_block(2 * n, n, dtype, xp, max_radix, row, col)
 
 
 def _makhoul(n):
@@ -81,20 +125,21 @@ def _output_scale(n, type, norm, edge):
 
 
 def dct(n: int, type: int = 2, norm=None, dtype=numpy.float64, xp=numpy, *, max_radix=64):
-    """The ``n x n`` DCT of type 2 or 3 as a :class:`~kscupy.KSRealPart` of a DFT operator.
+    """The ``n x n`` DCT of type 1, 2, 3 or 4 as a :class:`~kscupy.KSRealPart` of a DFT operator.
 
     ``C @ X`` equals ``scipy.fft.dct(X, type=type, norm=norm, axis=0)`` (``X`` of shape
     ``(n,)`` or ``(n, B)``) and ``X @ C.T`` equals ``scipy.fft.dct(X, type=type, norm=norm,
     axis=-1)`` (``X`` of shape ``(B, n)``), for real and complex ``X``. ``C.T`` is the
     transposed matrix (for ``norm="ortho"``, the inverse: ``dct(n, 2, "ortho").T`` is
-    ``dct(n, 3, "ortho")``). See the module docstring for the factors: a permutation, the DFT
-    chain of size ``n`` (Bluestein's operator when a prime factor of ``n`` exceeds
-    ``max_radix``), a twiddle diagonal folded into its first factor, and the real part.
+    ``dct(n, 3, "ortho")``). See the module docstring for the factors: for types 2 and 3 a
+    permutation, the DFT chain of size ``n`` (Bluestein's operator when a prime factor of
+    ``n`` exceeds ``max_radix``), a twiddle diagonal folded into its first factor, and the
+    real part; types 1 and 4 take the leading block of a DFT of size ``2(n-1)`` or ``2n``.
 
     Parameters
     ----------
     n : size.
-    type : 2 or 3.
+    type : 1, 2, 3 or 4 (type 1 needs ``n >= 2``).
     norm : None (scipy's default, "backward") or "ortho".
     dtype : float32 or float64 (the DFT inside runs in complex64 or complex128).
     xp : numpy or cupy.
@@ -109,6 +154,19 @@ def dct(n: int, type: int = 2, norm=None, dtype=numpy.float64, xp=numpy, *, max_
     True
     """
     n, dtype = _checked(n, type, norm, dtype, xp)
+    if type == 4:
+        return _type4(n, norm, dtype, xp, max_radix, sine=False)
+    if type == 1:
+        if n < 2:
+            raise ValueError(f"the DCT-I needs n >= 2, got n = {n}")
+        col = numpy.full(n, 2.0)
+        col[[0, -1]] = 1.0
+        row = numpy.ones(n)
+        if norm == "ortho":            # scipy's orthogonalised DCT-I
+            col[[0, -1]] *= numpy.sqrt(2)
+            row[[0, -1]] /= numpy.sqrt(2)
+            row /= numpy.sqrt(2 * (n - 1))
+        return _real_part_of_dft_block(2 * (n - 1), n, dtype, xp, max_radix, row, col)
     perm, twiddle = _makhoul(n)
     scale = _output_scale(n, type, norm, edge=0)
     W = framed_dft(n, row_scale=twiddle * scale, input_gather=perm, dtype=_COMPLEX_OF[dtype],
@@ -118,12 +176,13 @@ def dct(n: int, type: int = 2, norm=None, dtype=numpy.float64, xp=numpy, *, max_
 
 
 def dst(n: int, type: int = 2, norm=None, dtype=numpy.float64, xp=numpy, *, max_radix=64):
-    """The ``n x n`` DST of type 2 or 3 as a :class:`~kscupy.KSRealPart` of a DFT operator.
+    """The ``n x n`` DST of type 1, 2, 3 or 4 as a :class:`~kscupy.KSRealPart` of a DFT operator.
 
     ``S @ X`` equals ``scipy.fft.dst(X, type=type, norm=norm, axis=0)`` and ``X @ S.T`` equals
     ``scipy.fft.dst(X, type=type, norm=norm, axis=-1)``. Built as :func:`dct` with alternating
     signs folded into the DFT operator's input side and the output order reversed (an output
-    permutation), see the module docstring. Parameters as :func:`dct`.
+    permutation), see the module docstring; type 1 is a shifted block of the DFT of size
+    ``2(n+1)``, type 4 the DCT-IV's operator times ``i``. Parameters as :func:`dct`.
 
     Examples
     --------
@@ -133,6 +192,18 @@ def dst(n: int, type: int = 2, norm=None, dtype=numpy.float64, xp=numpy, *, max_
     True
     """
     n, dtype = _checked(n, type, norm, dtype, xp)
+    if type == 4:
+        return _type4(n, norm, dtype, xp, max_radix, sine=True)
+    if type == 1:
+        N = 2 * (n + 1)
+        scale = numpy.sqrt(1 / N) if norm == "ortho" else 1.0
+        rest = numpy.arange(n + 1, N)
+        # F_N[1:n+1, 1:n+1] as a leading block: x_j goes to position j + 1, row k + 1 to k
+        to_shifted = numpy.concatenate([[n], numpy.arange(n), rest])
+        from_shifted = numpy.concatenate([numpy.arange(1, n + 1), [0], rest])
+        # the row scale applies before the output gather, at rows 1..n: scale every row
+        return _real_part_of_dft_block(N, n, dtype, xp, max_radix, numpy.full(N, 2j * scale),
+                                       input_gather=to_shifted, output_gather=from_shifted)
     perm, twiddle = _makhoul(n)
     scale = _output_scale(n, type, norm, edge=n - 1)
     signs = numpy.where(perm % 2 == 0, 1.0, -1.0)              # (-1)^j at position perm^-1(j)

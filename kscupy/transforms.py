@@ -69,7 +69,8 @@ def radix_factors(n: int, max_radix: int = 64) -> list:
 
 
 def dft(n: int, dtype=numpy.complex128, norm=None, xp=numpy, *, inverse=False, max_radix=64):
-    """The ``n x n`` DFT matrix as a KS chain (mixed-radix Cooley-Tukey, decimation in time).
+    """The ``n x n`` DFT matrix as a KS chain (mixed-radix Cooley-Tukey, decimation in time),
+    or as Bluestein's operator when ``n`` has a prime factor above ``max_radix``.
 
     ``F @ X`` equals ``numpy.fft.fft(X, axis=0, norm=norm)`` and ``X @ F.T`` equals
     ``numpy.fft.fft(X, axis=-1, norm=norm)``. With ``n = r_1 r_2 ... r_L`` (prime factors,

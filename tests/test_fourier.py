@@ -106,3 +106,12 @@ def test_bluestein_gpu_backends_poisoned(poisoned, rng, backend, layout, n):
         Xd = cupy.asarray(X.astype(dtype) if layout == "bsl" else X.T.astype(dtype))
         ref = numpy.fft.fft(X, axis=0) if layout == "bsl" else numpy.fft.fft(X.T, axis=-1)
         assert rel_err(F.matmul(Xd, layout=layout, backend=backend), ref) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", [numpy.complex128, numpy.complex64])
+def test_bluestein_accuracy_at_a_prime_near_1e5(rng, dtype):
+    """The chirp phase (t^2 mod 2n) is exact, so the error does not grow with n."""
+    n = 99991
+    x = random_array(rng, (n,), numpy.complex128)
+    F = ks.dft(n, dtype=dtype)
+    assert rel_err(F @ x.astype(dtype), numpy.fft.fft(x)) < TOL[dtype] / 10

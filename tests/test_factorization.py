@@ -63,7 +63,9 @@ def test_recovers_products_exactly(xp, rng, name, dtype):
     C = ks.factorize(xp.asarray(D.astype(dtype)), patterns)
     assert isinstance(C, ks.KSChain) and C.dtype == dtype and C.xp is xp
     assert [tuple(p) for p in C.patterns] == [tuple(p) for p in patterns]
-    assert rel_err(C.todense(), D) < (1e-5 if dtype == numpy.float32 else 1e-12)
+    # on the GPU cuSOLVER's batched Jacobi SVD converges to a slightly looser tolerance
+    tol = 1e-5 if dtype == numpy.float32 else (1e-12 if xp is numpy else 1e-11)
+    assert rel_err(C.todense(), D) < tol
 
 
 def test_recovers_hadamard_and_bit_reversed_dft(xp):

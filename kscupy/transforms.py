@@ -3,7 +3,8 @@
 ============================  ===============================================================
 factory                       factors (a, b, c, d), left to right
 ============================  ===============================================================
-``dft(n)``, ``idft(n)``       ``(r1...r_{l-1}, r_l, r_l, n / (r1...r_l))`` for ``n = r1...rL``
+``dft(n)``, ``idft(n)``       ``(r1...r_{l-1}, r_l, r_l, n / (r1...r_l))`` for ``n = r1...rL``;
+                              a prime factor > ``max_radix``: Bluestein (:mod:`kscupy.fourier`)
 ``hadamard(2**L)``            ``(2**(l-1), 2, 2, 2**(L-l))``
 ``butterfly(2**L)``           ``(2**(l-1), 2, 2, 2**(L-l))`` (random values)
 ``block_butterfly(2**L*t)``   ``(2**(l-1), 2t, 2t, 2**(L-l))``

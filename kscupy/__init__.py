@@ -12,14 +12,19 @@ from .transforms import (dft, idft, hadamard, butterfly, block_butterfly, monarc
 from .shuffle import (perfect_shuffle, inverse_perfect_shuffle, inverse_permutation,
                       perfect_shuffle_matrix, bit_reversal, block_diagonal_permutations,
                       block_diagonalize)
+from .submatrix import KSSubmatrix
+from .realpart import KSRealPart
+from .dct import dct, dst
+from .factorization import factorize
 from .linalg import aslinearoperator
 from .tuning import tune
 from ._arrays import SUPPORTED_DTYPES, gpu_module
 
 __version__ = "0.1.0"
 
-__all__ = ["KSPattern", "KSMatrix", "KSChain", "dft", "idft", "hadamard", "butterfly",
-           "block_butterfly", "monarch", "low_rank", "choose_pattern", "perfect_shuffle",
-           "inverse_perfect_shuffle", "inverse_permutation", "perfect_shuffle_matrix",
-           "bit_reversal", "block_diagonal_permutations", "block_diagonalize",
-           "aslinearoperator", "tune", "SUPPORTED_DTYPES", "gpu_module", "__version__"]
+__all__ = ["KSPattern", "KSMatrix", "KSChain", "KSSubmatrix", "KSRealPart", "dft", "idft",
+           "dct", "dst", "factorize", "hadamard", "butterfly", "block_butterfly", "monarch",
+           "low_rank", "choose_pattern", "perfect_shuffle", "inverse_perfect_shuffle",
+           "inverse_permutation", "perfect_shuffle_matrix", "bit_reversal",
+           "block_diagonal_permutations", "block_diagonalize", "aslinearoperator", "tune",
+           "SUPPORTED_DTYPES", "gpu_module", "__version__"]

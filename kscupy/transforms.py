@@ -3,7 +3,8 @@
 ============================  ===============================================================
 factory                       factors (a, b, c, d), left to right
 ============================  ===============================================================
-``dft(n)``, ``idft(n)``       ``(r1...r_{l-1}, r_l, r_l, n / (r1...r_l))`` for ``n = r1...rL``
+``dft(n)``, ``idft(n)``       ``(r1...r_{l-1}, r_l, r_l, n / (r1...r_l))`` for ``n = r1...rL``;
+                              a prime factor > ``max_radix``: Bluestein (:mod:`kscupy.fourier`)
 ``hadamard(2**L)``            ``(2**(l-1), 2, 2, 2**(L-l))``
 ``butterfly(2**L)``           ``(2**(l-1), 2, 2, 2**(L-l))`` (random values)
 ``block_butterfly(2**L*t)``   ``(2**(l-1), 2t, 2t, 2**(L-l))``
@@ -69,7 +70,8 @@ def radix_factors(n: int, max_radix: int = 64) -> list:
 
 
 def dft(n: int, dtype=numpy.complex128, norm=None, xp=numpy, *, inverse=False, max_radix=64):
-    """The ``n x n`` DFT matrix as a KS chain (mixed-radix Cooley-Tukey, decimation in time).
+    """The ``n x n`` DFT matrix as a KS chain (mixed-radix Cooley-Tukey, decimation in time),
+    or as Bluestein's operator when ``n`` has a prime factor above ``max_radix``.
 
     ``F @ X`` equals ``numpy.fft.fft(X, axis=0, norm=norm)`` and ``X @ F.T`` equals
     ``numpy.fft.fft(X, axis=-1, norm=norm)``. With ``n = r_1 r_2 ... r_L`` (prime factors,
@@ -81,13 +83,34 @@ def dft(n: int, dtype=numpy.complex128, norm=None, xp=numpy, *, inverse=False, m
     (a size-``r_l`` DFT with the twiddle factors folded in), and ``Q`` is the digit-reversal
     permutation, stored as the chain's input permutation (a gather pass).
 
+    **Sizes with a prime factor above max_radix** (e.g. primes ``> 64``) have no fast
+    mixed-radix chain; for them ``dft`` returns Bluestein's chirp-z algorithm, a
+    :class:`~kscupy.KSSubmatrix`: the leading ``n x n`` block of one ``m x m`` chain of
+    ``2 log2 m`` radix-2 factors (``m`` the power of two ``>= 2n - 1``), with the chirps and the
+    convolution filter folded into its factors (see :mod:`kscupy.fourier`). It has the same
+    interface (both layouts, vectors, ``T``, ``H``, ``todense``, ``aslinearoperator``) and runs
+    through the same planner and kernels; it is not a ``KSChain`` (no ``.factors``; it does not
+    compose with ``@`` into longer chains).
+
     Parameters
     ----------
-    n : size (any positive integer whose prime factors are at most ``max_radix``).
+    n : size, any positive integer.
     dtype : complex64 or complex128.
     norm : None (unscaled forward), "ortho" (1/sqrt(n)) or "forward" (1/n), as in numpy.fft.
     xp : numpy or cupy.
     inverse : build the inverse transform (see :func:`idft`).
+    max_radix : the largest prime radix of a chain factor; a larger prime factor of ``n``
+        selects Bluestein's algorithm.
+
+    Examples
+    --------
+    >>> import numpy as np, kscupy as ks
+    >>> x = np.random.default_rng(0).standard_normal(97)     # 97 is prime: Bluestein
+    >>> F = ks.dft(97)
+    >>> type(F).__name__, bool(np.allclose(F @ x, np.fft.fft(x)))
+    ('KSSubmatrix', True)
+    >>> type(ks.dft(96)).__name__                                # 96 = 2^5 * 3: a chain
+    'KSChain'
     """
     n = _check_size("n", n)
     dtype = _arrays.check_dtype(dtype)
@@ -99,6 +122,9 @@ def dft(n: int, dtype=numpy.complex128, norm=None, xp=numpy, *, inverse=False, m
     scale = {None: 1.0, "backward": 1.0, "ortho": 1 / math.sqrt(n), "forward": 1.0 / n}[norm]
     if inverse:   # numpy's ifft scales by 1/n for "backward" and 1 for "forward"
         scale = {None: 1.0 / n, "backward": 1.0 / n, "ortho": 1 / math.sqrt(n), "forward": 1.0}[norm]
+    from .fourier import framed_dft, needs_bluestein
+    if needs_bluestein(n, max_radix):
+        return framed_dft(n, dtype=dtype, norm=norm, xp=xp, inverse=inverse, max_radix=max_radix)
     sign = 1.0 if inverse else -1.0
     radices = radix_factors(n, max_radix) or [1]      # n = 1: one 1 x 1 factor
     factors, perm, a = [], numpy.arange(n), 1
@@ -122,7 +148,9 @@ def dft(n: int, dtype=numpy.complex128, norm=None, xp=numpy, *, inverse=False, m
 
 
 def idft(n: int, dtype=numpy.complex128, norm=None, xp=numpy, *, max_radix=64):
-    """The inverse DFT as a KS chain: ``F @ X == numpy.fft.ifft(X, axis=0, norm=norm)``."""
+    """The inverse DFT: ``F @ X == numpy.fft.ifft(X, axis=0, norm=norm)``; a KS chain, or
+    Bluestein's :class:`~kscupy.KSSubmatrix` when ``n`` has a prime factor above ``max_radix``
+    (see :func:`dft`)."""
     return dft(n, dtype=dtype, norm=norm, xp=xp, inverse=True, max_radix=max_radix)
 
 

@@ -146,7 +146,8 @@ def test_dft_patterns_and_errors():
     with pytest.raises(TypeError, match="complex dtype"):
         ks.dft(8, dtype=numpy.float64)
     with pytest.raises(ValueError, match="prime factor 67"):
-        ks.dft(67)
+        ks.transforms.radix_factors(67)
+    assert isinstance(ks.dft(67), ks.KSSubmatrix)      # a prime above max_radix: Bluestein
     assert len(ks.dft(67, max_radix=67)) == 1
     with pytest.raises(ValueError, match="positive integer"):
         ks.dft(0)

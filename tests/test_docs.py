@@ -20,7 +20,8 @@ def test_readme_example_runs():
         exec(compile(block, "README.md", "exec"), {})
 
 
-@pytest.mark.parametrize("module", ["pattern", "matrix", "linalg", "shuffle"])
+@pytest.mark.parametrize("module", ["pattern", "matrix", "linalg", "shuffle", "transforms", "submatrix",
+                                    "realpart", "dct", "factorization"])
 def test_docstring_examples(module):
     mod = sys.modules[f"kscupy.{module}"]
     result = doctest.testmod(mod, extraglobs={"ks": kscupy})

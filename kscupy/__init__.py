@@ -12,6 +12,8 @@ from .transforms import (dft, idft, hadamard, butterfly, block_butterfly, monarc
 from .shuffle import (perfect_shuffle, inverse_perfect_shuffle, perfect_shuffle_matrix,
                       bit_reversal, block_diagonal_permutations, block_diagonalize)
 from .linalg import aslinearoperator
+from .storage import save, load
+from . import storage, testing
 from .tuning import tune
 from ._arrays import SUPPORTED_DTYPES, gpu_module
 
@@ -20,5 +22,5 @@ __version__ = "0.1.0"
 __all__ = ["KSPattern", "KSMatrix", "KSChain", "dft", "idft", "hadamard", "butterfly",
            "block_butterfly", "monarch", "low_rank", "choose_pattern", "perfect_shuffle", "inverse_perfect_shuffle",
            "perfect_shuffle_matrix", "bit_reversal", "block_diagonal_permutations",
-           "block_diagonalize", "aslinearoperator", "tune", "SUPPORTED_DTYPES", "gpu_module",
+           "block_diagonalize", "aslinearoperator", "save", "load", "tune", "SUPPORTED_DTYPES", "gpu_module",
            "__version__"]

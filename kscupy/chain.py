@@ -219,6 +219,14 @@ class KSChain(KSOperator):
             found = self._plans[key] = planner.plan(self, layout, dtype, max(batch, 1), fuse=fuse)
         return found
 
+    # -- ecosystem protocols (pickling; copies, devices, scalars are in KSOperator) ----------
+    def __reduce__(self):
+        # Pickle and deepcopy carry the factors and the permutations; plans and kept views
+        # are rebuilt on first use.
+        from . import storage
+        return storage.rebuild_chain, (self.factors, self.input_permutation,
+                                       self.output_permutation)
+
 
 def compose(left, right) -> KSChain:
     """``left @ right`` for KS matrices and chains, as a chain."""
@@ -233,3 +241,4 @@ def compose(left, right) -> KSChain:
         raise ValueError("cannot multiply chains with a permutation between them (the left "
                          "chain's input or the right chain's output permutation)")
     return KSChain(lf + rf, input_permutation=r_in, output_permutation=l_out)
+

@@ -253,3 +253,15 @@ class KSMatrix(KSOperator):
         if backend == "sparse":
             return _reference.sparse(K.tocsr(), X, layout, xp)
         return _reference.ALGORITHMS[backend](K.blocks, X, layout, xp)
+
+    # -- ecosystem protocols (pickling; see kscupy.storage and KSOperator) -------------------
+    @property
+    def view_flags(self) -> tuple[bool, bool]:
+        """``(transposed, conjugated)``: how this matrix is a view of its stored values
+        (``K.T`` is ``(True, False)``, ``K.H`` is ``(True, True)`` for complex values)."""
+        return self._transposed, self._conjugated
+
+    def __reduce__(self):
+        # Pickle and deepcopy carry the stored values and the view flags, not the caches.
+        from . import storage
+        return storage.rebuild_matrix, storage.matrix_parts(self)

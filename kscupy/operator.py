@@ -35,6 +35,12 @@ def check_operand(op, X, layout, backend, backends=BACKENDS):
                          f"with N={N})")
 
 
+def _is_dask_array(x) -> bool:
+    """True for a ``dask.array.Array``, recognised without importing dask."""
+    cls = type(x)
+    return cls.__name__ == "Array" and cls.__module__.split(".")[:2] == ["dask", "array"]
+
+
 class KSOperator:
     """Base of :class:`~kscupy.KSMatrix` and :class:`~kscupy.KSChain`.
 
@@ -62,6 +68,9 @@ class KSOperator:
         if isinstance(other, KSOperator):            # a product of factors is a chain
             from .chain import compose
             return compose(self, other)
+        if _is_dask_array(other):                    # a lazy dask.array product
+            from .dask import matmul
+            return matmul(self, other, layout="bsl")
         try:
             _arrays.array_module(other)
         except TypeError:
@@ -73,8 +82,85 @@ class KSOperator:
         if isinstance(other, KSOperator):
             from .chain import compose
             return compose(other, self)
+        if _is_dask_array(other):
+            from .dask import matmul
+            return matmul(self.T, other, layout="bsf")
         try:
             _arrays.array_module(other)
         except TypeError:
             return NotImplemented
         return self.T.matmul(other, layout="bsf")
+
+    # -- ecosystem protocols: pickling, copies, devices, scalars, duck-typed solvers ---------
+    # (pickling itself is __reduce__ in KSMatrix and KSChain; see kscupy.storage)
+    def copy(self):
+        """A deep copy: new value (and permutation) arrays on the same device, no caches."""
+        from . import storage
+        return storage.map_arrays(self, lambda x: x.copy())
+
+    def get(self):
+        """A copy of this operator with NumPy values (like ``cupy.ndarray.get``); on a NumPy
+        operator, a copy."""
+        from . import storage
+        return storage.map_arrays(self, storage.to_numpy_copy)
+
+    def to_device(self, device):
+        """A copy of this operator on ``device``: ``"cpu"`` (NumPy values, as :meth:`get`),
+        ``"gpu"`` (CuPy values on the current device), a device id or a ``cupy.cuda.Device``
+        (CuPy values on that device). RuntimeError when the GPU is not available."""
+        from . import storage
+        return storage.map_arrays(self, storage.device_mover(device))
+
+    def __mul__(self, alpha):
+        """``op * alpha`` for a scalar; dtype ``numpy.result_type(op.dtype, alpha)`` (see
+        :mod:`kscupy.algebra`)."""
+        from . import algebra
+        if not algebra.is_scalar(alpha):
+            return NotImplemented
+        return algebra.scaled(self, alpha)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, alpha):
+        from . import algebra
+        if not algebra.is_scalar(alpha):
+            return NotImplemented
+        return algebra.scaled(self, alpha, divide=True)
+
+    def __neg__(self):
+        from . import algebra
+        return algebra.scaled(self, -1)
+
+    def __add__(self, other):
+        """``K1 + K2`` for two KSMatrix of the same pattern (see :mod:`kscupy.algebra`)."""
+        from . import algebra
+        return algebra.added(self, other)
+
+    def __sub__(self, other):
+        from . import algebra
+        return algebra.added(self, other, sign=-1)
+
+    def __radd__(self, other):
+        from . import algebra
+        return algebra.added(other, self)
+
+    def __rsub__(self, other):
+        from . import algebra
+        return algebra.added(other, self, sign=-1)
+
+    def matvec(self, x):
+        """``op @ x`` for ``x`` of shape ``(N,)`` or ``(N, 1)`` (SciPy's LinearOperator
+        protocol: ``scipy.sparse.linalg.cg(op, b)`` and cupyx's solvers take ``op`` itself)."""
+        return self.matmul(x)
+
+    def rmatvec(self, x):
+        """``op^H @ x`` for ``x`` of shape ``(M,)`` or ``(M, 1)``."""
+        return self.H.matmul(x)
+
+    def matmat(self, X):
+        """``op @ X`` for ``X`` of shape ``(N, K)``."""
+        return self.matmul(X)
+
+    def rmatmat(self, X):
+        """``op^H @ X`` for ``X`` of shape ``(M, K)``."""
+        return self.H.matmul(X)

@@ -60,4 +60,4 @@ def test_dottest_rejects_bad_input(rng):
     with pytest.raises(ValueError, match="layout"):
         ks.testing.dottest(DenseOperator(D, D.T), layout="rows")
     with pytest.raises(AssertionError, match="maps"):
-        ks.testing.dottest(DenseOperator(D, D))      # adjoint of the wrong shape
+        ks.testing.dottest(DenseOperator(D, D.T[:3]))      # adjoint of the wrong shape

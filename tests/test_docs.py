@@ -39,5 +39,6 @@ def test_api_reference_is_current():
 
 @pytest.mark.parametrize("example", sorted((ROOT / "docs" / "examples").glob("*.py")),
                          ids=lambda p: p.name)
-def test_examples_run(example):
+def test_examples_run(example, monkeypatch):
+    monkeypatch.setattr(sys, "argv", [str(example)])      # scripts parse their own arguments
     runpy.run_path(str(example), run_name="__main__")

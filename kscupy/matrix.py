@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy
 
-from . import _arrays, _reference
+from . import _arrays, _reference, memory
 from .operator import BACKENDS, KSOperator, check_operand
 from .pattern import KSPattern
 
@@ -94,6 +94,8 @@ class KSMatrix(KSOperator):
         dtype = _arrays.check_dtype(dtype)
         if xp is not numpy and getattr(xp, "__name__", None) != "cupy":
             raise TypeError(f"xp must be numpy or cupy, got {xp!r}")
+        memory.check_fits(3 * pattern.nnz * dtype.itemsize, xp,   # draws, sum, stored tiles
+                          f"KSMatrix.random({tuple(pattern)}, {dtype})")
         rng = xp.random.default_rng(seed)
         scale = 1.0 / numpy.sqrt(pattern.c)
         real = numpy.float32 if dtype in (numpy.float32, numpy.complex64) else numpy.float64
@@ -171,7 +173,10 @@ class KSMatrix(KSOperator):
         return copy._view(self._transposed, self._conjugated)
 
     def todense(self):
-        """The dense ``(M, N)`` matrix, in the array module of the values."""
+        """The dense ``(M, N)`` matrix, in the array module of the values (MemoryError when
+        it cannot fit)."""
+        memory.check_fits(self.shape[0] * self.shape[1] * self.dtype.itemsize, self._xp,
+                          f"the dense {self.shape[0]} x {self.shape[1]} matrix of {self!r}")
         return _reference.todense(self.blocks, self._xp)
 
     def dense_cached(self):

@@ -13,7 +13,7 @@ from .shuffle import (perfect_shuffle, inverse_perfect_shuffle, perfect_shuffle_
                       bit_reversal, block_diagonal_permutations, block_diagonalize)
 from .linalg import aslinearoperator
 from .storage import save, load
-from . import storage, testing
+from . import testing
 from .tuning import tune
 from ._arrays import SUPPORTED_DTYPES, gpu_module
 
@@ -22,5 +22,6 @@ __version__ = "0.1.0"
 __all__ = ["KSPattern", "KSMatrix", "KSChain", "dft", "idft", "hadamard", "butterfly",
            "block_butterfly", "monarch", "low_rank", "choose_pattern", "perfect_shuffle", "inverse_perfect_shuffle",
            "perfect_shuffle_matrix", "bit_reversal", "block_diagonal_permutations",
-           "block_diagonalize", "aslinearoperator", "save", "load", "tune", "SUPPORTED_DTYPES", "gpu_module",
+           "block_diagonalize", "aslinearoperator", "save", "load", "testing", "tune",
+           "SUPPORTED_DTYPES", "gpu_module",
            "__version__"]

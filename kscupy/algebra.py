@@ -29,7 +29,8 @@ __all__ = ["is_scalar", "scaled", "added"]
 
 def is_scalar(alpha) -> bool:
     """True for Python and NumPy numbers (bool excluded), False for anything else."""
-    return isinstance(alpha, (numbers.Number, numpy.number)) and not isinstance(alpha, (bool, numpy.bool_))
+    return (isinstance(alpha, (numbers.Number, numpy.number))
+            and not isinstance(alpha, (bool, numpy.bool_)))
 
 
 def scaled(op, alpha, divide=False):

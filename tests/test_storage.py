@@ -7,7 +7,7 @@ import numpy
 import pytest
 
 import kscupy as ks
-from conftest import RTOL, random_array, rel_err, to_numpy
+from conftest import RTOL, random_array, rel_err
 from operator_kinds import KIND_NAMES, operator_kinds, operator_oracle
 
 DTYPES = [numpy.float32, numpy.complex128]

@@ -50,6 +50,7 @@ def matmul(op, X, layout="bsl"):
     >>> Y.shape, Y.chunks[1], type(Y.compute()).__name__
     ((1000, 30), (30,), 'ndarray')
     """
+    import dask
     import dask.array
 
     if layout not in ("bsl", "bsf"):
@@ -77,7 +78,9 @@ def matmul(op, X, layout="bsl"):
     chunks = list(X.chunks)
     chunks[feature_axis] = (M,)
     meta = chunk_module.empty((0,) * X.ndim, dtype=dtype)
-    # An explicit name: dask would otherwise hash the operator's values to name the graph.
-    name = f"kscupy-matmul-{uuid.uuid4().hex}"
-    return dask.array.map_blocks(_apply_block, X, op, layout, chunks=tuple(chunks),
-                                 dtype=dtype, meta=meta, name=name)
+    # The operator is one key of the graph (sent once to each worker, not once per block).
+    # Explicit names: dask would otherwise hash the operator's values to name them.
+    token = uuid.uuid4().hex
+    operator = dask.delayed(op, name=f"kscupy-operator-{token}")
+    return dask.array.map_blocks(_apply_block, X, operator, layout, chunks=tuple(chunks),
+                                 dtype=dtype, meta=meta, name=f"kscupy-matmul-{token}")

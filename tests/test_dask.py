@@ -85,3 +85,15 @@ def test_cupy_chunks_stay_on_the_gpu(rng):
     blocks = Y.to_delayed().ravel()
     assert all(isinstance(b.compute(), cupy.ndarray) for b in blocks[:2])
     assert rel_err(to_numpy(Y.compute()), numpy.fft.fft(X.astype(numpy.complex128), axis=-1)) < 1e-5
+
+
+def test_operator_is_one_key_of_the_graph(rng):
+    """Workers receive the operator once, not once per block."""
+    import pickle
+    K = ks.KSMatrix(random_array(rng, (2, 3, 4, 5), numpy.float64))
+    Y = K @ da.from_array(random_array(rng, (40, 1000), numpy.float64), chunks=(40, 100))
+    graph = dict(Y.__dask_graph__())
+    assert sum("kscupy-operator" in str(key) for key in graph) == 1
+    tasks = [task for key, task in graph.items() if "kscupy-matmul" in str(key)]
+    assert len(tasks) == 10
+    assert all(len(pickle.dumps(task)) < K.values.nbytes for task in tasks)

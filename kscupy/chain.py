@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy
 
-from . import _arrays
+from . import _arrays, memory
 from .matrix import KSMatrix
 from .operator import CHAIN_BACKENDS, KSOperator, check_operand
 
@@ -177,8 +177,11 @@ class KSChain(KSOperator):
         return KSChain._make([f.conj() for f in self._factors], self._in, self._out)
 
     def todense(self):
-        """The dense matrix of the product (applies the chain to an identity matrix)."""
-        N = self.shape[1]
+        """The dense matrix of the product (applies the chain to an identity matrix;
+        MemoryError when the identity and the result cannot fit)."""
+        M, N = self.shape
+        memory.check_fits((N * N + M * N) * self.dtype.itemsize, self._xp,
+                          f"the identity and the dense {M} x {N} matrix of {self!r}")
         return self.matmul(self._xp.eye(N, dtype=self.dtype))
 
     # -- multiplication --------------------------------------------------------------------

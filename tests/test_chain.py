@@ -268,3 +268,9 @@ def test_random_and_todense_refuse_what_cannot_fit():
     K = ks.KSMatrix(numpy.ones((2**16, 1, 1, 2**4), dtype=numpy.float32))   # 2^20 x 2^20
     with pytest.raises(MemoryError, match="GiB of host memory"):
         K.todense()
+
+
+def test_chain_todense_refuses_what_cannot_fit():
+    C = ks.KSChain([ks.KSMatrix(numpy.ones((2**16, 1, 1, 2**4), dtype=numpy.float32))] * 2)
+    with pytest.raises(MemoryError, match="GiB of host memory"):
+        C.todense()

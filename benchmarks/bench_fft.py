@@ -29,7 +29,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import cupy  # noqa: E402
+try:
+    import cupy  # noqa: E402
+except ImportError:     # --help works without CuPy; main() says what is missing
+    cupy = None
 
 import kscupy as ks  # noqa: E402
 from kscupy import planner  # noqa: E402
@@ -136,6 +139,8 @@ def main(argv=None):
     parser.add_argument("--dense-limit", type=float, default=2.0, help="GiB for the dense DFT")
     parser.add_argument("--parts", default="dft,hadamard,two_factor")
     args = parser.parse_args(argv)
+    if cupy is None:
+        sys.exit(f"{pathlib.Path(__file__).name} times GPU kernels and needs CuPy and a CUDA device")
     parts = args.parts.split(",")
     t0 = time.time()
     ceilings = measure_ceilings()

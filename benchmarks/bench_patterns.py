@@ -1,6 +1,6 @@
 """Time kscupy's fused kernel and ``auto`` against the baselines on the paper's pattern grid.
 
-    PYTHONPATH=$PWD python3 benchmarks/bench_patterns.py --out benchmarks/results/patterns_h100.json
+    PYTHONPATH=$PWD python3 benchmarks/bench_patterns.py --part grid --out benchmarks/results/patterns_grid_h200.json
 
 For each pattern of a stratified sample of the paper's grid (Appendix E, Figure 7: 627
 patterns at B = 25088; ``--all`` for every one), in both layouts, FP32, times (median of
@@ -27,7 +27,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import cupy  # noqa: E402
+try:
+    import cupy  # noqa: E402
+except ImportError:     # --help works without CuPy; main() says what is missing
+    cupy = None
 
 import kscupy as ks  # noqa: E402
 from kscupy import _reference, tuning  # noqa: E402
@@ -140,6 +143,8 @@ def main(argv=None):
     parser.add_argument("--part", choices=("grid", "sweep", "all"), default="all",
                         help="the pattern grid at B=25088, the batch-size sweep, or both")
     args = parser.parse_args(argv)
+    if cupy is None:
+        sys.exit(f"{pathlib.Path(__file__).name} times GPU kernels and needs CuPy and a CUDA device")
     try:
         from tqdm import tqdm
     except ImportError:

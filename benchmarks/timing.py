@@ -8,8 +8,11 @@ import sys
 
 import numpy
 
-import cupy
-from cupyx.profiler import benchmark
+try:
+    import cupy
+    from cupyx.profiler import benchmark
+except ImportError:     # the benchmark scripts parse --help without CuPy
+    cupy = benchmark = None
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

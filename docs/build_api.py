@@ -44,6 +44,9 @@ def render() -> str:
         obj = getattr(kscupy, name)
         if inspect.isclass(obj) or inspect.isfunction(obj):
             out += _section(name, obj)
+        elif inspect.ismodule(obj):      # a public submodule: its functions
+            for attr in obj.__all__:
+                out += _section(f"{name}.{attr}", getattr(obj, attr))
     return "\n".join(out)
 
 

@@ -17,6 +17,8 @@ from .realpart import KSRealPart
 from .dct import dct, dst
 from .factorization import factorize
 from .linalg import aslinearoperator
+from .storage import save, load
+from . import testing
 from .tuning import tune
 from ._arrays import SUPPORTED_DTYPES, gpu_module
 
@@ -26,5 +28,5 @@ __all__ = ["KSPattern", "KSMatrix", "KSChain", "KSSubmatrix", "KSRealPart", "dft
            "dct", "dst", "factorize", "hadamard", "butterfly", "block_butterfly", "monarch",
            "low_rank", "choose_pattern", "perfect_shuffle", "inverse_perfect_shuffle",
            "inverse_permutation", "perfect_shuffle_matrix", "bit_reversal",
-           "block_diagonal_permutations", "block_diagonalize", "aslinearoperator", "tune",
-           "SUPPORTED_DTYPES", "gpu_module", "__version__"]
+           "block_diagonal_permutations", "block_diagonalize", "aslinearoperator", "save",
+           "load", "testing", "tune", "SUPPORTED_DTYPES", "gpu_module", "__version__"]

@@ -6,10 +6,12 @@ on machines without CuPy or without a GPU.
 from __future__ import annotations
 
 import importlib
+import numbers
 
 import numpy
 
-__all__ = ["SUPPORTED_DTYPES", "array_module", "cupy_or_none", "gpu_module", "check_dtype", "result_dtype"]
+__all__ = ["SUPPORTED_DTYPES", "array_module", "cupy_or_none", "gpu_module", "check_dtype", "result_dtype",
+           "is_scalar", "numpy_copy", "device_mover"]
 
 #: The value dtypes a KS matrix may hold (and that every multiply path computes in).
 SUPPORTED_DTYPES = tuple(numpy.dtype(t) for t in
@@ -66,3 +68,41 @@ def result_dtype(*dtypes) -> numpy.dtype:
         raise TypeError(f"operands of dtypes {', '.join(str(numpy.dtype(t)) for t in dtypes)} "
                         f"promote to {dt}, which kscupy does not compute in (supported: {names})")
     return dt
+
+
+def is_scalar(alpha) -> bool:
+    """True for Python and NumPy numbers (bool excluded), False for anything else."""
+    return (isinstance(alpha, (numbers.Number, numpy.number))
+            and not isinstance(alpha, (bool, numpy.bool_)))
+
+
+def numpy_copy(x):
+    """A NumPy copy of a NumPy or CuPy array."""
+    return x.get() if array_module(x) is not numpy else x.copy()
+
+
+def device_mover(device):
+    """The array conversion that moves arrays to ``device``: ``"cpu"`` (NumPy copies),
+    ``"gpu"`` (CuPy copies on the current device), an ``int`` device id or a
+    ``cupy.cuda.Device`` (CuPy copies on that device)."""
+    if isinstance(device, str):
+        if device == "cpu":
+            return numpy_copy
+        if device not in ("gpu", "cuda"):
+            raise ValueError(f'device must be "cpu", "gpu", a device id or a cupy.cuda.Device, '
+                             f'got {device!r}')
+        device = None
+    elif isinstance(device, bool) or not (isinstance(device, (int, numpy.integer))
+                                          or type(device).__module__.startswith("cupy")):
+        raise TypeError(f'device must be "cpu", "gpu", a device id or a cupy.cuda.Device, '
+                        f'got {type(device).__name__}')
+    cupy, why = gpu_module()
+    if cupy is None:
+        raise RuntimeError(f"cannot move an operator to the GPU: {why}")
+    target = cupy.cuda.Device() if device is None else cupy.cuda.Device(
+        device if isinstance(device, (int, numpy.integer)) else device.id)
+
+    def move(x):
+        with target:
+            return cupy.array(x, copy=True)   # copies across devices (peer or via the host)
+    return move

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy
 
-from . import _arrays, backends, dispatch, planner
+from . import _arrays, backends, dispatch, memory, planner
 from .factor import Factor
 from .operator import KSOperator
 from .problem import batch_bucket
@@ -178,8 +178,11 @@ class KSChain(KSOperator):
         return KSChain._make([f.conj() for f in self._factors], self._in, self._out)
 
     def todense(self):
-        """The dense matrix of the product (applies the chain to an identity matrix)."""
-        N = self.shape[1]
+        """The dense matrix of the product (applies the chain to an identity matrix;
+        MemoryError when the identity and the result cannot fit)."""
+        M, N = self.shape
+        memory.check_fits((N * N + M * N) * self.dtype.itemsize, self._xp,
+                          f"the identity and the dense {M} x {N} matrix of {self!r}")
         return self.matmul(self._xp.eye(N, dtype=self.dtype))
 
     # -- multiplication --------------------------------------------------------------------
@@ -216,6 +219,22 @@ class KSChain(KSOperator):
             found = self._plans[key] = planner.plan(self, layout, dtype, max(batch, 1), fuse=fuse)
         return found
 
+    # -- ecosystem protocols (see KSOperator): pickling, copies and moves, scalars ---------
+    def __reduce__(self):
+        # pickle and deepcopy carry the factors and the permutations; plans and kept views
+        # are rebuilt on first use
+        return KSChain._make, (self._factors, self._in, self._out)
+
+    def _map_arrays(self, convert):
+        perm = lambda p: None if p is None else convert(p)  # noqa: E731
+        return KSChain._make([f._map_arrays(convert) for f in self._factors], perm(self._in),
+                             perm(self._out))
+
+    def _scaled(self, alpha, divide):
+        # the product is scaled once: through its leftmost factor
+        first = self._factors[0]._scaled(alpha, divide)
+        return KSChain._make([first, *self._factors[1:]], self._in, self._out)
+
 
 def compose(left, right) -> KSChain:
     """``left @ right`` for KS matrices and chains, as a chain."""
@@ -230,3 +249,4 @@ def compose(left, right) -> KSChain:
         raise ValueError("cannot multiply chains with a permutation between them (the left "
                          "chain's input or the right chain's output permutation)")
     return KSChain(lf + rf, input_permutation=r_in, output_permutation=l_out)
+

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy
 
-from . import _arrays, _reference, backends, dispatch
+from . import _arrays, _reference, backends, dispatch, memory
 from .factor import Factor
 from .operator import KSOperator
 from .pattern import KSPattern
@@ -81,6 +81,8 @@ class KSMatrix(KSOperator):
         dtype = _arrays.check_dtype(dtype)
         if xp is not numpy and getattr(xp, "__name__", None) != "cupy":
             raise TypeError(f"xp must be numpy or cupy, got {xp!r}")
+        memory.check_fits(3 * pattern.nnz * dtype.itemsize, xp,   # draws, sum, stored tiles
+                          f"KSMatrix.random({tuple(pattern)}, {dtype})")
         rng = xp.random.default_rng(seed)
         scale = 1.0 / numpy.sqrt(pattern.c)
         real = numpy.float32 if dtype in (numpy.float32, numpy.complex64) else numpy.float64
@@ -160,7 +162,10 @@ class KSMatrix(KSOperator):
         return KSMatrix.of_factor(self._factor.astype(dtype))
 
     def todense(self):
-        """The dense ``(M, N)`` matrix, in the array module of the values."""
+        """The dense ``(M, N)`` matrix, in the array module of the values (MemoryError when
+        it cannot fit)."""
+        memory.check_fits(self.shape[0] * self.shape[1] * self.dtype.itemsize, self._xp,
+                          f"the dense {self.shape[0]} x {self.shape[1]} matrix of {self!r}")
         return self._factor.todense()
 
     def dense_cached(self):
@@ -200,3 +205,44 @@ class KSMatrix(KSOperator):
 
     def _apply(self, X, layout, backend):
         return dispatch.apply(self._factor, X, layout, backend)
+
+    # -- ecosystem protocols (see KSOperator): pickling, copies and moves, scalars, sums ------
+    @property
+    def view_flags(self) -> tuple[bool, bool]:
+        """``(transposed, conjugated)``: how this matrix is a view of its stored values
+        (``K.T`` is ``(True, False)``, ``K.H`` is ``(True, True)`` for complex values)."""
+        return self._factor.transposed, self._factor.conjugated
+
+    def stored_values(self):
+        """Canonical values of the stored matrix this one is a view of: ``K`` equals
+        ``KSMatrix(K.stored_values())`` viewed by :attr:`view_flags`."""
+        return self._factor.tiles.transpose(0, 2, 3, 1)
+
+    @staticmethod
+    def _rebuild(values, transposed, conjugated) -> "KSMatrix":
+        """A fresh matrix from canonical stored values, viewed as asked (no caches)."""
+        return KSMatrix.of_factor(KSMatrix(values).factor.view(transposed, conjugated))
+
+    def __reduce__(self):
+        # pickle and deepcopy carry the stored values and the view flags, not the caches
+        return KSMatrix._rebuild, (self.stored_values(),) + self.view_flags
+
+    def _map_arrays(self, convert):
+        return KSMatrix._rebuild(convert(self.stored_values()), *self.view_flags)
+
+    def _scaled(self, alpha, divide):
+        values = self.values.astype(_arrays.result_dtype(self.dtype, alpha))
+        return KSMatrix(values / alpha if divide else values * alpha)
+
+    def _added(self, other, sign):
+        if not isinstance(other, KSMatrix):
+            return super()._added(other, sign)
+        if self._xp is not other.xp:
+            raise TypeError(f"cannot add a KSMatrix holding {self._xp.__name__} values and one "
+                            f"holding {other.xp.__name__} values; move one of them first")
+        if self.pattern != other.pattern:
+            raise ValueError(f"cannot add KS matrices of different patterns "
+                             f"{tuple(self.pattern)} and {tuple(other.pattern)}: the sum is "
+                             f"not KS")
+        values = self.values.astype(_arrays.result_dtype(self.dtype, other.dtype))
+        return KSMatrix(values + other.values if sign > 0 else values - other.values)

@@ -8,10 +8,17 @@ a 2-D operand of the result dtype with ``B >= 1``.
 from __future__ import annotations
 
 from . import _arrays
+from .dask import is_dask_array, matmul as dask_matmul
 
 __all__ = ["KSOperator", "LAYOUTS"]
 
 LAYOUTS = ("bsl", "bsf")
+
+
+def _sum_error(left, right) -> TypeError:
+    return TypeError(f"only two KSMatrix of the same pattern can be added, got "
+                     f"{type(left).__name__} and {type(right).__name__} (a sum of chains is "
+                     f"not a KS chain)")
 
 
 class KSOperator:
@@ -101,6 +108,8 @@ class KSOperator:
         if isinstance(other, KSOperator):            # a product of factors is a chain
             from .chain import compose
             return compose(self, other)
+        if is_dask_array(other):                     # a lazy dask.array product
+            return dask_matmul(self, other, layout="bsl")
         try:
             _arrays.array_module(other)
         except TypeError:
@@ -112,8 +121,96 @@ class KSOperator:
         if isinstance(other, KSOperator):
             from .chain import compose
             return compose(other, self)
+        if is_dask_array(other):
+            return dask_matmul(self.T, other, layout="bsf")
         try:
             _arrays.array_module(other)
         except TypeError:
             return NotImplemented
         return self.T.matmul(other, layout="bsf")
+
+    # -- ecosystem protocols: copies, devices, scalars, duck-typed solvers -----------------
+    # Each operator kind implements _map_arrays (the same operator with every array it holds
+    # converted), _scaled and, where sums exist, _added; pickling is its __reduce__.
+    def _map_arrays(self, convert):
+        raise TypeError(f"a {type(self).__name__} cannot be copied or moved")
+
+    def copy(self):
+        """A deep copy: new value (and permutation) arrays on the same device, no caches."""
+        return self._map_arrays(lambda x: x.copy())
+
+    def get(self):
+        """A copy of this operator with NumPy values (like ``cupy.ndarray.get``); on a NumPy
+        operator, a copy."""
+        return self._map_arrays(_arrays.numpy_copy)
+
+    def to_device(self, device):
+        """A copy of this operator on ``device``: ``"cpu"`` (NumPy values, as :meth:`get`),
+        ``"gpu"`` (CuPy values on the current device), a device id or a ``cupy.cuda.Device``
+        (CuPy values on that device). RuntimeError when the GPU is not available."""
+        return self._map_arrays(_arrays.device_mover(device))
+
+    def _scaled(self, alpha, divide):
+        raise TypeError(f"a {type(self).__name__} cannot be scaled")
+
+    def __mul__(self, alpha):
+        """``op * alpha`` for a Python or NumPy scalar.
+
+        The dtype is ``numpy.result_type(op.dtype, alpha)``, NumPy's rule for an array and a
+        scalar: with NumPy 2 a Python scalar is "weak" (``2.5 * K`` keeps a float32 ``K``
+        float32, ``1j * K`` makes it complex64) while a NumPy scalar keeps its precision
+        (``numpy.float64(2) * K`` is float64). Nothing is downcast; a result outside the
+        supported dtypes raises TypeError. A matrix scales its values; a chain scales one
+        factor (the leftmost), so the product is scaled once.
+        """
+        if not _arrays.is_scalar(alpha):
+            return NotImplemented
+        return self._scaled(alpha, divide=False)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, alpha):
+        """``op / alpha`` (see :meth:`__mul__`); ZeroDivisionError for ``alpha == 0``."""
+        if not _arrays.is_scalar(alpha):
+            return NotImplemented
+        if alpha == 0:
+            raise ZeroDivisionError(f"division of a {type(self).__name__} by zero")
+        return self._scaled(alpha, divide=True)
+
+    def __neg__(self):
+        return self._scaled(-1, divide=False)
+
+    def _added(self, other, sign):
+        raise _sum_error(self, other)
+
+    def __add__(self, other):
+        """``K1 + K2`` for two KSMatrix of the same pattern and array module: a KSMatrix of
+        dtype ``numpy.result_type(K1.dtype, K2.dtype)``; ValueError for different patterns,
+        TypeError for anything else."""
+        return self._added(other, 1)
+
+    def __sub__(self, other):
+        return self._added(other, -1)
+
+    def __radd__(self, other):
+        # reached only when `other` is not a KS operator (else its __add__ answers)
+        raise _sum_error(other, self)
+
+    __rsub__ = __radd__
+
+    def matvec(self, x):
+        """``op @ x`` for ``x`` of shape ``(N,)`` or ``(N, 1)`` (SciPy's LinearOperator
+        protocol: ``scipy.sparse.linalg.cg(op, b)`` and cupyx's solvers take ``op`` itself)."""
+        return self.matmul(x)
+
+    def rmatvec(self, x):
+        """``op^H @ x`` for ``x`` of shape ``(M,)`` or ``(M, 1)``."""
+        return self.H.matmul(x)
+
+    def matmat(self, X):
+        """``op @ X`` for ``X`` of shape ``(N, K)``."""
+        return self.matmul(X)
+
+    def rmatmat(self, X):
+        """``op^H @ X`` for ``X`` of shape ``(M, K)``."""
+        return self.H.matmul(X)

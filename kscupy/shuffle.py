@@ -43,18 +43,47 @@ def perfect_shuffle(p: int, q: int, xp=numpy):
     """Gather indices of ``P_{p,q}``: ``x[perfect_shuffle(p, q)] == x.reshape(p, q).T.ravel()``.
 
     Returns an int64 array of length ``p*q`` (in the array module ``xp``).
+
+    Examples
+    --------
+    >>> import numpy as np, kscupy as ks
+    >>> ks.perfect_shuffle(2, 3)
+    array([0, 3, 1, 4, 2, 5])
+    >>> x = np.array([10, 11, 12, 13, 14, 15])
+    >>> x[ks.perfect_shuffle(2, 3)], x.reshape(2, 3).T.ravel()
+    (array([10, 13, 11, 14, 12, 15]), array([10, 13, 11, 14, 12, 15]))
     """
     _check_positive(p=p, q=q)
     return xp.arange(p * q, dtype=xp.int64).reshape(p, q).T.ravel()
 
 
 def inverse_perfect_shuffle(p: int, q: int, xp=numpy):
-    """Gather indices of ``P_{p,q}^{-1} = P_{q,p}``: undoes :func:`perfect_shuffle`."""
+    """Gather indices of ``P_{p,q}^{-1} = P_{q,p}``: undoes :func:`perfect_shuffle`.
+
+    Examples
+    --------
+    >>> import numpy as np, kscupy as ks
+    >>> x = np.arange(6) * 10
+    >>> shuffled = x[ks.perfect_shuffle(2, 3)]
+    >>> shuffled[ks.inverse_perfect_shuffle(2, 3)]
+    array([ 0, 10, 20, 30, 40, 50])"""
     return perfect_shuffle(q, p, xp)
 
 
 def perfect_shuffle_matrix(p: int, q: int, dtype=numpy.float64, xp=numpy):
-    """The dense ``pq × pq`` permutation matrix ``P_{p,q}`` (``P @ x == x[perfect_shuffle(p, q)]``)."""
+    """The dense ``pq × pq`` permutation matrix ``P_{p,q}`` (``P @ x == x[perfect_shuffle(p, q)]``).
+
+    Examples
+    --------
+    >>> import numpy as np, kscupy as ks
+    >>> P = ks.perfect_shuffle_matrix(2, 2)
+    >>> P
+    array([[1., 0., 0., 0.],
+           [0., 0., 1., 0.],
+           [0., 1., 0., 0.],
+           [0., 0., 0., 1.]])
+    >>> bool(np.array_equal(ks.perfect_shuffle_matrix(2, 3).T, ks.perfect_shuffle_matrix(3, 2)))
+    True"""
     idx = perfect_shuffle(p, q, xp)
     P = xp.zeros((p * q, p * q), dtype=dtype)
     P[xp.arange(p * q), idx] = 1
@@ -66,6 +95,14 @@ def bit_reversal(n: int, xp=numpy):
 
     ``bit_reversal(8) == [0, 4, 2, 6, 1, 5, 3, 7]``; it is its own inverse. ``x[bit_reversal(n)]``
     is the input order of a radix-2 decimation-in-time FFT.
+
+    Examples
+    --------
+    >>> import kscupy as ks
+    >>> ks.bit_reversal(8)
+    array([0, 4, 2, 6, 1, 5, 3, 7])
+    >>> ks.bit_reversal(8)[ks.bit_reversal(8)]
+    array([0, 1, 2, 3, 4, 5, 6, 7])
     """
     _check_positive(n=n)
     if n & (n - 1):
@@ -83,6 +120,13 @@ def block_diagonal_permutations(pattern, xp=numpy):
 
     For a dense KS matrix ``D`` of this pattern, ``D[row_perm][:, col_perm]`` is block
     diagonal with ``a*d`` dense ``b × c`` blocks (see the module docstring).
+
+    Examples
+    --------
+    >>> import kscupy as ks
+    >>> rows, cols = ks.block_diagonal_permutations((1, 2, 3, 2))
+    >>> rows, cols
+    (array([0, 2, 1, 3]), array([0, 2, 4, 1, 3, 5]))
     """
     a, b, c, d = KSPattern.of(pattern)
     offsets_r = xp.arange(a, dtype=xp.int64)[:, None] * (b * d)
@@ -106,6 +150,16 @@ def block_diagonalize(D, pattern):
     row_perm, col_perm : the gather indices of :func:`block_diagonal_permutations`, so that
         ``D[row_perm][:, col_perm] == block_diag(*blocks)``; entries of ``D`` outside the
         support are dropped.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.linalg, kscupy as ks
+    >>> K = ks.KSMatrix.random((2, 3, 4, 5), dtype=np.float64, seed=0)
+    >>> blocks, rows, cols = ks.block_diagonalize(K.todense(), K.pattern)
+    >>> blocks.shape
+    (10, 3, 4)
+    >>> bool(np.array_equal(K.todense()[rows][:, cols], scipy.linalg.block_diag(*blocks)))
+    True
     """
     pattern = KSPattern.of(pattern)
     if D.ndim != 2 or D.shape != pattern.shape:

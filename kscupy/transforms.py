@@ -8,9 +8,17 @@ factory                       factors (a, b, c, d), left to right
 ``hadamard(2**L)``            ``(2**(l-1), 2, 2, 2**(L-l))``
 ``butterfly(2**L)``           ``(2**(l-1), 2, 2, 2**(L-l))`` (random values)
 ``block_butterfly(2**L*t)``   ``(2**(l-1), 2t, 2t, 2**(L-l))``
-``monarch(M, N, p)``          ``(1, M/p, min(M,N)/p, p), (p, min(M,N)/p, N/p, 1)``
+``monarch(M, N, blocks=p)``   ``(1, M/p, min(M,N)/p, p), (p, min(M,N)/p, N/p, 1)``
 ``low_rank(M, N, r)``         ``(1, M, r, 1), (1, r, N, 1)``
 ============================  ===============================================================
+
+Default dtypes: random factories (``butterfly``, ``block_butterfly``, ``monarch``,
+``low_rank``, like ``KSMatrix.random``) default to float32, the precision of learned
+structured layers and the fastest GPU path; exact transforms (``dft``, ``idft``:
+complex128, ``hadamard``: float64) default to double precision, what ``numpy.fft`` and
+``scipy.linalg.hadamard`` return, so results compare one to one. Every factory takes
+``dtype=``. Factories raise MemoryError, with the figures, when the values cannot fit in
+the memory of ``xp`` (see :mod:`kscupy.memory`).
 """
 from __future__ import annotations
 
@@ -18,7 +26,7 @@ import math
 
 import numpy
 
-from . import _arrays
+from . import _arrays, memory
 from .chain import KSChain
 from .matrix import KSMatrix
 from .pattern import KSPattern
@@ -154,9 +162,19 @@ def idft(n: int, dtype=numpy.complex128, norm=None, xp=numpy, *, max_radix=64):
     return dft(n, dtype=dtype, norm=norm, xp=xp, inverse=True, max_radix=max_radix)
 
 
+def _check_chain_fits(patterns, dtype, xp, temporaries):
+    """MemoryError unless the factors' values, plus ``temporaries`` arrays the size of the
+    largest factor (built while a factor is made), fit in the memory of ``xp``."""
+    sizes = [KSPattern.of(p).nnz for p in patterns]
+    nbytes = numpy.dtype(dtype).itemsize * (sum(sizes) + temporaries * max(sizes))
+    memory.check_fits(nbytes, xp, f"the values of {len(sizes)} KS factors ({numpy.dtype(dtype)}, "
+                                  f"{sum(sizes):,} values)")
+
+
 def _factor_chain(patterns, values_of, dtype, xp):
     dtype = _arrays.check_dtype(dtype)
     _check_xp(xp)
+    _check_chain_fits(patterns, dtype, xp, temporaries=1)
     return KSChain([KSMatrix(xp.asarray(values_of(i, KSPattern(*p)), dtype=dtype))
                     for i, p in enumerate(patterns)])
 
@@ -180,6 +198,7 @@ def _random_chain(patterns, dtype, xp, seed):
     rng = numpy.random.default_rng(seed)
     seeds = rng.integers(0, 2**63, size=len(patterns))
     _check_xp(xp)
+    _check_chain_fits(patterns, _arrays.check_dtype(dtype), xp, temporaries=3)
     return KSChain([KSMatrix.random(p, dtype=dtype, xp=xp, seed=int(s)) for p, s in zip(patterns, seeds)])
 
 
@@ -202,26 +221,58 @@ def block_butterfly(n: int, t: int, dtype=numpy.float32, xp=numpy, seed=None):
     return _random_chain(patterns, dtype, xp, seed)
 
 
-def monarch(M: int, N: int | None = None, p: int | None = None, dtype=numpy.float32, xp=numpy,
-            seed=None):
-    """A random Monarch matrix of shape ``(M, N)``: two factors ``(1, M/p, min(M,N)/p, p)`` and
-    ``(p, min(M,N)/p, N/p, 1)`` (``p`` defaults to the largest divisor of ``gcd(M, N)`` that is
-    at most ``sqrt(min(M, N))``)."""
+def monarch(M: int, N: int | None = None, *, blocks: int | None = None, dtype=numpy.float32,
+            xp=numpy, seed=None):
+    """A random Monarch matrix (Dao et al., ICML 2022) of shape ``(M, N)`` with ``blocks``
+    diagonal blocks, as two KS factors ``(1, M/p, k/p, p)`` and ``(p, k/p, N/p, 1)``,
+    ``p = blocks``, ``k = min(M, N)``.
+
+    ``monarch(n, blocks=p)`` is square ``n x n`` (``blocks`` defaults to the largest
+    divisor of ``n`` at most ``sqrt(n)``: ``sqrt(n)`` blocks of ``sqrt(n) x sqrt(n)`` when
+    ``n`` is a square, as in the paper); ``monarch(M, N, blocks=p)`` is rectangular and
+    needs ``blocks``. The block count is keyword-only: the paper writes Monarch matrices by
+    their size and block count, and ``monarch(64, 8)`` must not silently mean a 64 x 8
+    matrix, so a second positional argument without ``blocks`` raises TypeError.
+
+    Random values as :meth:`KSMatrix.random`; ``dtype`` defaults to float32 like every
+    random factory (exact transforms such as :func:`dft` default to double precision; see
+    docs/concepts.md, "Default dtypes"). Raises ValueError when ``blocks`` does not divide
+    ``M``, ``N`` and ``min(M, N)``, MemoryError when the values cannot fit.
+
+    Examples
+    --------
+    >>> import kscupy as ks
+    >>> ks.monarch(64, blocks=8).patterns
+    (KSPattern(a=1, b=8, c=8, d=8), KSPattern(a=8, b=8, c=8, d=1))
+    >>> ks.monarch(64, 256, blocks=8).shape
+    (64, 256)
+    """
     M = _check_size("M", M)
+    if N is not None and blocks is None:
+        raise TypeError(f"monarch({M}, {N}) is ambiguous: give the block count as a keyword, "
+                        f"monarch({M}, blocks={N}) for a square {M} x {M} Monarch matrix with "
+                        f"{N} blocks, or monarch({M}, {N}, blocks=p) for an {M} x {N} one")
     N = M if N is None else _check_size("N", N)
-    g = math.gcd(M, N)
-    if p is None:
-        p = max(q for q in range(1, math.isqrt(min(M, N)) + 1) if g % q == 0)
-    p = _check_size("p", p)
-    if M % p or N % p or min(M, N) % p:
-        raise ValueError(f"monarch needs p to divide M, N and min(M, N); got M={M}, N={N}, p={p}")
+    if blocks is None:
+        blocks = max(q for q in range(1, math.isqrt(M) + 1) if M % q == 0)
+    p = _check_size("blocks", blocks)
+    if M % p or N % p:
+        raise ValueError(f"monarch needs blocks to divide M, N and min(M, N); got M={M}, N={N}, "
+                         f"blocks={p}")
     k = min(M, N) // p
     return _random_chain([(1, M // p, k, p), (p, k, N // p, 1)], dtype, xp, seed)
 
 
 def low_rank(M: int, N: int, r: int, dtype=numpy.float32, xp=numpy, seed=None):
-    """A random rank-``r`` product ``(1, M, r, 1) @ (1, r, N, 1)``."""
+    """A random rank-``r`` product ``(1, M, r, 1) @ (1, r, N, 1)`` of shape ``(M, N)``.
+
+    ``dtype`` defaults to float32 like every random factory (see docs/concepts.md, "Default
+    dtypes"). Raises ValueError unless ``1 <= r <= min(M, N)`` (a larger inner dimension
+    stores more values than the dense matrix and is not of rank ``r``).
+    """
     M, N, r = _check_size("M", M), _check_size("N", N), _check_size("r", r)
+    if r > min(M, N):
+        raise ValueError(f"low_rank needs r <= min(M, N) = {min(M, N)}, got r={r}")
     return _random_chain([(1, M, r, 1), (1, r, N, 1)], dtype, xp, seed)
 
 

@@ -171,13 +171,13 @@ def test_structured_factories_shapes_and_patterns():
     assert B.shape == (16, 16) and B.patterns == ((1, 2, 2, 8), (2, 2, 2, 4), (4, 2, 2, 2), (8, 2, 2, 1))
     BB = ks.block_butterfly(24, 3, seed=0)
     assert BB.shape == (24, 24) and BB.patterns == ((1, 6, 6, 4), (2, 6, 6, 2), (4, 6, 6, 1))
-    Mo = ks.monarch(64, 256, seed=0)
+    Mo = ks.monarch(64, 256, blocks=8, seed=0)
     assert Mo.shape == (64, 256) and Mo.patterns == ((1, 8, 8, 8), (8, 8, 32, 1))
-    assert ks.monarch(256, p=16).patterns == ((1, 16, 16, 16), (16, 16, 16, 1))
+    assert ks.monarch(256, blocks=16).patterns == ((1, 16, 16, 16), (16, 16, 16, 1))
     LR = ks.low_rank(30, 20, 4, seed=0)
     assert LR.shape == (30, 20) and numpy.linalg.matrix_rank(LR.todense()) == 4
     with pytest.raises(ValueError, match="divide"):
-        ks.monarch(64, 64, p=6)
+        ks.monarch(64, 64, blocks=6)
     with pytest.raises(ValueError, match="t to divide n"):
         ks.block_butterfly(20, 3)
 
@@ -223,3 +223,55 @@ def test_transpose_and_adjoint_round_trip_to_the_same_chain():
     assert C.T.T is C and C.H.H is C and C.T is C.T
     X = numpy.random.default_rng(0).standard_normal((3, 16))
     numpy.testing.assert_allclose(X @ C.T, numpy.fft.fft(X, axis=-1), atol=1e-12)
+
+
+def test_monarch_block_count_is_unambiguous(rng):
+    """monarch(64, 8) is how the Monarch paper names a 64 x 64 matrix of 8 blocks: it must
+    not silently build a 64 x 8 matrix."""
+    with pytest.raises(TypeError, match=r"monarch\(64, blocks=8\)"):
+        ks.monarch(64, 8)
+    square = ks.monarch(64, blocks=8, dtype=numpy.float64, seed=int(rng.integers(2**31)))
+    assert square.shape == (64, 64) and square.patterns == ((1, 8, 8, 8), (8, 8, 8, 1))
+    assert ks.monarch(64).patterns == square.patterns          # sqrt(n) blocks by default
+    assert ks.monarch(48).patterns == ((1, 8, 8, 6), (6, 8, 8, 1))
+    # M = P^T L P R with L, R block diagonal (8 blocks of 8 x 8), from the factors' blocks
+    Lf, Rf = square.factors
+    D = chain_oracle(square)
+    P = numpy.eye(64)[numpy.arange(64).reshape(8, 8).T.ravel()]       # perfect shuffle P_{8,8}
+    L = scipy.linalg.block_diag(*[Lf.values[0, :, :, j] for j in range(8)])
+    R = scipy.linalg.block_diag(*[Rf.values[i, :, :, 0] for i in range(8)])
+    numpy.testing.assert_allclose(D, P.T @ L @ P @ R, atol=1e-12)
+    with pytest.raises(ValueError, match="blocks to divide"):
+        ks.monarch(64, 256, blocks=3)
+    with pytest.raises(ValueError, match="positive integer"):
+        ks.monarch(64, blocks=0)
+
+
+def test_low_rank_validates_rank(rng):
+    LR = ks.low_rank(30, 20, 20, dtype=numpy.float64, seed=int(rng.integers(2**31)))
+    assert numpy.linalg.matrix_rank(chain_oracle(LR)) == 20
+    with pytest.raises(ValueError, match=r"r <= min\(M, N\) = 20, got r=21"):
+        ks.low_rank(30, 20, 21)
+
+
+@pytest.mark.parametrize("build", [lambda: ks.hadamard(2**30), lambda: ks.butterfly(2**34),
+                                   lambda: ks.monarch(2**40, blocks=2**20),
+                                   lambda: ks.low_rank(2**40, 2**40, 2**10)],
+                         ids=["hadamard", "butterfly", "monarch", "low_rank"])
+def test_factories_refuse_what_cannot_fit(build):
+    with pytest.raises(MemoryError, match=r"need [\d,.]+ GiB but only [\d,.]+ GiB of host memory"):
+        build()
+
+
+def test_random_and_todense_refuse_what_cannot_fit():
+    with pytest.raises(MemoryError, match="GiB of host memory"):
+        ks.KSMatrix.random((2**20, 2**10, 2**10, 1))
+    K = ks.KSMatrix(numpy.ones((2**16, 1, 1, 2**4), dtype=numpy.float32))   # 2^20 x 2^20
+    with pytest.raises(MemoryError, match="GiB of host memory"):
+        K.todense()
+
+
+def test_chain_todense_refuses_what_cannot_fit():
+    C = ks.KSChain([ks.KSMatrix(numpy.ones((2**16, 1, 1, 2**4), dtype=numpy.float32))] * 2)
+    with pytest.raises(MemoryError, match="GiB of host memory"):
+        C.todense()

@@ -1,8 +1,13 @@
 """The command line runs end to end (on the CPU here; on the GPU in the gpu suite)."""
+import pathlib
 import subprocess
 import sys
 
 import pytest
+
+from conftest import gpu_available
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _run(*args):
@@ -37,3 +42,35 @@ def test_demo_gpu():
     assert out.returncode == 0, out.stderr
     assert "running on cupy" in out.stdout and "kernel" in out.stdout
     assert "status 0" in out.stdout
+
+
+def test_bench_help_needs_no_gpu():
+    out = _run("bench", "--help")
+    assert out.returncode == 0, out.stderr
+    assert "--quick" in out.stdout and "--out" in out.stdout
+
+
+@pytest.mark.skipif(gpu_available(), reason="checks the message of a machine without a GPU")
+def test_bench_without_gpu_fails_clearly(tmp_path):
+    out = _run("bench", "--quick", "--out", str(tmp_path))
+    assert out.returncode == 2
+    assert "needs a GPU" in out.stderr and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("script", ["bench_patterns.py", "bench_fft.py"])
+def test_benchmark_scripts_parse_help_without_cupy(script):
+    # CuPy made unimportable: the scripts must still print their help
+    code = (f"import sys, runpy; sys.modules['cupy'] = None; sys.argv = ['{script}', '--help']; "
+            f"runpy.run_path('{ROOT / 'benchmarks' / script}', run_name='__main__')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "--out" in out.stdout
+
+
+@pytest.mark.gpu
+def test_bench_quick_writes_results_and_plots(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "kscupy", "bench", "--quick", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=1800)
+    assert out.returncode == 0, out.stderr
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {"patterns.json", "fft.json", "fft_chains.png", "speedup_vs_h.png"} <= names

@@ -4,6 +4,7 @@ import pytest
 
 import kscupy as ks
 from conftest import DTYPES, RTOL, dense_oracle, random_array, rel_err, to_numpy
+from operator_kinds import operator_kinds, operator_oracle
 
 
 def _rtol(solver, value):
@@ -97,3 +98,60 @@ def test_svds_top_singular_values(xp, rng):
     s = to_numpy(spla.svds(ks.aslinearoperator(K), k=k, return_singular_vectors=False))
     expected = numpy.linalg.svd(D, compute_uv=False)[:k]
     numpy.testing.assert_allclose(numpy.sort(s)[::-1], expected, rtol=1e-8)
+
+
+# -- operators handed to solvers directly (duck typing: shape, dtype, matvec, rmatvec, ...) --
+def spd_ks_matrix(xp, rng, pattern=(2, 6, 6, 3)):
+    """A symmetric positive definite KS matrix: with b == c the row and column shuffles of
+    the block-diagonalisation are equal, so SPD blocks W W^T + b I give an SPD matrix."""
+    a, b, _, d = pattern
+    W = rng.standard_normal((a, d, b, b))
+    blocks = W @ W.swapaxes(-1, -2) + b * numpy.eye(b)
+    return ks.KSMatrix(xp.asarray(blocks.transpose(0, 2, 3, 1)))   # canonical (a, b, b, d)
+
+
+def test_duck_typed_protocol(xp, rng):
+    spla = _solvers(xp)
+    C = operator_kinds(xp, rng, numpy.complex128)["chain"]
+    D = operator_oracle(C)
+    M, N = C.shape
+    x, y = random_array(rng, (N,), C.dtype), random_array(rng, (M,), C.dtype)
+    X, Y = random_array(rng, (N, 3), C.dtype), random_array(rng, (M, 3), C.dtype)
+    assert rel_err(C.matvec(xp.asarray(x)), D @ x) < 1e-12
+    assert rel_err(C.matvec(xp.asarray(x[:, None])), (D @ x)[:, None]) < 1e-12
+    assert rel_err(C.rmatvec(xp.asarray(y)), D.conj().T @ y) < 1e-12
+    assert rel_err(C.matmat(xp.asarray(X)), D @ X) < 1e-12
+    assert rel_err(C.rmatmat(xp.asarray(Y)), D.conj().T @ Y) < 1e-12
+    A = spla.aslinearoperator(C)      # the library's own adapter takes the operator as is
+    assert A.shape == (M, N) and A.dtype == C.dtype
+    assert rel_err(A.matvec(xp.asarray(x)), D @ x) < 1e-12
+    assert rel_err(A.rmatvec(xp.asarray(y)), D.conj().T @ y) < 1e-12
+
+
+def test_cg_takes_the_operator_itself(xp, rng):
+    spla = _solvers(xp)
+    K = spd_ks_matrix(xp, rng)
+    D = operator_oracle(K).real
+    assert numpy.linalg.eigvalsh(D).min() > 0
+    b = random_array(rng, (K.shape[0],), numpy.float64)
+    x, info = spla.cg(K, xp.asarray(b), maxiter=500, **_rtol(spla.cg, 1e-11))
+    assert info == 0
+    assert rel_err(x, numpy.linalg.solve(D, b)) < 1e-8
+
+
+def test_gmres_takes_the_operator_itself(xp, rng):
+    """GMRES on a complex chain of two well-conditioned factors (3 I + small blocks)."""
+    spla = _solvers(xp)
+    factors = []
+    for pattern in [(2, 6, 6, 3), (3, 4, 4, 3)]:
+        a, b, _, d = pattern
+        blocks = 3 * numpy.eye(b) + 0.3 * (rng.standard_normal((a, d, b, b))
+                                           + 1j * rng.standard_normal((a, d, b, b)))
+        factors.append(ks.KSMatrix(xp.asarray(blocks.transpose(0, 2, 3, 1))))
+    C = ks.KSChain(factors)
+    D = operator_oracle(C)
+    n = C.shape[0]
+    b = random_array(rng, (n,), numpy.complex128)
+    x, info = spla.gmres(C, xp.asarray(b), restart=n, maxiter=50, **_rtol(spla.gmres, 1e-12))
+    assert info == 0
+    assert rel_err(x, numpy.linalg.solve(D, b)) < 1e-9

@@ -43,7 +43,7 @@ print(f"gmres with {F!r}: info {info}, relative error {err:.1e}")
 assert info == 0 and err < 1e-9
 
 # Least squares min ||M x - y|| with a tall Monarch chain (two KS factors), through lsmr.
-M = ks.monarch(512, 128, p=8, dtype=numpy.float64, xp=xp, seed=3)
+M = ks.monarch(512, 128, blocks=8, dtype=numpy.float64, xp=xp, seed=3)
 x_true = xp.asarray(rng.standard_normal(M.shape[1]))
 y = M @ x_true
 x = spla.lsmr(ks.aslinearoperator(M), y, atol=1e-13, btol=1e-13, maxiter=5000)[0]

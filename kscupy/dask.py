@@ -1,0 +1,92 @@
+"""KS operators applied to ``dask.array`` batches, lazily, block by block.
+
+``op @ X`` (``X`` a dask array of shape ``(N,)`` or ``(N, B)``) and ``X @ op.T`` (``X`` of
+shape ``(B, N)``; also ``Z @ op``) return lazy dask arrays. The batch is split along its
+batch axis only: when the feature axis spans several chunks it is first rechunked into one,
+since every output row needs every input feature. Each block is multiplied by
+``op.matmul`` in its own array module, so NumPy chunks run on the CPU and CuPy chunks on
+the GPU of the worker that holds them (the operator travels to workers by pickle, see
+:mod:`kscupy.storage`). The result has dtype ``numpy.result_type(op.dtype, X.dtype)`` and a
+``meta`` of the chunks' array type.
+
+dask is imported only when a dask array meets an operator (``pip install kscupy[dask]``).
+"""
+from __future__ import annotations
+
+import uuid
+
+from . import _arrays
+
+__all__ = ["matmul", "is_dask_array"]
+
+
+def is_dask_array(x) -> bool:
+    """True for a ``dask.array.Array``, recognised without importing dask."""
+    cls = type(x)
+    return cls.__name__ == "Array" and cls.__module__.split(".")[:2] == ["dask", "array"]
+
+
+def _apply_block(block, op, layout):
+    return op.matmul(block, layout=layout)
+
+
+def matmul(op, X, layout="bsl"):
+    """``op.matmul(X, layout=layout)`` for a dask array ``X``, as a lazy dask array.
+
+    Parameters
+    ----------
+    op : KSMatrix or KSChain whose values live in the array module of ``X``'s chunks.
+    X : dask.array.Array; ``layout="bsl"``: shape ``(N,)`` or ``(N, B)``; ``layout="bsf"``:
+        shape ``(B, N)`` or ``(N,)``.
+
+    Returns
+    -------
+    dask.array.Array of shape ``(M,)``, ``(M, B)`` or ``(B, M)``, chunked like ``X`` along
+    the batch axis, one chunk along the feature axis.
+
+    Raises TypeError when the chunks are not arrays of the operator's module (NumPy chunks
+    with a CuPy operator, say), ValueError on a shape mismatch or an unknown feature size.
+
+    Examples
+    --------
+    >>> import numpy as np, dask.array as da, kscupy as ks
+    >>> K = ks.KSMatrix.random((2, 3, 4, 5), dtype=np.float64, seed=0)
+    >>> X = da.ones((1000, 40), chunks=(250, 20))
+    >>> Y = X @ K.T
+    >>> Y.shape, Y.chunks[1], type(Y.compute()).__name__
+    ((1000, 30), (30,), 'ndarray')
+    """
+    import dask
+    import dask.array
+
+    if layout not in ("bsl", "bsf"):
+        raise ValueError(f'layout must be "bsl" or "bsf", got {layout!r}')
+    try:
+        chunk_module = _arrays.array_module(X._meta)
+    except TypeError:
+        raise TypeError(f"dask array chunks of type {type(X._meta).__name__} are not NumPy or "
+                        f"CuPy arrays") from None
+    if chunk_module is not op.xp:
+        raise TypeError(f"cannot multiply a {type(op).__name__} holding {op.xp.__name__} values "
+                        f"with a dask array of {chunk_module.__name__} chunks; move one of them "
+                        f"first (op.to_device(...) or X.map_blocks(...))")
+    if X.ndim not in (1, 2):
+        raise ValueError(f"operand must be 1-D or 2-D, got shape {X.shape}")
+    M, N = op.shape
+    feature_axis = 0 if (X.ndim == 1 or layout == "bsl") else 1
+    if X.shape[feature_axis] != N:
+        raise ValueError(f"shape mismatch: {type(op).__name__} of shape {op.shape} cannot be "
+                         f"applied to a dask array of shape {X.shape} in layout {layout!r} "
+                         f"(N={N} features along axis {feature_axis})")
+    dtype = _arrays.result_dtype(op.dtype, X.dtype)
+    if len(X.chunks[feature_axis]) > 1:
+        X = X.rechunk({feature_axis: -1})
+    chunks = list(X.chunks)
+    chunks[feature_axis] = (M,)
+    meta = chunk_module.empty((0,) * X.ndim, dtype=dtype)
+    # The operator is one key of the graph (sent once to each worker, not once per block).
+    # Explicit names: dask would otherwise hash the operator's values to name them.
+    token = uuid.uuid4().hex
+    operator = dask.delayed(op, name=f"kscupy-operator-{token}")
+    return dask.array.map_blocks(_apply_block, X, operator, layout, chunks=tuple(chunks),
+                                 dtype=dtype, meta=meta, name=f"kscupy-matmul-{token}")

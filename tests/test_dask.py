@@ -1,0 +1,99 @@
+"""Dask arrays through KS operators: lazy, split along the batch axis, right chunk type,
+checked against float64 oracles (NumPy chunks on the CPU; CuPy chunks as `gpu`)."""
+import subprocess
+import sys
+
+import numpy
+import pytest
+
+import kscupy as ks
+from conftest import RTOL, random_array, rel_err, to_numpy
+from operator_kinds import KIND_NAMES, operator_kinds, operator_oracle
+
+da = pytest.importorskip("dask.array", reason="dask is not installed (pip install kscupy[dask])")
+
+
+def test_kscupy_imports_without_dask():
+    code = ("import sys; sys.modules['dask'] = None; import kscupy, numpy; "
+            "K = kscupy.KSMatrix.random((1, 2, 2, 1)); K @ numpy.ones(2); "
+            "assert not any(m.startswith('dask.') for m in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def chunked(xp, X, chunks):
+    return da.from_array(xp.asarray(X), chunks=chunks, asarray=False)
+
+
+@pytest.mark.parametrize("kind", KIND_NAMES)
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex128])
+def test_both_layouts_are_lazy_and_exact(xp, rng, kind, dtype):
+    op = operator_kinds(xp, rng, dtype)[kind]
+    D = operator_oracle(op)
+    M, N = op.shape
+    tol = RTOL[numpy.dtype(dtype)] * 10
+    X = random_array(rng, (N, 23), dtype)
+    Y = op @ chunked(xp, X, (max(1, N // 3), 5))      # feature axis split: rechunked
+    assert isinstance(Y, da.Array) and Y.shape == (M, 23) and Y.dtype == dtype
+    assert Y.chunks == ((M,), (5, 5, 5, 5, 3))
+    assert type(Y._meta) is type(xp.empty(0)) and Y._meta.dtype == dtype
+    computed = Y.compute()
+    assert type(computed) is type(xp.empty(0))
+    assert rel_err(computed, D @ X) < tol
+    Z = chunked(xp, X.T, (6, N)) @ op.T                # batch-size-first
+    assert Z.chunks == ((6, 6, 6, 5), (M,))
+    assert rel_err(Z.compute(), X.T @ D.T) < tol
+    W = random_array(rng, (9, M), dtype)
+    assert rel_err((chunked(xp, W, (4, M)) @ op).compute(), W @ D) < tol
+    x = X[:, 0]
+    assert rel_err((op @ chunked(xp, x, N)).compute(), D @ x) < tol
+
+
+def test_result_dtype_promotes(rng):
+    K = ks.KSMatrix(random_array(rng, (2, 3, 4, 5), numpy.float32))
+    X = da.from_array(rng.standard_normal((40, 6)), chunks=(40, 3))     # float64
+    Y = K @ X
+    assert Y.dtype == numpy.float64 and Y.compute().dtype == numpy.float64
+    assert rel_err(Y.compute(), operator_oracle(K) @ X.compute()) < 1e-6
+
+
+def test_bad_dask_operands_raise(rng):
+    K = ks.KSMatrix(random_array(rng, (2, 3, 4, 5), numpy.float32))
+    with pytest.raises(ValueError, match="shape mismatch"):
+        K @ da.ones((39, 4), chunks=(39, 2))
+    with pytest.raises(ValueError, match="shape mismatch"):
+        da.ones((4, 40), chunks=(2, 40)) @ K
+    with pytest.raises(ValueError, match="1-D or 2-D"):
+        K @ da.ones((40, 2, 2))
+
+
+@pytest.mark.gpu
+def test_numpy_chunks_with_a_cupy_operator_raise(rng):
+    import cupy
+    K = ks.KSMatrix(cupy.asarray(random_array(rng, (2, 3, 4, 5), numpy.float32)))
+    with pytest.raises(TypeError, match="numpy chunks"):
+        K @ da.ones((40, 4), chunks=(40, 2))
+
+
+@pytest.mark.gpu
+def test_cupy_chunks_stay_on_the_gpu(rng):
+    import cupy
+    C = ks.dft(64, dtype=numpy.complex64, xp=cupy)
+    X = random_array(rng, (1000, 64), numpy.complex64)
+    Y = chunked(cupy, X, (128, 64)) @ C.T
+    assert isinstance(Y._meta, cupy.ndarray)
+    blocks = Y.to_delayed().ravel()
+    assert all(isinstance(b.compute(), cupy.ndarray) for b in blocks[:2])
+    assert rel_err(to_numpy(Y.compute()), numpy.fft.fft(X.astype(numpy.complex128), axis=-1)) < 1e-5
+
+
+def test_operator_is_one_key_of_the_graph(rng):
+    """Workers receive the operator once, not once per block."""
+    import pickle
+    K = ks.KSMatrix(random_array(rng, (2, 3, 4, 5), numpy.float64))
+    Y = K @ da.from_array(random_array(rng, (40, 1000), numpy.float64), chunks=(40, 100))
+    graph = dict(Y.__dask_graph__())
+    assert sum("kscupy-operator" in str(key) for key in graph) == 1
+    tasks = [task for key, task in graph.items() if "kscupy-matmul" in str(key)]
+    assert len(tasks) == 10
+    assert all(len(pickle.dumps(task)) < K.values.nbytes for task in tasks)

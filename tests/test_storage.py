@@ -1,0 +1,129 @@
+"""Pickle, deepcopy, copy(), get(), to_device() and kscupy.save/load, for every operator kind,
+checked against float64 oracles built from the definition (NumPy; CuPy as `gpu`)."""
+import copy
+import pickle
+
+import numpy
+import pytest
+
+import kscupy as ks
+from conftest import RTOL, random_array, rel_err
+from operator_kinds import KIND_NAMES, operator_kinds, operator_oracle
+
+DTYPES = [numpy.float32, numpy.complex128]
+
+
+def assert_same_operator(got, op, D, xp, rng):
+    """``got`` has op's type, shape, dtype, module and view flags, and applies D."""
+    assert type(got) is type(op) and got.shape == op.shape and got.dtype == op.dtype
+    assert got.xp is xp
+    if isinstance(op, ks.KSMatrix):
+        assert got.view_flags == op.view_flags
+    X = random_array(rng, (op.shape[1], 3), op.dtype)
+    assert rel_err(got @ xp.asarray(X), D @ X) < RTOL[numpy.dtype(op.dtype)] * 10
+    Z = random_array(rng, (2, op.shape[0]), op.dtype)
+    assert rel_err(xp.asarray(Z) @ got, Z @ D) < RTOL[numpy.dtype(op.dtype)] * 10
+
+
+@pytest.mark.parametrize("kind", KIND_NAMES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pickle_and_deepcopy_round_trip(xp, rng, kind, dtype):
+    op = operator_kinds(xp, rng, dtype)[kind]
+    D = operator_oracle(op)
+    op @ xp.asarray(random_array(rng, (op.shape[1], 2), dtype))   # fill caches and plans
+    for restored in (pickle.loads(pickle.dumps(op)), copy.deepcopy(op), op.copy()):
+        assert_same_operator(restored, op, D, xp, rng)
+
+
+def test_copies_own_their_values(rng):
+    K = ks.KSMatrix(random_array(rng, (2, 3, 4, 5), numpy.float64))
+    D = operator_oracle(K)
+    for clone in (K.copy(), copy.deepcopy(K), pickle.loads(pickle.dumps(K)), K.get()):
+        clone.values[...] = 0.0      # writes into the clone's storage
+        numpy.testing.assert_array_equal(operator_oracle(K), D)
+    C = ks.dft(12)
+    clone = C.copy()
+    assert clone.input_permutation is not C.input_permutation
+    numpy.testing.assert_array_equal(clone.input_permutation, C.input_permutation)
+
+
+def test_pickle_drops_caches(rng):
+    K = ks.KSMatrix(random_array(rng, (2, 3, 4, 5), numpy.float64))
+    K.dense_cached()
+    state = pickle.dumps(K)
+    assert len(state) < 2 * K.values.nbytes       # the dense (30 x 40) matrix is not in it
+
+
+@pytest.mark.parametrize("kind", KIND_NAMES)
+def test_get_and_to_cpu(xp, rng, kind):
+    op = operator_kinds(xp, rng, numpy.complex64)[kind]
+    D = operator_oracle(op)
+    for host in (op.get(), op.to_device("cpu")):
+        assert_same_operator(host, op, D, numpy, rng)
+
+
+def test_to_device_rejects_bad_targets():
+    K = ks.KSMatrix.random((1, 2, 2, 1))
+    with pytest.raises(ValueError, match='"cpu", "gpu"'):
+        K.to_device("tpu")
+    with pytest.raises(TypeError, match='"cpu", "gpu"'):
+        K.to_device(1.5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", KIND_NAMES)
+def test_to_device_gpu(rng, kind):
+    import cupy
+    op = operator_kinds(numpy, rng, numpy.complex128)[kind]
+    D = operator_oracle(op)
+    for target in ("gpu", cupy.cuda.Device(0), 0):
+        moved = op.to_device(target)
+        assert_same_operator(moved, op, D, cupy, rng)
+        values = moved.values if isinstance(moved, ks.KSMatrix) else moved.factors[0].values
+        assert values.device.id == 0
+        assert_same_operator(moved.get(), op, D, numpy, rng)
+
+
+@pytest.mark.gpu
+def test_to_device_second_gpu(rng):
+    import cupy
+    if cupy.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+    C = operator_kinds(numpy, rng, numpy.complex64)["transform"]
+    moved = C.to_device(cupy.cuda.Device(1))
+    assert all(f.values.device.id == 1 for f in moved.factors)
+    assert moved.input_permutation.device.id == 1
+    with cupy.cuda.Device(1):
+        X = random_array(rng, (C.shape[1], 4), C.dtype)
+        assert rel_err(moved @ cupy.asarray(X), operator_oracle(C) @ X) < 1e-5
+
+
+@pytest.mark.parametrize("kind", KIND_NAMES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_save_load_round_trip(xp, rng, tmp_path, kind, dtype):
+    op = operator_kinds(xp, rng, dtype)[kind]
+    D = operator_oracle(op)
+    path = tmp_path / "op.npz"
+    ks.save(path, op)
+    assert_same_operator(ks.load(path, xp=xp), op, D, xp, rng)
+    assert_same_operator(ks.load(path), op, D, numpy, rng)
+
+
+def test_load_rejects_foreign_and_newer_files(tmp_path, rng):
+    foreign = tmp_path / "foreign.npz"
+    numpy.savez(foreign, x=numpy.ones(3))
+    with pytest.raises(ValueError, match="not a kscupy operator file"):
+        ks.load(foreign)
+    path = tmp_path / "k.npz"
+    ks.save(path, ks.KSMatrix(random_array(rng, (2, 3, 4, 5), numpy.float32)))
+    entries = dict(numpy.load(path))
+    newer = tmp_path / "newer.npz"
+    numpy.savez(newer, **{**entries, "kscupy_format": numpy.int64(ks.storage.FORMAT_VERSION + 1)})
+    with pytest.raises(ValueError, match="newer"):
+        ks.load(newer)
+    broken = tmp_path / "broken.npz"
+    numpy.savez(broken, **{k: v for k, v in entries.items() if k != "values_0"})
+    with pytest.raises(ValueError, match="incomplete"):
+        ks.load(broken)
+    with pytest.raises(TypeError, match="KSMatrix or KSChain"):
+        ks.save(tmp_path / "x.npz", numpy.ones(3))

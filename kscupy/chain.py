@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy
 
-from . import _arrays, backends, dispatch, memory, planner
+from . import _arrays, backends, dispatch, planner
 from .factor import Factor
 from .operator import KSOperator
 from .problem import batch_bucket
@@ -177,14 +177,6 @@ class KSChain(KSOperator):
     def conj(self) -> "KSChain":
         return KSChain._make([f.conj() for f in self._factors], self._in, self._out)
 
-    def todense(self):
-        """The dense matrix of the product (applies the chain to an identity matrix;
-        MemoryError when the identity and the result cannot fit)."""
-        M, N = self.shape
-        memory.check_fits((N * N + M * N) * self.dtype.itemsize, self._xp,
-                          f"the identity and the dense {M} x {N} matrix of {self!r}")
-        return self.matmul(self._xp.eye(N, dtype=self.dtype))
-
     # -- multiplication --------------------------------------------------------------------
     @staticmethod
     def backends() -> tuple:
@@ -241,6 +233,9 @@ def compose(left, right) -> KSChain:
     def parts(op):
         if isinstance(op, KSChain):
             return list(op.factors), op._in, op._out
+        if not isinstance(getattr(op, "factor", None), Factor):
+            raise TypeError(f"a {type(op).__name__} does not compose with other KS operators "
+                            f"into a chain; apply the operators one after the other")
         return [op], None, None
 
     lf, l_in, l_out = parts(left)

@@ -7,7 +7,7 @@ a 2-D operand of the result dtype with ``B >= 1``.
 """
 from __future__ import annotations
 
-from . import _arrays
+from . import _arrays, memory
 from .dask import is_dask_array, matmul as dask_matmul
 
 __all__ = ["KSOperator", "LAYOUTS"]
@@ -44,6 +44,14 @@ class KSOperator:
     def __array__(self, *args, **kwargs):
         raise TypeError(f"a {type(self).__name__} is not converted to an array implicitly; "
                         f"call .todense() for the dense matrix")
+
+    def todense(self):
+        """The dense ``(M, N)`` matrix: the operator applied to an identity matrix
+        (MemoryError when the identity and the result cannot fit)."""
+        M, N = self.shape
+        memory.check_fits((N * N + M * N) * self.dtype.itemsize, self._xp,
+                          f"the identity and the dense {M} x {N} matrix of {self!r}")
+        return self.matmul(self._xp.eye(N, dtype=self.dtype))
 
     def matmul(self, X, *, layout="bsl", backend="auto"):
         """Apply the operator to a batch.

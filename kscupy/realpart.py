@@ -82,22 +82,6 @@ class KSRealPart(KSOperator):
     def H(self) -> "KSRealPart":
         return self.T
 
-    def todense(self):
-        """The dense real ``(M, N)`` matrix."""
-        return self.matmul(self._xp.eye(self.shape[1], dtype=self.dtype))
-
-    def __matmul__(self, other):
-        if isinstance(other, KSOperator):
-            raise TypeError("a KSRealPart does not compose with other KS operators into a "
-                            "chain; apply the operators one after the other")
-        return super().__matmul__(other)
-
-    def __rmatmul__(self, other):
-        if isinstance(other, KSOperator):
-            raise TypeError("a KSRealPart does not compose with other KS operators into a "
-                            "chain; apply the operators one after the other")
-        return super().__rmatmul__(other)
-
     def backends(self) -> tuple:
         """Backend names :meth:`matmul` accepts: those of ``W``, which it applies."""
         return self._operator.backends()

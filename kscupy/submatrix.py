@@ -97,22 +97,6 @@ class KSSubmatrix(KSOperator):
     def H(self) -> "KSSubmatrix":
         return self._kept_view("H", self._chain.H)
 
-    def todense(self):
-        """The dense ``(M, N)`` matrix (applies the operator to an identity matrix)."""
-        return self.matmul(self._xp.eye(self._shape[1], dtype=self.dtype))
-
-    def __matmul__(self, other):
-        if isinstance(other, KSOperator):
-            raise TypeError("a KSSubmatrix does not compose with other KS operators into a "
-                            "chain; apply the operators one after the other")
-        return super().__matmul__(other)
-
-    def __rmatmul__(self, other):
-        if isinstance(other, KSOperator):
-            raise TypeError("a KSSubmatrix does not compose with other KS operators into a "
-                            "chain; apply the operators one after the other")
-        return super().__rmatmul__(other)
-
     def backends(self) -> tuple:
         """Backend names :meth:`matmul` accepts: the chain's (it applies the chain)."""
         return self._chain.backends()

@@ -30,7 +30,7 @@ import numpy
 
 from . import _arrays, costs, dispatch, tuning
 from .factor import Factor
-from .kernels.ks_chain import FusedSegment, make_segment
+from .kernels.ks_chain import make_segment
 from .pattern import KSPattern, super_pattern
 from .problem import Problem
 from .shuffle import inverse_permutation

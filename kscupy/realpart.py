@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy
 
-from . import _arrays
 from .operator import KSOperator
 
 __all__ = ["KSRealPart"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .pattern import KSPattern
 
-__all__ = ["bmm", "einsum", "dense", "sparse", "todense", "tocsr", "ALGORITHMS"]
+__all__ = ["bmm", "einsum", "dense", "sparse", "todense", "tocsr"]
 
 
 def _pattern_of(blocks) -> KSPattern:
@@ -90,7 +90,3 @@ def tocsr(blocks, xp):
     values = xp.ascontiguousarray(blocks).ravel()
     return sp.coo_matrix((values, (rows.ravel(), cols.ravel())), shape=pattern.shape).tocsr()
 
-
-#: The reference algorithms by backend name. ``dense`` and ``sparse`` take the matrix in
-#: their own format (see :meth:`kscupy.KSMatrix.matmul`, which converts on each call).
-ALGORITHMS = {"bmm": bmm, "einsum": einsum, "dense": dense, "sparse": sparse}

@@ -42,11 +42,16 @@ class Factor:
     transposed: bool = False
     conjugated: bool = False
     cache: dict = dataclasses.field(default_factory=dict, repr=False)
+    #: The pattern of the operator (the stored one, transposed for a transposed view);
+    #: computed once, it is read on every launch.
+    pattern: KSPattern = dataclasses.field(init=False, repr=False)
 
     def __post_init__(self):
         # conjugating real values is the identity: keep the flag meaningful
         if self.conjugated and self.tiles.dtype.kind != "c":
             object.__setattr__(self, "conjugated", False)
+        object.__setattr__(self, "pattern",
+                           self.stored.transpose() if self.transposed else self.stored)
 
     @classmethod
     def of_blocks(cls, tiles, pattern) -> "Factor":
@@ -54,11 +59,6 @@ class Factor:
         return cls(tiles, KSPattern.of(pattern))
 
     # -- what the operator is ----------------------------------------------------------------
-    @property
-    def pattern(self) -> KSPattern:
-        """The pattern of the operator (the stored one, transposed for a transposed view)."""
-        return self.stored.transpose() if self.transposed else self.stored
-
     @property
     def shape(self) -> tuple:
         return self.pattern.shape

@@ -5,6 +5,7 @@ import scipy.linalg
 from hypothesis import given, settings, strategies as st
 
 import kscupy as ks
+from operator_kinds import operator_oracle
 from conftest import DTYPES, RTOL, dense_oracle, random_array, rel_err, to_numpy
 
 
@@ -26,15 +27,7 @@ def compatible_patterns(rng, count):
     return patterns
 
 
-def chain_oracle(chain):
-    D = numpy.eye(chain.shape[1], dtype=numpy.complex128)
-    if chain.input_permutation is not None:
-        D = D[to_numpy(chain.input_permutation)]
-    for f in reversed(chain.factors):
-        D = dense_oracle(to_numpy(f.values)) @ D
-    if chain.output_permutation is not None:
-        D = D[to_numpy(chain.output_permutation)]
-    return D
+chain_oracle = operator_oracle   # the dense product from the definition
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -11,6 +11,10 @@ weigh it) and add one :class:`Backend` to :data:`REGISTRY`. ``run(factor, X, lay
 config)`` receives a :class:`~kscupy.factor.Factor` already in ``X.dtype``, a 2-D operand
 with ``B >= 1`` (``(N, B)`` in ``"bsl"``, ``(B, N)`` in ``"bsf"``) and the backend's
 configuration (a kernel tile configuration, or None).
+
+Kernel backends also say how to configure them: ``heuristic(problem)`` gives a tile
+configuration from the problem's shape, ``candidates(problem)`` the ones the autotuner
+times, and ``config_type`` rebuilds a configuration from the tuning cache.
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from typing import Callable, Optional
 
 from . import _reference, costs
 from .factor import DENSE_CACHE_BYTES
-from .kernels import ks_matmul
+from .kernels import ks_matmul, ks_mma
 
 __all__ = ["Backend", "REGISTRY", "names", "get", "AUTO", "FUSED"]
 
@@ -39,10 +43,21 @@ class Backend:
     in_auto: bool = False                   # a candidate of auto on the GPU
     fits: Callable = lambda problem, rates: True   # can it run on the device of `rates`
     doc: str = ""
+    heuristic: Optional[Callable] = None    # (problem) -> tile configuration (kernels)
+    candidates: Optional[Callable] = None   # (problem) -> configurations to time
+    config_type: Optional[type] = None      # rebuilds a configuration from its tuple
 
 
-def _run_kernel(factor, X, layout, config):
+def _run_fma_kernel(factor, X, layout, config):
     return ks_matmul.launch(factor, X, layout, config)
+
+
+def _run_mma_kernel(precision):
+    return lambda factor, X, layout, config: ks_mma.launch(factor, X, layout, config, precision)
+
+
+def _mma_fits(precision):
+    return lambda problem, rates: ks_mma.supports(problem.dtype, precision)
 
 
 def _run_reference(algorithm):
@@ -57,8 +72,12 @@ def _run_sparse(factor, X, layout, config):
     return _reference.sparse(_reference.tocsr(factor.blocks, factor.xp), X, layout, factor.xp)
 
 
-def _kernel_seconds(problem, rates):
+def _fma_kernel_seconds(problem, rates):
     return costs.kernel_seconds(problem, rates, ks_matmul.heuristic_config(problem).bk)
+
+
+def _mma_kernel_seconds(problem, rates):
+    return costs.mma_kernel_seconds(problem, rates, ks_mma.heuristic_config(problem).bk)
 
 
 def _dense_fits(problem, rates):
@@ -74,8 +93,23 @@ def _dense_seconds(problem, rates):
 
 _BOTH = frozenset({"cpu", "gpu"})
 REGISTRY = {b.name: b for b in (
-    Backend("kernel", frozenset({"gpu"}), _run_kernel, _kernel_seconds, in_auto=True,
-            doc="the fused output-stationary CUDA kernel (kernels_cu/ks_matmul.cu)"),
+    Backend("kernel", frozenset({"gpu"}), _run_mma_kernel("default"), _mma_kernel_seconds,
+            in_auto=True, fits=_mma_fits("default"),
+            heuristic=ks_mma.heuristic_config, candidates=ks_mma.candidate_configs,
+            config_type=ks_mma.MmaConfig,
+            doc="the fused output-stationary kernel on the tensor cores "
+                "(kernels_cu/ks_mma.cu): 3xTF32 for float32 and complex64 (float32-grade "
+                "accuracy), DMMA for float64 and complex128"),
+    Backend("kernel_tf32", frozenset({"gpu"}), _run_mma_kernel("tf32"),
+            fits=_mma_fits("tf32"), heuristic=ks_mma.heuristic_config,
+            candidates=ks_mma.candidate_configs, config_type=ks_mma.MmaConfig,
+            doc="opt-in: the tensor-core kernel with one TF32 product per term (float32 and "
+                "complex64 only; about 1e-3 relative error). Never chosen by auto"),
+    Backend("kernel_fma", frozenset({"gpu"}), _run_fma_kernel, _fma_kernel_seconds,
+            in_auto=True, heuristic=ks_matmul.heuristic_config,
+            candidates=ks_matmul.candidate_configs, config_type=ks_matmul.KernelConfig,
+            doc="the fused output-stationary kernel on the FMA units "
+                "(kernels_cu/ks_matmul.cu): any dtype, fastest for the smallest blocks"),
     Backend("bmm", _BOTH, _run_reference(_reference.bmm), costs.bmm_seconds, in_auto=True,
             doc="permute / batched matmul / permute (cuBLAS batched GEMM on the GPU)"),
     Backend("dense", _BOTH, _run_dense, _dense_seconds, in_auto=True, fits=_dense_fits,

@@ -17,7 +17,7 @@ import numpy
 from .problem import Problem
 
 __all__ = ["DeviceRates", "device_rates", "LAUNCH_SECONDS", "kernel_seconds", "bmm_seconds",
-           "dense_seconds", "segment_seconds", "gather_seconds", "KERNEL_MARGIN"]
+           "dense_seconds", "mma_kernel_seconds", "segment_seconds", "gather_seconds", "KERNEL_MARGIN"]
 
 #: One kernel launch with its Python dispatch, measured at B = 1 on an H200.
 LAUNCH_SECONDS = 10e-6
@@ -30,8 +30,11 @@ LAUNCH_SECONDS = 10e-6
 _SINGLE = {  # (bytes_factor, efficiency, m0)
     ("kernel", "bsl"): (1.515, 0.424, 40.1), ("kernel", "bsf"): (0.835, 0.206, 25.8),
     ("bmm", "bsl"): (2.432, 0.883, 244.7), ("bmm", "bsf"): (3.237, 1.123, 670.7),
+    # the tensor-core kernel; efficiency against tensor_peak (first estimate from eight
+    # patterns on an H200, benchmarks/probe_mma.py; to be refitted on the grid)
+    ("mma", "bsl"): (2.5, 0.6, 30.0), ("mma", "bsf"): (3.0, 0.4, 40.0),
 }
-#: ``auto`` picks the kernel over other backends only when predicted faster by this factor.
+#: ``auto`` picks the FMA kernel over other backends only when predicted faster by this factor.
 #: In BSL the model is unbiased (median predicted/measured 1.02) and any margin above 1 gave
 #: away the kernel's wins; in BSF a wrong pick of the kernel costs up to 2x.
 KERNEL_MARGIN = {"bsl": 1.0, "bsf": 1.5}
@@ -44,6 +47,10 @@ _DENSE_FIXED_SECONDS = {"kept": 15e-6, "formed": 300e-6}
 # long per chunk (a global-memory round trip), whatever the size. It dominates thin batches
 # with long reductions (B = 1, c = 1024: 128 chunks, 0.17 ms measured).
 _CHUNK_SECONDS = 1.2e-6
+
+# The tensor-core kernel's chunks are longer (a cp.async round trip, then four k-steps of
+# dependent MMAs): at least this long per chunk. An estimate, not yet fitted at small B.
+_MMA_CHUNK_SECONDS = 3e-6
 
 # Fused chain segments (kernels_cu/ks_chain.cu): weights are re-read from L2 by every tile
 # (L2 bandwidth = _L2_FACTOR x DRAM), the SIMT core reaches _FUSED_EFFICIENCY of peak.
@@ -65,6 +72,14 @@ class DeviceRates:
         """Peak flop/s for arithmetic in ``dtype``'s precision."""
         return self.flops64 if numpy.dtype(dtype) in (numpy.float64, numpy.complex128) \
             else self.flops32
+
+    def tensor_peak(self, dtype) -> float:
+        """Flop/s of the tensor-core kernel's arithmetic at default precision, in the same
+        units as :meth:`peak`: DMMA runs at twice the FP64 FMA rate (Ampere, Hopper);
+        3xTF32 is counted against the FP32 FMA rate (its efficiency absorbs the ratio)."""
+        if numpy.dtype(dtype) in (numpy.float64, numpy.complex128):
+            return 2 * self.flops64
+        return self.flops32
 
 
 def device_rates() -> DeviceRates:
@@ -102,7 +117,8 @@ def _flops_per_mac(dtype) -> int:
     return 8 if numpy.dtype(dtype).kind == "c" else 2
 
 
-def _single_factor(problem: Problem, rates: DeviceRates, algorithm: str, bytes_factor=None):
+def _single_factor(problem: Problem, rates: DeviceRates, algorithm: str, bytes_factor=None,
+                   peak=None):
     a, b, c, d = problem.pattern
     M, N = problem.pattern.shape
     nnz, isz = problem.pattern.nnz, problem.itemsize
@@ -111,13 +127,20 @@ def _single_factor(problem: Problem, rates: DeviceRates, algorithm: str, bytes_f
     moved = isz * (problem.batch * (M + N) + nnz)
     flops = _flops_per_mac(problem.dtype) * problem.batch * nnz
     return ((bytes_factor or factor) * moved / rates.bandwidth
-            + flops * (m + m0) / (efficiency * rates.peak(problem.dtype) * m))
+            + flops * (m + m0) / (efficiency * (peak or rates.peak(problem.dtype)) * m))
 
 
 def kernel_seconds(problem: Problem, rates: DeviceRates, chunk: int) -> float:
     """The single-factor kernel (``kernels_cu/ks_matmul.cu``) reducing in chunks of ``chunk``."""
     chunks = -(-problem.pattern.c // chunk)
     return max(_single_factor(problem, rates, "kernel"), chunks * _CHUNK_SECONDS) + LAUNCH_SECONDS
+
+
+def mma_kernel_seconds(problem: Problem, rates: DeviceRates, chunk: int) -> float:
+    """The tensor-core kernel (``kernels_cu/ks_mma.cu``) reducing in chunks of ``chunk``."""
+    chunks = -(-problem.pattern.c // chunk)
+    return (max(_single_factor(problem, rates, "mma", peak=rates.tensor_peak(problem.dtype)),
+                chunks * _MMA_CHUNK_SECONDS) + LAUNCH_SECONDS)
 
 
 def bmm_seconds(problem: Problem, rates: DeviceRates) -> float:

@@ -10,8 +10,9 @@ Three layers, each falling back on the next:
 2. **Cost model** — :func:`choose` weighs every backend of :data:`kscupy.backends.REGISTRY`
    that ``auto`` may pick with its modelled time (:mod:`kscupy.costs`) and picks the
    smallest.
-3. **Heuristic** — :func:`kscupy.kernels.ks_matmul.heuristic_config` gives the kernel a
-   tile configuration for any problem with no table.
+3. **Heuristic** — each kernel backend's ``heuristic`` (for ``"kernel"``,
+   :func:`kscupy.kernels.ks_mma.heuristic_config`) gives a tile configuration for any
+   problem with no table.
 """
 from __future__ import annotations
 
@@ -25,8 +26,6 @@ import numpy
 
 from . import backends, costs
 from .factor import Factor
-from .kernels import ks_matmul
-from .kernels.ks_matmul import KernelConfig
 from .problem import Problem
 
 __all__ = ["Choice", "choose", "configuration", "seconds", "tune", "cache_path", "clear_cache"]
@@ -34,9 +33,10 @@ __all__ = ["Choice", "choose", "configuration", "seconds", "tune", "cache_path",
 
 @dataclasses.dataclass(frozen=True)
 class Choice:
-    """How to run a product: a registry ``backend``; ``config`` for the kernel."""
+    """How to run a product: a registry ``backend``; ``config`` for a kernel backend (its
+    ``config_type``), else None."""
     backend: str
-    config: KernelConfig | None = None
+    config: object = None
 
 
 def _memo_key(*parts):
@@ -67,9 +67,9 @@ def _choose(problem: Problem, rates: costs.DeviceRates) -> Choice:
     if os.environ.get("KSCUPY_AUTOTUNE", "0") not in ("", "0"):
         return tune(problem, progress=False)
     candidates = [b for b in backends.REGISTRY.values() if b.in_auto and b.fits(problem, rates)]
-    margin = {"kernel": costs.KERNEL_MARGIN[problem.access]}
+    margin = {"kernel_fma": costs.KERNEL_MARGIN[problem.access]}
     best = min(candidates, key=lambda b: b.seconds(problem, rates) * margin.get(b.name, 1.0))
-    return Choice(best.name, ks_matmul.heuristic_config(problem) if best.name == "kernel" else None)
+    return Choice(best.name, best.heuristic(problem) if best.heuristic else None)
 
 
 def seconds(problem: Problem, backend: str, rates) -> float:
@@ -83,18 +83,19 @@ def seconds(problem: Problem, backend: str, rates) -> float:
     return model(problem, rates)
 
 
-def configuration(problem: Problem, backend: str) -> KernelConfig | None:
-    """The configuration a backend named explicitly runs with: for ``"kernel"`` a tuned one
-    if cached, else the heuristic; None for backends that take none. Memoized per process
-    like :func:`choose`."""
-    if backend != "kernel":
+def configuration(problem: Problem, backend: str):
+    """The configuration a backend named explicitly runs with: for a kernel backend the
+    tuned one if the tuner's winner for this problem is that backend, else its heuristic;
+    None for backends that take none. Memoized per process like :func:`choose`."""
+    entry = backends.get(backend)
+    if entry.heuristic is None:
         return None
-    key = _memo_key("kernel", problem)
+    key = _memo_key("config", backend, problem)
     config = _MEMO.get(key)
     if config is None:
         cached = _cache().get(_cache_key(problem, costs.device_rates()))
-        config = cached.config if cached is not None and cached.config is not None \
-            else ks_matmul.heuristic_config(problem)
+        config = cached.config if cached is not None and cached.backend == backend \
+            and cached.config is not None else entry.heuristic(problem)
         _MEMO[key] = config
     return config
 
@@ -127,7 +128,8 @@ class _TuningCache:
         if not entry:
             return None
         try:
-            config = KernelConfig(*entry["config"]) if entry.get("config") else None
+            config_type = backends.get(entry["backend"]).config_type
+            config = config_type(*entry["config"]) if entry.get("config") else None
             return Choice(entry["backend"], config)
         except (KeyError, TypeError, ValueError):
             return None   # an entry from another version: ignore it
@@ -186,9 +188,9 @@ def tune(problem_or_matrix, batch=None, *, layout="bsl", dtype=None, progress=Tr
     """Time the candidates for a problem on the current GPU and cache the winner.
 
     Call as ``tune(K, B, layout="bsl")`` with a CuPy :class:`~kscupy.KSMatrix` (``dtype``
-    defaults to ``K.dtype``), or with a :class:`~kscupy.problem.Problem`. Candidates: the
-    kernel configurations of :func:`~kscupy.kernels.ks_matmul.candidate_configs` and every
-    other backend ``auto`` may pick that fits. Shows a progress bar when ``progress`` and
+    defaults to ``K.dtype``), or with a :class:`~kscupy.problem.Problem`. Candidates: every
+    backend ``auto`` may pick that fits, kernel backends with each of their ``candidates``
+    configurations. Shows a progress bar when ``progress`` and
     tqdm is installed. Returns the winning :class:`Choice`, which ``auto`` and ``kernel``
     then use for this problem.
     """
@@ -221,11 +223,16 @@ def tune(problem_or_matrix, batch=None, *, layout="bsl", dtype=None, progress=Tr
         run = backends.get(choice.backend).run
         return lambda: run(factor, X, problem.layout, choice.config)
 
-    runs = {f"kernel{cfg.as_tuple()}": Choice("kernel", cfg)
-            for cfg in ks_matmul.candidate_configs(problem)}
     rates = costs.device_rates()
-    runs.update({b.name: Choice(b.name) for b in backends.REGISTRY.values()
-                 if b.in_auto and b.name != "kernel" and b.fits(problem, rates)})
+    runs = {}
+    for entry in backends.REGISTRY.values():
+        if not (entry.in_auto and entry.fits(problem, rates)):
+            continue
+        if entry.candidates is None:
+            runs[entry.name] = Choice(entry.name)
+        else:
+            runs.update({f"{entry.name}{cfg.as_tuple()}": Choice(entry.name, cfg)
+                         for cfg in entry.candidates(problem)})
     items = list(runs.items())
     if progress:
         try:

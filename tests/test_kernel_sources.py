@@ -5,7 +5,7 @@ import pytest
 
 import kscupy as ks
 from kscupy import costs, planner
-from kscupy.kernels import ks_matmul, nvrtc
+from kscupy.kernels import ks_matmul, ks_mma, nvrtc
 from kscupy.kernels.ks_chain import FusedSegment
 from kscupy.problem import Problem
 from nvrtc_program import LIBRARY, compile_source
@@ -39,6 +39,27 @@ def test_matmul_instantiations_compile(dtype):
     names = {cfg.name(dtype) for cfg in configs}
     names |= {cfg.layout_probe_name(dtype) for cfg in configs}
     _compile("ks_matmul.cu", names)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_mma_instantiations_compile(dtype):
+    """ks_mma in each ORDER, both weight orientations, vector and scalar copies and each
+    precision the dtype supports, with layout probes (a few instantiations: each takes
+    NVRTC about 0.3 s; the GPU suite compiles every candidate)."""
+    names = set()
+    vector = max(1, 16 // numpy.dtype(dtype).itemsize)
+    precisions = [p for p in ks_mma.PRECISIONS if ks_mma.supports(dtype, p)]
+    for pattern, layout, contiguous, transposed in (
+            ((1, 1024, 1024, 1), "bsl", True, False), ((1, 64, 48, 1), "bsf", False, True),
+            ((3, 5, 7, 2), "bsf", False, False)):
+        problem = Problem(ks.KSPattern(*pattern), 4096, numpy.dtype(dtype), layout,
+                          contiguous, transposed)
+        cfg = ks_mma.heuristic_config(problem)
+        vx = 1 if cfg.order == ks_mma.ORDER_GROUP else vector
+        names |= {cfg.name(dtype, precision, transposed, vx, vector) for precision in precisions}
+        names.add(cfg.name(dtype, "default", transposed, 1, 1))
+        names.add(cfg.layout_probe_name(dtype, transposed))
+    _compile("ks_mma.cu", names)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

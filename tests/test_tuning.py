@@ -9,6 +9,7 @@ import pytest
 from kscupy import KSPattern, backends, costs, tuning
 from kscupy.kernels.ks_matmul import (SMEM_LIMIT, KernelConfig, candidate_configs,
                                       heuristic_config)
+from kscupy.kernels.ks_mma import MmaConfig
 from kscupy.problem import Problem, batch_bucket
 
 RATES = costs.DeviceRates(bandwidth=3e12, flops32=6e13, flops64=3e13, name="x", cuda_runtime=0,
@@ -72,12 +73,15 @@ def test_cache_round_trip(tmp_path, monkeypatch):
     assert tuning.cache_path() == tmp_path / "c" / "tuning.json"
     cache = tuning._cache()
     cfg = KernelConfig(1, 64, 128, 8, 4, 8, 0)
-    cache.put("gpu|cuda13000|key", tuning.Choice("kernel", cfg), {"kernel": 1e-3, "bmm": 2e-3})
+    cache.put("gpu|cuda13000|key", tuning.Choice("kernel_fma", cfg), {"kernel_fma": 1e-3, "bmm": 2e-3})
+    mma = MmaConfig(1, 128, 128, 32, 2, 4, 3, 0)
+    cache.put("gpu|cuda13000|mma", tuning.Choice("kernel", mma), {"kernel": 1e-3})
     cache.put("gpu|cuda13000|other", tuning.Choice("bmm"), {"bmm": 1e-3})
     data = json.loads((tmp_path / "c" / "tuning.json").read_text())
     assert data["gpu|cuda13000|key"]["config"] == [1, 64, 128, 8, 4, 8, 0]
     fresh = tuning._TuningCache(tmp_path / "c" / "tuning.json")    # as a new process sees it
-    assert fresh.get("gpu|cuda13000|key") == tuning.Choice("kernel", cfg)
+    assert fresh.get("gpu|cuda13000|key") == tuning.Choice("kernel_fma", cfg)
+    assert fresh.get("gpu|cuda13000|mma") == tuning.Choice("kernel", mma)
     assert fresh.get("gpu|cuda13000|other") == tuning.Choice("bmm")
     assert fresh.get("missing") is None
     tuning.clear_cache()
@@ -120,7 +124,7 @@ def test_auto_is_priced_as_it_runs(tmp_path, monkeypatch):
         candidates = [b.name for b in backends.REGISTRY.values() if b.in_auto]
         assert choice.backend in candidates and "dense" in candidates
         assert tuning.seconds(p, "auto", RATES) == tuning.seconds(p, choice.backend, RATES)
-        margin = {"kernel": costs.KERNEL_MARGIN[p.access]}
+        margin = {"kernel_fma": costs.KERNEL_MARGIN[p.access]}
         best = min(candidates, key=lambda be: tuning.seconds(p, be, RATES) * margin.get(be, 1))
         assert choice.backend == best
     # a small dense-ish factor at B = 1: cuBLAS on the kept dense matrix is modelled fastest

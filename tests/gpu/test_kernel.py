@@ -18,6 +18,9 @@ if not gpu_available():
 import cupy  # noqa: E402
 
 DTYPES = [numpy.float32, numpy.float64, numpy.complex64, numpy.complex128]
+#: The fused kernels: on the tensor cores (default precision) and on the FMA units.
+KERNELS = ["kernel", "kernel_fma"]
+kernels = pytest.mark.parametrize("backend", KERNELS)
 BATCHES = [1, 3, 127, 1000, 100003]
 EDGE_PATTERNS = [(1, 1, 1, 1), (1, 2, 2, 1), (8, 2, 2, 8), (1, 2, 2, 4096), (4096, 2, 2, 1),
                  (1, 1, 7, 3), (3, 7, 1, 2), (2, 1, 1, 5), (1, 64, 1, 4), (1, 1, 64, 4),
@@ -76,7 +79,8 @@ def _batches_for(pattern, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
-def test_sweep(poisoned, dtype, layout):
+@kernels
+def test_sweep(poisoned, dtype, layout, backend):
     """>= 200 patterns x batch sizes {1, 3, 127, 1000, 100003}, all through the kernel."""
     rng = cupy.random.default_rng(7)
     cases = 0
@@ -85,7 +89,7 @@ def test_sweep(poisoned, dtype, layout):
         M, N = K.shape
         for B in _batches_for(pattern, dtype):
             X = _random(rng, (N, B) if layout == "bsl" else (B, N), dtype)
-            Y = K.matmul(X, layout=layout, backend="kernel")
+            Y = K.matmul(X, layout=layout, backend=backend)
             try:
                 check(Y, oracle(K.values, X, layout), dtype)
             except AssertionError as exc:
@@ -96,7 +100,8 @@ def test_sweep(poisoned, dtype, layout):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
 @pytest.mark.parametrize("view", ["T", "H", "conj"])
-def test_views_read_the_same_storage(poisoned, dtype, view):
+@kernels
+def test_views_read_the_same_storage(poisoned, dtype, view, backend):
     rng = cupy.random.default_rng(11)
     for pattern in [(2, 3, 5, 7), (1, 64, 16, 1), (3, 2, 2, 8), (1, 96, 200, 2)]:
         K = ks.KSMatrix(_random(rng, pattern, dtype))
@@ -105,7 +110,7 @@ def test_views_read_the_same_storage(poisoned, dtype, view):
         M, N = V.shape
         for layout, shape in (("bsl", (N, 300)), ("bsf", (300, N)), ("bsl", (N,))):
             X = _random(rng, shape, dtype)
-            Y = V.matmul(X, layout=layout, backend="kernel")
+            Y = V.matmul(X, layout=layout, backend=backend)
             X2 = X.reshape(N, 1) if X.ndim == 1 else X
             ref = oracle(V.values, X2, layout)
             check(Y.reshape(ref.shape), ref, dtype)
@@ -136,29 +141,31 @@ def _awkward_views(rng, dtype, rows, cols):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
-def test_strided_and_misaligned(poisoned, dtype, layout):
+@kernels
+def test_strided_and_misaligned(poisoned, dtype, layout, backend):
     rng = cupy.random.default_rng(5)
     for pattern in [(2, 3, 4, 5), (1, 64, 64, 2), (4, 2, 2, 16)]:
         K = ks.KSMatrix(_random(rng, pattern, dtype))
         M, N = K.shape
         shape = (N, 257) if layout == "bsl" else (257, N)
         for name, X in _awkward_views(rng, dtype, *shape).items():
-            Y = K.matmul(X, layout=layout, backend="kernel")
+            Y = K.matmul(X, layout=layout, backend=backend)
             try:
                 check(Y, oracle(K.values, cupy.ascontiguousarray(X), layout), dtype)
             except AssertionError as exc:
                 raise AssertionError(f"{pattern} {name}: {exc}") from None
 
 
-def test_non_default_stream(poisoned):
+@kernels
+def test_non_default_stream(poisoned, backend):
     rng = cupy.random.default_rng(9)
     K = ks.KSMatrix(_random(rng, (4, 32, 32, 8), numpy.float32))
     X = _random(rng, (K.shape[1], 4096), numpy.float32)
     stream = cupy.cuda.Stream(non_blocking=True)
     cupy.cuda.get_current_stream().synchronize()   # X was written on the default stream
     with stream:
-        Y = K.matmul(X, backend="kernel")
-        Yf = K.matmul(cupy.ascontiguousarray(X.T), layout="bsf", backend="kernel")
+        Y = K.matmul(X, backend=backend)
+        Yf = K.matmul(cupy.ascontiguousarray(X.T), layout="bsf", backend=backend)
     stream.synchronize()
     check(Y, oracle(K.values, X, "bsl"), numpy.float32)
     check(Yf, oracle(K.values, cupy.ascontiguousarray(X.T), "bsf"), numpy.float32)
@@ -177,16 +184,18 @@ def test_auto_matches_oracle(poisoned, layout):
                 check(op.matmul(X, layout=layout), oracle(op.values, X, layout), numpy.float32)
 
 
-def test_mixed_dtypes_promote(poisoned):
+@kernels
+def test_mixed_dtypes_promote(poisoned, backend):
     rng = cupy.random.default_rng(17)
     K = ks.KSMatrix(_random(rng, (2, 8, 4, 4), numpy.float32))
     X = _random(rng, (K.shape[1], 50), numpy.complex128)
-    Y = K.matmul(X, backend="kernel")
+    Y = K.matmul(X, backend=backend)
     check(Y, oracle(K.values, X, "bsl"), numpy.complex128)
 
 
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
-def test_offsets_beyond_int32(layout):
+@kernels
+def test_offsets_beyond_int32(layout, backend):
     """B*N > 2^31 elements: checked on a sample of batch columns, including the last ones."""
     pattern = (1, 2, 2, 1024)                 # N = M = 2048
     K = ks.KSMatrix.random(pattern, dtype=numpy.float32, xp=cupy, seed=1)
@@ -195,7 +204,7 @@ def test_offsets_beyond_int32(layout):
     assert B * N > 2**31
     rng = cupy.random.default_rng(19)
     X = rng.standard_normal((N, B) if layout == "bsl" else (B, N), dtype=numpy.float32)
-    Y = K.matmul(X, layout=layout, backend="kernel")
+    Y = K.matmul(X, layout=layout, backend=backend)
     cols = cupy.concatenate([cupy.arange(64), cupy.arange(B - 4096, B)])
     if layout == "bsl":
         ref = oracle(K.values, X[:, cols], layout)
@@ -207,14 +216,16 @@ def test_offsets_beyond_int32(layout):
     assert not bool(cupy.isnan(Y[..., -1] if layout == "bsl" else Y[-1]).any())
 
 
-def test_empty_batch():
+@kernels
+def test_empty_batch(backend):
     K = ks.KSMatrix.random((2, 3, 4, 5), xp=cupy)
-    assert K.matmul(cupy.zeros((40, 0), numpy.float32), backend="kernel").shape == (30, 0)
-    assert K.matmul(cupy.zeros((0, 40), numpy.float32), layout="bsf", backend="kernel").shape == (0, 30)
+    assert K.matmul(cupy.zeros((40, 0), numpy.float32), backend=backend).shape == (30, 0)
+    assert K.matmul(cupy.zeros((0, 40), numpy.float32), layout="bsf", backend=backend).shape == (0, 30)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
-def test_sanitizer_subset(poisoned, dtype):
+@kernels
+def test_sanitizer_subset(poisoned, dtype, backend):
     """A small representative subset, fast enough to run under compute-sanitizer."""
     rng = cupy.random.default_rng(23)
     for pattern in [(1, 2, 2, 8), (2, 3, 5, 7), (1, 64, 48, 1), (3, 16, 16, 4), (2, 130, 70, 3)]:
@@ -224,7 +235,7 @@ def test_sanitizer_subset(poisoned, dtype):
             for B in (1, 3, 129):
                 for layout, shape in (("bsl", (N, B)), ("bsf", (B, N))):
                     X = _random(rng, shape, dtype)
-                    check(op.matmul(X, layout=layout, backend="kernel"),
+                    check(op.matmul(X, layout=layout, backend=backend),
                           oracle(op.values, X, layout), dtype)
 
 
@@ -234,9 +245,49 @@ def test_tune_and_cache(tmp_path, monkeypatch):
     from kscupy.problem import problem_of
     K = ks.KSMatrix.random((4, 32, 32, 4), dtype=numpy.float32, xp=cupy, seed=2)
     choice = tuning.tune(K, 4096, layout="bsl", progress=False, n_repeat=3)
-    assert choice.backend in ("kernel", "bmm", "dense")
+    assert choice.backend in ("kernel", "kernel_fma", "bmm", "dense")
     assert (tmp_path / "tuning.json").exists()
     X = cupy.random.default_rng(1).standard_normal((K.shape[1], 4096), dtype=numpy.float32)
     problem = problem_of(K.factor, X, "bsl")
     assert tuning.choose(problem) == choice
     check(K @ X, oracle(K.values, X, "bsl"), numpy.float32)
+
+
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64], ids=lambda t: numpy.dtype(t).name)
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_tf32_opt_in(poisoned, dtype, layout):
+    """One TF32 product per term: about 1e-3 relative error, on every tile shape; refused
+    for the double-precision dtypes, whose default already uses the tensor cores."""
+    rng = cupy.random.default_rng(29)
+    for pattern in [(1, 64, 64, 1), (2, 3, 5, 7), (4, 48, 96, 4), (1, 1024, 256, 1)]:
+        K = ks.KSMatrix(_random(rng, pattern, dtype))
+        for op in (K, K.T):
+            M, N = op.shape
+            X = _random(rng, (N, 1000) if layout == "bsl" else (1000, N), dtype)
+            Y = op.matmul(X, layout=layout, backend="kernel_tf32")
+            ref = oracle(op.values, X, layout)
+            assert bool(cupy.isfinite(Y).all())
+            err = float(cupy.linalg.norm(Y - ref) / cupy.linalg.norm(ref))
+            assert 1e-6 < err < 3e-3, (pattern, err)    # TF32-grade: not FP32, not wrong
+    with pytest.raises(TypeError, match="precision"):
+        ks.KSMatrix.random((1, 8, 8, 1), dtype=numpy.float64, xp=cupy).matmul(
+            cupy.ones((8, 4)), backend="kernel_tf32")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
+def test_tensor_core_candidates(poisoned, dtype):
+    """Every configuration the autotuner may pick for the tensor-core kernel is correct."""
+    from kscupy.kernels import ks_mma
+    from kscupy.problem import problem_of
+    rng = cupy.random.default_rng(31)
+    for pattern, layout in [((1, 96, 64, 1), "bsl"), ((2, 48, 40, 4), "bsf"), ((1, 64, 96, 1), "bsf")]:
+        K = ks.KSMatrix(_random(rng, pattern, dtype))
+        for op in (K, K.T):
+            M, N = op.shape
+            X = _random(rng, (N, 300) if layout == "bsl" else (300, N), dtype)
+            ref = oracle(op.values, X, layout)
+            for config in ks_mma.candidate_configs(problem_of(op.factor, X, layout)):
+                try:
+                    check(ks_mma.launch(op.factor, X, layout, config), ref, dtype)
+                except AssertionError as exc:
+                    raise AssertionError(f"{pattern} {layout} {config}: {exc}") from None

@@ -24,7 +24,7 @@ if not gpu_available():
 import cupy  # noqa: E402
 
 from kscupy import costs, planner  # noqa: E402
-from kscupy.kernels import ks_matmul, nvrtc  # noqa: E402
+from kscupy.kernels import ks_matmul, ks_mma, nvrtc  # noqa: E402
 from kscupy.kernels.ks_chain import FusedSegment  # noqa: E402
 from kscupy.problem import Problem  # noqa: E402
 
@@ -82,6 +82,24 @@ def test_chain_layout_matches_the_kernel(dtype):
     for seg in segments:
         got = reported[seg.layout_probe_name(dtype)][:7]
         assert got == seg.layout(dtype.itemsize), (seg.describe(), got)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
+def test_mma_layout_matches_the_kernel(dtype):
+    dtype = numpy.dtype(dtype)
+    cases = set()
+    for pattern in ((1, 1024, 1024, 1), (64, 2, 2, 64), (4, 64, 64, 1), (3, 5, 7, 2),
+                    (1, 48, 192, 16), (16, 8, 8, 16)):
+        for layout, contiguous, B in (("bsl", True, 4096), ("bsf", False, 4096),
+                                      ("bsl", True, 1), ("bsf", False, 3)):
+            for transposed in (False, True):
+                problem = Problem(ks.KSPattern(*pattern), B, dtype, layout, contiguous,
+                                  transposed)
+                cases.update((c, transposed) for c in ks_mma.candidate_configs(problem))
+    reported = _probe("ks_mma.cu", {c.layout_probe_name(dtype, t) for c, t in cases})
+    for config, transposed in cases:
+        got = reported[config.layout_probe_name(dtype, transposed)][:4]
+        assert got == config.layout(dtype.itemsize, transposed), (config, transposed, got)
 
 
 def test_a_launch_with_too_little_shared_memory_stops():

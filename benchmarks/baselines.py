@@ -1,0 +1,52 @@
+"""What a user would run instead of kscupy, for the benchmarks: PyTorch's BMM (the paper's
+baseline), CuPy's BMM and cuBLAS on the dense matrix. PyTorch is optional and never a
+dependency of the package: :func:`torch_bmm` returns None when it does not import."""
+from __future__ import annotations
+
+import contextlib
+
+try:
+    import torch
+except ImportError:      # the benchmarks time the other baselines
+    torch = None
+
+
+def torch_available() -> bool:
+    return torch is not None and torch.cuda.is_available()
+
+
+@contextlib.contextmanager
+def _tf32(enabled: bool):
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def torch_bmm(blocks, layout, tf32=False):
+    """The paper's PyTorch baseline as a function of a CuPy operand: permute the input to
+    (a*d, c, B) (bsl) or (a*d, B, c) (bsf), ``torch.bmm`` with the (a, d, b, c) blocks,
+    permute back. Shares the CuPy arrays through DLPack (no copies). ``tf32`` allows
+    TF32 tensor cores (``torch.backends.cuda.matmul.allow_tf32``), as a user opting in
+    would. None when torch or CUDA is missing."""
+    if not torch_available():
+        return None
+    a, d, b, c = blocks.shape
+    W = torch.from_dlpack(blocks.copy()).reshape(a * d, b, c)
+    Wt = W.transpose(1, 2)
+
+    def run(X):
+        x = torch.from_dlpack(X)
+        with _tf32(tf32):
+            if layout == "bsl":
+                B = x.shape[1]
+                xp = x.reshape(a, c, d, B).permute(0, 2, 1, 3).reshape(a * d, c, B)
+                y = torch.bmm(W, xp)                                   # (a*d, b, B)
+                return y.reshape(a, d, b, B).permute(0, 2, 1, 3).reshape(a * b * d, B)
+            B = x.shape[0]
+            xp = x.reshape(B, a, c, d).permute(1, 3, 0, 2).reshape(a * d, B, c)
+            y = torch.bmm(xp, Wt)                                      # (a*d, B, b)
+            return y.reshape(a, d, B, b).permute(2, 0, 3, 1).reshape(B, a * b * d)
+    return run

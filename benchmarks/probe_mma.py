@@ -1,0 +1,145 @@
+"""Development probe for the tensor-core kernel: check and time tile configurations.
+
+    PYTHONPATH=$PWD python3 benchmarks/probe_mma.py [--quick] [--out probe.json]
+
+For a handful of patterns of the paper's grid, both layouts and each dtype, runs every
+candidate configuration of :func:`kscupy.kernels.ks_mma.candidate_configs`, checks it against
+the float64 definition (fresh random data, poisoned output) and times it beside PyTorch's
+BMM (when torch imports), CuPy's BMM, cuBLAS dense and the FMA kernel. Prints one line per
+case: the best configuration and the ratios. Used to set the heuristic; the issue's
+benchmark is bench_patterns.py.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+import numpy
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import cupy  # noqa: E402
+
+import kscupy as ks  # noqa: E402
+from kscupy import _reference  # noqa: E402
+from kscupy.kernels import ks_matmul, ks_mma  # noqa: E402
+from kscupy.problem import problem_of  # noqa: E402
+from baselines import torch_bmm  # noqa: E402
+from timing import time_fn  # noqa: E402
+
+PATTERNS = [(1, 1024, 1024, 1), (1, 512, 512, 4), (1, 256, 256, 16), (4, 192, 192, 4),
+            (16, 64, 64, 4), (64, 48, 48, 16), (1, 768, 192, 2), (1, 192, 768, 2),
+            (6, 64, 64, 1), (2, 96, 384, 16)]
+CASES = [("float32", "default", 25088), ("float32", "tf32", 25088),
+         ("float64", "default", 8192), ("complex64", "default", 8192),
+         ("complex128", "default", 4096)]
+
+
+def oracle(w, X, layout):
+    a, b, c, d = w.shape
+    hi = numpy.complex128 if w.dtype.kind == "c" else numpy.float64
+    w, X = w.astype(hi), X.astype(hi)
+    if layout == "bsl":
+        return cupy.einsum("iklj,iljn->ikjn", w, X.reshape(a, c, d, -1)).reshape(a * b * d, -1)
+    return cupy.einsum("iklj,nilj->nikj", w, X.reshape(-1, a, c, d)).reshape(-1, a * b * d)
+
+
+def rel_err(Y, ref):
+    return float(cupy.linalg.norm(Y.astype(ref.dtype) - ref) / cupy.linalg.norm(ref))
+
+
+def case(pattern, layout, dtype, precision, B, configs, transposed=False):
+    rng = cupy.random.default_rng(7)
+    K = ks.KSMatrix.random(pattern, dtype=dtype, xp=cupy, seed=3)
+    if transposed:
+        K = K.T
+    f = K.factor
+    M, N = K.shape
+    shape = (N, B) if layout == "bsl" else (B, N)
+    X = rng.standard_normal(shape, dtype=numpy.float64)
+    if numpy.dtype(dtype).kind == "c":
+        X = X + 1j * rng.standard_normal(shape, dtype=numpy.float64)
+    X = X.astype(dtype)
+    cols = slice(0, 256)
+    Xs = X[:, cols] if layout == "bsl" else X[cols]
+    ref = oracle(K.values if not transposed else K.values, Xs.copy(), layout)
+    problem = problem_of(f, X, layout)
+    out = {"pattern": pattern, "layout": layout, "dtype": dtype, "precision": precision, "B": B,
+           "transposed": transposed, "configs": {},
+           "heuristic": str(ks_mma.heuristic_config(problem).as_tuple())}
+    for cfg in configs(problem):
+        cupy.get_default_memory_pool().free_all_blocks()
+        small = ks_mma.launch(f, cupy.ascontiguousarray(Xs), layout, cfg, precision)
+        err = rel_err(small, ref)
+        t = time_fn(lambda x: ks_mma.launch(f, x, layout, cfg, precision), [X])
+        out["configs"][str(cfg.as_tuple())] = {"s": t, "err": err}
+    if True:
+        cfg = ks_matmul.heuristic_config(problem)
+        out["fma_s"] = time_fn(lambda x: ks_matmul.launch(f, x, layout, cfg), [X])
+    blocks = f.blocks
+    out["cupy_bmm_s"] = time_fn(lambda x: _reference.bmm(blocks, x, layout, cupy), [X])
+    tb = torch_bmm(blocks, layout, tf32=precision == "tf32")
+    if tb is not None:
+        out["torch_bmm_s"] = time_fn(tb, [X])
+    if M * N * X.itemsize <= 2**31:
+        D = K.todense()
+        out["dense_s"] = time_fn(lambda x: _reference.dense(D, x, layout, cupy), [X])
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="heuristic configuration only")
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--cases", default=",".join(f"{d}:{p}" for d, p, _ in CASES))
+    parser.add_argument("--patterns", type=int, default=len(PATTERNS))
+    parser.add_argument("--one", default=None, help="a,b,c,d: launch the heuristic "
+                        "configuration once (for ncu) with --layout, --dtype, --precision")
+    parser.add_argument("--layout", default="bsl")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--precision", default="default")
+    parser.add_argument("--batch", type=int, default=25088)
+    args = parser.parse_args()
+    if args.one:
+        pattern = tuple(int(v) for v in args.one.split(","))
+        K = ks.KSMatrix.random(pattern, dtype=args.dtype, xp=cupy, seed=3)
+        M, N = K.shape
+        shape = (N, args.batch) if args.layout == "bsl" else (args.batch, N)
+        X = cupy.random.default_rng(1).standard_normal(shape).astype(args.dtype)
+        cfg = ks_mma.heuristic_config(problem_of(K.factor, X, args.layout))
+        for _ in range(2):
+            ks_mma.launch(K.factor, X, args.layout, cfg, args.precision)
+        cupy.cuda.Device().synchronize()
+        print(cfg)
+        return
+    wanted = args.cases.split(",")
+    configs = (lambda p: [ks_mma.heuristic_config(p)]) if args.quick else ks_mma.candidate_configs
+    results = []
+    print(f"{'dtype':10s} {'prec':7s} {'pattern':20s} {'lay':4s} {'best ms':>8s} {'heur ms':>8s} "
+          f"{'err':>8s} {'fma':>6s} {'torch':>6s} {'cupy':>6s} {'dense':>6s}  best config")
+    for dtype, precision, B in CASES:
+        if f"{dtype}:{precision}" not in wanted:
+            continue
+        for pattern in PATTERNS[:args.patterns]:
+            for layout in ("bsl", "bsf"):
+                r = case(pattern, layout, dtype, precision, B, configs)
+                results.append(r)
+                cf = r["configs"]
+                best = min(cf, key=lambda k: cf[k]["s"])
+                heur = r["heuristic"]
+                tb = cf[best]["s"]
+                ratio = lambda key: f"{r[key] / tb:6.2f}" if key in r else "     -"
+                print(f"{dtype:10s} {precision:7s} {str(pattern):20s} {layout:4s} {1e3 * tb:8.3f} "
+                      f"{1e3 * cf[heur]['s']:8.3f} {max(v['err'] for v in cf.values()):8.1e} "
+                      f"{ratio('fma_s')} {ratio('torch_bmm_s')} {ratio('cupy_bmm_s')} "
+                      f"{ratio('dense_s')}  {best}", flush=True)
+    if args.out:
+        pathlib.Path(args.out).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

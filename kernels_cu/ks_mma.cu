@@ -1,0 +1,293 @@
+// Fused output-stationary Kronecker-sparse multiply on the tensor cores.
+//
+// Same product as ks_matmul.cu (read its header for the pattern and the index names: group
+// g = i*d + j, k < b output row, l < c reduction index, n < B batch column):
+//   Y[rows(g)[k], n] = sum_l A_g[k, l] * X[cols(g)[l], n]
+// For one group this is a GEMM, Y_g (b x B) = A_g (b x c) X_g (c x B), whose operands sit in
+// X, Y and W at fixed strides; a block computes a BM x BN tile of it for SLOTS consecutive
+// groups, with k as the MMA's M axis, n as its N axis and l as its K axis.
+//
+// Warps. Warp w works on group slot = w / (WM*WN) and on the (wm, wn) = ((w / WN) % WM,
+// w % WN) piece of that group's tile: rows wm*WTM .. +WTM, columns wn*WTN .. +WTN, which it
+// covers with MT x NTL MMA tiles (ks_tensor_core.cuh: 16x8x8 TF32 for float, 8x8x4 DMMA for
+// double). Complex values multiply as four real products on the same cores,
+//   Re += Ar*Xr + (-Ai)*Xi,   Im += Ar*Xi + Ai*Xr,
+// which keeps each real product's accuracy (Gauss's three-product form would save a quarter
+// of the work but adds cancellation).
+//
+// Pipeline. The reduction runs in chunks of BK through STAGES shared-memory buffers filled by
+// cp.async: while the warps multiply chunk t, chunks t+1 .. t+STAGES-1 are in flight.
+// Out-of-range elements are zero-filled by the copy itself (src-size 0), so tails need no
+// special case in the arithmetic.
+//
+// Global -> shared copies move VX (VW) elements of X (W) at once along the axis that is
+// contiguous in global memory, the one that neighbouring threads walk:
+//   ORDER 0  batch-size-last, contiguous batch: X_g[l, n] rows of n    -> Xs[slot][l][n]
+//   ORDER 2  batch-size-first, d == 1: X_g[l, n] runs of l              -> Xs[slot][n][l]
+//   ORDER 1  anything else (batch-size-first with d > 1, strided views): lanes walk the
+//            slot (adjacent groups j, j+1 are adjacent columns), one element each -> Xs[slot][n][l]
+//   WT 0     stored blocks, A_g[k, l] rows of l                         -> Ws[slot][k][l]
+//   WT 1     transposed view, A_g[k, l] runs of k                        -> Ws[slot][l][k]
+// A shared row is padded so that the fragment loads of a warp hit distinct banks: rows
+// along the reduction (K-major) by 4 elements, rows along k or n by 32 bytes (the fragment
+// positions above put lc on the row and lr on the column, or the other way round).
+//
+// Grid: as ks_matmul.cu, a 1-D grid strides over tile ids, row tile fastest. Offsets 64-bit.
+#include "ks_launch.cuh"
+#include "ks_scalar.cuh"
+#include "ks_tensor_core.cuh"
+
+namespace ks {
+
+template <class T> struct parts_of { using real = T; static constexpr int PARTS = 1; };
+template <class R> struct parts_of<cplx<R>> { using real = R; static constexpr int PARTS = 2; };
+
+__device__ __forceinline__ float real_part(float x) { return x; }
+__device__ __forceinline__ double real_part(double x) { return x; }
+template <class R> __device__ __forceinline__ R real_part(cplx<R> x) { return x.re; }
+__device__ __forceinline__ float imag_part(float) { return 0.0f; }
+__device__ __forceinline__ double imag_part(double) { return 0.0; }
+template <class R> __device__ __forceinline__ R imag_part(cplx<R> x) { return x.im; }
+
+template <class T> __device__ __forceinline__ T from_parts(typename parts_of<T>::real re,
+                                                            typename parts_of<T>::real) { return re; }
+template <> __device__ __forceinline__ cplx<float> from_parts<cplx<float>>(float re, float im) { return {re, im}; }
+template <> __device__ __forceinline__ cplx<double> from_parts<cplx<double>>(double re, double im) { return {re, im}; }
+
+__host__ __device__ constexpr int round_up(int n, int m) { return (n + m - 1) / m * m; }
+
+// The block's shared-memory layout, the one definition that the kernel uses and that
+// ks_mma_layout reports (kscupy/kernels/ks_mma.py mirrors it; a GPU test compares):
+//   [SLOTS] int64 offsets of X[cols(g)[0], 0], [SLOTS] int64 offsets of Y[rows(g)[0], 0],
+//   (rounded to 16 bytes), then STAGES stages of (Xs[SLOTS][..][XS_LD], Ws[SLOTS][..][WS_LD]),
+//   each buffer rounded to 16 bytes.
+template <class T, int SLOTS, int BM, int BN, int BK, int WM, int WN, int STAGES, int ORDER, int WT>
+struct MmaLayout {
+  using R = typename parts_of<T>::real;
+  using S = MmaShape<R>;
+  static constexpr int PARTS = parts_of<T>::PARTS;
+  static constexpr int WARPS = SLOTS * WM * WN, NT = 32 * WARPS;
+  static constexpr int WTM = BM / WM, WTN = BN / WN;        // one warp's piece of the tile
+  static constexpr int MT = WTM / S::M, NTL = WTN / S::N;    // its MMA tiles
+  static_assert(WTM % S::M == 0 && WTN % S::N == 0 && BK % S::K == 0, "tile vs MMA shape");
+  static constexpr bool X_KMAJOR = ORDER != 0, W_KMAJOR = WT == 0;
+  static constexpr int PAD_K = 4, PAD_MN = 32 / (int)sizeof(T);
+  // float operands stored K-major are read with ldmatrix (16-byte rows, conflict-free with
+  // the K-major padding); the rest with one shared load per fragment register
+  static constexpr bool LDMATRIX_W = sizeof(T) == 4 && W_KMAJOR;
+  static constexpr bool LDMATRIX_X = sizeof(T) == 4 && X_KMAJOR && NTL % 2 == 0;
+  static constexpr int XS_LD = X_KMAJOR ? BK + PAD_K : BN + PAD_MN;
+  static constexpr int XS_SLOT = (X_KMAJOR ? BN : BK) * XS_LD;
+  static constexpr int WS_LD = W_KMAJOR ? BK + PAD_K : BM + PAD_MN;
+  static constexpr int WS_SLOT = (W_KMAJOR ? BM : BK) * WS_LD;
+  static constexpr int ALIGN = 16 / (int)sizeof(T);        // elements per 16 bytes (>= 1)
+  static constexpr int XS_SIZE = round_up(SLOTS * XS_SLOT, ALIGN);
+  static constexpr int WS_SIZE = round_up(SLOTS * WS_SLOT, ALIGN);
+  static constexpr int STAGE = XS_SIZE + WS_SIZE;
+  static constexpr int OFFSET_BYTES = round_up(2 * SLOTS * (int)sizeof(long long), 16);
+  static constexpr int SMEM_BYTES = OFFSET_BYTES + STAGES * STAGE * (int)sizeof(T);
+};
+
+// Reports the layout for one instantiation: out = {SMEM_BYTES, NT, XS_LD, WS_LD}.
+template <class T, int SLOTS, int BM, int BN, int BK, int WM, int WN, int STAGES, int ORDER, int WT>
+__global__ void ks_mma_layout(long long* out) {
+  using L = MmaLayout<T, SLOTS, BM, BN, BK, WM, WN, STAGES, ORDER, WT>;
+  out[0] = L::SMEM_BYTES; out[1] = L::NT; out[2] = L::XS_LD; out[3] = L::WS_LD;
+}
+
+template <class T, int PRECISION, int SLOTS, int BM, int BN, int BK, int WM, int WN, int STAGES,
+          int ORDER, int WT, int VX, int VW>
+__global__ void __launch_bounds__(32 * SLOTS * WM * WN)
+ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
+       int G, int b, int c, int d, long long B,
+       long long sx_f, long long sx_b, long long sy_f, long long sy_b,
+       int w_sk, int w_sl, int conj_w, int ktiles, int gtiles, long long tiles) {
+  using L = MmaLayout<T, SLOTS, BM, BN, BK, WM, WN, STAGES, ORDER, WT>;
+  using R = typename L::R;
+  using S = typename L::S;
+  using AOp = Operand<R, PRECISION, S::A_REGS>;
+  using BOp = Operand<R, PRECISION, S::B_REGS>;
+  constexpr int NT = L::NT, PARTS = L::PARTS, MT = L::MT, NTL = L::NTL;
+  static_assert(ORDER != 1 || VX == 1, "ORDER 1 copies one element at a time");
+  static_assert((ORDER == 0 ? BN : BK) % VX == 0 && (WT == 0 ? BK : BM) % VW == 0,
+                "copy vectors must divide the tile");
+  require_dynamic_smem<L::SMEM_BYTES>();
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  long long* gx = reinterpret_cast<long long*>(smem_raw);   // [SLOTS] offset of X[cols(g)[0], 0]
+  long long* gy = gx + SLOTS;                               // [SLOTS] offset of Y[rows(g)[0], 0]
+  T* const stages = reinterpret_cast<T*>(smem_raw + L::OFFSET_BYTES);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int slot = warp / (WM * WN), wm = (warp / WN) % WM, wn = warp % WN;
+  const long long x_step = (long long)d * sx_f;   // X offset between l and l + 1
+  const long long y_step = (long long)d * sy_f;   // Y offset between k and k + 1
+  const long long bc = (long long)b * c;
+  const int chunks = (c + BK - 1) / BK;
+
+  for (long long id = blockIdx.x; id < tiles; id += gridDim.x) {
+    const int k0 = (int)(id % ktiles) * BM;
+    const long long rest = id / ktiles;
+    const long long nt = ORDER == 0 ? rest % ((tiles / ktiles) / gtiles) : rest / gtiles;
+    const int gt = (int)(ORDER == 0 ? rest / ((tiles / ktiles) / gtiles) : rest % gtiles);
+    const long long n0 = nt * BN;
+    const int g0 = gt * SLOTS;
+    if (tid < SLOTS && g0 + tid < G) {   // g = i*d + j: cols(g)[0] = i*c*d + j, rows(g)[0] = i*b*d + j
+      const int g = g0 + tid, i = g / d, j = g - (g / d) * d;
+      gx[tid] = ((long long)i * c * d + j) * sx_f;
+      gy[tid] = ((long long)i * b * d + j) * sy_f;
+    }
+    __syncthreads();
+
+    // Issue the copies of reduction chunk `chunk` into stage buffer `s`.
+    auto load = [&](int chunk, int s) {
+      T* const xs = stages + s * L::STAGE;
+      T* const ws = xs + L::XS_SIZE;
+      const int l0 = chunk * BK;
+      constexpr int XV = SLOTS * BK * BN / VX;   // vectors of X in the chunk
+#pragma unroll
+      for (int rep = 0; rep < (XV + NT - 1) / NT; ++rep) {
+        const int e = tid + rep * NT;
+        if (XV % NT != 0 && e >= XV) break;
+        int es, l, n;
+        if (ORDER == 0)      { n = e % (BN / VX) * VX; l = e / (BN / VX) % BK; es = e / (BN / VX * BK); }
+        else if (ORDER == 2) { l = e % (BK / VX) * VX; n = e / (BK / VX) % BN; es = e / (BK / VX * BN); }
+        else                 { es = e % SLOTS; l = e / SLOTS % BK; n = e / (SLOTS * BK); }
+        const bool ok = g0 + es < G && l0 + l < c && n0 + n < B;
+        const T* src = ok ? X + gx[es] + (l0 + l) * x_step + (n0 + n) * sx_b : X;
+        T* dst = xs + es * L::XS_SLOT + (L::X_KMAJOR ? n * L::XS_LD + l : l * L::XS_LD + n);
+        cp_async<VX * (int)sizeof(T)>(dst, src, ok);
+      }
+      constexpr int WV = SLOTS * BM * BK / VW;   // vectors of W in the chunk
+#pragma unroll
+      for (int rep = 0; rep < (WV + NT - 1) / NT; ++rep) {
+        const int e = tid + rep * NT;
+        if (WV % NT != 0 && e >= WV) break;
+        int es, k, l;
+        if (WT == 0) { l = e % (BK / VW) * VW; k = e / (BK / VW) % BM; es = e / (BK / VW * BM); }
+        else         { k = e % (BM / VW) * VW; l = e / (BM / VW) % BK; es = e / (BM / VW * BK); }
+        const bool ok = g0 + es < G && k0 + k < b && l0 + l < c;
+        const T* src = ok ? W + (g0 + es) * bc + (long long)(k0 + k) * w_sk + (long long)(l0 + l) * w_sl : W;
+        T* dst = ws + es * L::WS_SLOT + (L::W_KMAJOR ? k * L::WS_LD + l : l * L::WS_LD + k);
+        cp_async<VW * (int)sizeof(T)>(dst, src, ok);
+      }
+    };
+
+    R acc[PARTS][MT][NTL][S::C_REGS];
+#pragma unroll
+    for (int p = 0; p < PARTS; ++p)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int q = 0; q < NTL; ++q)
+#pragma unroll
+          for (int i = 0; i < S::C_REGS; ++i) acc[p][mt][q][i] = R(0);
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < chunks) load(s, s);
+      cp_async_commit();
+    }
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+      cp_async_wait<STAGES - 2>();   // this thread's copies of `chunk` have landed ...
+      __syncthreads();               // ... everyone's have, and the buffer refilled next is free
+      if (chunk + STAGES - 1 < chunks) load(chunk + STAGES - 1, (chunk + STAGES - 1) % STAGES);
+      cp_async_commit();
+
+      const T* const xs = stages + (chunk % STAGES) * L::STAGE + slot * L::XS_SLOT;
+      const T* const ws = stages + (chunk % STAGES) * L::STAGE + L::XS_SIZE + slot * L::WS_SLOT;
+#pragma unroll
+      for (int kk = 0; kk < BK; kk += S::K) {
+        AOp a[PARTS][MT];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const int k_base = wm * L::WTM + mt * S::M;
+          R re[S::A_REGS], im[S::A_REGS];
+          if constexpr (L::LDMATRIX_W) {   // float, K-major: one ldmatrix per fragment
+            unsigned r[4];
+            ldmatrix_x4(r, ws + (k_base + (lane & 15)) * L::WS_LD + kk + 4 * (lane >> 4));
+#pragma unroll
+            for (int i = 0; i < 4; ++i) re[i] = __uint_as_float(r[i]);
+          } else {
+#pragma unroll
+            for (int i = 0; i < S::A_REGS; ++i) {
+              const int k = k_base + S::a_row(lane, i), l = kk + S::a_col(lane, i);
+              const T w = ws[L::W_KMAJOR ? k * L::WS_LD + l : l * L::WS_LD + k];
+              re[i] = real_part(w);
+              im[i] = conj_w ? -imag_part(w) : imag_part(w);
+            }
+          }
+          a[0][mt].set(re);
+          if constexpr (PARTS == 2) a[1][mt].set(im);
+        }
+        BOp x[PARTS][NTL];
+#pragma unroll
+        for (int q = 0; q < NTL; ++q) {
+          const int n_base = wn * L::WTN + q * S::N;
+          R re[S::B_REGS], im[S::B_REGS];
+          if constexpr (L::LDMATRIX_X) {   // float, K-major: one ldmatrix per two fragments
+            if (q % 2 == 1) continue;
+            unsigned r[4];
+            ldmatrix_x4(r, xs + (n_base + (lane & 7) + 8 * (lane >> 4)) * L::XS_LD + kk
+                               + 4 * ((lane >> 3) & 1));
+            const float lo[2] = {__uint_as_float(r[0]), __uint_as_float(r[1])};
+            const float hi[2] = {__uint_as_float(r[2]), __uint_as_float(r[3])};
+            x[0][q].set(lo);
+            x[0][q + 1].set(hi);
+            continue;
+          } else {
+#pragma unroll
+            for (int i = 0; i < S::B_REGS; ++i) {
+              const int n = n_base + S::b_col(lane, i), l = kk + S::b_row(lane, i);
+              const T v = xs[L::X_KMAJOR ? n * L::XS_LD + l : l * L::XS_LD + n];
+              re[i] = real_part(v);
+              im[i] = imag_part(v);
+            }
+          }
+          x[0][q].set(re);
+          if constexpr (PARTS == 2) x[1][q].set(im);
+        }
+        // Term by term over all tiles: consecutive MMAs write different accumulators.
+#pragma unroll
+        for (int term = 0; term < Terms<R, PRECISION>::value; ++term) {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            if constexpr (PARTS == 1) {
+#pragma unroll
+              for (int q = 0; q < NTL; ++q) mma_term<PRECISION>(term, acc[0][mt][q], a[0][mt], x[0][q]);
+            } else {
+              const AOp minus_im = a[1][mt].negated();
+#pragma unroll
+              for (int q = 0; q < NTL; ++q) {
+                mma_term<PRECISION>(term, acc[0][mt][q], a[0][mt], x[0][q]);
+                mma_term<PRECISION>(term, acc[1][mt][q], a[0][mt], x[1][q]);
+                mma_term<PRECISION>(term, acc[0][mt][q], minus_im, x[1][q]);
+                mma_term<PRECISION>(term, acc[1][mt][q], a[1][mt], x[0][q]);
+              }
+            }
+          }
+        }
+      }
+    }
+    cp_async_wait<0>();   // only empty groups remain; leave none behind
+
+    // Epilogue: Y[rows(g)[k], n] straight from the accumulators.
+    if (g0 + slot < G) {
+      const long long ybase = gy[slot];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int q = 0; q < NTL; ++q)
+#pragma unroll
+          for (int i = 0; i < S::C_REGS; ++i) {
+            const int k = k0 + wm * L::WTM + mt * S::M + S::c_row(lane, i);
+            const long long n = n0 + wn * L::WTN + q * S::N + S::c_col(lane, i);
+            if (k < b && n < B)
+              Y[ybase + k * y_step + n * sy_b] = from_parts<T>(acc[0][mt][q][i], acc[PARTS - 1][mt][q][i]);
+          }
+    }
+    __syncthreads();   // gx/gy and the stage buffers are rewritten for the next tile
+  }
+}
+
+}  // namespace ks

@@ -1,0 +1,172 @@
+// Warp-level tensor-core products (mma.sync through inline PTX) for the KS kernels.
+//
+// NVRTC-compilable: no host headers; needs sm_80 or newer.
+//
+// A product of one warp is C[M x N] += A[M x K] * B[K x N] on fragments spread over the 32
+// lanes. With lr = lane / 4 and lc = lane % 4 (PTX ISA, "matrix fragments for mma.m16n8k8" and
+// "for mma.m8n8k4"), register i of a lane holds
+//   float (m16n8k8, TF32 inputs):  A (lr + 8*(i%2), lc + 4*(i/2))   B (lc + 4*i, lr)
+//                                  C (lr + 8*(i/2), 2*lc + i%2)
+//   double (m8n8k4, DMMA):         A (lr, lc)   B (lc, lr)   C (lr, 2*lc + i%2)
+// MmaShape<R> gives these positions; kernels load fragments from shared memory with them.
+//
+// Precisions for float (PRECISION template argument):
+//   PRECISION_DEFAULT  3xTF32: x = big + small with big = tf32(x) and small = tf32(x - big);
+//                      acc += a.small*b.big + a.big*b.small + a.big*b.big (small terms first).
+//                      The dropped small*small term is below 2^-22 relative: float32-grade.
+//   PRECISION_TF32     one TF32 product: 10-bit mantissas, about 1e-3 relative error. Opt-in.
+// double always uses DMMA (exact IEEE products, FP64 accumulation).
+#pragma once
+
+namespace ks {
+
+enum { PRECISION_DEFAULT = 0, PRECISION_TF32 = 1 };
+
+template <class R> struct MmaShape;
+
+template <> struct MmaShape<float> {
+  static constexpr int M = 16, N = 8, K = 8, A_REGS = 4, B_REGS = 2, C_REGS = 4;
+  static __device__ __forceinline__ int a_row(int lane, int i) { return (lane >> 2) + 8 * (i & 1); }
+  static __device__ __forceinline__ int a_col(int lane, int i) { return (lane & 3) + 4 * (i >> 1); }
+  static __device__ __forceinline__ int b_row(int lane, int i) { return (lane & 3) + 4 * i; }
+  static __device__ __forceinline__ int b_col(int lane, int) { return lane >> 2; }
+  static __device__ __forceinline__ int c_row(int lane, int i) { return (lane >> 2) + 8 * (i >> 1); }
+  static __device__ __forceinline__ int c_col(int lane, int i) { return 2 * (lane & 3) + (i & 1); }
+};
+
+template <> struct MmaShape<double> {
+  static constexpr int M = 8, N = 8, K = 4, A_REGS = 1, B_REGS = 1, C_REGS = 2;
+  static __device__ __forceinline__ int a_row(int lane, int) { return lane >> 2; }
+  static __device__ __forceinline__ int a_col(int lane, int) { return lane & 3; }
+  static __device__ __forceinline__ int b_row(int lane, int) { return lane & 3; }
+  static __device__ __forceinline__ int b_col(int lane, int) { return lane >> 2; }
+  static __device__ __forceinline__ int c_row(int lane, int) { return lane >> 2; }
+  static __device__ __forceinline__ int c_col(int lane, int i) { return 2 * (lane & 3) + (i & 1); }
+};
+
+__device__ __forceinline__ unsigned to_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// An operand fragment of REGS registers, ready for the tensor cores in precision PRECISION.
+template <class R, int PRECISION, int REGS> struct Operand;
+
+template <int PRECISION, int REGS> struct Operand<float, PRECISION, REGS> {
+  static constexpr bool SPLIT = PRECISION == PRECISION_DEFAULT;
+  unsigned big[REGS], small[SPLIT ? REGS : 1];
+  // big = x rounded to the nearest TF32 (add half a TF32 ulp, clear the 13 low mantissa
+  // bits: two integer operations, cheaper than cvt.rna); small = tf32(x - big), exact up to
+  // 2^-22 |x| since |x - big| <= 2^-11 |x|.
+  __device__ __forceinline__ void set(const float (&x)[REGS]) {
+#pragma unroll
+    for (int i = 0; i < REGS; ++i) {
+      if constexpr (SPLIT) {
+        big[i] = (__float_as_uint(x[i]) + 0x1000u) & 0xffffe000u;
+        small[i] = to_tf32(x[i] - __uint_as_float(big[i]));
+      } else {
+        big[i] = to_tf32(x[i]);   // one product: cvt keeps NaN a NaN
+      }
+    }
+  }
+  // The same fragment negated (exact: a sign flip of each part).
+  __device__ __forceinline__ Operand negated() const {
+    Operand r;
+#pragma unroll
+    for (int i = 0; i < REGS; ++i) {
+      r.big[i] = big[i] ^ 0x80000000u;
+      if constexpr (SPLIT) r.small[i] = small[i] ^ 0x80000000u;
+    }
+    return r;
+  }
+};
+
+template <int PRECISION, int REGS> struct Operand<double, PRECISION, REGS> {
+  double v[REGS];
+  __device__ __forceinline__ void set(const double (&x)[REGS]) {
+#pragma unroll
+    for (int i = 0; i < REGS; ++i) v[i] = x[i];
+  }
+  __device__ __forceinline__ Operand negated() const {
+    Operand r;
+#pragma unroll
+    for (int i = 0; i < REGS; ++i) r.v[i] = -v[i];
+    return r;
+  }
+};
+
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Products of one warp's fragments, by term: TERMS<R, PRECISION> products make up c += a*b,
+// and mma_term<t> adds the t-th. Kernels issue term t for every tile before term t + 1, so
+// that back-to-back MMAs write different accumulators (no wait on the previous result).
+// 3xTF32 adds the small terms first: a.small*b.big, a.big*b.small, then a.big*b.big.
+template <class R, int PRECISION> struct Terms { static constexpr int value = 1; };
+template <> struct Terms<float, PRECISION_DEFAULT> { static constexpr int value = 3; };
+
+template <int PRECISION, int TERM>
+__device__ __forceinline__ void mma_term(float (&c)[4], const Operand<float, PRECISION, 4>& a,
+                                         const Operand<float, PRECISION, 2>& b) {
+  if constexpr (PRECISION == PRECISION_DEFAULT && TERM == 0) mma_tf32(c, a.small, b.big);
+  else if constexpr (PRECISION == PRECISION_DEFAULT && TERM == 1) mma_tf32(c, a.big, b.small);
+  else mma_tf32(c, a.big, b.big);
+}
+
+// Term `term` (a run-time value that unrolling makes constant) of c += a*b.
+template <int PRECISION, class R, int C_REGS, class A, class B>
+__device__ __forceinline__ void mma_term(int term, R (&c)[C_REGS], const A& a, const B& b) {
+  if (term == 0) mma_term<PRECISION, 0>(c, a, b);
+  else if (term == 1) mma_term<PRECISION, 1>(c, a, b);
+  else mma_term<PRECISION, 2>(c, a, b);
+}
+
+template <int PRECISION, int TERM>
+__device__ __forceinline__ void mma_term(double (&c)[2], const Operand<double, PRECISION, 1>& a,
+                                         const Operand<double, PRECISION, 1>& b) {
+  asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
+      : "+d"(c[0]), "+d"(c[1]) : "d"(a.v[0]), "d"(b.v[0]));
+}
+
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+  unsigned r;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+  return r;
+}
+
+// Four 8x8 matrices of 16-bit pairs from shared memory (one 16-byte row address per lane:
+// lanes 8q .. 8q+7 give the rows of matrix q); lane l receives row l/4, pair l%4 of each.
+// For 32-bit values in K-major rows this is exactly a TF32 A fragment (matrices: rows 0-7 /
+// 8-15 x columns 0-3 / 4-7) or two B fragments.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(shared_address(row)));
+}
+
+// -- asynchronous global -> shared copies (cp.async, sm_80) --------------------------------------
+// Copy BYTES (4, 8 or 16) from global `src` to shared `dst`; zero-fill instead when !ok (the
+// source is then not read). 16-byte copies bypass L1 (.cg): every tile is read once per block.
+template <int BYTES>
+__device__ __forceinline__ void cp_async(void* dst, const void* src, bool ok) {
+  const int src_bytes = ok ? BYTES : 0;
+  if (BYTES == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"(shared_address(dst)), "l"(src), "r"(src_bytes) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;"
+                 :: "r"(shared_address(dst)), "l"(src), "n"(BYTES), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" :: "n"(PENDING) : "memory");
+}
+
+}  // namespace ks

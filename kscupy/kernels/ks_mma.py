@@ -1,0 +1,292 @@
+"""The tensor-core kernel family (``kernels_cu/ks_mma.cu``): tile configuration, heuristic and
+variations, the shared-memory layout, the instantiation name and the launch.
+
+A block computes, for ``slots`` consecutive groups, a ``bm × bn`` tile (output rows ``k`` ×
+batch columns ``n``) reducing over ``l < c`` in chunks of ``bk`` through ``stages``
+cp.async buffers; ``wm × wn`` warps per group each own a ``bm/wm × bn/wn`` piece, covered by
+MMA tiles (16×8×8 TF32 for float32 and complex64, 8×8×4 DMMA for float64 and complex128).
+
+Precision (a launch argument, chosen by the backend name, never by a tile configuration):
+``"default"`` keeps float32-grade accuracy (3xTF32 products for float32 and complex64; DMMA
+is exact for float64 and complex128); ``"tf32"`` is one TF32 product per term (about 1e-3
+relative error; float32 and complex64 only), an explicit opt-in.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy
+
+from ..problem import Problem, pow2_at_least
+from . import nvrtc
+from .operands import operands
+
+__all__ = ["MmaConfig", "PRECISIONS", "ORDER_BATCH", "ORDER_GROUP", "ORDER_INGROUP",
+           "heuristic_config", "candidate_configs", "launch", "SMEM_LIMIT", "supports"]
+
+#: ORDER in ks_mma.cu: the axis the global copies walk (see the kernel's header).
+ORDER_BATCH, ORDER_GROUP, ORDER_INGROUP = 0, 1, 2
+#: Precision names and their PRECISION template argument.
+PRECISIONS = {"default": 0, "tf32": 1}
+#: The most dynamic shared memory a block may ask for (Hopper and Ampere allow 227 KiB).
+SMEM_LIMIT = 200 * 1024
+
+
+def _real(dtype) -> numpy.dtype:
+    return numpy.dtype(dtype).type(0).real.dtype
+
+
+def mma_shape(dtype) -> tuple:
+    """``(M, N, K)`` of the MMA tile for ``dtype``'s real type (MmaShape in ks_tensor_core.cuh)."""
+    return (16, 8, 8) if _real(dtype) == numpy.float32 else (8, 8, 4)
+
+
+def supports(dtype, precision: str = "default") -> bool:
+    """Whether the tensor-core kernel runs ``dtype`` at ``precision``."""
+    dtype = numpy.dtype(dtype)
+    if dtype not in (numpy.float32, numpy.float64, numpy.complex64, numpy.complex128):
+        return False
+    return precision == "default" or _real(dtype) == numpy.float32
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+@dataclasses.dataclass(frozen=True)
+class MmaConfig:
+    """Tile template arguments of ``ks::ks_mma`` (names as in the kernel, lower case)."""
+    slots: int
+    bm: int
+    bn: int
+    bk: int
+    wm: int
+    wn: int
+    stages: int
+    order: int
+
+    def __post_init__(self):
+        if min(self.slots, self.bm, self.bn, self.bk, self.wm, self.wn) < 1 or self.stages < 2:
+            raise ValueError(f"tile sizes must be positive and stages >= 2: {self}")
+        if self.bm % self.wm or self.bn % self.wn:
+            raise ValueError(f"warps must divide the tile: {self}")
+        if self.order not in (ORDER_BATCH, ORDER_GROUP, ORDER_INGROUP):
+            raise ValueError(f"order must be 0, 1 or 2: {self}")
+        if not 32 <= self.threads <= 1024:
+            raise ValueError(f"{self.threads} threads per block: {self}")
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.slots * self.wm * self.wn
+
+    def valid_for(self, dtype) -> bool:
+        """Whether the warp pieces are whole MMA tiles for ``dtype``."""
+        m, n, k = mma_shape(dtype)
+        return (self.bm // self.wm) % m == 0 and (self.bn // self.wn) % n == 0 and self.bk % k == 0
+
+    def leading_dimensions(self, itemsize: int) -> tuple:
+        """``(XS_LD, WS_LD)`` of ``MmaLayout`` (weights stored, not transposed, for WS_LD)."""
+        return self._x_ld(itemsize), self._w_ld(itemsize, False)
+
+    def _x_ld(self, itemsize):
+        return self.bk + 4 if self.order != ORDER_BATCH else self.bn + 32 // itemsize
+
+    def _w_ld(self, itemsize, transposed):
+        return self.bk + 4 if not transposed else self.bm + 32 // itemsize
+
+    def smem_bytes(self, itemsize: int, transposed: bool = False) -> int:
+        """``MmaLayout::SMEM_BYTES``: the two offset tables, then ``stages`` stages of X and W
+        chunks (rows padded as in the kernel, each buffer rounded to 16 bytes)."""
+        align = max(1, 16 // itemsize)
+        x_rows = self.bn if self.order != ORDER_BATCH else self.bk
+        w_rows = self.bm if not transposed else self.bk
+        xs = _round_up(self.slots * x_rows * self._x_ld(itemsize), align)
+        ws = _round_up(self.slots * w_rows * self._w_ld(itemsize, transposed), align)
+        return _round_up(16 * self.slots, 16) + self.stages * (xs + ws) * itemsize
+
+    def layout(self, itemsize: int, transposed: bool = False) -> tuple:
+        """``(SMEM_BYTES, NT, XS_LD, WS_LD)`` of ``MmaLayout``, as this module computes them."""
+        return (self.smem_bytes(itemsize, transposed), self.threads, self._x_ld(itemsize),
+                self._w_ld(itemsize, transposed))
+
+    def _tile_arguments(self) -> str:
+        return (f"{self.slots}, {self.bm}, {self.bn}, {self.bk}, {self.wm}, {self.wn}, "
+                f"{self.stages}, {self.order}")
+
+    def name(self, dtype, precision: str, transposed: bool, vx: int, vw: int) -> str:
+        """``ks::ks_mma<T, PRECISION, SLOTS, BM, BN, BK, WM, WN, STAGES, ORDER, WT, VX, VW>``."""
+        return (f"ks::ks_mma<{nvrtc.scalar_name(dtype)}, {PRECISIONS[precision]}, "
+                f"{self._tile_arguments()}, {int(transposed)}, {vx}, {vw}>")
+
+    def layout_probe_name(self, dtype, transposed: bool) -> str:
+        """``ks::ks_mma_layout<...>``, which reports :meth:`layout` as the kernel sees it."""
+        return (f"ks::ks_mma_layout<{nvrtc.scalar_name(dtype)}, {self._tile_arguments()}, "
+                f"{int(transposed)}>")
+
+    def as_tuple(self):
+        return dataclasses.astuple(self)
+
+
+# -- heuristic ----------------------------------------------------------------------------------
+def _warp_tile(dtype) -> tuple:
+    """A warp's piece ``(rows, columns)``: 32 to 64 accumulator registers per lane."""
+    dtype = numpy.dtype(dtype)
+    return {numpy.dtype(numpy.float32): (64, 32), numpy.dtype(numpy.float64): (32, 32),
+            numpy.dtype(numpy.complex64): (32, 32),
+            numpy.dtype(numpy.complex128): (16, 32)}[dtype]
+
+
+def _chunk(dtype) -> int:
+    """Reduction chunk: 128 bytes of a row of W per stage."""
+    return 128 // numpy.dtype(dtype).itemsize
+
+
+def _row_tile(b: int, wtm: int, mma_m: int) -> tuple:
+    """``(bm, wm)``: rows per tile and warps along them, wasting the fewest padded rows of
+    ``b`` (larger tiles on ties); a warp covers at most ``wtm`` rows."""
+    options = []
+    for wm in (1, 2):
+        for rows in range(mma_m, wtm + 1, mma_m):
+            options.append((wm * rows, wm))
+    return min(options, key=lambda o: (-(-b // o[0]) * o[0], -o[0], o[1]))
+
+
+def heuristic_config(problem: Problem) -> MmaConfig:
+    """A tile configuration for ``problem`` from its shape alone.
+
+    Batch-size-last with a contiguous batch walks the batch (ORDER_BATCH); batch-size-first
+    with ``d == 1`` walks the in-group index (ORDER_INGROUP); otherwise blocks take up to
+    eight adjacent groups and walk them (ORDER_GROUP). Rows per tile waste the fewest padded
+    rows; up to eight warps per block.
+    """
+    a, b, c, d = problem.pattern
+    dtype = problem.dtype
+    wtm, wtn = _warp_tile(dtype)
+    mma_m = mma_shape(dtype)[0]
+    if problem.access == "bsl":
+        order, slots = ORDER_BATCH, 1
+    elif d == 1:
+        order, slots = ORDER_INGROUP, 1
+    else:
+        order, slots = ORDER_GROUP, min(8, 1 << (d.bit_length() - 1), pow2_at_least(a * d))
+    bm, wm = _row_tile(b, wtm, mma_m)
+    wn = max(1, 8 // (slots * wm))
+    bn = wn * wtn
+    while bn > max(wtn, pow2_at_least(problem.batch)) and wn > 1:   # thin batch: narrower
+        wn //= 2
+        bn //= 2
+    # several groups per block hold several W tiles: halve the chunk to keep three stages
+    bk = _chunk(dtype) // (2 if slots > 1 else 1)
+    config = MmaConfig(slots=slots, bm=bm, bn=bn, bk=max(bk, mma_shape(dtype)[2]), wm=wm,
+                       wn=wn, stages=3, order=order)
+    return _fit(config, problem)
+
+
+def _fit(config: MmaConfig, problem: Problem) -> MmaConfig:
+    """Fewer stages, then fewer groups per block, until the block fits SMEM_LIMIT."""
+    def fits(cfg):
+        return cfg.smem_bytes(problem.itemsize, problem.transposed) <= SMEM_LIMIT
+    while not fits(config) and config.stages > 2:
+        config = dataclasses.replace(config, stages=config.stages - 1)
+    while not fits(config) and config.slots > 1:
+        config = dataclasses.replace(config, slots=config.slots // 2)
+    return config
+
+
+def candidate_configs(problem: Problem):
+    """Configurations the autotuner times: the heuristic one and variations of its tiles."""
+    base = heuristic_config(problem)
+    seen, out = set(), []
+
+    def add(**changes):
+        try:
+            cfg = dataclasses.replace(base, **changes)
+        except ValueError:
+            return
+        if (cfg not in seen and cfg.valid_for(problem.dtype)
+                and cfg.smem_bytes(problem.itemsize, problem.transposed) <= SMEM_LIMIT):
+            seen.add(cfg)
+            out.append(cfg)
+
+    add()
+    for stages in (2, 4):
+        add(stages=stages)
+    add(bk=base.bk // 2)
+    add(bk=base.bk * 2, stages=2)
+    for wn in (1, 2, 4):
+        add(wn=wn, bn=base.bn // base.wn * wn)
+    add(wm=base.wm * 2, bm=base.bm * 2)
+    if base.wm > 1:
+        add(wm=base.wm // 2, bm=base.bm // 2)
+    if base.order == ORDER_GROUP:
+        for slots in (1, 2, 4, 8):
+            add(slots=slots)
+    return out
+
+
+# -- launch -------------------------------------------------------------------------------------
+def _vector(itemsize: int, contiguous: bool, *divisible) -> int:
+    """Elements per copy: 16 bytes' worth when the copied axis is contiguous and every
+    offset along it (``divisible``: extents, strides, the base address in elements) is a
+    multiple of the vector; else one element."""
+    v = max(1, 16 // itemsize)
+    return v if contiguous and all(x % v == 0 for x in divisible) else 1
+
+
+def copy_vectors(config: MmaConfig, factor, X, strides, B) -> tuple:
+    """``(VX, VW)`` for a launch: the widest copies that every tile of this operand allows."""
+    isz = X.dtype.itemsize
+    sx_f, sx_b = strides
+    a, b, c, d = factor.pattern
+    x_ptr = X.data.ptr // isz if X.data.ptr % isz == 0 else 1
+    if config.order == ORDER_BATCH:
+        vx = _vector(isz, sx_b == 1, B, sx_f, x_ptr)
+    elif config.order == ORDER_INGROUP:
+        vx = _vector(isz, sx_f == 1 and d == 1, c, sx_b, x_ptr)
+    else:
+        vx = 1
+    w_ptr = factor.tiles.data.ptr // isz if factor.tiles.data.ptr % isz == 0 else 1
+    vw = _vector(isz, True, b if factor.transposed else c, w_ptr)
+    vx = min(vx, config.bn if config.order == ORDER_BATCH else config.bk)
+    vw = min(vw, config.bm if factor.transposed else config.bk)
+    return vx, vw
+
+
+def launch(factor, X, layout, config: MmaConfig, precision: str = "default"):
+    """``K @ X`` (``layout="bsl"``, X ``(N, B)``) or ``X @ K.T`` (``"bsf"``, X ``(B, N)``)
+    for the :class:`~kscupy.factor.Factor` ``factor`` on the tensor cores.
+
+    ``factor.dtype == X.dtype`` is required; ``precision`` is ``"default"`` or ``"tf32"``
+    (float32 and complex64 only). Launches on CuPy's current stream and returns a new
+    C-contiguous result without synchronising.
+    """
+    import cupy
+    dtype = X.dtype
+    if factor.dtype != dtype:
+        raise TypeError(f"kernel operands must share a dtype, got {factor.dtype} and {dtype}")
+    if not supports(dtype, precision):
+        raise TypeError(f"the tensor-core kernel does not run {dtype} at precision "
+                        f"{precision!r}")
+    if not config.valid_for(dtype):
+        raise ValueError(f"{config} does not split into {mma_shape(dtype)} MMA tiles")
+    a, b, c, d = factor.pattern
+    X, Y, B, (sx_f, sx_b, sy_f, sy_b) = operands(X, layout, factor.shape[0])
+    if B == 0:
+        return Y
+    vx, vw = copy_vectors(config, factor, X, (sx_f, sx_b), B)
+    w_sk, w_sl = factor.weight_strides
+    groups = a * d
+    ktiles = -(-b // config.bm)
+    ntiles = -(-B // config.bn)
+    gtiles = -(-groups // config.slots)
+    tiles = ktiles * ntiles * gtiles
+    smem = config.smem_bytes(dtype.itemsize, factor.transposed)
+    name = config.name(dtype, precision, factor.transposed, vx, vw)
+    fn = nvrtc.function("ks_mma.cu", name, smem, cupy.cuda.Device().id)
+    i32, i64 = numpy.int32, numpy.int64
+    fn((min(tiles, 2**31 - 1),), (config.threads,),
+       (X, Y, factor.tiles, i32(groups), i32(b), i32(c), i32(d), i64(B),
+        i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b), i32(w_sk), i32(w_sl),
+        i32(factor.conjugated), i32(ktiles), i32(gtiles), i64(tiles)),
+       shared_mem=smem)
+    return Y

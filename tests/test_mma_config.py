@@ -1,0 +1,81 @@
+"""CPU tests of the tensor-core kernel's configurations (kscupy/kernels/ks_mma.py): every
+configuration the heuristic or the tuner can pick is launchable, and the names and layout
+arithmetic follow the kernel's template."""
+import itertools
+
+import numpy
+import pytest
+
+from kscupy import KSPattern
+from kscupy.kernels import ks_mma
+from kscupy.kernels.ks_mma import MmaConfig
+from kscupy.problem import Problem
+
+DTYPES = [numpy.float32, numpy.float64, numpy.complex64, numpy.complex128]
+
+
+def _problem(pattern, B, dtype, layout="bsl", contiguous=True, transposed=False):
+    return Problem(KSPattern(*pattern), B, numpy.dtype(dtype), layout, contiguous, transposed)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_picked_configuration_is_launchable(dtype):
+    sizes = [1, 3, 16, 48, 100, 1024]
+    for (a, b, c, d), B, (layout, contiguous), transposed in itertools.product(
+            itertools.product([1, 5], sizes, sizes, [1, 2, 3, 64]), [1, 127, 25088],
+            [("bsl", True), ("bsf", False), ("bsl", False)], (False, True)):
+        p = _problem((a, b, c, d), B, dtype, layout, contiguous, transposed)
+        for cfg in [ks_mma.heuristic_config(p)] + ks_mma.candidate_configs(p):
+            assert cfg.valid_for(dtype), (p, cfg)
+            assert cfg.smem_bytes(p.itemsize, transposed) <= ks_mma.SMEM_LIMIT, (p, cfg)
+            assert 32 <= cfg.threads <= 1024
+
+
+def test_heuristic_walks_the_contiguous_axis():
+    assert ks_mma.heuristic_config(_problem((1, 256, 256, 1), 25088, "float32")).order == 0
+    assert ks_mma.heuristic_config(_problem((1, 256, 256, 1), 25088, "float32", "bsf",
+                                            False)).order == 2
+    group = ks_mma.heuristic_config(_problem((4, 64, 64, 16), 25088, "float32", "bsf", False))
+    assert group.order == 1 and group.slots == 8
+    # rows per tile waste the fewest padded rows
+    assert ks_mma.heuristic_config(_problem((1, 48, 48, 1), 25088, "float32")).bm == 48
+    assert ks_mma.heuristic_config(_problem((1, 1024, 1024, 1), 25088, "float32")).bm == 128
+
+
+def test_config_validation_and_names():
+    with pytest.raises(ValueError, match="divide"):
+        MmaConfig(1, 100, 128, 32, 3, 4, 3, 0)
+    with pytest.raises(ValueError, match="threads"):
+        MmaConfig(8, 128, 128, 32, 2, 4, 3, 1)
+    with pytest.raises(ValueError, match="order"):
+        MmaConfig(1, 64, 64, 32, 1, 2, 3, 5)
+    with pytest.raises(ValueError, match="stages"):
+        MmaConfig(1, 64, 64, 32, 1, 2, 1, 0)
+    cfg = MmaConfig(1, 128, 128, 32, 2, 4, 3, 0)
+    assert cfg.threads == 256
+    assert cfg.name(numpy.float32, "default", False, 4, 4) == \
+        "ks::ks_mma<float, 0, 1, 128, 128, 32, 2, 4, 3, 0, 0, 4, 4>"
+    assert cfg.name(numpy.complex64, "tf32", True, 1, 2) == \
+        "ks::ks_mma<ks::cplx<float>, 1, 1, 128, 128, 32, 2, 4, 3, 0, 1, 1, 2>"
+    assert cfg.layout_probe_name(numpy.float64, True) == \
+        "ks::ks_mma_layout<double, 1, 128, 128, 32, 2, 4, 3, 0, 1>"
+    # a 16 x 8 x 8 TF32 tile does not split an 8-row warp piece; an 8 x 8 x 4 DMMA one does
+    thin = MmaConfig(1, 8, 32, 16, 1, 1, 2, 0)
+    assert not thin.valid_for(numpy.float32) and thin.valid_for(numpy.float64)
+
+
+def test_layout_arithmetic():
+    """SMEM_BYTES by hand for one configuration: offsets, then 3 stages of X [32][128 + 8]
+    and W [128][32 + 4] float32 (batch-size-last, stored weights)."""
+    cfg = MmaConfig(1, 128, 128, 32, 2, 4, 3, 0)
+    assert cfg.smem_bytes(4) == 16 + 3 * 4 * (32 * 136 + 128 * 36)
+    # transposed weights: W [32][128 + 8]; complex128 pads rows by 2 elements
+    assert cfg.smem_bytes(4, transposed=True) == 16 + 3 * 4 * (32 * 136 + 32 * 136)
+    assert cfg.layout(16) == (16 + 3 * 16 * (32 * 130 + 128 * 36), 256, 130, 36)
+
+
+def test_supports():
+    assert ks_mma.supports(numpy.float32) and ks_mma.supports(numpy.complex128)
+    assert ks_mma.supports(numpy.complex64, "tf32")
+    assert not ks_mma.supports(numpy.float64, "tf32")
+    assert not ks_mma.supports(numpy.float16)

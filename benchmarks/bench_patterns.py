@@ -37,6 +37,7 @@ from kscupy import _reference, tuning  # noqa: E402
 from kscupy.problem import problem_of  # noqa: E402
 from pattern_grid import PAPER_BATCH, paper_grid, stratified_sample  # noqa: E402
 from timing import l2_bytes, measure_ceilings, run_metadata, time_fn  # noqa: E402
+import engine  # noqa: E402
 
 SWEEP_BATCHES = (1, 16, 256, 4096, 25_088, 262_144)
 SWEEP_PATTERNS = ((1, 768, 192, 2), (6, 64, 64, 1), (16, 64, 64, 4), (1, 256, 1024, 4),
@@ -140,9 +141,15 @@ def main(argv=None):
     parser.add_argument("--csr-limit", type=float, default=5e9, help="max B*nnz for CSR")
     parser.add_argument("--io-limit", type=float, default=12.0,
                         help="GiB: skip sweep cases whose X and Y take more")
-    parser.add_argument("--part", choices=("grid", "sweep", "all"), default="all",
-                        help="the pattern grid at B=25088, the batch-size sweep, or both")
+    parser.add_argument("--part", choices=("grid", "sweep", "all", "engine"), default="all",
+                        help="the pattern grid at B=25088, the batch-size sweep, or both; "
+                             "'engine': issue 9's benchmark (see benchmarks/engine.py)")
+    engine.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.part == "engine":
+        if cupy is None:
+            sys.exit("the engine benchmark needs CuPy and a CUDA device")
+        return engine.main(args)
     if cupy is None:
         sys.exit(f"{pathlib.Path(__file__).name} times GPU kernels and needs CuPy and a CUDA device")
     try:

@@ -194,6 +194,26 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       if (chunk + STAGES - 1 < chunks) load(chunk + STAGES - 1, (chunk + STAGES - 1) % STAGES);
       cp_async_commit();
 
+      // The chunk's products go to `part`, which is then added to `acc` by FP32 adds. The
+      // tensor cores add to their accumulator with truncation (round toward zero): over a
+      // whole reduction of length c the error would grow like c, not like sqrt(c). Summing
+      // per chunk keeps each truncated sum BK terms long. DMMA rounds to nearest, and the
+      // TF32 opt-in is approximate anyway: no split for them.
+      constexpr bool TWO_LEVEL = sizeof(R) == 4 && PRECISION == PRECISION_DEFAULT;
+      R part[TWO_LEVEL ? PARTS : 1][TWO_LEVEL ? MT : 1][TWO_LEVEL ? NTL : 1][S::C_REGS];
+      auto sum = [&](int p, int mt, int q) -> R (&)[S::C_REGS] {
+        if constexpr (TWO_LEVEL) return part[p][mt][q]; else return acc[p][mt][q];
+      };
+      if constexpr (TWO_LEVEL) {
+#pragma unroll
+        for (int p = 0; p < PARTS; ++p)
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int q = 0; q < NTL; ++q)
+#pragma unroll
+              for (int i = 0; i < S::C_REGS; ++i) part[p][mt][q][i] = R(0);
+      }
       const T* const xs = stages + (chunk % STAGES) * L::STAGE + slot * L::XS_SLOT;
       const T* const ws = stages + (chunk % STAGES) * L::STAGE + L::XS_SIZE + slot * L::WS_SLOT;
 #pragma unroll
@@ -254,19 +274,29 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
           for (int mt = 0; mt < MT; ++mt) {
             if constexpr (PARTS == 1) {
 #pragma unroll
-              for (int q = 0; q < NTL; ++q) mma_term<PRECISION>(term, acc[0][mt][q], a[0][mt], x[0][q]);
+              for (int q = 0; q < NTL; ++q) mma_term<PRECISION>(term, sum(0, mt, q), a[0][mt], x[0][q]);
             } else {
               const AOp minus_im = a[1][mt].negated();
 #pragma unroll
               for (int q = 0; q < NTL; ++q) {
-                mma_term<PRECISION>(term, acc[0][mt][q], a[0][mt], x[0][q]);
-                mma_term<PRECISION>(term, acc[1][mt][q], a[0][mt], x[1][q]);
-                mma_term<PRECISION>(term, acc[0][mt][q], minus_im, x[1][q]);
-                mma_term<PRECISION>(term, acc[1][mt][q], a[1][mt], x[0][q]);
+                mma_term<PRECISION>(term, sum(0, mt, q), a[0][mt], x[0][q]);
+                mma_term<PRECISION>(term, sum(1, mt, q), a[0][mt], x[1][q]);
+                mma_term<PRECISION>(term, sum(0, mt, q), minus_im, x[1][q]);
+                mma_term<PRECISION>(term, sum(1, mt, q), a[1][mt], x[0][q]);
               }
             }
           }
         }
+      }
+      if constexpr (TWO_LEVEL) {
+#pragma unroll
+        for (int p = 0; p < PARTS; ++p)
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int q = 0; q < NTL; ++q)
+#pragma unroll
+              for (int i = 0; i < S::C_REGS; ++i) acc[p][mt][q][i] += part[p][mt][q][i];
       }
     }
     cp_async_wait<0>();   // only empty groups remain; leave none behind

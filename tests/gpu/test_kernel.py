@@ -280,14 +280,13 @@ def test_tensor_core_candidates(poisoned, dtype):
     from kscupy.kernels import ks_mma
     from kscupy.problem import problem_of
     rng = cupy.random.default_rng(31)
-    for pattern, layout in [((1, 96, 64, 1), "bsl"), ((2, 48, 40, 4), "bsf"), ((1, 64, 96, 1), "bsf")]:
+    for pattern, layout in [((1, 96, 64, 1), "bsl"), ((2, 48, 40, 4), "bsf")]:
         K = ks.KSMatrix(_random(rng, pattern, dtype))
-        for op in (K, K.T):
-            M, N = op.shape
-            X = _random(rng, (N, 300) if layout == "bsl" else (300, N), dtype)
-            ref = oracle(op.values, X, layout)
-            for config in ks_mma.candidate_configs(problem_of(op.factor, X, layout)):
-                try:
-                    check(ks_mma.launch(op.factor, X, layout, config), ref, dtype)
-                except AssertionError as exc:
-                    raise AssertionError(f"{pattern} {layout} {config}: {exc}") from None
+        M, N = K.shape
+        X = _random(rng, (N, 300) if layout == "bsl" else (300, N), dtype)
+        ref = oracle(K.values, X, layout)
+        for config in ks_mma.candidate_configs(problem_of(K.factor, X, layout)):
+            try:
+                check(ks_mma.launch(K.factor, X, layout, config), ref, dtype)
+            except AssertionError as exc:
+                raise AssertionError(f"{pattern} {layout} {config}: {exc}") from None

@@ -1,0 +1,251 @@
+"""Issue 9's benchmark: every kscupy method and every baseline on samples of the paper's grid,
+per dtype and precision, with relative errors against a float64 oracle.
+
+    PYTHONPATH=$PWD python3 benchmarks/bench_patterns.py --part engine \\
+        --dtypes float32,float64,complex64 --samples default,heldout \\
+        --out benchmarks/results/engine.json
+
+Baselines (``base_`` prefix, timed in the same run): ``base_torch_bmm`` (the paper's
+permute / ``torch.bmm`` / permute, when torch imports), ``base_cupy_bmm`` (the same with
+``cupy.matmul``), ``base_dense`` (cuBLAS on the dense matrix where it fits); for the TF32
+opt-in ``base_torch_bmm_tf32`` and ``base_dense_tf32`` (PyTorch with TF32 allowed). kscupy
+methods: ``auto``, ``kernel`` (tensor cores), ``kernel_fma``, ``bmm``; ``kernel_tf32`` for
+the opt-in. Each row's ``floor_s`` is max(bytes / bandwidth, flops / ceiling) with the ceiling
+of the dtype's arithmetic measured in the same run (SGEMM for float32 and complex64, the TF32
+GEMM for the opt-in, DGEMM for float64). ``--append`` adds rows to an existing file, so
+that a long run can be split across calls; the held-out sample's seed is drawn at run time
+and recorded.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import time
+
+import numpy
+
+try:
+    import cupy
+except ImportError:
+    cupy = None
+
+import kscupy as ks
+from kscupy import _reference, tuning
+from kscupy.problem import problem_of
+from baselines import torch, torch_available, torch_bmm
+from pattern_grid import paper_grid, stratified_sample
+from timing import l2_bytes, run_metadata, time_fn
+
+#: Batch size per dtype (the issue's benchmark).
+BATCH = {"float32": 25088, "float16": 25088, "float64": 8192, "complex64": 8192}
+KSCUPY = {"default": ("auto", "kernel", "kernel_fma", "bmm"), "tf32": ("kernel_tf32",)}
+ORACLE_COLUMNS = 256
+
+
+def add_arguments(parser):
+    group = parser.add_argument_group("engine (issue 9)")
+    group.add_argument("--dtypes", default="float32,float64,complex64")
+    group.add_argument("--precisions", default="default,tf32",
+                       help="tf32 rows are made for float32 only")
+    group.add_argument("--samples", default="default,heldout")
+    group.add_argument("--heldout-seed", type=int, default=None,
+                       help="default: drawn at run time (recorded in the JSON)")
+    group.add_argument("--append", action="store_true", help="add rows to --out")
+
+
+def measure_ceilings():
+    """Copy bandwidth and GEMM rates (SGEMM, TF32 GEMM through PyTorch, DGEMM), measured here."""
+    n = 1 << 28
+    src = cupy.random.default_rng(0).standard_normal(n, dtype=numpy.float32)
+    dst = cupy.empty_like(src)
+    out = {"bandwidth": 2 * src.nbytes / time_fn(lambda s: dst.__setitem__(slice(None), s),
+                                                  [src], max_repeat=30)}
+    m = 8192
+    for name, dtype in (("sgemm", numpy.float32), ("dgemm", numpy.float64)):
+        A = cupy.random.default_rng(1).standard_normal((m, m)).astype(dtype)
+        out[name] = 2 * m**3 / time_fn(lambda x: A @ x, [A.copy()], max_repeat=20)
+    if torch_available():
+        A = torch.randn(m, m, device="cuda")
+        old = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        out["tf32_gemm"] = 2 * m**3 / time_fn(lambda x: A @ x, [A.clone()], max_repeat=20)
+        torch.backends.cuda.matmul.allow_tf32 = old
+    return out
+
+
+def _floor(pattern, B, dtype, precision, ceilings):
+    p = ks.KSPattern(*pattern)
+    M, N = p.shape
+    isz = numpy.dtype(dtype).itemsize
+    macs = B * p.nnz
+    flops = (8 if numpy.dtype(dtype).kind == "c" else 2) * macs
+    rate = ceilings["dgemm"] if dtype == "float64" else \
+        ceilings.get("tf32_gemm", ceilings["sgemm"]) if precision == "tf32" else ceilings["sgemm"]
+    return max(isz * (B * (M + N) + p.nnz) / ceilings["bandwidth"], flops / rate)
+
+
+def _oracle(K, X, layout):
+    a, b, c, d = K.pattern
+    w = K.values.astype(numpy.complex128 if K.dtype.kind == "c" else numpy.float64)
+    cols = X[:, :ORACLE_COLUMNS] if layout == "bsl" else X[:ORACLE_COLUMNS].T
+    ref = cupy.einsum("iklj,iljn->ikjn", w, cols.astype(w.dtype).reshape(a, c, d, -1))
+    return ref.reshape(a * b * d, -1)
+
+
+def _rel_err(Y, ref, layout):
+    got = Y[:, :ORACLE_COLUMNS] if layout == "bsl" else Y[:ORACLE_COLUMNS].T
+    got = cupy.asarray(got)
+    return float(cupy.linalg.norm(got.astype(ref.dtype) - ref) / cupy.linalg.norm(ref))
+
+
+def _torch_dense(D, layout, tf32):
+    Dt = torch.from_dlpack(D)
+
+    def run(X):
+        x = torch.from_dlpack(X)
+        old = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        try:
+            return Dt @ x if layout == "bsl" else x @ Dt.T
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = old
+    return run
+
+
+def bench_row(pattern, layout, dtype, precision, sample, args, ceilings):
+    B = BATCH[dtype]
+    K = ks.KSMatrix.random(pattern, dtype=dtype, xp=cupy, seed=0)
+    M, N = K.shape
+    shape = (N, B) if layout == "bsl" else (B, N)
+    isz = numpy.dtype(dtype).itemsize
+    copies = int(min(4, max(1, -(-2 * l2_bytes() // (isz * N * B)))))
+    rng = cupy.random.default_rng(1)
+    inputs = []
+    for _ in range(copies):
+        X = rng.standard_normal(shape, dtype=numpy.float64)
+        if numpy.dtype(dtype).kind == "c":
+            X = X + 1j * rng.standard_normal(shape, dtype=numpy.float64)
+        inputs.append(X.astype(dtype))
+    methods = {m: (lambda m: lambda x: K.matmul(x, layout=layout, backend=m))(m)
+               for m in KSCUPY[precision]}
+    blocks = K.blocks
+    tf32 = precision == "tf32"
+    suffix = "_tf32" if tf32 else ""
+    if not tf32:
+        methods["base_cupy_bmm"] = lambda x: _reference.bmm(blocks, x, layout, cupy)
+    tb = torch_bmm(blocks, layout, tf32=tf32)
+    if tb is not None:
+        methods["base_torch_bmm" + suffix] = tb
+    if isz * M * N <= args.dense_limit * 2**30 and 2 * B * M * N <= args.dense_flops:
+        D = K.todense()
+        if tf32:
+            if torch_available():
+                methods["base_dense_tf32"] = _torch_dense(D, layout, True)
+        else:
+            methods["base_dense"] = lambda x: _reference.dense(D, x, layout, cupy)
+    ref = _oracle(K, inputs[0], layout)
+    row = {"suite": "patterns", "sample": sample, "pattern": list(pattern), "layout": layout,
+           "dtype": dtype, "precision": precision, "batch": B,
+           "floor_s": _floor(pattern, B, dtype, precision, ceilings), "seconds": {}, "relerr": {}}
+    if not tf32:
+        choice = tuning.choose(problem_of(K.factor, inputs[0], layout))
+        row["auto_choice"] = choice.backend
+    for name, fn in methods.items():
+        Y = fn(inputs[0])
+        if not isinstance(Y, cupy.ndarray):
+            Y = cupy.from_dlpack(Y)
+        row["relerr"][name] = _rel_err(Y, ref, layout)
+        del Y
+        row["seconds"][name] = time_fn(fn, inputs)
+    del inputs
+    K.clear_cache()
+    cupy.get_default_memory_pool().free_all_blocks()
+    if torch_available():
+        torch.cuda.empty_cache()
+    return row
+
+
+def _samples(names, count, seed):
+    grid = paper_grid()
+    default = stratified_sample(grid, count)
+    out = {}
+    if "default" in names:
+        out["default"] = default
+    if "heldout" in names:
+        rest = [p for p in grid if p not in set(default)]
+        rng = numpy.random.default_rng(seed)
+        out["heldout"] = [rest[i] for i in sorted(rng.choice(len(rest), count, replace=False))]
+    return out
+
+
+def summarize(rows):
+    """Per (dtype, precision, layout): medians of auto and kernel against the best baseline,
+    patterns below 0.95x, fraction of the floor, worst error ratio to cuBLAS dense."""
+    out = {}
+    keys = sorted({(r["dtype"], r["precision"], r["layout"]) for r in rows})
+    for dtype, precision, layout in keys:
+        rs = [r for r in rows if (r["dtype"], r["precision"], r["layout"]) == (dtype, precision, layout)]
+        lead = "auto" if precision == "default" else "kernel_tf32"
+
+        def ratio(r, m):
+            base = min(t for k, t in r["seconds"].items() if k.startswith("base_"))
+            return base / r["seconds"][m]
+        lead_r = numpy.array([ratio(r, lead) for r in rs])
+        entry = {"patterns": len(rs), f"{lead}_median": float(numpy.median(lead_r)),
+                 f"{lead}_min": float(lead_r.min()), "below_0.95": int((lead_r < 0.95).sum())}
+        if precision == "default":
+            entry["kernel_median"] = float(numpy.median([ratio(r, "kernel") for r in rs]))
+            entry["kernel_floor_fraction"] = float(numpy.median(
+                [r["floor_s"] / r["seconds"]["kernel"] for r in rs]))
+            errs = [r["relerr"]["auto"] / r["relerr"]["base_dense"] for r in rs
+                    if "base_dense" in r["relerr"] and r["relerr"]["base_dense"] > 0]
+            entry["auto_err_over_dense_max"] = float(max(errs)) if errs else None
+        out[f"{dtype}|{precision}|{layout}"] = entry
+    return out
+
+
+def main(args):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        def tqdm(it, **_):
+            return it
+    out = pathlib.Path(args.out)
+    seed = args.heldout_seed if args.heldout_seed is not None else int.from_bytes(os.urandom(4), "little")
+    result = json.loads(out.read_text()) if args.append and out.exists() else None
+    if result is not None:
+        seed = result.get("heldout_seed", seed)
+    t0 = time.time()
+    ceilings = result["ceilings"] if result else measure_ceilings()
+    print("ceilings: " + ", ".join(f"{k} {v / 1e12:.1f} T" for k, v in ceilings.items()), flush=True)
+    meta = run_metadata()
+    if result is None:
+        result = {"device": meta["gpu"], "commit": meta["commit"], "date": meta["date"],
+                  "command": meta["command"], "cupy": meta["cupy"], "heldout_seed": seed,
+                  "torch": torch.__version__ if torch_available() else None,
+                  "ceilings": ceilings, "rows": []}
+    else:
+        result.setdefault("commands", []).append(meta["command"])
+    samples = _samples(args.samples.split(","), args.count, seed)
+    cases = [(p, lay, dt, prec, name)
+             for dt in args.dtypes.split(",") for prec in args.precisions.split(",")
+             if prec == "default" or dt == "float32"
+             for name, pats in samples.items() for p in pats for lay in args.layouts.split(",")]
+    done = {(tuple(r["pattern"]), r["layout"], r["dtype"], r["precision"], r["sample"])
+            for r in result["rows"]}
+    for dtype in args.dtypes.split(","):
+        if dtype not in BATCH:
+            raise SystemExit(f"no batch size for dtype {dtype}")
+        if dtype == "float16":
+            print("float16: kscupy does not support it yet; no rows", flush=True)
+    for case in tqdm([c for c in cases if c not in done and c[2] != "float16"], desc="engine"):
+        result["rows"].append(bench_row(*case, args, ceilings))
+        out.write_text(json.dumps(result))
+    result["summary"] = summarize(result["rows"])
+    result["seconds"] = result.get("seconds", 0) + time.time() - t0
+    out.write_text(json.dumps(result, indent=1))
+    print(f"\n{result['device']}, {len(result['rows'])} rows")
+    for key, s in result["summary"].items():
+        print(key, " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                            for k, v in s.items()))

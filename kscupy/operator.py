@@ -66,7 +66,10 @@ class KSOperator:
         backend : str
             ``"auto"`` (the best available choice) or a name from ``backends()``: for one
             factor the registry of :mod:`kscupy.backends` (``"kernel"``: the fused CUDA
-            kernel, CuPy only; ``"bmm"``, ``"einsum"``: the permutation-based algorithms of
+            kernel on the tensor cores at float32-grade accuracy, CuPy only;
+            ``"kernel_tf32"``: the same with one TF32 product, about 1e-3 relative error,
+            float32/complex64, opt-in only; ``"kernel_fma"``: the fused kernel on the FMA
+            units; ``"bmm"``, ``"einsum"``: the permutation-based algorithms of
             the paper's Appendix A; ``"dense"``: GEMM on the dense matrix, kept when small;
             ``"sparse"``: a CSR product, formed on every call); a chain applies every factor
             with it, and also takes ``"fused"`` (CuPy only: as many factors per launch as

@@ -16,7 +16,9 @@ def torch_available() -> bool:
 
 
 @contextlib.contextmanager
-def _tf32(enabled: bool):
+def allow_tf32(enabled: bool):
+    """PyTorch's matmuls with TF32 allowed or not (``torch.backends.cuda.matmul.allow_tf32``),
+    restored on exit."""
     old = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = enabled
     try:
@@ -39,7 +41,7 @@ def torch_bmm(blocks, layout, tf32=False):
 
     def run(X):
         x = torch.from_dlpack(X)
-        with _tf32(tf32):
+        with allow_tf32(tf32):
             if layout == "bsl":
                 B = x.shape[1]
                 xp = x.reshape(a, c, d, B).permute(0, 2, 1, 3).reshape(a * d, c, B)
@@ -49,4 +51,18 @@ def torch_bmm(blocks, layout, tf32=False):
             xp = x.reshape(B, a, c, d).permute(1, 3, 0, 2).reshape(a * d, B, c)
             y = torch.bmm(xp, Wt)                                      # (a*d, B, b)
             return y.reshape(a, d, B, b).permute(2, 0, 3, 1).reshape(B, a * b * d)
+    return run
+
+
+def torch_dense(D, layout, tf32=False):
+    """cuBLAS on the dense matrix ``D`` through PyTorch (for the TF32 baseline: CuPy's
+    matmul does not switch TF32 at run time), as a function of a CuPy operand."""
+    if not torch_available():
+        return None
+    Dt = torch.from_dlpack(D)
+
+    def run(X):
+        x = torch.from_dlpack(X)
+        with allow_tf32(tf32):
+            return Dt @ x if layout == "bsl" else x @ Dt.T
     return run

@@ -33,9 +33,10 @@ except ImportError:
 import kscupy as ks
 from kscupy import _reference, tuning
 from kscupy.problem import problem_of
-from baselines import torch, torch_available, torch_bmm
+from baselines import allow_tf32, torch, torch_available, torch_bmm, torch_dense
 from pattern_grid import paper_grid, stratified_sample
 from timing import l2_bytes, run_metadata, time_fn
+from timing import measure_ceilings as copy_and_sgemm
 
 #: Batch size per dtype (the issue's benchmark).
 BATCH = {"float32": 25088, "float16": 25088, "float64": 8192, "complex64": 8192}
@@ -55,22 +56,17 @@ def add_arguments(parser):
 
 
 def measure_ceilings():
-    """Copy bandwidth and GEMM rates (SGEMM, TF32 GEMM through PyTorch, DGEMM), measured here."""
-    n = 1 << 28
-    src = cupy.random.default_rng(0).standard_normal(n, dtype=numpy.float32)
-    dst = cupy.empty_like(src)
-    out = {"bandwidth": 2 * src.nbytes / time_fn(lambda s: dst.__setitem__(slice(None), s),
-                                                  [src], max_repeat=30)}
+    """Copy bandwidth and GEMM rates measured here: timing.py's copy and SGEMM, plus DGEMM
+    and (through PyTorch, TF32 allowed) the TF32 GEMM."""
+    base = copy_and_sgemm()
+    out = {"bandwidth": base["copy_bandwidth_Bps"], "sgemm": base["sgemm_flops"]}
     m = 8192
-    for name, dtype in (("sgemm", numpy.float32), ("dgemm", numpy.float64)):
-        A = cupy.random.default_rng(1).standard_normal((m, m)).astype(dtype)
-        out[name] = 2 * m**3 / time_fn(lambda x: A @ x, [A.copy()], max_repeat=20)
+    A = cupy.random.default_rng(1).standard_normal((m, m))
+    out["dgemm"] = 2 * m**3 / time_fn(lambda x: A @ x, [A.copy()], max_repeat=20)
     if torch_available():
-        A = torch.randn(m, m, device="cuda")
-        old = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = True
-        out["tf32_gemm"] = 2 * m**3 / time_fn(lambda x: A @ x, [A.clone()], max_repeat=20)
-        torch.backends.cuda.matmul.allow_tf32 = old
+        T = torch.randn(m, m, device="cuda")
+        with allow_tf32(True):
+            out["tf32_gemm"] = 2 * m**3 / time_fn(lambda x: T @ x, [T.clone()], max_repeat=20)
     return out
 
 
@@ -85,7 +81,9 @@ def _floor(pattern, B, dtype, precision, ceilings):
     return max(isz * (B * (M + N) + p.nnz) / ceilings["bandwidth"], flops / rate)
 
 
-def _oracle(K, X, layout):
+def oracle(K, X, layout):
+    """The float64 definition of the product on the first ORACLE_COLUMNS batch columns,
+    as an (M, columns) array."""
     a, b, c, d = K.pattern
     w = K.values.astype(numpy.complex128 if K.dtype.kind == "c" else numpy.float64)
     cols = X[:, :ORACLE_COLUMNS] if layout == "bsl" else X[:ORACLE_COLUMNS].T
@@ -93,24 +91,11 @@ def _oracle(K, X, layout):
     return ref.reshape(a * b * d, -1)
 
 
-def _rel_err(Y, ref, layout):
+def relative_error(Y, ref, layout):
+    """Relative error of the result ``Y`` on the columns :func:`oracle` computed."""
     got = Y[:, :ORACLE_COLUMNS] if layout == "bsl" else Y[:ORACLE_COLUMNS].T
     got = cupy.asarray(got)
     return float(cupy.linalg.norm(got.astype(ref.dtype) - ref) / cupy.linalg.norm(ref))
-
-
-def _torch_dense(D, layout, tf32):
-    Dt = torch.from_dlpack(D)
-
-    def run(X):
-        x = torch.from_dlpack(X)
-        old = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        try:
-            return Dt @ x if layout == "bsl" else x @ Dt.T
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = old
-    return run
 
 
 def bench_row(pattern, layout, dtype, precision, sample, args, ceilings):
@@ -141,10 +126,10 @@ def bench_row(pattern, layout, dtype, precision, sample, args, ceilings):
         D = K.todense()
         if tf32:
             if torch_available():
-                methods["base_dense_tf32"] = _torch_dense(D, layout, True)
+                methods["base_dense_tf32"] = torch_dense(D, layout, tf32=True)
         else:
             methods["base_dense"] = lambda x: _reference.dense(D, x, layout, cupy)
-    ref = _oracle(K, inputs[0], layout)
+    ref = oracle(K, inputs[0], layout)
     row = {"suite": "patterns", "sample": sample, "pattern": list(pattern), "layout": layout,
            "dtype": dtype, "precision": precision, "batch": B,
            "floor_s": _floor(pattern, B, dtype, precision, ceilings), "seconds": {}, "relerr": {}}
@@ -155,7 +140,7 @@ def bench_row(pattern, layout, dtype, precision, sample, args, ceilings):
         Y = fn(inputs[0])
         if not isinstance(Y, cupy.ndarray):
             Y = cupy.from_dlpack(Y)
-        row["relerr"][name] = _rel_err(Y, ref, layout)
+        row["relerr"][name] = relative_error(Y, ref, layout)
         del Y
         row["seconds"][name] = time_fn(fn, inputs)
     del inputs
@@ -173,7 +158,8 @@ def _samples(names, count, seed):
     if "default" in names:
         out["default"] = default
     if "heldout" in names:
-        rest = [p for p in grid if p not in set(default)]
+        taken = set(default)
+        rest = [p for p in grid if p not in taken]
         rng = numpy.random.default_rng(seed)
         out["heldout"] = [rest[i] for i in sorted(rng.choice(len(rest), count, replace=False))]
     return out

@@ -4,7 +4,7 @@
 
 For a handful of patterns of the paper's grid, both layouts and each dtype, runs every
 candidate configuration of :func:`kscupy.kernels.ks_mma.candidate_configs`, checks it against
-the float64 definition (fresh random data, poisoned output) and times it beside PyTorch's
+the float64 definition on fresh random data (engine.py's oracle) and times it beside PyTorch's
 BMM (when torch imports), CuPy's BMM, cuBLAS dense and the FMA kernel. Prints one line per
 case: the best configuration and the ratios. Used to set the heuristic; the issue's
 benchmark is bench_patterns.py.
@@ -29,6 +29,7 @@ from kscupy import _reference  # noqa: E402
 from kscupy.kernels import ks_matmul, ks_mma  # noqa: E402
 from kscupy.problem import problem_of  # noqa: E402
 from baselines import torch_bmm  # noqa: E402
+from engine import oracle, relative_error  # noqa: E402
 from timing import time_fn  # noqa: E402
 
 PATTERNS = [(1, 1024, 1024, 1), (1, 512, 512, 4), (1, 256, 256, 16), (4, 192, 192, 4),
@@ -39,24 +40,9 @@ CASES = [("float32", "default", 25088), ("float32", "tf32", 25088),
          ("complex128", "default", 4096)]
 
 
-def oracle(w, X, layout):
-    a, b, c, d = w.shape
-    hi = numpy.complex128 if w.dtype.kind == "c" else numpy.float64
-    w, X = w.astype(hi), X.astype(hi)
-    if layout == "bsl":
-        return cupy.einsum("iklj,iljn->ikjn", w, X.reshape(a, c, d, -1)).reshape(a * b * d, -1)
-    return cupy.einsum("iklj,nilj->nikj", w, X.reshape(-1, a, c, d)).reshape(-1, a * b * d)
-
-
-def rel_err(Y, ref):
-    return float(cupy.linalg.norm(Y.astype(ref.dtype) - ref) / cupy.linalg.norm(ref))
-
-
-def case(pattern, layout, dtype, precision, B, configs, transposed=False):
+def case(pattern, layout, dtype, precision, B, configs):
     rng = cupy.random.default_rng(7)
     K = ks.KSMatrix.random(pattern, dtype=dtype, xp=cupy, seed=3)
-    if transposed:
-        K = K.T
     f = K.factor
     M, N = K.shape
     shape = (N, B) if layout == "bsl" else (B, N)
@@ -64,22 +50,17 @@ def case(pattern, layout, dtype, precision, B, configs, transposed=False):
     if numpy.dtype(dtype).kind == "c":
         X = X + 1j * rng.standard_normal(shape, dtype=numpy.float64)
     X = X.astype(dtype)
-    cols = slice(0, 256)
-    Xs = X[:, cols] if layout == "bsl" else X[cols]
-    ref = oracle(K.values if not transposed else K.values, Xs.copy(), layout)
+    ref = oracle(K, X, layout)
     problem = problem_of(f, X, layout)
     out = {"pattern": pattern, "layout": layout, "dtype": dtype, "precision": precision, "B": B,
-           "transposed": transposed, "configs": {},
+           "configs": {},
            "heuristic": str(ks_mma.heuristic_config(problem).as_tuple())}
     for cfg in configs(problem):
-        cupy.get_default_memory_pool().free_all_blocks()
-        small = ks_mma.launch(f, cupy.ascontiguousarray(Xs), layout, cfg, precision)
-        err = rel_err(small, ref)
+        err = relative_error(ks_mma.launch(f, X, layout, cfg, precision), ref, layout)
         t = time_fn(lambda x: ks_mma.launch(f, x, layout, cfg, precision), [X])
         out["configs"][str(cfg.as_tuple())] = {"s": t, "err": err}
-    if True:
-        cfg = ks_matmul.heuristic_config(problem)
-        out["fma_s"] = time_fn(lambda x: ks_matmul.launch(f, x, layout, cfg), [X])
+    fma = ks_matmul.heuristic_config(problem)
+    out["fma_s"] = time_fn(lambda x: ks_matmul.launch(f, x, layout, fma), [X])
     blocks = f.blocks
     out["cupy_bmm_s"] = time_fn(lambda x: _reference.bmm(blocks, x, layout, cupy), [X])
     tb = torch_bmm(blocks, layout, tf32=precision == "tf32")

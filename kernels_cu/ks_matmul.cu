@@ -31,12 +31,11 @@
 // l*w_sl], so (w_sk, w_sl) = (c, 1) reads the stored block and (1, b) its transpose. With
 // conj_w != 0, A_g is conjugated as it is loaded (adjoint products use the same storage).
 //
-// Grid: a 1-D grid strides over tile ids; the row tile kt varies fastest (blocks that share
-// an X tile run together), then, for ORDER 0, the batch tile (same weights, next stretch of
-// the same rows) and for ORDERs 1 and 2 the group tile (blocks that run together read
-// adjacent column runs of the same rows of X, so DRAM sees whole lines). Offsets are 64-bit.
+// Grid: a 1-D grid strides over tile ids (ks_tiles.cuh: row tile fastest, then the batch
+// tile for ORDER 0 and the group tile for ORDERs 1 and 2). Offsets are 64-bit.
 #include "ks_launch.cuh"
 #include "ks_scalar.cuh"
+#include "ks_tiles.cuh"
 
 namespace ks {
 
@@ -128,17 +127,10 @@ ks_matmul(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   const long long bc = (long long)b * c;
 
   for (long long id = blockIdx.x; id < tiles; id += gridDim.x) {
-    const int k0 = (int)(id % ktiles) * BM;
-    const long long rest = id / ktiles;
-    const long long nt = ORDER == 0 ? rest % ((tiles / ktiles) / gtiles) : rest / gtiles;
-    const int gt = (int)(ORDER == 0 ? rest / ((tiles / ktiles) / gtiles) : rest % gtiles);
-    const long long n0 = nt * BN;
-    const int g0 = gt * SLOTS;
-    if (tid < SLOTS && g0 + tid < G) {   // g = i*d + j: cols(g)[0] = i*c*d + j, rows(g)[0] = i*b*d + j
-      const int g = g0 + tid, i = g / d, j = g - (g / d) * d;
-      gx[tid] = ((long long)i * c * d + j) * sx_f;
-      gy[tid] = ((long long)i * b * d + j) * sy_f;
-    }
+    const TileOrigin tile = tile_origin<BM, BN, SLOTS, ORDER == 0>(id, ktiles, gtiles, tiles);
+    const int k0 = tile.k0, g0 = tile.g0;
+    const long long n0 = tile.n0;
+    group_offsets<SLOTS>(tid, g0, G, b, c, d, sx_f, sy_f, gx, gy);
     __syncthreads();
 
     T x_reg[XL], w_reg[WL];

@@ -32,27 +32,22 @@
 // along the reduction (K-major) by 4 elements, rows along k or n by 32 bytes (the fragment
 // positions above put lc on the row and lr on the column, or the other way round).
 //
-// Grid: as ks_matmul.cu, a 1-D grid strides over tile ids, row tile fastest. Offsets 64-bit.
+// Grid: as ks_matmul.cu, a 1-D grid strides over tile ids (ks_tiles.cuh). Offsets 64-bit.
 #include "ks_launch.cuh"
 #include "ks_scalar.cuh"
+#include "ks_tiles.cuh"
 #include "ks_tensor_core.cuh"
 
 namespace ks {
 
-template <class T> struct parts_of { using real = T; static constexpr int PARTS = 1; };
-template <class R> struct parts_of<cplx<R>> { using real = R; static constexpr int PARTS = 2; };
-
-__device__ __forceinline__ float real_part(float x) { return x; }
-__device__ __forceinline__ double real_part(double x) { return x; }
-template <class R> __device__ __forceinline__ R real_part(cplx<R> x) { return x.re; }
-__device__ __forceinline__ float imag_part(float) { return 0.0f; }
-__device__ __forceinline__ double imag_part(double) { return 0.0; }
-template <class R> __device__ __forceinline__ R imag_part(cplx<R> x) { return x.im; }
-
-template <class T> __device__ __forceinline__ T from_parts(typename parts_of<T>::real re,
-                                                            typename parts_of<T>::real) { return re; }
-template <> __device__ __forceinline__ cplx<float> from_parts<cplx<float>>(float re, float im) { return {re, im}; }
-template <> __device__ __forceinline__ cplx<double> from_parts<cplx<double>>(double re, double im) { return {re, im}; }
+// f(a[e], b[e]) for every element e of two register arrays of the same shape (any rank):
+// after unrolling every index is a constant, so the arrays stay in registers.
+template <class R, class A, class F>
+__device__ __forceinline__ void each_register(A& a, const A& b, F f) {
+  constexpr int n = (int)(sizeof(A) / sizeof(R));
+#pragma unroll
+  for (int e = 0; e < n; ++e) f(reinterpret_cast<R*>(&a)[e], reinterpret_cast<const R*>(&b)[e]);
+}
 
 __host__ __device__ constexpr int round_up(int n, int m) { return (n + m - 1) / m * m; }
 
@@ -126,17 +121,10 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   const int chunks = (c + BK - 1) / BK;
 
   for (long long id = blockIdx.x; id < tiles; id += gridDim.x) {
-    const int k0 = (int)(id % ktiles) * BM;
-    const long long rest = id / ktiles;
-    const long long nt = ORDER == 0 ? rest % ((tiles / ktiles) / gtiles) : rest / gtiles;
-    const int gt = (int)(ORDER == 0 ? rest / ((tiles / ktiles) / gtiles) : rest % gtiles);
-    const long long n0 = nt * BN;
-    const int g0 = gt * SLOTS;
-    if (tid < SLOTS && g0 + tid < G) {   // g = i*d + j: cols(g)[0] = i*c*d + j, rows(g)[0] = i*b*d + j
-      const int g = g0 + tid, i = g / d, j = g - (g / d) * d;
-      gx[tid] = ((long long)i * c * d + j) * sx_f;
-      gy[tid] = ((long long)i * b * d + j) * sy_f;
-    }
+    const TileOrigin tile = tile_origin<BM, BN, SLOTS, ORDER == 0>(id, ktiles, gtiles, tiles);
+    const int k0 = tile.k0, g0 = tile.g0;
+    const long long n0 = tile.n0;
+    group_offsets<SLOTS>(tid, g0, G, b, c, d, sx_f, sy_f, gx, gy);
     __syncthreads();
 
     // Issue the copies of reduction chunk `chunk` into stage buffer `s`.
@@ -174,14 +162,7 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
     };
 
     R acc[PARTS][MT][NTL][S::C_REGS];
-#pragma unroll
-    for (int p = 0; p < PARTS; ++p)
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int q = 0; q < NTL; ++q)
-#pragma unroll
-          for (int i = 0; i < S::C_REGS; ++i) acc[p][mt][q][i] = R(0);
+    each_register<R>(acc, acc, [](R& sum, R) { sum = R(0); });
 
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
@@ -204,16 +185,7 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       auto sum = [&](int p, int mt, int q) -> R (&)[S::C_REGS] {
         if constexpr (TWO_LEVEL) return part[p][mt][q]; else return acc[p][mt][q];
       };
-      if constexpr (TWO_LEVEL) {
-#pragma unroll
-        for (int p = 0; p < PARTS; ++p)
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int q = 0; q < NTL; ++q)
-#pragma unroll
-              for (int i = 0; i < S::C_REGS; ++i) part[p][mt][q][i] = R(0);
-      }
+      if constexpr (TWO_LEVEL) each_register<R>(part, part, [](R& sum, R) { sum = R(0); });
       const T* const xs = stages + (chunk % STAGES) * L::STAGE + slot * L::XS_SLOT;
       const T* const ws = stages + (chunk % STAGES) * L::STAGE + L::XS_SIZE + slot * L::WS_SLOT;
 #pragma unroll
@@ -288,16 +260,7 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
           }
         }
       }
-      if constexpr (TWO_LEVEL) {
-#pragma unroll
-        for (int p = 0; p < PARTS; ++p)
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int q = 0; q < NTL; ++q)
-#pragma unroll
-              for (int i = 0; i < S::C_REGS; ++i) acc[p][mt][q][i] += part[p][mt][q][i];
-      }
+      if constexpr (TWO_LEVEL) each_register<R>(acc, part, [](R& sum, R v) { sum += v; });
     }
     cp_async_wait<0>();   // only empty groups remain; leave none behind
 

@@ -33,4 +33,20 @@ __device__ __forceinline__ cplx<R> fma(cplx<R> w, cplx<R> x, cplx<R> acc) {
   return acc;
 }
 
+// A scalar as real parts: the real type, how many parts (1 or 2), each part, and back.
+template <class T> struct parts_of { using real = T; static constexpr int PARTS = 1; };
+template <class R> struct parts_of<cplx<R>> { using real = R; static constexpr int PARTS = 2; };
+
+__device__ __forceinline__ float real_part(float x) { return x; }
+__device__ __forceinline__ double real_part(double x) { return x; }
+template <class R> __device__ __forceinline__ R real_part(cplx<R> x) { return x.re; }
+__device__ __forceinline__ float imag_part(float) { return 0.0f; }
+__device__ __forceinline__ double imag_part(double) { return 0.0; }
+template <class R> __device__ __forceinline__ R imag_part(cplx<R> x) { return x.im; }
+
+template <class T> __device__ __forceinline__ T from_parts(typename parts_of<T>::real re,
+                                                            typename parts_of<T>::real) { return re; }
+template <> __device__ __forceinline__ cplx<float> from_parts<cplx<float>>(float re, float im) { return {re, im}; }
+template <> __device__ __forceinline__ cplx<double> from_parts<cplx<double>>(double re, double im) { return {re, im}; }
+
 }  // namespace ks

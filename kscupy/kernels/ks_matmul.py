@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy
 
 from ..problem import Problem, pow2_at_least
 from . import nvrtc
-from .operands import operands
+from .operands import launch_tiles, operands
 
 __all__ = ["KernelConfig", "ORDER_BATCH", "ORDER_GROUP", "ORDER_INGROUP", "heuristic_config",
            "candidate_configs", "launch", "SMEM_LIMIT"]
@@ -239,23 +238,11 @@ def launch(factor, X, layout, config: KernelConfig):
     dtype = X.dtype
     if factor.dtype != dtype:
         raise TypeError(f"kernel operands must share a dtype, got {factor.dtype} and {dtype}")
-    a, b, c, d = factor.pattern
-    X, Y, B, (sx_f, sx_b, sy_f, sy_b) = operands(X, layout, factor.shape[0])
+    X, Y, B, strides = operands(X, layout, factor.shape[0])
     if B == 0:
         return Y
-    w_sk, w_sl = factor.weight_strides
-    groups = a * d
-    ktiles = -(-b // config.bm)
-    ntiles = -(-B // config.bn)
-    gtiles = -(-groups // config.slots)
-    tiles = ktiles * ntiles * gtiles
     smem = config.smem_bytes(dtype.itemsize)
     fn = nvrtc.function("ks_matmul.cu", config.name(dtype), smem, cupy.cuda.Device().id)
-    i32, i64 = numpy.int32, numpy.int64
-    # 1-D grid, capped: the kernel strides over tile ids beyond the grid.
-    fn((min(tiles, 2**31 - 1),), (config.threads,),
-       (X, Y, factor.tiles, i32(groups), i32(b), i32(c), i32(d), i64(B),
-        i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b), i32(w_sk), i32(w_sl),
-        i32(factor.conjugated), i32(ktiles), i32(gtiles), i64(tiles)),
-       shared_mem=smem)
+    launch_tiles(fn, factor, X, Y, B, strides, bm=config.bm, bn=config.bn, slots=config.slots,
+                 threads=config.threads, smem=smem)
     return Y

@@ -19,7 +19,7 @@ import numpy
 
 from ..problem import Problem, pow2_at_least
 from . import nvrtc
-from .operands import operands
+from .operands import launch_tiles, operands
 
 __all__ = ["MmaConfig", "PRECISIONS", "ORDER_BATCH", "ORDER_GROUP", "ORDER_INGROUP",
            "heuristic_config", "candidate_configs", "launch", "SMEM_LIMIT", "supports"]
@@ -84,11 +84,8 @@ class MmaConfig:
         m, n, k = mma_shape(dtype)
         return (self.bm // self.wm) % m == 0 and (self.bn // self.wn) % n == 0 and self.bk % k == 0
 
-    def leading_dimensions(self, itemsize: int) -> tuple:
-        """``(XS_LD, WS_LD)`` of ``MmaLayout`` (weights stored, not transposed, for WS_LD)."""
-        return self._x_ld(itemsize), self._w_ld(itemsize, False)
-
     def _x_ld(self, itemsize):
+        """``MmaLayout::XS_LD``: K-major rows padded by 4 elements, rows along n by 32 bytes."""
         return self.bk + 4 if self.order != ORDER_BATCH else self.bn + 32 // itemsize
 
     def _w_ld(self, itemsize, transposed):
@@ -269,24 +266,13 @@ def launch(factor, X, layout, config: MmaConfig, precision: str = "default"):
                         f"{precision!r}")
     if not config.valid_for(dtype):
         raise ValueError(f"{config} does not split into {mma_shape(dtype)} MMA tiles")
-    a, b, c, d = factor.pattern
-    X, Y, B, (sx_f, sx_b, sy_f, sy_b) = operands(X, layout, factor.shape[0])
+    X, Y, B, strides = operands(X, layout, factor.shape[0])
     if B == 0:
         return Y
-    vx, vw = copy_vectors(config, factor, X, (sx_f, sx_b), B)
-    w_sk, w_sl = factor.weight_strides
-    groups = a * d
-    ktiles = -(-b // config.bm)
-    ntiles = -(-B // config.bn)
-    gtiles = -(-groups // config.slots)
-    tiles = ktiles * ntiles * gtiles
+    vx, vw = copy_vectors(config, factor, X, strides[:2], B)
     smem = config.smem_bytes(dtype.itemsize, factor.transposed)
     name = config.name(dtype, precision, factor.transposed, vx, vw)
     fn = nvrtc.function("ks_mma.cu", name, smem, cupy.cuda.Device().id)
-    i32, i64 = numpy.int32, numpy.int64
-    fn((min(tiles, 2**31 - 1),), (config.threads,),
-       (X, Y, factor.tiles, i32(groups), i32(b), i32(c), i32(d), i64(B),
-        i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b), i32(w_sk), i32(w_sl),
-        i32(factor.conjugated), i32(ktiles), i32(gtiles), i64(tiles)),
-       shared_mem=smem)
+    launch_tiles(fn, factor, X, Y, B, strides, bm=config.bm, bn=config.bn, slots=config.slots,
+                 threads=config.threads, smem=smem)
     return Y

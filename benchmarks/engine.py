@@ -18,6 +18,7 @@ and recorded.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -31,7 +32,7 @@ except ImportError:
     cupy = None
 
 import kscupy as ks
-from kscupy import _reference, tuning
+from kscupy import _reference, costs, tuning
 from kscupy.problem import problem_of
 from baselines import allow_tf32, torch, torch_available, torch_bmm, torch_dense
 from pattern_grid import paper_grid, stratified_sample
@@ -210,7 +211,8 @@ def main(args):
         result = {"device": meta["gpu"], "commit": meta["commit"], "date": meta["date"],
                   "command": meta["command"], "cupy": meta["cupy"], "heldout_seed": seed,
                   "torch": torch.__version__ if torch_available() else None,
-                  "ceilings": ceilings, "rows": []}
+                  "ceilings": ceilings, "rates": dataclasses.asdict(costs.device_rates()),
+                  "rows": []}
     else:
         result.setdefault("commands", []).append(meta["command"])
     samples = _samples(args.samples.split(","), args.count, seed)

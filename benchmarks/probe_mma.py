@@ -77,9 +77,14 @@ def main():
     parser.add_argument("--quick", action="store_true", help="heuristic configuration only")
     parser.add_argument("--out", default=None)
     parser.add_argument("--cases", default=",".join(f"{d}:{p}" for d, p, _ in CASES))
-    parser.add_argument("--patterns", type=int, default=len(PATTERNS))
+    parser.add_argument("--patterns", default=str(len(PATTERNS)),
+                        help="how many of the built-in patterns, or a list a,b,c,d;a,b,c,d")
+    parser.add_argument("--layouts", default="bsl,bsf")
+    parser.add_argument("--verbose", action="store_true", help="every configuration's time")
     parser.add_argument("--one", default=None, help="a,b,c,d: launch the heuristic "
                         "configuration once (for ncu) with --layout, --dtype, --precision")
+    parser.add_argument("--config", default=None,
+                        help="with --one: an MmaConfig tuple instead of the heuristic")
     parser.add_argument("--layout", default="bsl")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--precision", default="default")
@@ -91,13 +96,18 @@ def main():
         M, N = K.shape
         shape = (N, args.batch) if args.layout == "bsl" else (args.batch, N)
         X = cupy.random.default_rng(1).standard_normal(shape).astype(args.dtype)
-        cfg = ks_mma.heuristic_config(problem_of(K.factor, X, args.layout))
+        cfg = (ks_mma.MmaConfig(*(int(v) for v in args.config.split(","))) if args.config
+               else ks_mma.heuristic_config(problem_of(K.factor, X, args.layout)))
         for _ in range(2):
             ks_mma.launch(K.factor, X, args.layout, cfg, args.precision)
         cupy.cuda.Device().synchronize()
         print(cfg)
         return
     wanted = args.cases.split(",")
+    if ";" in args.patterns or "," in args.patterns:
+        patterns = [tuple(int(v) for v in p.split(",")) for p in args.patterns.split(";")]
+    else:
+        patterns = PATTERNS[:int(args.patterns)]
     configs = (lambda p: [ks_mma.heuristic_config(p)]) if args.quick else ks_mma.candidate_configs
     results = []
     print(f"{'dtype':10s} {'prec':7s} {'pattern':20s} {'lay':4s} {'best ms':>8s} {'heur ms':>8s} "
@@ -105,8 +115,8 @@ def main():
     for dtype, precision, B in CASES:
         if f"{dtype}:{precision}" not in wanted:
             continue
-        for pattern in PATTERNS[:args.patterns]:
-            for layout in ("bsl", "bsf"):
+        for pattern in patterns:
+            for layout in args.layouts.split(","):
                 r = case(pattern, layout, dtype, precision, B, configs)
                 results.append(r)
                 cf = r["configs"]
@@ -118,6 +128,9 @@ def main():
                       f"{1e3 * cf[heur]['s']:8.3f} {max(v['err'] for v in cf.values()):8.1e} "
                       f"{ratio('fma_s')} {ratio('torch_bmm_s')} {ratio('cupy_bmm_s')} "
                       f"{ratio('dense_s')}  {best}", flush=True)
+                if args.verbose:
+                    for k, v in sorted(cf.items(), key=lambda kv: kv[1]["s"]):
+                        print(f"    {1e3 * v['s']:8.3f} ms  err {v['err']:.1e}  {k}")
     if args.out:
         pathlib.Path(args.out).write_text(json.dumps(results, indent=1))
 

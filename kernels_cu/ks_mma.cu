@@ -25,7 +25,12 @@
 //   ORDER 0  batch-size-last, contiguous batch: X_g[l, n] rows of n    -> Xs[slot][l][n]
 //   ORDER 2  batch-size-first, d == 1: X_g[l, n] runs of l              -> Xs[slot][n][l]
 //   ORDER 1  anything else (batch-size-first with d > 1, strided views): lanes walk the
-//            slot (adjacent groups j, j+1 are adjacent columns), one element each -> Xs[slot][n][l]
+//            slot (adjacent groups j, j+1 are adjacent columns)                -> Xs[slot][n][l]
+//            With VX > 1 (contiguous rows, d % VX == 0) a lane loads VX adjacent groups of one
+//            (l, n) at once. Those land in VX different slots, which one cp.async cannot
+//            scatter, so these copies pass through registers: loaded before a chunk's
+//            products, stored to shared memory after them (the buffer they fill was freed at
+//            the chunk's barrier and is read STAGES - 1 barriers later).
 //   WT 0     stored blocks, A_g[k, l] rows of l                         -> Ws[slot][k][l]
 //   WT 1     transposed view, A_g[k, l] runs of k                        -> Ws[slot][l][k]
 // A shared row is padded so that the fragment loads of a warp hit distinct banks: rows
@@ -55,7 +60,8 @@ __host__ __device__ constexpr int round_up(int n, int m) { return (n + m - 1) / 
 // ks_mma_layout reports (kscupy/kernels/ks_mma.py mirrors it; a GPU test compares):
 //   [SLOTS] int64 offsets of X[cols(g)[0], 0], [SLOTS] int64 offsets of Y[rows(g)[0], 0],
 //   (rounded to 16 bytes), then STAGES stages of (Xs[SLOTS][..][XS_LD], Ws[SLOTS][..][WS_LD]),
-//   each buffer rounded to 16 bytes.
+//   each buffer rounded to 16 bytes. In ORDER 1 the stages are at least Ys[BN][BM][SLOTS]
+//   long: the staged epilogue reuses them for the output tile.
 template <class T, int SLOTS, int BM, int BN, int BK, int WM, int WN, int STAGES, int ORDER, int WT>
 struct MmaLayout {
   using R = typename parts_of<T>::real;
@@ -80,7 +86,9 @@ struct MmaLayout {
   static constexpr int WS_SIZE = round_up(SLOTS * WS_SLOT, ALIGN);
   static constexpr int STAGE = XS_SIZE + WS_SIZE;
   static constexpr int OFFSET_BYTES = round_up(2 * SLOTS * (int)sizeof(long long), 16);
-  static constexpr int SMEM_BYTES = OFFSET_BYTES + STAGES * STAGE * (int)sizeof(T);
+  static constexpr int YS_SIZE = ORDER == 1 ? SLOTS * BM * BN : 0;
+  static constexpr int STAGES_SIZE = STAGES * STAGE > YS_SIZE ? STAGES * STAGE : YS_SIZE;
+  static constexpr int SMEM_BYTES = OFFSET_BYTES + STAGES_SIZE * (int)sizeof(T);
 };
 
 // Reports the layout for one instantiation: out = {SMEM_BYTES, NT, XS_LD, WS_LD}.
@@ -90,9 +98,11 @@ __global__ void ks_mma_layout(long long* out) {
   out[0] = L::SMEM_BYTES; out[1] = L::NT; out[2] = L::XS_LD; out[3] = L::WS_LD;
 }
 
+// MIN_BLOCKS: blocks per SM the registers must allow (__launch_bounds__); 2 caps a 256-thread
+// block at 128 registers, so that a second block's copies overlap this one's products.
 template <class T, int PRECISION, int SLOTS, int BM, int BN, int BK, int WM, int WN, int STAGES,
-          int ORDER, int WT, int VX, int VW>
-__global__ void __launch_bounds__(32 * SLOTS * WM * WN)
+          int ORDER, int WT, int VX, int VW, int MIN_BLOCKS>
+__global__ void __launch_bounds__(32 * SLOTS * WM * WN, MIN_BLOCKS)
 ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
        int G, int b, int c, int d, long long B,
        long long sx_f, long long sx_b, long long sy_f, long long sy_b,
@@ -103,9 +113,12 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   using AOp = Operand<R, PRECISION, S::A_REGS>;
   using BOp = Operand<R, PRECISION, S::B_REGS>;
   constexpr int NT = L::NT, PARTS = L::PARTS, MT = L::MT, NTL = L::NTL;
-  static_assert(ORDER != 1 || VX == 1, "ORDER 1 copies one element at a time");
-  static_assert((ORDER == 0 ? BN : BK) % VX == 0 && (WT == 0 ? BK : BM) % VW == 0,
+  static_assert((ORDER == 0 ? BN : ORDER == 1 ? SLOTS : BK) % VX == 0 && (WT == 0 ? BK : BM) % VW == 0,
                 "copy vectors must divide the tile");
+  constexpr bool X_STAGED = ORDER == 1 && VX > 1;
+  constexpr int XV = SLOTS * BK * BN / VX;            // vectors of X in a chunk
+  constexpr int X_REPS = (XV + NT - 1) / NT;          // ... per thread
+  using XBits = typename Bits<VX * (int)sizeof(T)>::type;
   require_dynamic_smem<L::SMEM_BYTES>();
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -127,24 +140,34 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
     group_offsets<SLOTS>(tid, g0, G, b, c, d, sx_f, sy_f, gx, gy);
     __syncthreads();
 
-    // Issue the copies of reduction chunk `chunk` into stage buffer `s`.
+    // Vector `e` of X in a chunk: its first slot es, reduction index l and batch column n.
+    auto x_vector = [&](int e, int& es, int& l, int& n) {
+      if (ORDER == 0)      { n = e % (BN / VX) * VX; l = e / (BN / VX) % BK; es = e / (BN / VX * BK); }
+      else if (ORDER == 2) { l = e % (BK / VX) * VX; n = e / (BK / VX) % BN; es = e / (BK / VX * BN); }
+      else                 { es = e % (SLOTS / VX) * VX; l = e / (SLOTS / VX) % BK; n = e / (SLOTS / VX * BK); }
+    };
+    XBits x_staged[X_STAGED ? X_REPS : 1];
+
+    // Issue the copies of reduction chunk `chunk` into stage buffer `s` (staged X: into
+    // registers, for stash_x).
     auto load = [&](int chunk, int s) {
       T* const xs = stages + s * L::STAGE;
       T* const ws = xs + L::XS_SIZE;
       const int l0 = chunk * BK;
-      constexpr int XV = SLOTS * BK * BN / VX;   // vectors of X in the chunk
 #pragma unroll
-      for (int rep = 0; rep < (XV + NT - 1) / NT; ++rep) {
+      for (int rep = 0; rep < X_REPS; ++rep) {
         const int e = tid + rep * NT;
         if (XV % NT != 0 && e >= XV) break;
         int es, l, n;
-        if (ORDER == 0)      { n = e % (BN / VX) * VX; l = e / (BN / VX) % BK; es = e / (BN / VX * BK); }
-        else if (ORDER == 2) { l = e % (BK / VX) * VX; n = e / (BK / VX) % BN; es = e / (BK / VX * BN); }
-        else                 { es = e % SLOTS; l = e / SLOTS % BK; n = e / (SLOTS * BK); }
+        x_vector(e, es, l, n);
         const bool ok = g0 + es < G && l0 + l < c && n0 + n < B;
         const T* src = ok ? X + gx[es] + (l0 + l) * x_step + (n0 + n) * sx_b : X;
-        T* dst = xs + es * L::XS_SLOT + (L::X_KMAJOR ? n * L::XS_LD + l : l * L::XS_LD + n);
-        cp_async<VX * (int)sizeof(T)>(dst, src, ok);
+        if constexpr (X_STAGED) {
+          x_staged[rep] = ok ? *reinterpret_cast<const XBits*>(src) : XBits{};
+        } else {
+          T* dst = xs + es * L::XS_SLOT + (L::X_KMAJOR ? n * L::XS_LD + l : l * L::XS_LD + n);
+          cp_async<VX * (int)sizeof(T)>(dst, src, ok);
+        }
       }
       constexpr int WV = SLOTS * BM * BK / VW;   // vectors of W in the chunk
 #pragma unroll
@@ -160,19 +183,37 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
         cp_async<VW * (int)sizeof(T)>(dst, src, ok);
       }
     };
+    // Staged X: the registers filled by load(...) into stage buffer `s`, one slot per element.
+    auto stash_x = [&](int s) {
+      T* const xs = stages + s * L::STAGE;
+#pragma unroll
+      for (int rep = 0; rep < X_REPS; ++rep) {
+        const int e = tid + rep * NT;
+        if (XV % NT != 0 && e >= XV) break;
+        int es, l, n;
+        x_vector(e, es, l, n);
+        const T* v = reinterpret_cast<const T*>(&x_staged[rep]);
+#pragma unroll
+        for (int u = 0; u < VX; ++u) xs[(es + u) * L::XS_SLOT + n * L::XS_LD + l] = v[u];
+      }
+    };
 
     R acc[PARTS][MT][NTL][S::C_REGS];
     each_register<R>(acc, acc, [](R& sum, R) { sum = R(0); });
 
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < chunks) load(s, s);
+      if (s < chunks) {
+        load(s, s);
+        if constexpr (X_STAGED) stash_x(s);
+      }
       cp_async_commit();
     }
     for (int chunk = 0; chunk < chunks; ++chunk) {
       cp_async_wait<STAGES - 2>();   // this thread's copies of `chunk` have landed ...
       __syncthreads();               // ... everyone's have, and the buffer refilled next is free
-      if (chunk + STAGES - 1 < chunks) load(chunk + STAGES - 1, (chunk + STAGES - 1) % STAGES);
+      const int next = chunk + STAGES - 1;
+      if (next < chunks) load(next, next % STAGES);
       cp_async_commit();
 
       // The chunk's products go to `part`, which is then added to `acc` by FP32 adds. The
@@ -261,11 +302,41 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
         }
       }
       if constexpr (TWO_LEVEL) each_register<R>(acc, part, [](R& sum, R v) { sum += v; });
+      if constexpr (X_STAGED) {
+        if (next < chunks) stash_x(next % STAGES);
+      }
     }
     cp_async_wait<0>();   // only empty groups remain; leave none behind
 
-    // Epilogue: Y[rows(g)[k], n] straight from the accumulators.
-    if (g0 + slot < G) {
+    if constexpr (X_STAGED) {
+      // Epilogue through shared memory: the slots' values of one (k, n) are adjacent in Y
+      // (Y[rows(g)[k], n] at consecutive addresses for g = g0 .. g0 + SLOTS - 1), so gather
+      // them as Ys[n][k][slot] and store VX slots at once, lanes walking slots, then k.
+      // Same vector width as X: VX | d keeps a vector inside one run of groups, and Y is
+      // C-contiguous (launch) with sy_f == 1.
+      T* const ys = stages;
+      __syncthreads();   // every warp is done with the stage buffers
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int q = 0; q < NTL; ++q)
+#pragma unroll
+          for (int i = 0; i < S::C_REGS; ++i) {
+            const int k = wm * L::WTM + mt * S::M + S::c_row(lane, i);
+            const int n = wn * L::WTN + q * S::N + S::c_col(lane, i);
+            ys[(n * BM + k) * SLOTS + slot] = from_parts<T>(acc[0][mt][q][i], acc[PARTS - 1][mt][q][i]);
+          }
+      __syncthreads();
+      constexpr int YV = SLOTS * BM * BN / VX;
+#pragma unroll 4
+      for (int e = tid; e < YV; e += NT) {
+        const int es = e % (SLOTS / VX) * VX, k = e / (SLOTS / VX) % BM, n = e / (SLOTS / VX * BM);
+        if (g0 + es < G && k0 + k < b && n0 + n < B)
+          *reinterpret_cast<XBits*>(Y + gy[es] + (k0 + k) * y_step + (n0 + n) * sy_b) =
+              *reinterpret_cast<const XBits*>(ys + (n * BM + k) * SLOTS + es);
+      }
+    } else if (g0 + slot < G) {
+      // Epilogue: Y[rows(g)[k], n] straight from the accumulators.
       const long long ybase = gy[slot];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)

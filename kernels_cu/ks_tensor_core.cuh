@@ -162,6 +162,12 @@ __device__ __forceinline__ void cp_async(void* dst, const void* src, bool ok) {
                  :: "r"(shared_address(dst)), "l"(src), "n"(BYTES), "r"(src_bytes) : "memory");
 }
 
+// Raw bits of BYTES (4, 8 or 16) bytes: one vector load or store through registers.
+template <int BYTES> struct Bits;
+template <> struct Bits<4> { using type = unsigned; };
+template <> struct Bits<8> { using type = uint2; };
+template <> struct Bits<16> { using type = uint4; };
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
 template <int PENDING>

@@ -77,7 +77,7 @@ def _fma_kernel_seconds(problem, rates):
 
 
 def _mma_kernel_seconds(problem, rates):
-    return costs.mma_kernel_seconds(problem, rates, ks_mma.heuristic_config(problem).bk)
+    return costs.mma_kernel_seconds(problem, rates, ks_mma.heuristic_config(problem))
 
 
 def _dense_fits(problem, rates):

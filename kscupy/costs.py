@@ -30,9 +30,10 @@ LAUNCH_SECONDS = 10e-6
 _SINGLE = {  # (bytes_factor, efficiency, m0)
     ("kernel", "bsl"): (1.515, 0.424, 40.1), ("kernel", "bsf"): (0.835, 0.206, 25.8),
     ("bmm", "bsl"): (2.432, 0.883, 244.7), ("bmm", "bsf"): (3.237, 1.123, 670.7),
-    # the tensor-core kernel; efficiency against tensor_peak (first estimate from eight
-    # patterns on an H200, benchmarks/probe_mma.py; to be refitted on the grid)
-    ("mma", "bsl"): (2.5, 0.6, 30.0), ("mma", "bsf"): (3.0, 0.4, 40.0),
+    # the tensor-core kernel, keyed by its copy order (ks_mma.heuristic_config) instead of
+    # the access; efficiency against tensor_peak (benchmarks/fit_costs.py on engine.json)
+    ("mma", "batch"): (2.104, 0.815, 32.1), ("mma", "ingroup"): (2.1, 0.6, 40.0),
+    ("mma", "group"): (2.1, 0.5, 60.0),
 }
 #: ``auto`` picks the FMA kernel over other backends only when predicted faster by this factor.
 #: In BSL the model is unbiased (median predicted/measured 1.02) and any margin above 1 gave
@@ -118,11 +119,11 @@ def _flops_per_mac(dtype) -> int:
 
 
 def _single_factor(problem: Problem, rates: DeviceRates, algorithm: str, bytes_factor=None,
-                   peak=None):
+                   peak=None, variant=None):
     a, b, c, d = problem.pattern
     M, N = problem.pattern.shape
     nnz, isz = problem.pattern.nnz, problem.itemsize
-    factor, efficiency, m0 = _SINGLE[(algorithm, problem.access)]
+    factor, efficiency, m0 = _SINGLE[(algorithm, variant or problem.access)]
     m = 2.0 * b * c / (b + c)
     moved = isz * (problem.batch * (M + N) + nnz)
     flops = _flops_per_mac(problem.dtype) * problem.batch * nnz
@@ -136,11 +137,17 @@ def kernel_seconds(problem: Problem, rates: DeviceRates, chunk: int) -> float:
     return max(_single_factor(problem, rates, "kernel"), chunks * _CHUNK_SECONDS) + LAUNCH_SECONDS
 
 
-def mma_kernel_seconds(problem: Problem, rates: DeviceRates, chunk: int) -> float:
-    """The tensor-core kernel (``kernels_cu/ks_mma.cu``) reducing in chunks of ``chunk``."""
-    chunks = -(-problem.pattern.c // chunk)
-    return (max(_single_factor(problem, rates, "mma", peak=rates.tensor_peak(problem.dtype)),
-                chunks * _MMA_CHUNK_SECONDS) + LAUNCH_SECONDS)
+#: ``MmaConfig.order`` -> the tensor-core kernel's model key.
+_MMA_ORDERS = {0: "batch", 1: "group", 2: "ingroup"}
+
+
+def mma_kernel_seconds(problem: Problem, rates: DeviceRates, config) -> float:
+    """The tensor-core kernel (``kernels_cu/ks_mma.cu``) in tile configuration ``config``
+    (:class:`~kscupy.kernels.ks_mma.MmaConfig`: its copy order and reduction chunk)."""
+    chunks = -(-problem.pattern.c // config.bk)
+    compute = _single_factor(problem, rates, "mma", peak=rates.tensor_peak(problem.dtype),
+                             variant=_MMA_ORDERS[config.order])
+    return max(compute, chunks * _MMA_CHUNK_SECONDS) + LAUNCH_SECONDS
 
 
 def bmm_seconds(problem: Problem, rates: DeviceRates) -> float:

@@ -1,5 +1,7 @@
 """The CUDA sources compile as kscupy compiles them at run time (NVRTC, same options), for
 every instantiation the Python side asks for. NVRTC needs no GPU: this runs in CI."""
+import dataclasses
+
 import numpy
 import pytest
 
@@ -43,9 +45,10 @@ def test_matmul_instantiations_compile(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_mma_instantiations_compile(dtype):
-    """ks_mma in each ORDER, both weight orientations, vector and scalar copies and each
-    precision the dtype supports, with layout probes (a few instantiations: each takes
-    NVRTC about 0.3 s; the GPU suite compiles every candidate)."""
+    """ks_mma in each ORDER (the group order with register-staged vector copies), both
+    weight orientations, vector and scalar copies, each precision the dtype supports and a
+    two-blocks-per-SM bound, with layout probes (a few instantiations: each takes NVRTC
+    about 0.3 s; the GPU suite compiles every candidate)."""
     names = set()
     vector = max(1, 16 // numpy.dtype(dtype).itemsize)
     precisions = [p for p in ks_mma.PRECISIONS if ks_mma.supports(dtype, p)]
@@ -55,9 +58,11 @@ def test_mma_instantiations_compile(dtype):
         problem = Problem(ks.KSPattern(*pattern), 4096, numpy.dtype(dtype), layout,
                           contiguous, transposed)
         cfg = ks_mma.heuristic_config(problem)
-        vx = 1 if cfg.order == ks_mma.ORDER_GROUP else vector
+        vx = min(vector, cfg.slots) if cfg.order == ks_mma.ORDER_GROUP else vector
         names |= {cfg.name(dtype, precision, transposed, vx, vector) for precision in precisions}
         names.add(cfg.name(dtype, "default", transposed, 1, 1))
+        names.add(dataclasses.replace(cfg, min_blocks=2).name(dtype, "default", transposed,
+                                                              vx, vector))
         names.add(cfg.layout_probe_name(dtype, transposed))
     _compile("ks_mma.cu", names)
 

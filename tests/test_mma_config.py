@@ -27,7 +27,7 @@ def test_every_picked_configuration_is_launchable(dtype):
         p = _problem((a, b, c, d), B, dtype, layout, contiguous, transposed)
         for cfg in [ks_mma.heuristic_config(p)] + ks_mma.candidate_configs(p):
             assert cfg.valid_for(dtype), (p, cfg)
-            assert cfg.smem_bytes(p.itemsize, transposed) <= ks_mma.SMEM_LIMIT, (p, cfg)
+            assert cfg.fits(p.itemsize, transposed), (p, cfg)
             assert 32 <= cfg.threads <= 1024
 
 
@@ -54,9 +54,9 @@ def test_config_validation_and_names():
     cfg = MmaConfig(1, 128, 128, 32, 2, 4, 3, 0)
     assert cfg.threads == 256
     assert cfg.name(numpy.float32, "default", False, 4, 4) == \
-        "ks::ks_mma<float, 0, 1, 128, 128, 32, 2, 4, 3, 0, 0, 4, 4>"
+        "ks::ks_mma<float, 0, 1, 128, 128, 32, 2, 4, 3, 0, 0, 4, 4, 1>"
     assert cfg.name(numpy.complex64, "tf32", True, 1, 2) == \
-        "ks::ks_mma<ks::cplx<float>, 1, 1, 128, 128, 32, 2, 4, 3, 0, 1, 1, 2>"
+        "ks::ks_mma<ks::cplx<float>, 1, 1, 128, 128, 32, 2, 4, 3, 0, 1, 1, 2, 1>"
     assert cfg.layout_probe_name(numpy.float64, True) == \
         "ks::ks_mma_layout<double, 1, 128, 128, 32, 2, 4, 3, 0, 1>"
     # a 16 x 8 x 8 TF32 tile does not split an 8-row warp piece; an 8 x 8 x 4 DMMA one does

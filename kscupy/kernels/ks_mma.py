@@ -30,6 +30,8 @@ ORDER_BATCH, ORDER_GROUP, ORDER_INGROUP = 0, 1, 2
 PRECISIONS = {"default": 0, "tf32": 1}
 #: The most dynamic shared memory a block may ask for (Hopper and Ampere allow 227 KiB).
 SMEM_LIMIT = 200 * 1024
+#: Shared memory of one SM that blocks share (Hopper 228 KiB, less 1 KiB reserved per block).
+SMEM_PER_SM = 226 * 1024
 
 
 def _real(dtype) -> numpy.dtype:
@@ -64,6 +66,8 @@ class MmaConfig:
     wn: int
     stages: int
     order: int
+    #: blocks per SM the kernel's registers must allow (``__launch_bounds__``)
+    min_blocks: int = 1
 
     def __post_init__(self):
         if min(self.slots, self.bm, self.bn, self.bk, self.wm, self.wn) < 1 or self.stages < 2:
@@ -72,6 +76,8 @@ class MmaConfig:
             raise ValueError(f"warps must divide the tile: {self}")
         if self.order not in (ORDER_BATCH, ORDER_GROUP, ORDER_INGROUP):
             raise ValueError(f"order must be 0, 1 or 2: {self}")
+        if self.min_blocks not in (1, 2):
+            raise ValueError(f"min_blocks must be 1 or 2: {self}")
         if not 32 <= self.threads <= 1024:
             raise ValueError(f"{self.threads} threads per block: {self}")
 
@@ -91,15 +97,23 @@ class MmaConfig:
     def _w_ld(self, itemsize, transposed):
         return self.bk + 4 if not transposed else self.bm + 32 // itemsize
 
+    def fits(self, itemsize: int, transposed: bool = False) -> bool:
+        """Whether ``min_blocks`` blocks of this configuration fit one SM's shared memory."""
+        return self.smem_bytes(itemsize, transposed) <= min(SMEM_LIMIT,
+                                                            SMEM_PER_SM // self.min_blocks)
+
     def smem_bytes(self, itemsize: int, transposed: bool = False) -> int:
         """``MmaLayout::SMEM_BYTES``: the two offset tables, then ``stages`` stages of X and W
-        chunks (rows padded as in the kernel, each buffer rounded to 16 bytes)."""
+        chunks (rows padded as in the kernel, each buffer rounded to 16 bytes; in the group
+        order at least the output tile)."""
         align = max(1, 16 // itemsize)
         x_rows = self.bn if self.order != ORDER_BATCH else self.bk
         w_rows = self.bm if not transposed else self.bk
         xs = _round_up(self.slots * x_rows * self._x_ld(itemsize), align)
         ws = _round_up(self.slots * w_rows * self._w_ld(itemsize, transposed), align)
-        return _round_up(16 * self.slots, 16) + self.stages * (xs + ws) * itemsize
+        # the group order's epilogue reuses the stages for the output tile
+        ys = self.slots * self.bm * self.bn if self.order == ORDER_GROUP else 0
+        return _round_up(16 * self.slots, 16) + max(self.stages * (xs + ws), ys) * itemsize
 
     def layout(self, itemsize: int, transposed: bool = False) -> tuple:
         """``(SMEM_BYTES, NT, XS_LD, WS_LD)`` of ``MmaLayout``, as this module computes them."""
@@ -111,9 +125,10 @@ class MmaConfig:
                 f"{self.stages}, {self.order}")
 
     def name(self, dtype, precision: str, transposed: bool, vx: int, vw: int) -> str:
-        """``ks::ks_mma<T, PRECISION, SLOTS, BM, BN, BK, WM, WN, STAGES, ORDER, WT, VX, VW>``."""
+        """``ks::ks_mma<T, PRECISION, SLOTS, BM, BN, BK, WM, WN, STAGES, ORDER, WT, VX, VW,
+        MIN_BLOCKS>``."""
         return (f"ks::ks_mma<{nvrtc.scalar_name(dtype)}, {PRECISIONS[precision]}, "
-                f"{self._tile_arguments()}, {int(transposed)}, {vx}, {vw}>")
+                f"{self._tile_arguments()}, {int(transposed)}, {vx}, {vw}, {self.min_blocks}>")
 
     def layout_probe_name(self, dtype, transposed: bool) -> str:
         """``ks::ks_mma_layout<...>``, which reports :meth:`layout` as the kernel sees it."""
@@ -138,51 +153,67 @@ def _chunk(dtype) -> int:
     return 128 // numpy.dtype(dtype).itemsize
 
 
-def _row_tile(b: int, wtm: int, mma_m: int) -> tuple:
+def _row_tile(b: int, wtm: int, mma_m: int, max_warps: int = 2) -> tuple:
     """``(bm, wm)``: rows per tile and warps along them, wasting the fewest padded rows of
     ``b`` (larger tiles on ties); a warp covers at most ``wtm`` rows."""
     options = []
-    for wm in (1, 2):
+    for wm in range(1, max_warps + 1):
         for rows in range(mma_m, wtm + 1, mma_m):
             options.append((wm * rows, wm))
     return min(options, key=lambda o: (-(-b // o[0]) * o[0], -o[0], o[1]))
 
 
 def heuristic_config(problem: Problem) -> MmaConfig:
-    """A tile configuration for ``problem`` from its shape alone.
+    """A tile configuration for ``problem`` from its shape alone (set from probe_mma.py runs
+    on an H200).
 
     Batch-size-last with a contiguous batch walks the batch (ORDER_BATCH); batch-size-first
-    with ``d == 1`` walks the in-group index (ORDER_INGROUP); otherwise blocks take up to
-    eight adjacent groups and walk them (ORDER_GROUP). Rows per tile waste the fewest padded
-    rows; up to eight warps per block.
+    with ``d == 1`` walks the in-group index (ORDER_INGROUP); otherwise blocks take several
+    adjacent groups and walk them (ORDER_GROUP). Rows per tile waste the fewest padded rows.
+    Up to eight warps per block; four where the reduction is at most two chunks long, so
+    that more, smaller blocks overlap their short pipelines. In the group order, small
+    blocks (``b < 128`` or a short reduction) take up to eight groups of one warp each;
+    large blocks two groups of 2 x 2 warps, whose wider tiles reuse each W tile longer.
     """
     a, b, c, d = problem.pattern
     dtype = problem.dtype
     wtm, wtn = _warp_tile(dtype)
     mma_m = mma_shape(dtype)[0]
+    chunk = _chunk(dtype)
+    short = c <= 2 * chunk
     if problem.access == "bsl":
         order, slots = ORDER_BATCH, 1
     elif d == 1:
         order, slots = ORDER_INGROUP, 1
     else:
-        order, slots = ORDER_GROUP, min(8, 1 << (d.bit_length() - 1), pow2_at_least(a * d))
-    bm, wm = _row_tile(b, wtm, mma_m)
-    wn = max(1, 8 // (slots * wm))
+        order = ORDER_GROUP
+        slots = min(1 << (d.bit_length() - 1), pow2_at_least(a * d))
+    if order == ORDER_GROUP and (b < 128 or short):
+        slots = min(slots, 8)
+        bm, wm = _row_tile(b, wtm, mma_m, max_warps=1)
+        wn = max(1, 8 // slots)
+    elif order == ORDER_GROUP:
+        slots = min(slots, 2)
+        bm, wm = _row_tile(b, wtm, mma_m)
+        wn = 2
+    else:
+        bm, wm = _row_tile(b, wtm, mma_m)
+        wn = max(1, (4 if short else 8) // wm)
     bn = wn * wtn
     while bn > max(wtn, pow2_at_least(problem.batch)) and wn > 1:   # thin batch: narrower
         wn //= 2
         bn //= 2
-    # several groups per block hold several W tiles: halve the chunk to keep three stages
-    bk = _chunk(dtype) // (2 if slots > 1 else 1)
+    # several groups per block hold several W tiles: halve the chunk (probe: faster too)
+    bk = chunk // (2 if slots > 1 else 1)
     config = MmaConfig(slots=slots, bm=bm, bn=bn, bk=max(bk, mma_shape(dtype)[2]), wm=wm,
                        wn=wn, stages=3, order=order)
     return _fit(config, problem)
 
 
 def _fit(config: MmaConfig, problem: Problem) -> MmaConfig:
-    """Fewer stages, then fewer groups per block, until the block fits SMEM_LIMIT."""
+    """Fewer stages, then fewer groups per block, until ``min_blocks`` blocks fit an SM."""
     def fits(cfg):
-        return cfg.smem_bytes(problem.itemsize, problem.transposed) <= SMEM_LIMIT
+        return cfg.fits(problem.itemsize, problem.transposed)
     while not fits(config) and config.stages > 2:
         config = dataclasses.replace(config, stages=config.stages - 1)
     while not fits(config) and config.slots > 1:
@@ -200,8 +231,10 @@ def candidate_configs(problem: Problem):
             cfg = dataclasses.replace(base, **changes)
         except ValueError:
             return
+        if cfg.min_blocks > 1:
+            cfg = _fit(cfg, problem)
         if (cfg not in seen and cfg.valid_for(problem.dtype)
-                and cfg.smem_bytes(problem.itemsize, problem.transposed) <= SMEM_LIMIT):
+                and cfg.fits(problem.itemsize, problem.transposed)):
             seen.add(cfg)
             out.append(cfg)
 
@@ -210,24 +243,40 @@ def candidate_configs(problem: Problem):
         add(stages=stages)
     add(bk=base.bk // 2)
     add(bk=base.bk * 2, stages=2)
+    add(bk=base.bk * 2, stages=3)
     for wn in (1, 2, 4):
         add(wn=wn, bn=base.bn // base.wn * wn)
     add(wm=base.wm * 2, bm=base.bm * 2)
     if base.wm > 1:
         add(wm=base.wm // 2, bm=base.bm // 2)
+    # two blocks per SM: half-height warp pieces fit 128 registers; one block's copies then
+    # overlap the other's products, which pays where the reduction is short
+    add(min_blocks=2)
+    add(wm=base.wm * 2, min_blocks=2)
+    add(wm=base.wm * 2, wn=max(1, base.wn // 2), bn=base.bn // 2 if base.wn > 1 else base.bn,
+        min_blocks=2)
     if base.order == ORDER_GROUP:
         for slots in (1, 2, 4, 8):
             add(slots=slots)
+        # fewer groups, wider tiles: more reuse of each W tile along the batch
+        wtm, wtn = base.bm // base.wm, base.bn // base.wn
+        for slots, wm, wn in ((8, 1, 1), (4, 1, 2), (2, 2, 2), (2, 1, 4), (1, 2, 4)):
+            add(slots=slots, wm=wm, wn=wn, bm=wm * wtm, bn=wn * wtn, bk=2 * base.bk // slots
+                if slots < 2 else base.bk)
     return out
 
 
 # -- launch -------------------------------------------------------------------------------------
 def _vector(itemsize: int, contiguous: bool, *divisible) -> int:
-    """Elements per copy: 16 bytes' worth when the copied axis is contiguous and every
-    offset along it (``divisible``: extents, strides, the base address in elements) is a
-    multiple of the vector; else one element."""
+    """Elements per copy: the most (a power of two, at most 16 bytes' worth) that divides
+    every offset along the copied axis (``divisible``: extents, strides, the base address in
+    elements) when that axis is contiguous; else one element."""
     v = max(1, 16 // itemsize)
-    return v if contiguous and all(x % v == 0 for x in divisible) else 1
+    if not contiguous:
+        return 1
+    while v > 1 and any(x % v for x in divisible):
+        v //= 2
+    return v
 
 
 def copy_vectors(config: MmaConfig, factor, X, strides, B) -> tuple:
@@ -240,11 +289,12 @@ def copy_vectors(config: MmaConfig, factor, X, strides, B) -> tuple:
         vx = _vector(isz, sx_b == 1, B, sx_f, x_ptr)
     elif config.order == ORDER_INGROUP:
         vx = _vector(isz, sx_f == 1 and d == 1, c, sx_b, x_ptr)
-    else:
-        vx = 1
+    else:   # adjacent groups of one block, never across a run of d (slots | g0, vx | d)
+        vx = _vector(isz, sx_f == 1, d, sx_b, x_ptr)
     w_ptr = factor.tiles.data.ptr // isz if factor.tiles.data.ptr % isz == 0 else 1
     vw = _vector(isz, True, b if factor.transposed else c, w_ptr)
-    vx = min(vx, config.bn if config.order == ORDER_BATCH else config.bk)
+    vx = min(vx, {ORDER_BATCH: config.bn, ORDER_INGROUP: config.bk,
+                  ORDER_GROUP: config.slots}[config.order])
     vw = min(vw, config.bm if factor.transposed else config.bk)
     return vx, vw
 

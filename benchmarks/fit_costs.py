@@ -1,0 +1,76 @@
+"""Fit the tensor-core kernel's cost-model constants to an engine benchmark.
+
+    python3 benchmarks/fit_costs.py benchmarks/results/engine.json
+
+For each copy order of ``kernels_cu/ks_mma.cu`` (batch, in-group, group; see
+``kscupy.kernels.ks_mma.heuristic_config``) fits ``(bytes_factor, efficiency, m0)`` of
+``kscupy.costs``' single-factor model to the measured ``kernel`` seconds of the default
+precision rows (least squares on log time), and prints them with the RMS log error and how
+often the model, with the fitted constants, ranks the kernel against the measured ``bmm``
+correctly. Paste the constants into ``costs._SINGLE``. Runs on the CPU (the device's rates
+are read from the file).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+import numpy
+from scipy.optimize import least_squares
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+import kscupy as ks  # noqa: E402
+from kscupy import costs  # noqa: E402
+from kscupy.kernels import ks_mma  # noqa: E402
+from kscupy.problem import Problem  # noqa: E402
+
+ORDER_NAMES = {ks_mma.ORDER_BATCH: "batch", ks_mma.ORDER_INGROUP: "ingroup",
+               ks_mma.ORDER_GROUP: "group"}
+
+
+def problems(rows):
+    for row in rows:
+        if row.get("precision", "default") != "default" or "kernel" not in row["seconds"]:
+            continue
+        p = Problem(ks.KSPattern(*row["pattern"]), row["batch"], numpy.dtype(row["dtype"]),
+                    row["layout"], row["layout"] == "bsl", False)
+        yield p, row
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", help="an engine.json with 'rates' (the model's device rates)")
+    args = parser.parse_args()
+    data = json.loads(pathlib.Path(args.results).read_text())
+    rates = costs.DeviceRates(**data["rates"])
+    groups = {}
+    for p, row in problems(data["rows"]):
+        order = ORDER_NAMES[ks_mma.heuristic_config(p).order]
+        groups.setdefault((order, p.dtype.name), []).append((p, row))
+    for (order, dtype), cases in sorted(groups.items()):
+        measured = numpy.log([row["seconds"]["kernel"] for _, row in cases])
+
+        def predicted(theta):
+            factor, efficiency, m0 = theta
+            out = []
+            for p, _ in cases:
+                costs._SINGLE[("mma", order)] = (factor, efficiency, m0)
+                out.append(costs.mma_kernel_seconds(p, rates, ks_mma.heuristic_config(p)))
+            return numpy.log(out)
+
+        fit = least_squares(lambda t: predicted(t) - measured, x0=(2.0, 0.5, 30.0),
+                            bounds=((0.5, 0.02, 0.0), (10.0, 3.0, 2000.0)))
+        rms = float(numpy.sqrt(numpy.mean(fit.fun ** 2)))
+        model = numpy.exp(predicted(fit.x))
+        right = sum((m < row["seconds"]["bmm"]) == (row["seconds"]["kernel"] < row["seconds"]["bmm"])
+                    for m, (_, row) in zip(model, cases) if "bmm" in row["seconds"])
+        print(f'("mma", "{order}") [{dtype}, {len(cases)} rows]: '
+              f'({fit.x[0]:.3f}, {fit.x[1]:.3f}, {fit.x[2]:.1f})  RMS log error {rms:.2f}, '
+              f'kernel-vs-bmm ranked right {right}/{len(cases)}')
+
+
+if __name__ == "__main__":
+    main()

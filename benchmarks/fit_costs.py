@@ -7,15 +7,19 @@ For each copy order of ``kernels_cu/ks_mma.cu`` (batch, in-group, group; see
 ``kscupy.costs``' single-factor model to the measured ``kernel`` seconds of the default
 precision rows (least squares on log time), and prints them with the RMS log error and how
 often the model, with the fitted constants, ranks the kernel against the measured ``bmm``
-correctly. Paste the constants into ``costs._SINGLE``. Runs on the CPU (the device's rates
-are read from the file).
+correctly. Paste the constants into ``costs._SINGLE``. Then prints, per layout, what
+``auto`` would reach on the file's measured times if it chose with the current constants
+(``--current``: without refitting). Runs on the CPU (the device's rates are read from the
+file; no tuning cache is read).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import sys
+import tempfile
 
 import numpy
 from scipy.optimize import least_squares
@@ -40,12 +44,36 @@ def problems(rows):
         yield p, row
 
 
+def replay_auto(data, rates):
+    """Per layout: median and minimum of best baseline / the measured time of the backend
+    the model picks, and the rows below 0.95."""
+    from kscupy import tuning
+    out = {}
+    for p, row in problems(data["rows"]):
+        s = row["seconds"]
+        pick = tuning._choose(p, rates).backend
+        if pick not in s:
+            continue
+        best = min(v for k, v in s.items() if k.startswith("base_"))
+        out.setdefault(row["layout"], []).append((best / s[pick], row["pattern"], pick))
+    for layout, values in sorted(out.items()):
+        ratios = numpy.array([v[0] for v in values])
+        low = [f"{tuple(pat)} {pick} {r:.2f}" for r, pat, pick in sorted(values) if r < 0.95]
+        print(f"auto replayed, {layout}: median {numpy.median(ratios):.2f}, min {ratios.min():.2f}; "
+              f"below 0.95: {'; '.join(low) or 'none'}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", help="an engine.json with 'rates' (the model's device rates)")
+    parser.add_argument("--current", action="store_true", help="replay auto only, no fit")
     args = parser.parse_args()
     data = json.loads(pathlib.Path(args.results).read_text())
     rates = costs.DeviceRates(**data["rates"])
+    os.environ["KSCUPY_CACHE_DIR"] = tempfile.mkdtemp()    # the model, never a tuning cache
+    if args.current:
+        replay_auto(data, rates)
+        return
     groups = {}
     for p, row in problems(data["rows"]):
         order = ORDER_NAMES[ks_mma.heuristic_config(p).order]

@@ -312,8 +312,8 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       // Epilogue through shared memory: the slots' values of one (k, n) are adjacent in Y
       // (Y[rows(g)[k], n] at consecutive addresses for g = g0 .. g0 + SLOTS - 1), so gather
       // them as Ys[n][k][slot] and store VX slots at once, lanes walking slots, then k.
-      // Same vector width as X: VX | d keeps a vector inside one run of groups, and Y is
-      // C-contiguous (launch) with sy_f == 1.
+      // Same vector width as X: VX | d keeps a vector inside one run of groups; the launch
+      // picks VX > 1 in this order only when Y's groups are adjacent (sy_f == 1, VX | sy_b).
       T* const ys = stages;
       __syncthreads();   // every warp is done with the stage buffers
 #pragma unroll

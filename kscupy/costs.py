@@ -32,8 +32,8 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
     ("bmm", "bsl"): (2.432, 0.883, 244.7), ("bmm", "bsf"): (3.237, 1.123, 670.7),
     # the tensor-core kernel, keyed by its copy order (ks_mma.heuristic_config) instead of
     # the access; efficiency against tensor_peak (benchmarks/fit_costs.py on engine.json)
-    ("mma", "batch"): (2.104, 0.815, 32.1), ("mma", "ingroup"): (2.1, 0.6, 40.0),
-    ("mma", "group"): (2.1, 0.5, 60.0),
+    ("mma", "batch"): (1.880, 0.783, 27.7), ("mma", "ingroup"): (2.1, 0.6, 40.0),
+    ("mma", "group"): (1.968, 0.542, 28.9),
 }
 #: ``auto`` picks the FMA kernel over other backends only when predicted faster by this factor.
 #: In BSL the model is unbiased (median predicted/measured 1.02) and any margin above 1 gave

@@ -79,3 +79,41 @@ def test_supports():
     assert ks_mma.supports(numpy.complex64, "tf32")
     assert not ks_mma.supports(numpy.float64, "tf32")
     assert not ks_mma.supports(numpy.float16)
+
+
+def _launch_operands(pattern, dtype, x_offset=0, transposed=False):
+    """Stand-ins for a Factor and an X with the attributes copy_vectors reads."""
+    from types import SimpleNamespace
+    itemsize = numpy.dtype(dtype).itemsize
+    factor = SimpleNamespace(pattern=KSPattern(*pattern), transposed=transposed,
+                             tiles=SimpleNamespace(data=SimpleNamespace(ptr=1 << 20)))
+    X = SimpleNamespace(dtype=numpy.dtype(dtype),
+                        data=SimpleNamespace(ptr=(1 << 20) + x_offset * itemsize))
+    return factor, X
+
+
+def test_copy_vectors_follow_alignment_and_contiguity():
+    group = MmaConfig(8, 64, 32, 16, 1, 1, 3, ks_mma.ORDER_GROUP)
+    pattern = (2, 64, 64, 16)
+    M, N = KSPattern(*pattern).shape
+    factor, X = _launch_operands(pattern, numpy.float32)
+    # batch-size-first, C-contiguous: four adjacent groups per 16-byte copy
+    assert ks_mma.copy_vectors(group, factor, X, (1, N, 1, M), 1000) == (4, 4)
+    # the same order for a batch-size-last X in Fortran order: Y's groups are not adjacent
+    # (sy_f = B), so the staged epilogue may not store vectors
+    assert ks_mma.copy_vectors(group, factor, X, (1, N, 1000, 1), 1000)[0] == 1
+    # a misaligned base or a run of groups not divisible by the vector narrows it
+    _, shifted = _launch_operands(pattern, numpy.float32, x_offset=2)
+    assert ks_mma.copy_vectors(group, factor, shifted, (1, N, 1, M), 1000)[0] == 2
+    odd = (2, 64, 64, 6)
+    factor6, X6 = _launch_operands(odd, numpy.float32)
+    M6, N6 = KSPattern(*odd).shape
+    assert ks_mma.copy_vectors(group, factor6, X6, (1, N6, 1, M6), 1000)[0] == 2
+    # never more groups than the block holds
+    two = MmaConfig(2, 64, 64, 16, 1, 2, 3, ks_mma.ORDER_GROUP)
+    assert ks_mma.copy_vectors(two, factor, X, (1, N, 1, M), 1000)[0] == 2
+    # batch order: along the batch, only when it is contiguous
+    batch = MmaConfig(1, 64, 128, 32, 1, 4, 3, ks_mma.ORDER_BATCH)
+    assert ks_mma.copy_vectors(batch, factor, X, (1000, 1, 1000, 1), 1000)[0] == 4
+    assert ks_mma.copy_vectors(batch, factor, X, (1000, 1, 1000, 1), 1001)[0] == 1
+    assert ks_mma.copy_vectors(batch, factor, X, (1, N, 1000, 1), 1000)[0] == 1

@@ -280,17 +280,20 @@ def _vector(itemsize: int, contiguous: bool, *divisible) -> int:
 
 
 def copy_vectors(config: MmaConfig, factor, X, strides, B) -> tuple:
-    """``(VX, VW)`` for a launch: the widest copies that every tile of this operand allows."""
+    """``(VX, VW)`` for a launch: the widest copies that every tile of this operand allows
+    (``strides``: ``(sx_f, sx_b, sy_f, sy_b)`` as :func:`operands` returns them; Y is a new
+    C-contiguous array, so its base is aligned)."""
     isz = X.dtype.itemsize
-    sx_f, sx_b = strides
+    sx_f, sx_b, sy_f, sy_b = strides
     a, b, c, d = factor.pattern
     x_ptr = X.data.ptr // isz if X.data.ptr % isz == 0 else 1
     if config.order == ORDER_BATCH:
         vx = _vector(isz, sx_b == 1, B, sx_f, x_ptr)
     elif config.order == ORDER_INGROUP:
         vx = _vector(isz, sx_f == 1 and d == 1, c, sx_b, x_ptr)
-    else:   # adjacent groups of one block, never across a run of d (slots | g0, vx | d)
-        vx = _vector(isz, sx_f == 1, d, sx_b, x_ptr)
+    else:   # adjacent groups of one block, never across a run of d (slots | g0, vx | d);
+        # the epilogue stores Y with the same vectors, so Y's groups must be adjacent too
+        vx = _vector(isz, sx_f == 1 and sy_f == 1, d, sx_b, sy_b, x_ptr)
     w_ptr = factor.tiles.data.ptr // isz if factor.tiles.data.ptr % isz == 0 else 1
     vw = _vector(isz, True, b if factor.transposed else c, w_ptr)
     vx = min(vx, {ORDER_BATCH: config.bn, ORDER_INGROUP: config.bk,
@@ -319,7 +322,7 @@ def launch(factor, X, layout, config: MmaConfig, precision: str = "default"):
     X, Y, B, strides = operands(X, layout, factor.shape[0])
     if B == 0:
         return Y
-    vx, vw = copy_vectors(config, factor, X, strides[:2], B)
+    vx, vw = copy_vectors(config, factor, X, strides, B)
     smem = config.smem_bytes(dtype.itemsize, factor.transposed)
     name = config.name(dtype, precision, factor.transposed, vx, vw)
     fn = nvrtc.function("ks_mma.cu", name, smem, cupy.cuda.Device().id)

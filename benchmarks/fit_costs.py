@@ -2,8 +2,8 @@
 
     python3 benchmarks/fit_costs.py benchmarks/results/engine.json
 
-For each copy order of ``kernels_cu/ks_mma.cu`` (batch, in-group, group; see
-``kscupy.kernels.ks_mma.heuristic_config``) fits ``(bytes_factor, efficiency, m0)`` of
+For each model key of the tensor-core kernel (its copy order, batch, in-group or group, with
+``_dmma`` on the FP64 tensor cores: ``kscupy.costs.mma_variant``) and dtype, fits ``(bytes_factor, efficiency, m0)`` of
 ``kscupy.costs``' single-factor model to the measured ``kernel`` seconds of the default
 precision rows (least squares on log time), and prints them with the RMS log error and how
 often the model, with the fitted constants, ranks the kernel against the measured ``bmm``
@@ -31,10 +31,6 @@ from kscupy import costs  # noqa: E402
 from kscupy.kernels import ks_mma  # noqa: E402
 from kscupy.problem import Problem  # noqa: E402
 
-ORDER_NAMES = {ks_mma.ORDER_BATCH: "batch", ks_mma.ORDER_INGROUP: "ingroup",
-               ks_mma.ORDER_GROUP: "group"}
-
-
 def problems(rows):
     for row in rows:
         if row.get("precision", "default") != "default" or "kernel" not in row["seconds"]:
@@ -45,7 +41,7 @@ def problems(rows):
 
 
 def replay_auto(data, rates):
-    """Per layout: median and minimum of best baseline / the measured time of the backend
+    """Per dtype and layout: median and minimum of best baseline / the measured time of the backend
     the model picks, and the rows below 0.95."""
     from kscupy import tuning
     out = {}
@@ -55,7 +51,8 @@ def replay_auto(data, rates):
         if pick not in s:
             continue
         best = min(v for k, v in s.items() if k.startswith("base_"))
-        out.setdefault(row["layout"], []).append((best / s[pick], row["pattern"], pick))
+        out.setdefault(f'{p.dtype.name} {row["layout"]}', []).append(
+            (best / s[pick], row["pattern"], pick))
     for layout, values in sorted(out.items()):
         ratios = numpy.array([v[0] for v in values])
         low = [f"{tuple(pat)} {pick} {r:.2f}" for r, pat, pick in sorted(values) if r < 0.95]
@@ -76,7 +73,7 @@ def main():
         return
     groups = {}
     for p, row in problems(data["rows"]):
-        order = ORDER_NAMES[ks_mma.heuristic_config(p).order]
+        order = costs.mma_variant(p, ks_mma.heuristic_config(p))
         groups.setdefault((order, p.dtype.name), []).append((p, row))
     for (order, dtype), cases in sorted(groups.items()):
         measured = numpy.log([row["seconds"]["kernel"] for _, row in cases])

@@ -34,6 +34,10 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
     # the access; efficiency against tensor_peak (benchmarks/fit_costs.py on engine.json)
     ("mma", "batch"): (1.880, 0.783, 27.7), ("mma", "ingroup"): (2.1, 0.6, 40.0),
     ("mma", "group"): (1.968, 0.542, 28.9),
+    # ... on the FP64 tensor cores (DMMA: float64, complex128), fitted on float64 rows
+    # (engine_f64_c64.json; the in-group order from a single row)
+    ("mma", "batch_dmma"): (1.639, 0.349, 31.1), ("mma", "group_dmma"): (2.180, 0.276, 42.7),
+    ("mma", "ingroup_dmma"): (3.230, 0.415, 185.6),
 }
 #: ``auto`` picks the FMA kernel over other backends only when predicted faster by this factor.
 #: In BSL the model is unbiased (median predicted/measured 1.02) and any margin above 1 gave
@@ -141,12 +145,19 @@ def kernel_seconds(problem: Problem, rates: DeviceRates, chunk: int) -> float:
 _MMA_ORDERS = {0: "batch", 1: "group", 2: "ingroup"}
 
 
+def mma_variant(problem: Problem, config) -> str:
+    """The tensor-core kernel's key in the model: its copy order, with ``_dmma`` for the
+    FP64 tensor cores (float64, complex128), whose efficiency differs from 3xTF32's."""
+    dmma = numpy.dtype(problem.dtype) in (numpy.float64, numpy.complex128)
+    return _MMA_ORDERS[config.order] + ("_dmma" if dmma else "")
+
+
 def mma_kernel_seconds(problem: Problem, rates: DeviceRates, config) -> float:
     """The tensor-core kernel (``kernels_cu/ks_mma.cu``) in tile configuration ``config``
     (:class:`~kscupy.kernels.ks_mma.MmaConfig`: its copy order and reduction chunk)."""
     chunks = -(-problem.pattern.c // config.bk)
     compute = _single_factor(problem, rates, "mma", peak=rates.tensor_peak(problem.dtype),
-                             variant=_MMA_ORDERS[config.order])
+                             variant=mma_variant(problem, config))
     return max(compute, chunks * _MMA_CHUNK_SECONDS) + LAUNCH_SECONDS
 
 
@@ -155,7 +166,9 @@ def bmm_seconds(problem: Problem, rates: DeviceRates) -> float:
     factor = _SINGLE[("bmm", problem.access)][0]
     if problem.pattern.d == 1 and problem.layout == "bsl" and problem.batch_contiguous:
         factor /= 3      # (a, c, 1, B) -> (a, 1, c, B) is a view: no permutation passes
-    return _single_factor(problem, rates, "bmm", factor) + _BMM_FIXED_SECONDS
+    # cuBLAS runs float64 on the FP64 tensor cores (sm_80+): tensor_peak, as the kernel
+    return (_single_factor(problem, rates, "bmm", factor, peak=rates.tensor_peak(problem.dtype))
+            + _BMM_FIXED_SECONDS)
 
 
 def dense_seconds(problem: Problem, rates: DeviceRates, kept: bool) -> float:
@@ -168,7 +181,7 @@ def dense_seconds(problem: Problem, rates: DeviceRates, kept: bool) -> float:
         moved += 2 * isz * M * N + (16 + isz) * problem.pattern.nnz
     flops = _flops_per_mac(problem.dtype) * problem.batch * M * N
     return (moved / rates.bandwidth
-            + flops / (_DENSE_EFFICIENCY * rates.peak(problem.dtype))
+            + flops / (_DENSE_EFFICIENCY * rates.tensor_peak(problem.dtype))
             + _DENSE_FIXED_SECONDS["kept" if kept else "formed"])
 
 

@@ -56,6 +56,18 @@ __device__ __forceinline__ void each_register(A& a, const A& b, F f) {
 
 __host__ __device__ constexpr int round_up(int n, int m) { return (n + m - 1) / m * m; }
 
+// f(rep, e) for the vectors e = tid + rep*NT (e < V) that thread `tid` of NT moves: the copy
+// loops of a chunk. Unrolled, so `rep` can index a register array.
+template <int V, int NT, class F>
+__device__ __forceinline__ void each_vector(int tid, F f) {
+#pragma unroll
+  for (int rep = 0; rep < (V + NT - 1) / NT; ++rep) {
+    const int e = tid + rep * NT;
+    if (V % NT != 0 && e >= V) break;
+    f(rep, e);
+  }
+}
+
 // The block's shared-memory layout, the one definition that the kernel uses and that
 // ks_mma_layout reports (kscupy/kernels/ks_mma.py mirrors it; a GPU test compares):
 //   [SLOTS] int64 offsets of X[cols(g)[0], 0], [SLOTS] int64 offsets of Y[rows(g)[0], 0],
@@ -117,7 +129,7 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
                 "copy vectors must divide the tile");
   constexpr bool X_STAGED = ORDER == 1 && VX > 1;
   constexpr int XV = SLOTS * BK * BN / VX;            // vectors of X in a chunk
-  constexpr int X_REPS = (XV + NT - 1) / NT;          // ... per thread
+  constexpr int X_REPS = (XV + NT - 1) / NT;          // ... per thread (each_vector)
   using XBits = typename Bits<VX * (int)sizeof(T)>::type;
   require_dynamic_smem<L::SMEM_BYTES>();
 
@@ -154,10 +166,7 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       T* const xs = stages + s * L::STAGE;
       T* const ws = xs + L::XS_SIZE;
       const int l0 = chunk * BK;
-#pragma unroll
-      for (int rep = 0; rep < X_REPS; ++rep) {
-        const int e = tid + rep * NT;
-        if (XV % NT != 0 && e >= XV) break;
+      each_vector<XV, NT>(tid, [&](int rep, int e) {
         int es, l, n;
         x_vector(e, es, l, n);
         const bool ok = g0 + es < G && l0 + l < c && n0 + n < B;
@@ -168,12 +177,9 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
           T* dst = xs + es * L::XS_SLOT + (L::X_KMAJOR ? n * L::XS_LD + l : l * L::XS_LD + n);
           cp_async<VX * (int)sizeof(T)>(dst, src, ok);
         }
-      }
+      });
       constexpr int WV = SLOTS * BM * BK / VW;   // vectors of W in the chunk
-#pragma unroll
-      for (int rep = 0; rep < (WV + NT - 1) / NT; ++rep) {
-        const int e = tid + rep * NT;
-        if (WV % NT != 0 && e >= WV) break;
+      each_vector<WV, NT>(tid, [&](int, int e) {
         int es, k, l;
         if (WT == 0) { l = e % (BK / VW) * VW; k = e / (BK / VW) % BM; es = e / (BK / VW * BM); }
         else         { k = e % (BM / VW) * VW; l = e / (BM / VW) % BK; es = e / (BM / VW * BK); }
@@ -181,21 +187,18 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
         const T* src = ok ? W + (g0 + es) * bc + (long long)(k0 + k) * w_sk + (long long)(l0 + l) * w_sl : W;
         T* dst = ws + es * L::WS_SLOT + (L::W_KMAJOR ? k * L::WS_LD + l : l * L::WS_LD + k);
         cp_async<VW * (int)sizeof(T)>(dst, src, ok);
-      }
+      });
     };
     // Staged X: the registers filled by load(...) into stage buffer `s`, one slot per element.
     auto stash_x = [&](int s) {
       T* const xs = stages + s * L::STAGE;
-#pragma unroll
-      for (int rep = 0; rep < X_REPS; ++rep) {
-        const int e = tid + rep * NT;
-        if (XV % NT != 0 && e >= XV) break;
+      each_vector<XV, NT>(tid, [&](int rep, int e) {
         int es, l, n;
         x_vector(e, es, l, n);
         const T* v = reinterpret_cast<const T*>(&x_staged[rep]);
 #pragma unroll
         for (int u = 0; u < VX; ++u) xs[(es + u) * L::XS_SLOT + n * L::XS_LD + l] = v[u];
-      }
+      });
     };
 
     R acc[PARTS][MT][NTL][S::C_REGS];
@@ -328,7 +331,7 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
           }
       __syncthreads();
       constexpr int YV = SLOTS * BM * BN / VX;
-#pragma unroll 4
+#pragma unroll 4   // not each_vector: unrolled whole, the store loop costs registers
       for (int e = tid; e < YV; e += NT) {
         const int es = e % (SLOTS / VX) * VX, k = e / (SLOTS / VX) % BM, n = e / (SLOTS / VX * BM);
         if (g0 + es < G && k0 + k < b && n0 + n < B)

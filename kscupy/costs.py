@@ -141,15 +141,13 @@ def kernel_seconds(problem: Problem, rates: DeviceRates, chunk: int) -> float:
     return max(_single_factor(problem, rates, "kernel"), chunks * _CHUNK_SECONDS) + LAUNCH_SECONDS
 
 
-#: ``MmaConfig.order`` -> the tensor-core kernel's model key.
-_MMA_ORDERS = {0: "batch", 1: "group", 2: "ingroup"}
-
-
 def mma_variant(problem: Problem, config) -> str:
-    """The tensor-core kernel's key in the model: its copy order, with ``_dmma`` for the
-    FP64 tensor cores (float64, complex128), whose efficiency differs from 3xTF32's."""
+    """The tensor-core kernel's key in the model: its copy order (``ks_mma.ORDER_NAMES``),
+    with ``_dmma`` for the FP64 tensor cores (float64, complex128), whose efficiency differs
+    from 3xTF32's."""
+    from .kernels.ks_mma import ORDER_NAMES
     dmma = numpy.dtype(problem.dtype) in (numpy.float64, numpy.complex128)
-    return _MMA_ORDERS[config.order] + ("_dmma" if dmma else "")
+    return ORDER_NAMES[config.order] + ("_dmma" if dmma else "")
 
 
 def mma_kernel_seconds(problem: Problem, rates: DeviceRates, config) -> float:

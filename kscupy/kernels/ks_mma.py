@@ -21,11 +21,13 @@ from ..problem import Problem, pow2_at_least
 from . import nvrtc
 from .operands import launch_tiles, operands
 
-__all__ = ["MmaConfig", "PRECISIONS", "ORDER_BATCH", "ORDER_GROUP", "ORDER_INGROUP",
+__all__ = ["MmaConfig", "PRECISIONS", "ORDER_BATCH", "ORDER_GROUP", "ORDER_INGROUP", "ORDER_NAMES",
            "heuristic_config", "candidate_configs", "launch", "SMEM_LIMIT", "supports"]
 
 #: ORDER in ks_mma.cu: the axis the global copies walk (see the kernel's header).
 ORDER_BATCH, ORDER_GROUP, ORDER_INGROUP = 0, 1, 2
+#: Their names (the cost model's keys).
+ORDER_NAMES = {ORDER_BATCH: "batch", ORDER_GROUP: "group", ORDER_INGROUP: "ingroup"}
 #: Precision names and their PRECISION template argument.
 PRECISIONS = {"default": 0, "tf32": 1}
 #: The most dynamic shared memory a block may ask for (Hopper and Ampere allow 227 KiB).
@@ -252,9 +254,8 @@ def candidate_configs(problem: Problem):
     # two blocks per SM: half-height warp pieces fit 128 registers; one block's copies then
     # overlap the other's products, which pays where the reduction is short
     add(min_blocks=2)
-    add(wm=base.wm * 2, min_blocks=2)
-    add(wm=base.wm * 2, wn=max(1, base.wn // 2), bn=base.bn // 2 if base.wn > 1 else base.bn,
-        min_blocks=2)
+    wn = max(1, base.wn // 2)
+    add(wm=base.wm * 2, wn=wn, bn=base.bn // base.wn * wn, min_blocks=2)
     if base.order == ORDER_GROUP:
         for slots in (1, 2, 4, 8):
             add(slots=slots)

@@ -21,8 +21,8 @@ from ..problem import Problem, pow2_at_least
 from . import nvrtc
 from .operands import launch_tiles, operands
 
-__all__ = ["MmaConfig", "PRECISIONS", "ORDER_BATCH", "ORDER_GROUP", "ORDER_INGROUP", "ORDER_NAMES",
-           "heuristic_config", "candidate_configs", "launch", "SMEM_LIMIT", "supports"]
+__all__ = ["MmaConfig", "PRECISIONS", "ORDER_BATCH", "ORDER_GROUP", "ORDER_INGROUP",
+           "ORDER_NAMES", "heuristic_config", "candidate_configs", "launch", "SMEM_LIMIT", "supports"]
 
 #: ORDER in ks_mma.cu: the axis the global copies walk (see the kernel's header).
 ORDER_BATCH, ORDER_GROUP, ORDER_INGROUP = 0, 1, 2

@@ -12,7 +12,7 @@ opt-in ``base_torch_bmm_tf32`` and ``base_dense_tf32`` (PyTorch with TF32 allowe
 methods: ``auto``, ``kernel`` (tensor cores), ``kernel_fma``, ``bmm``; ``kernel_tf32`` for
 the opt-in. Each row's ``floor_s`` is max(bytes / bandwidth, flops / ceiling) with the ceiling
 of the dtype's arithmetic measured in the same run (SGEMM for float32 and complex64, the TF32
-GEMM for the opt-in, DGEMM for float64). ``--append`` adds rows to an existing file, so
+GEMM for the opt-in, DGEMM for float64, cuBLAS's float16 GEMM for float16). ``--append`` adds rows to an existing file, so
 that a long run can be split across calls; the held-out sample's seed is drawn at run time
 and recorded.
 """
@@ -57,13 +57,16 @@ def add_arguments(parser):
 
 
 def measure_ceilings():
-    """Copy bandwidth and GEMM rates measured here: timing.py's copy and SGEMM, plus DGEMM
-    and (through PyTorch, TF32 allowed) the TF32 GEMM."""
+    """Copy bandwidth and GEMM rates measured here: timing.py's copy and SGEMM, plus DGEMM,
+    the float16 GEMM (CuPy: cuBLAS, float32 accumulation) and (through PyTorch, TF32
+    allowed) the TF32 GEMM."""
     base = copy_and_sgemm()
     out = {"bandwidth": base["copy_bandwidth_Bps"], "sgemm": base["sgemm_flops"]}
     m = 8192
     A = cupy.random.default_rng(1).standard_normal((m, m))
     out["dgemm"] = 2 * m**3 / time_fn(lambda x: A @ x, [A.copy()], max_repeat=20)
+    H = A.astype(numpy.float16)
+    out["hgemm"] = 2 * m**3 / time_fn(lambda x: H @ x, [H.copy()], max_repeat=20)
     if torch_available():
         T = torch.randn(m, m, device="cuda")
         with allow_tf32(True):
@@ -77,8 +80,8 @@ def _floor(pattern, B, dtype, precision, ceilings):
     isz = numpy.dtype(dtype).itemsize
     macs = B * p.nnz
     flops = (8 if numpy.dtype(dtype).kind == "c" else 2) * macs
-    rate = ceilings["dgemm"] if dtype == "float64" else \
-        ceilings.get("tf32_gemm", ceilings["sgemm"]) if precision == "tf32" else ceilings["sgemm"]
+    rate = ceilings["dgemm"] if dtype == "float64" else ceilings["hgemm"] if dtype == "float16" \
+        else ceilings.get("tf32_gemm", ceilings["sgemm"]) if precision == "tf32" else ceilings["sgemm"]
     return max(isz * (B * (M + N) + p.nnz) / ceilings["bandwidth"], flops / rate)
 
 
@@ -225,9 +228,9 @@ def main(args):
     for dtype in args.dtypes.split(","):
         if dtype not in BATCH:
             raise SystemExit(f"no batch size for dtype {dtype}")
-        if dtype == "float16":
-            print("float16: kscupy does not support it yet; no rows", flush=True)
-    for case in tqdm([c for c in cases if c not in done and c[2] != "float16"], desc="engine"):
+    if "hgemm" not in ceilings and "float16" in args.dtypes.split(","):
+        raise SystemExit("--append to a file without a float16 ceiling: start a new file")
+    for case in tqdm([c for c in cases if c not in done], desc="engine"):
         result["rows"].append(bench_row(*case, args, ceilings))
         out.write_text(json.dumps(result))
     result["summary"] = summarize(result["rows"])

@@ -131,11 +131,12 @@ __device__ __forceinline__ void stage(const Tile<T, NMAX, SLOTS>& in,
     const int t_in = i_s * c * SP::df + j_s;             // + l·df
     const int t_out = i_s * b * SP::df + j_s;            // + k·df
 
-    T acc[TM][RW];
+    using C = typename compute_of<T>::type;   // float for float16 values
+    C acc[TM][RW];
 #pragma unroll
     for (int m = 0; m < TM; ++m)
 #pragma unroll
-      for (int r = 0; r < RW; ++r) acc[m][r] = zero(T());
+      for (int r = 0; r < RW; ++r) acc[m][r] = zero(C());
     // VEC: the whole b × c block in registers, fetched with 16-byte loads up front.
     constexpr int WORDS = F::vec ? b * c * (int)sizeof(T) / 16 : 1;
     uint4 block[WORDS];
@@ -146,9 +147,9 @@ __device__ __forceinline__ void stage(const Tile<T, NMAX, SLOTS>& in,
     }
 #pragma unroll(c <= 16 ? c : 4)
     for (int l = 0; l < c; ++l) {
-      T x[RW], wv[TM];
+      C x[RW], wv[TM];
 #pragma unroll
-      for (int r = 0; r < RW; ++r) x[r] = in.at(r0 + r, t_in + l * SP::df, slot);
+      for (int r = 0; r < RW; ++r) x[r] = widen(in.at(r0 + r, t_in + l * SP::df, slot));
 #pragma unroll
       for (int m = 0; m < TM; ++m) {
         T v;
@@ -156,7 +157,7 @@ __device__ __forceinline__ void stage(const Tile<T, NMAX, SLOTS>& in,
           v = reinterpret_cast<const T*>(block)[F::transposed ? l * b + m : m * c + l];
         else
           v = wg[m * sk + l * sl];
-        wv[m] = cj ? ks::conj(v) : v;
+        wv[m] = widen(cj ? ks::conj(v) : v);
       }
 #pragma unroll
       for (int m = 0; m < TM; ++m)
@@ -166,7 +167,7 @@ __device__ __forceinline__ void stage(const Tile<T, NMAX, SLOTS>& in,
 #pragma unroll
     for (int m = 0; m < TM; ++m)
 #pragma unroll
-      for (int r = 0; r < RW; ++r) out.at(r0 + r, t_out + (k0 + m) * SP::df, slot) = acc[m][r];
+      for (int r = 0; r < RW; ++r) out.at(r0 + r, t_out + (k0 + m) * SP::df, slot) = narrow<T>(acc[m][r]);
   }
 }
 

@@ -30,6 +30,8 @@
 // Weights: the pre-tiled storage holds block g at W + g*b*c; A_g[k, l] = W[g*b*c + k*w_sk +
 // l*w_sl], so (w_sk, w_sl) = (c, 1) reads the stored block and (1, b) its transpose. With
 // conj_w != 0, A_g is conjugated as it is loaded (adjoint products use the same storage).
+// float16 values stay float16 in shared memory and are widened to float as a thread reads
+// them (ks_scalar.cuh, compute_of): sums are float, rounded once when Y is stored.
 //
 // Grid: a 1-D grid strides over tile ids (ks_tiles.cuh: row tile fastest, then the batch
 // tile for ORDER 0 and the group tile for ORDERs 1 and 2). Offsets are 64-bit.
@@ -179,11 +181,12 @@ ks_matmul(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       }
     };
 
-    T acc[TM][TN];
+    using C = typename compute_of<T>::type;   // float for float16 values
+    C acc[TM][TN];
 #pragma unroll
     for (int r = 0; r < TM; ++r)
 #pragma unroll
-      for (int q = 0; q < TN; ++q) acc[r][q] = zero(T());
+      for (int q = 0; q < TN; ++q) acc[r][q] = zero(C());
 
     // Two shared-memory stages: while the block multiplies stage s, the next chunk travels
     // from global memory to registers and then into stage s^1; one barrier per chunk.
@@ -198,18 +201,18 @@ ks_matmul(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       const T* ws = Xs + XS_SIZE + slot * WS_SLOT + tm * VM;
 #pragma unroll
       for (int l = 0; l < BK; ++l) {
-        T wv[TM], xv[TN];
+        C wv[TM], xv[TN];
 #pragma unroll
         for (int r = 0; r < TM; r += VM) {
           const vec<T, VM> v = *reinterpret_cast<const vec<T, VM>*>(ws + l * WS_LD + (r / VM) * THREADS_M * VM);
 #pragma unroll
-          for (int u = 0; u < VM; ++u) wv[r + u] = v.v[u];
+          for (int u = 0; u < VM; ++u) wv[r + u] = widen(v.v[u]);
         }
 #pragma unroll
         for (int q = 0; q < TN; q += VN) {
           const vec<T, VN> v = *reinterpret_cast<const vec<T, VN>*>(xs + l * XS_LD + (q / VN) * THREADS_N * VN);
 #pragma unroll
-          for (int u = 0; u < VN; ++u) xv[q + u] = v.v[u];
+          for (int u = 0; u < VN; ++u) xv[q + u] = widen(v.v[u]);
         }
 #pragma unroll
         for (int r = 0; r < TM; ++r)
@@ -234,7 +237,7 @@ ks_matmul(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
 #pragma unroll
         for (int q = 0; q < TN; ++q) {
           const long long n = n0 + (q / VN) * THREADS_N * VN + tn * VN + q % VN;
-          if (n < B) Y[ybase + k * y_step + n * sy_b] = acc[r][q];
+          if (n < B) Y[ybase + k * y_step + n * sy_b] = narrow<T>(acc[r][q]);
         }
       }
     }

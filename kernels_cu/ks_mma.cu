@@ -10,7 +10,7 @@
 // Warps. Warp w works on group slot = w / (WM*WN) and on the (wm, wn) = ((w / WN) % WM,
 // w % WN) piece of that group's tile: rows wm*WTM .. +WTM, columns wn*WTN .. +WTN, which it
 // covers with MT x NTL MMA tiles (ks_tensor_core.cuh: 16x8x8 TF32 for float, 8x8x4 DMMA for
-// double). Complex values multiply as four real products on the same cores,
+// double, 16x8x16 for float16 with float accumulators). Complex values multiply as four real products on the same cores,
 //   Re += Ar*Xr + (-Ai)*Xi,   Im += Ar*Xi + Ai*Xr,
 // which keeps each real product's accuracy (Gauss's three-product form would save a quarter
 // of the work but adds cancellation).
@@ -35,7 +35,9 @@
 //   WT 1     transposed view, A_g[k, l] runs of k                        -> Ws[slot][l][k]
 // A shared row is padded so that the fragment loads of a warp hit distinct banks: rows
 // along the reduction (K-major) by 4 elements, rows along k or n by 32 bytes (the fragment
-// positions above put lc on the row and lr on the column, or the other way round).
+// positions above put lc on the row and lr on the column, or the other way round). float16
+// tiles are read only with ldmatrix (8 rows of 16 bytes per phase), so both kinds of row are
+// padded by 16 bytes: a row then starts 4 banks after the previous one.
 //
 // Grid: as ks_matmul.cu, a 1-D grid strides over tile ids (ks_tiles.cuh). Offsets 64-bit.
 #include "ks_launch.cuh"
@@ -84,7 +86,8 @@ struct MmaLayout {
   static constexpr int MT = WTM / S::M, NTL = WTN / S::N;    // its MMA tiles
   static_assert(WTM % S::M == 0 && WTN % S::N == 0 && BK % S::K == 0, "tile vs MMA shape");
   static constexpr bool X_KMAJOR = ORDER != 0, W_KMAJOR = WT == 0;
-  static constexpr int PAD_K = 4, PAD_MN = 32 / (int)sizeof(T);
+  static constexpr bool HALF = sizeof(T) == 2;   // float16: every fragment through ldmatrix
+  static constexpr int PAD_K = HALF ? 8 : 4, PAD_MN = HALF ? 8 : 32 / (int)sizeof(T);
   // float operands stored K-major are read with ldmatrix (16-byte rows, conflict-free with
   // the K-major padding); the rest with one shared load per fragment register
   static constexpr bool LDMATRIX_W = sizeof(T) == 4 && W_KMAJOR;
@@ -103,6 +106,86 @@ struct MmaLayout {
   static constexpr int SMEM_BYTES = OFFSET_BYTES + STAGES_SIZE * (int)sizeof(T);
 };
 
+// W's fragment of the MMA row tile at k_base for k-step kk, from the stage's Ws: a[0] the real
+// parts, a[1] the imaginary ones (negated when conj_w).
+template <class T, class L, class AOp>
+__device__ __forceinline__ void w_fragment(AOp (&a)[L::PARTS], const T* ws, int lane, int k_base,
+                                           int kk, int conj_w) {
+  using R = typename L::R;
+  using S = typename L::S;
+  if constexpr (L::HALF) {
+    // matrices (rows k_base + 0-7 | 8-15) x (l = kk + 0-7 | 8-15), k-fastest: lanes
+    // 8q .. 8q + 7 give the rows of matrix q; stored along k, they come transposed
+    if constexpr (L::W_KMAJOR)
+      ldmatrix_x4(a[0].v, ws + (k_base + (lane & 15)) * L::WS_LD + kk + 8 * (lane >> 4));
+    else
+      ldmatrix_x4_trans(a[0].v, ws + (kk + (lane & 7) + 8 * (lane >> 4)) * L::WS_LD + k_base
+                                    + 8 * ((lane >> 3) & 1));
+  } else {
+    R re[S::A_REGS], im[S::A_REGS];
+    if constexpr (L::LDMATRIX_W) {   // float, K-major: one ldmatrix per fragment
+      unsigned r[4];
+      ldmatrix_x4(r, ws + (k_base + (lane & 15)) * L::WS_LD + kk + 4 * (lane >> 4));
+#pragma unroll
+      for (int i = 0; i < 4; ++i) re[i] = __uint_as_float(r[i]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < S::A_REGS; ++i) {
+        const int k = k_base + S::a_row(lane, i), l = kk + S::a_col(lane, i);
+        const T w = ws[L::W_KMAJOR ? k * L::WS_LD + l : l * L::WS_LD + k];
+        re[i] = real_part(w);
+        im[i] = conj_w ? -imag_part(w) : imag_part(w);
+      }
+    }
+    a[0].set(re);
+    if constexpr (L::PARTS == 2) a[1].set(im);
+  }
+}
+
+// X's fragments of a warp's NTL MMA column tiles (from column n_warp) for k-step kk, from the
+// stage's Xs: x[q][0] real parts, x[q][1] imaginary ones.
+template <class T, class L, class BOp>
+__device__ __forceinline__ void x_fragments(BOp (&x)[L::NTL][L::PARTS], const T* xs, int lane,
+                                            int n_warp, int kk) {
+  using R = typename L::R;
+  using S = typename L::S;
+#pragma unroll
+  for (int q = 0; q < L::NTL; ++q) {
+    const int n_base = n_warp + q * S::N;
+    if constexpr (L::HALF || L::LDMATRIX_X) {
+      // one ldmatrix for tiles q and q + 1: registers 0, 1 are tile q's, 2, 3 tile q + 1's
+      if (q % 2 == 1) continue;
+      unsigned r[4];
+      if constexpr (L::HALF && !L::X_KMAJOR)   // (l = kk + 0-7 | 8-15) x (n = n_base + 0-7 | 8-15)
+        ldmatrix_x4_trans(r, xs + (kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::XS_LD + n_base
+                                 + 8 * (lane >> 4));
+      else   // (n = n_base + 0-7 | 8-15) x (l = kk + 16 bytes' worth 0 | 1)
+        ldmatrix_x4(r, xs + (n_base + (lane & 7) + 8 * (lane >> 4)) * L::XS_LD + kk
+                           + (16 / (int)sizeof(T)) * ((lane >> 3) & 1));
+      if constexpr (L::HALF) {
+        x[q][0].v[0] = r[0]; x[q][0].v[1] = r[1];
+        x[q + 1][0].v[0] = r[2]; x[q + 1][0].v[1] = r[3];
+      } else {
+        const float lo[2] = {__uint_as_float(r[0]), __uint_as_float(r[1])};
+        const float hi[2] = {__uint_as_float(r[2]), __uint_as_float(r[3])};
+        x[q][0].set(lo);
+        x[q + 1][0].set(hi);
+      }
+    } else {
+      R re[S::B_REGS], im[S::B_REGS];
+#pragma unroll
+      for (int i = 0; i < S::B_REGS; ++i) {
+        const int n = n_base + S::b_col(lane, i), l = kk + S::b_row(lane, i);
+        const T v = xs[L::X_KMAJOR ? n * L::XS_LD + l : l * L::XS_LD + n];
+        re[i] = real_part(v);
+        im[i] = imag_part(v);
+      }
+      x[q][0].set(re);
+      if constexpr (L::PARTS == 2) x[q][1].set(im);
+    }
+  }
+}
+
 // Reports the layout for one instantiation: out = {SMEM_BYTES, NT, XS_LD, WS_LD}.
 template <class T, int SLOTS, int BM, int BN, int BK, int WM, int WN, int STAGES, int ORDER, int WT>
 __global__ void ks_mma_layout(long long* out) {
@@ -120,13 +203,15 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
        long long sx_f, long long sx_b, long long sy_f, long long sy_b,
        int w_sk, int w_sl, int conj_w, int ktiles, int gtiles, long long tiles) {
   using L = MmaLayout<T, SLOTS, BM, BN, BK, WM, WN, STAGES, ORDER, WT>;
-  using R = typename L::R;
+  using R = typename L::R;                      // operand values' real type
+  using Acc = typename parts_of<T>::acc;        // the accumulators' (float for float16)
   using S = typename L::S;
   using AOp = Operand<R, PRECISION, S::A_REGS>;
   using BOp = Operand<R, PRECISION, S::B_REGS>;
   constexpr int NT = L::NT, PARTS = L::PARTS, MT = L::MT, NTL = L::NTL;
   static_assert((ORDER == 0 ? BN : ORDER == 1 ? SLOTS : BK) % VX == 0 && (WT == 0 ? BK : BM) % VW == 0,
                 "copy vectors must divide the tile");
+  static_assert(!L::HALF || NTL % 2 == 0, "float16: one ldmatrix loads two N tiles");
   constexpr bool X_STAGED = ORDER == 1 && VX > 1;
   constexpr int XV = SLOTS * BK * BN / VX;            // vectors of X in a chunk
   constexpr int X_REPS = (XV + NT - 1) / NT;          // ... per thread (each_vector)
@@ -201,8 +286,8 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       });
     };
 
-    R acc[PARTS][MT][NTL][S::C_REGS];
-    each_register<R>(acc, acc, [](R& sum, R) { sum = R(0); });
+    Acc acc[PARTS][MT][NTL][S::C_REGS];
+    each_register<Acc>(acc, acc, [](Acc& sum, Acc) { sum = Acc(0); });
 
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
@@ -225,64 +310,21 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       // per chunk keeps each truncated sum BK terms long. DMMA rounds to nearest, and the
       // TF32 opt-in is approximate anyway: no split for them.
       constexpr bool TWO_LEVEL = sizeof(R) == 4 && PRECISION == PRECISION_DEFAULT;
-      R part[TWO_LEVEL ? PARTS : 1][TWO_LEVEL ? MT : 1][TWO_LEVEL ? NTL : 1][S::C_REGS];
-      auto sum = [&](int p, int mt, int q) -> R (&)[S::C_REGS] {
+      Acc part[TWO_LEVEL ? PARTS : 1][TWO_LEVEL ? MT : 1][TWO_LEVEL ? NTL : 1][S::C_REGS];
+      auto sum = [&](int p, int mt, int q) -> Acc (&)[S::C_REGS] {
         if constexpr (TWO_LEVEL) return part[p][mt][q]; else return acc[p][mt][q];
       };
-      if constexpr (TWO_LEVEL) each_register<R>(part, part, [](R& sum, R) { sum = R(0); });
+      if constexpr (TWO_LEVEL) each_register<Acc>(part, part, [](Acc& sum, Acc) { sum = Acc(0); });
       const T* const xs = stages + (chunk % STAGES) * L::STAGE + slot * L::XS_SLOT;
       const T* const ws = stages + (chunk % STAGES) * L::STAGE + L::XS_SIZE + slot * L::WS_SLOT;
 #pragma unroll
       for (int kk = 0; kk < BK; kk += S::K) {
-        AOp a[PARTS][MT];
+        AOp a[MT][PARTS];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          const int k_base = wm * L::WTM + mt * S::M;
-          R re[S::A_REGS], im[S::A_REGS];
-          if constexpr (L::LDMATRIX_W) {   // float, K-major: one ldmatrix per fragment
-            unsigned r[4];
-            ldmatrix_x4(r, ws + (k_base + (lane & 15)) * L::WS_LD + kk + 4 * (lane >> 4));
-#pragma unroll
-            for (int i = 0; i < 4; ++i) re[i] = __uint_as_float(r[i]);
-          } else {
-#pragma unroll
-            for (int i = 0; i < S::A_REGS; ++i) {
-              const int k = k_base + S::a_row(lane, i), l = kk + S::a_col(lane, i);
-              const T w = ws[L::W_KMAJOR ? k * L::WS_LD + l : l * L::WS_LD + k];
-              re[i] = real_part(w);
-              im[i] = conj_w ? -imag_part(w) : imag_part(w);
-            }
-          }
-          a[0][mt].set(re);
-          if constexpr (PARTS == 2) a[1][mt].set(im);
-        }
-        BOp x[PARTS][NTL];
-#pragma unroll
-        for (int q = 0; q < NTL; ++q) {
-          const int n_base = wn * L::WTN + q * S::N;
-          R re[S::B_REGS], im[S::B_REGS];
-          if constexpr (L::LDMATRIX_X) {   // float, K-major: one ldmatrix per two fragments
-            if (q % 2 == 1) continue;
-            unsigned r[4];
-            ldmatrix_x4(r, xs + (n_base + (lane & 7) + 8 * (lane >> 4)) * L::XS_LD + kk
-                               + 4 * ((lane >> 3) & 1));
-            const float lo[2] = {__uint_as_float(r[0]), __uint_as_float(r[1])};
-            const float hi[2] = {__uint_as_float(r[2]), __uint_as_float(r[3])};
-            x[0][q].set(lo);
-            x[0][q + 1].set(hi);
-            continue;
-          } else {
-#pragma unroll
-            for (int i = 0; i < S::B_REGS; ++i) {
-              const int n = n_base + S::b_col(lane, i), l = kk + S::b_row(lane, i);
-              const T v = xs[L::X_KMAJOR ? n * L::XS_LD + l : l * L::XS_LD + n];
-              re[i] = real_part(v);
-              im[i] = imag_part(v);
-            }
-          }
-          x[0][q].set(re);
-          if constexpr (PARTS == 2) x[1][q].set(im);
-        }
+        for (int mt = 0; mt < MT; ++mt)
+          w_fragment<T, L>(a[mt], ws, lane, wm * L::WTM + mt * S::M, kk, conj_w);
+        BOp x[NTL][PARTS];
+        x_fragments<T, L>(x, xs, lane, wn * L::WTN, kk);
         // Term by term over all tiles: consecutive MMAs write different accumulators.
 #pragma unroll
         for (int term = 0; term < Terms<R, PRECISION>::value; ++term) {
@@ -290,21 +332,21 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
           for (int mt = 0; mt < MT; ++mt) {
             if constexpr (PARTS == 1) {
 #pragma unroll
-              for (int q = 0; q < NTL; ++q) mma_term<PRECISION>(term, sum(0, mt, q), a[0][mt], x[0][q]);
+              for (int q = 0; q < NTL; ++q) mma_term<PRECISION>(term, sum(0, mt, q), a[mt][0], x[q][0]);
             } else {
-              const AOp minus_im = a[1][mt].negated();
+              const AOp minus_im = a[mt][1].negated();
 #pragma unroll
               for (int q = 0; q < NTL; ++q) {
-                mma_term<PRECISION>(term, sum(0, mt, q), a[0][mt], x[0][q]);
-                mma_term<PRECISION>(term, sum(1, mt, q), a[0][mt], x[1][q]);
-                mma_term<PRECISION>(term, sum(0, mt, q), minus_im, x[1][q]);
-                mma_term<PRECISION>(term, sum(1, mt, q), a[1][mt], x[0][q]);
+                mma_term<PRECISION>(term, sum(0, mt, q), a[mt][0], x[q][0]);
+                mma_term<PRECISION>(term, sum(1, mt, q), a[mt][0], x[q][1]);
+                mma_term<PRECISION>(term, sum(0, mt, q), minus_im, x[q][1]);
+                mma_term<PRECISION>(term, sum(1, mt, q), a[mt][1], x[q][0]);
               }
             }
           }
         }
       }
-      if constexpr (TWO_LEVEL) each_register<R>(acc, part, [](R& sum, R v) { sum += v; });
+      if constexpr (TWO_LEVEL) each_register<Acc>(acc, part, [](Acc& sum, Acc v) { sum += v; });
       if constexpr (X_STAGED) {
         if (next < chunks) stash_x(next % STAGES);
       }

@@ -1,4 +1,4 @@
-// Scalar types for the KS kernels: float, double and a minimal complex type.
+// Scalar types for the KS kernels: float, double, a minimal complex type and float16 storage.
 //
 // NVRTC-compilable: no host headers. The complex type has the memory layout of NumPy's
 // complex64 / complex128 (real part first) and the alignment of float2 / double2.
@@ -6,16 +6,44 @@
 
 namespace ks {
 
+// IEEE binary16 (NumPy's float16) as storage only: no arithmetic is done in it. The
+// tensor-core kernel multiplies pairs of them exactly and accumulates in float (parts_of<T>::
+// acc), rounding to nearest once when it stores a result (to_float16).
+struct __align__(2) float16 {
+  unsigned short bits;
+};
+
+__device__ __forceinline__ float16 to_float16(float x) {
+  float16 h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(x));
+  return h;
+}
+
+// The type the FMA kernels compute in for storage type T (float for float16, else T), and
+// the conversions: widen on every load from storage, narrow (round to nearest) on a store.
+template <class T> struct compute_of { using type = T; };
+template <> struct compute_of<float16> { using type = float; };
+template <class T> __device__ __forceinline__ T widen(T x) { return x; }
+__device__ __forceinline__ float widen(float16 x) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+  return f;
+}
+template <class T> __device__ __forceinline__ T narrow(typename compute_of<T>::type x) { return x; }
+template <> __device__ __forceinline__ float16 narrow<float16>(float x) { return to_float16(x); }
+
 template <class R>
 struct __align__(2 * sizeof(R)) cplx {
   R re, im;
 };
 
+__device__ __forceinline__ float16 zero(float16) { return {0}; }
 __device__ __forceinline__ float zero(float) { return 0.0f; }
 __device__ __forceinline__ double zero(double) { return 0.0; }
 template <class R>
 __device__ __forceinline__ cplx<R> zero(cplx<R>) { return {R(0), R(0)}; }
 
+__device__ __forceinline__ float16 conj(float16 x) { return x; }
 __device__ __forceinline__ float conj(float x) { return x; }
 __device__ __forceinline__ double conj(double x) { return x; }
 template <class R>
@@ -33,9 +61,11 @@ __device__ __forceinline__ cplx<R> fma(cplx<R> w, cplx<R> x, cplx<R> acc) {
   return acc;
 }
 
-// A scalar as real parts: the real type, how many parts (1 or 2), each part, and back.
-template <class T> struct parts_of { using real = T; static constexpr int PARTS = 1; };
-template <class R> struct parts_of<cplx<R>> { using real = R; static constexpr int PARTS = 2; };
+// A scalar as real parts: the real type, how many parts (1 or 2), each part, and back; `acc`
+// is the type its sums are accumulated in (float for float16, else the real type).
+template <class T> struct parts_of { using real = T; using acc = T; static constexpr int PARTS = 1; };
+template <class R> struct parts_of<cplx<R>> { using real = R; using acc = R; static constexpr int PARTS = 2; };
+template <> struct parts_of<float16> { using real = float16; using acc = float; static constexpr int PARTS = 1; };
 
 __device__ __forceinline__ float real_part(float x) { return x; }
 __device__ __forceinline__ double real_part(double x) { return x; }
@@ -44,9 +74,10 @@ __device__ __forceinline__ float imag_part(float) { return 0.0f; }
 __device__ __forceinline__ double imag_part(double) { return 0.0; }
 template <class R> __device__ __forceinline__ R imag_part(cplx<R> x) { return x.im; }
 
-template <class T> __device__ __forceinline__ T from_parts(typename parts_of<T>::real re,
-                                                            typename parts_of<T>::real) { return re; }
+template <class T> __device__ __forceinline__ T from_parts(typename parts_of<T>::acc re,
+                                                            typename parts_of<T>::acc) { return re; }
 template <> __device__ __forceinline__ cplx<float> from_parts<cplx<float>>(float re, float im) { return {re, im}; }
 template <> __device__ __forceinline__ cplx<double> from_parts<cplx<double>>(double re, double im) { return {re, im}; }
+template <> __device__ __forceinline__ float16 from_parts<float16>(float re, float) { return narrow<float16>(re); }
 
 }  // namespace ks

@@ -4,19 +4,26 @@
 //
 // A product of one warp is C[M x N] += A[M x K] * B[K x N] on fragments spread over the 32
 // lanes. With lr = lane / 4 and lc = lane % 4 (PTX ISA, "matrix fragments for mma.m16n8k8" and
-// "for mma.m8n8k4"), register i of a lane holds
+// "for mma.m8n8k4" and "for mma.m16n8k16"), register i of a lane holds
 //   float (m16n8k8, TF32 inputs):  A (lr + 8*(i%2), lc + 4*(i/2))   B (lc + 4*i, lr)
 //                                  C (lr + 8*(i/2), 2*lc + i%2)
 //   double (m8n8k4, DMMA):         A (lr, lc)   B (lc, lr)   C (lr, 2*lc + i%2)
-// MmaShape<R> gives these positions; kernels load fragments from shared memory with them.
+//   float16 (m16n8k16, float C):   A (lr + 8*(i%2), 2*lc + 8*(i/2) + {0,1})
+//                                  B (2*lc + 8*i + {0,1}, lr)   C as float's
+// (a float16 register holds two values adjacent along K). MmaShape<R> gives these positions
+// (for float16 the first of each pair); kernels load fragments from shared memory with them,
+// or with ldmatrix, whose 8x8 matrices of 16-bit pairs are these fragments' quarters.
 //
 // Precisions for float (PRECISION template argument):
 //   PRECISION_DEFAULT  3xTF32: x = big + small with big = tf32(x) and small = tf32(x - big);
 //                      acc += a.small*b.big + a.big*b.small + a.big*b.big (small terms first).
 //                      The dropped small*small term is below 2^-22 relative: float32-grade.
 //   PRECISION_TF32     one TF32 product: 10-bit mantissas, about 1e-3 relative error. Opt-in.
-// double always uses DMMA (exact IEEE products, FP64 accumulation).
+// double always uses DMMA (exact IEEE products, FP64 accumulation); float16 one m16n8k16
+// product (exact products of the 11-bit values, FP32 accumulation).
 #pragma once
+
+#include "ks_scalar.cuh"
 
 namespace ks {
 
@@ -29,6 +36,16 @@ template <> struct MmaShape<float> {
   static __device__ __forceinline__ int a_row(int lane, int i) { return (lane >> 2) + 8 * (i & 1); }
   static __device__ __forceinline__ int a_col(int lane, int i) { return (lane & 3) + 4 * (i >> 1); }
   static __device__ __forceinline__ int b_row(int lane, int i) { return (lane & 3) + 4 * i; }
+  static __device__ __forceinline__ int b_col(int lane, int) { return lane >> 2; }
+  static __device__ __forceinline__ int c_row(int lane, int i) { return (lane >> 2) + 8 * (i >> 1); }
+  static __device__ __forceinline__ int c_col(int lane, int i) { return 2 * (lane & 3) + (i & 1); }
+};
+
+template <> struct MmaShape<float16> {
+  static constexpr int M = 16, N = 8, K = 16, A_REGS = 4, B_REGS = 2, C_REGS = 4;
+  static __device__ __forceinline__ int a_row(int lane, int i) { return (lane >> 2) + 8 * (i & 1); }
+  static __device__ __forceinline__ int a_col(int lane, int i) { return 2 * (lane & 3) + 8 * (i >> 1); }
+  static __device__ __forceinline__ int b_row(int lane, int i) { return 2 * (lane & 3) + 8 * i; }
   static __device__ __forceinline__ int b_col(int lane, int) { return lane >> 2; }
   static __device__ __forceinline__ int c_row(int lane, int i) { return (lane >> 2) + 8 * (i >> 1); }
   static __device__ __forceinline__ int c_col(int lane, int i) { return 2 * (lane & 3) + (i & 1); }
@@ -96,6 +113,11 @@ template <int PRECISION, int REGS> struct Operand<double, PRECISION, REGS> {
   }
 };
 
+// float16 fragments: registers of two values each, loaded as they are (ldmatrix).
+template <int PRECISION, int REGS> struct Operand<float16, PRECISION, REGS> {
+  unsigned v[REGS];
+};
+
 __device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
   asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
@@ -133,6 +155,15 @@ __device__ __forceinline__ void mma_term(double (&c)[2], const Operand<double, P
       : "+d"(c[0]), "+d"(c[1]) : "d"(a.v[0]), "d"(b.v[0]));
 }
 
+template <int PRECISION, int TERM>
+__device__ __forceinline__ void mma_term(float (&c)[4], const Operand<float16, PRECISION, 4>& a,
+                                         const Operand<float16, PRECISION, 2>& b) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a.v[0]), "r"(a.v[1]), "r"(a.v[2]), "r"(a.v[3]), "r"(b.v[0]), "r"(b.v[1]));
+}
+
 __device__ __forceinline__ unsigned shared_address(const void* p) {
   unsigned r;
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
@@ -148,13 +179,25 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* row) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(shared_address(row)));
 }
 
+// The same, each 8x8 matrix transposed: lane l receives rows 2*(l%4) and 2*(l%4) + 1 of
+// column l/4. For 16-bit values stored with M (or N) contiguous, this gives the fragments
+// whose pairs run along K.
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(shared_address(row)));
+}
+
 // -- asynchronous global -> shared copies (cp.async, sm_80) --------------------------------------
-// Copy BYTES (4, 8 or 16) from global `src` to shared `dst`; zero-fill instead when !ok (the
-// source is then not read). 16-byte copies bypass L1 (.cg): every tile is read once per block.
+// Copy BYTES (2, 4, 8 or 16) from global `src` to shared `dst`; zero-fill instead when !ok
+// (the source is then not read). 16-byte copies bypass L1 (.cg): every tile is read once per
+// block. cp.async has no 2-byte form: single float16 values are copied synchronously
+// through a register (still ordered before the reads by the chunk's barrier).
 template <int BYTES>
 __device__ __forceinline__ void cp_async(void* dst, const void* src, bool ok) {
   const int src_bytes = ok ? BYTES : 0;
-  if (BYTES == 16)
+  if constexpr (BYTES == 2)
+    *static_cast<unsigned short*>(dst) = ok ? *static_cast<const unsigned short*>(src) : 0;
+  else if constexpr (BYTES == 16)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                  :: "r"(shared_address(dst)), "l"(src), "r"(src_bytes) : "memory");
   else
@@ -162,8 +205,9 @@ __device__ __forceinline__ void cp_async(void* dst, const void* src, bool ok) {
                  :: "r"(shared_address(dst)), "l"(src), "n"(BYTES), "r"(src_bytes) : "memory");
 }
 
-// Raw bits of BYTES (4, 8 or 16) bytes: one vector load or store through registers.
+// Raw bits of BYTES (2, 4, 8 or 16) bytes: one vector load or store through registers.
 template <int BYTES> struct Bits;
+template <> struct Bits<2> { using type = unsigned short; };
 template <> struct Bits<4> { using type = unsigned; };
 template <> struct Bits<8> { using type = uint2; };
 template <> struct Bits<16> { using type = uint4; };

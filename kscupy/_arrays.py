@@ -13,9 +13,12 @@ import numpy
 __all__ = ["SUPPORTED_DTYPES", "array_module", "cupy_or_none", "gpu_module", "check_dtype", "result_dtype",
            "is_scalar", "numpy_copy", "device_mover"]
 
-#: The value dtypes a KS matrix may hold (and that every multiply path computes in).
+#: The value dtypes a KS matrix may hold and products return. float16 is storage and result
+#: precision: its products accumulate in float32 and are rounded to float16 once (on the
+#: tensor cores, in cuBLAS, and on the CPU by computing in float32). CuPy has no bfloat16.
 SUPPORTED_DTYPES = tuple(numpy.dtype(t) for t in
-                         (numpy.float32, numpy.float64, numpy.complex64, numpy.complex128))
+                         (numpy.float16, numpy.float32, numpy.float64, numpy.complex64,
+                          numpy.complex128))
 
 
 def cupy_or_none():

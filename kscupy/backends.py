@@ -10,7 +10,8 @@ To add a backend: write its ``run`` (and ``seconds`` if ``auto`` or the planner 
 weigh it) and add one :class:`Backend` to :data:`REGISTRY`. ``run(factor, X, layout,
 config)`` receives a :class:`~kscupy.factor.Factor` already in ``X.dtype``, a 2-D operand
 with ``B >= 1`` (``(N, B)`` in ``"bsl"``, ``(B, N)`` in ``"bsf"``) and the backend's
-configuration (a kernel tile configuration, or None).
+configuration (a kernel tile configuration, or None). Every backend returns X's dtype; for
+float16 every one sums in float32 and rounds once.
 
 Kernel backends also say how to configure them: ``heuristic(problem)`` gives a tile
 configuration from the problem's shape, ``candidates(problem)`` the ones the autotuner
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Callable, Optional
+
+import numpy
 
 from . import _reference, costs
 from .factor import DENSE_CACHE_BYTES
@@ -58,6 +61,20 @@ def _run_mma_kernel(precision):
 
 def _mma_fits(precision):
     return lambda problem, rates: ks_mma.supports(problem.dtype, precision)
+
+
+def _half_in_single(run, devices):
+    """``run`` for float16 operands on ``devices`` by way of float32: the product computed in
+    float32 and rounded once to float16. NumPy has no float16 GEMM (its loops are slow) and
+    cuSPARSE none for CuPy's CSR; elsewhere (cuBLAS) float16 runs as it is, with float32
+    accumulation."""
+    def run_half(factor, X, layout, config):
+        on = "gpu" if factor.xp is not numpy else "cpu"
+        if X.dtype != numpy.float16 or on not in devices:
+            return run(factor, X, layout, config)
+        single = numpy.dtype(numpy.float32)
+        return run(factor.in_dtype(single), X.astype(single), layout, config).astype(X.dtype)
+    return run_half
 
 
 def _run_reference(algorithm):
@@ -99,7 +116,8 @@ REGISTRY = {b.name: b for b in (
             config_type=ks_mma.MmaConfig,
             doc="the fused output-stationary kernel on the tensor cores "
                 "(kernels_cu/ks_mma.cu): 3xTF32 for float32 and complex64 (float32-grade "
-                "accuracy), DMMA for float64 and complex128"),
+                "accuracy), DMMA for float64 and complex128, float16 products summed in "
+                "float32"),
     Backend("kernel_tf32", frozenset({"gpu"}), _run_mma_kernel("tf32"),
             fits=_mma_fits("tf32"), heuristic=ks_mma.heuristic_config,
             candidates=ks_mma.candidate_configs, config_type=ks_mma.MmaConfig,
@@ -109,15 +127,18 @@ REGISTRY = {b.name: b for b in (
             in_auto=True, heuristic=ks_matmul.heuristic_config,
             candidates=ks_matmul.candidate_configs, config_type=ks_matmul.KernelConfig,
             doc="the fused output-stationary kernel on the FMA units "
-                "(kernels_cu/ks_matmul.cu): any dtype, fastest for the smallest blocks"),
-    Backend("bmm", _BOTH, _run_reference(_reference.bmm), costs.bmm_seconds, in_auto=True,
+                "(kernels_cu/ks_matmul.cu): any dtype (float16 summed in float32), fastest "
+                "for the smallest blocks"),
+    Backend("bmm", _BOTH, _half_in_single(_run_reference(_reference.bmm), {"cpu"}),
+            costs.bmm_seconds, in_auto=True,
             doc="permute / batched matmul / permute (cuBLAS batched GEMM on the GPU)"),
-    Backend("dense", _BOTH, _run_dense, _dense_seconds, in_auto=True, fits=_dense_fits,
+    Backend("dense", _BOTH, _half_in_single(_run_dense, {"cpu"}), _dense_seconds, in_auto=True,
+            fits=_dense_fits,
             doc="GEMM on the dense matrix, formed on first use and kept when at most "
                 "DENSE_CACHE_BYTES (kscupy.KSMatrix.clear_cache releases it)"),
-    Backend("einsum", _BOTH, _run_reference(_reference.einsum),
+    Backend("einsum", _BOTH, _half_in_single(_run_reference(_reference.einsum), _BOTH),
             doc="one tensor contraction over the (a, c, d) view of the input"),
-    Backend("sparse", _BOTH, _run_sparse,
+    Backend("sparse", _BOTH, _half_in_single(_run_sparse, _BOTH),
             doc="CSR sparse product (scipy.sparse / cuSPARSE), the CSR matrix formed on "
                 "every call (for comparison; slow)"),
 )}

@@ -44,6 +44,7 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
 #: away the kernel's wins; in BSF a wrong pick of the kernel costs up to 2x.
 KERNEL_MARGIN = {"bsl": 1.0, "bsf": 1.5}
 _DENSE_EFFICIENCY = 0.75          # cuBLAS GEMM, fraction of FP32/FP64 peak
+_HALF_TENSOR_RATIO = 8            # float16 tensor-core flop/s over the FP32 FMA rate (estimate)
 # Fixed costs besides a launch: BMM runs three kernels and two copies; forming a dense
 # matrix that is not kept takes ~15 small launches.
 _BMM_FIXED_SECONDS = 45e-6
@@ -81,9 +82,13 @@ class DeviceRates:
     def tensor_peak(self, dtype) -> float:
         """Flop/s of the tensor-core kernel's arithmetic at default precision, in the same
         units as :meth:`peak`: DMMA runs at twice the FP64 FMA rate (Ampere, Hopper);
-        3xTF32 is counted against the FP32 FMA rate (its efficiency absorbs the ratio)."""
+        3xTF32 is counted against the FP32 FMA rate (its efficiency absorbs the ratio); float16
+        against _HALF_TENSOR_RATIO times it (the datasheet's dense FP16 rate is about 15x the
+        FP32 FMA rate on Hopper, of which mma.sync reaches about half)."""
         if numpy.dtype(dtype) in (numpy.float64, numpy.complex128):
             return 2 * self.flops64
+        if numpy.dtype(dtype) == numpy.float16:
+            return _HALF_TENSOR_RATIO * self.flops32
         return self.flops32
 
 

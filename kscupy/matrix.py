@@ -35,8 +35,9 @@ class KSMatrix(KSOperator):
     ``x @ K``                 ``(M,)``        ``(N,)``        vector
     ========================  ==============  ==============  =========================
 
-    The result dtype is ``numpy.result_type(K.dtype, X.dtype)``; it must be one of float32,
-    float64, complex64, complex128. When the operands' dtypes differ, the one of lower
+    The result dtype is ``numpy.result_type(K.dtype, X.dtype)``; it must be one of float16,
+    float32, float64, complex64, complex128 (float16 products sum in float32 and round
+    once). When the operands' dtypes differ, the one of lower
     precision is converted to the result dtype for the product (the matrix's converted
     values are kept for the next product; :meth:`clear_cache` releases them). NumPy and CuPy
     operands must not be mixed (TypeError). ``T``, ``H`` and ``conj()`` return views that

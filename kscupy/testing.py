@@ -10,7 +10,7 @@ import numpy
 __all__ = ["dottest"]
 
 #: Default relative tolerance of :func:`dottest`, by the precision of the operator's dtype.
-DOTTEST_RTOL = {4: 1e-4, 8: 1e-10}     # real itemsize: single, double
+DOTTEST_RTOL = {2: 1e-2, 4: 1e-4, 8: 1e-10}     # real itemsize: half, single, double
 
 
 def dottest(op, *, layout="bsl", backend="auto", rtol=None, xp=None, seed=None) -> bool:

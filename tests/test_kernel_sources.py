@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(LIBRARY is None, reason="NVRTC is not installed 
 
 RATES = costs.DeviceRates(bandwidth=4e12, flops32=6.7e13, flops64=3.4e13, name="test",
                           cuda_runtime=0, memory=80 * 2**30)
-DTYPES = [numpy.float32, numpy.float64, numpy.complex64, numpy.complex128]
+DTYPES = [numpy.float16, numpy.float32, numpy.float64, numpy.complex64, numpy.complex128]
 
 
 def _compile(filename, names):

@@ -68,7 +68,7 @@ def test_from_dense_rejects_wrong_shape():
         ks.KSMatrix.from_dense(numpy.ones((18, 11)), (2, 3, 2, 3))
 
 
-@pytest.mark.parametrize("dtype", [numpy.float16, numpy.int64, numpy.bool_, object])
+@pytest.mark.parametrize("dtype", [numpy.int8, numpy.int64, numpy.bool_, numpy.longdouble, object])
 def test_unsupported_dtypes_raise(dtype):
     with pytest.raises(TypeError, match="unsupported dtype"):
         ks.KSMatrix(numpy.ones((1, 2, 2, 1), dtype=dtype))

@@ -78,7 +78,8 @@ def test_supports():
     assert ks_mma.supports(numpy.float32) and ks_mma.supports(numpy.complex128)
     assert ks_mma.supports(numpy.complex64, "tf32")
     assert not ks_mma.supports(numpy.float64, "tf32")
-    assert not ks_mma.supports(numpy.float16)
+    assert ks_mma.supports(numpy.float16) and not ks_mma.supports(numpy.float16, "tf32")
+    assert not ks_mma.supports(numpy.int32)
 
 
 def _launch_operands(pattern, dtype, x_offset=0, transposed=False):

@@ -4,11 +4,13 @@ variations, the shared-memory layout, the instantiation name and the launch.
 A block computes, for ``slots`` consecutive groups, a ``bm × bn`` tile (output rows ``k`` ×
 batch columns ``n``) reducing over ``l < c`` in chunks of ``bk`` through ``stages``
 cp.async buffers; ``wm × wn`` warps per group each own a ``bm/wm × bn/wn`` piece, covered by
-MMA tiles (16×8×8 TF32 for float32 and complex64, 8×8×4 DMMA for float64 and complex128).
+MMA tiles (16×8×8 TF32 for float32 and complex64, 8×8×4 DMMA for float64 and complex128,
+16×8×16 for float16 with float32 accumulators).
 
 Precision (a launch argument, chosen by the backend name, never by a tile configuration):
 ``"default"`` keeps float32-grade accuracy (3xTF32 products for float32 and complex64; DMMA
-is exact for float64 and complex128); ``"tf32"`` is one TF32 product per term (about 1e-3
+is exact for float64 and complex128; float16 products are exact, summed in float32 and
+rounded once to float16); ``"tf32"`` is one TF32 product per term (about 1e-3
 relative error; float32 and complex64 only), an explicit opt-in.
 """
 from __future__ import annotations
@@ -42,13 +44,15 @@ def _real(dtype) -> numpy.dtype:
 
 def mma_shape(dtype) -> tuple:
     """``(M, N, K)`` of the MMA tile for ``dtype``'s real type (MmaShape in ks_tensor_core.cuh)."""
-    return (16, 8, 8) if _real(dtype) == numpy.float32 else (8, 8, 4)
+    return {numpy.dtype(numpy.float16): (16, 8, 16), numpy.dtype(numpy.float32): (16, 8, 8),
+            numpy.dtype(numpy.float64): (8, 8, 4)}[_real(dtype)]
 
 
 def supports(dtype, precision: str = "default") -> bool:
     """Whether the tensor-core kernel runs ``dtype`` at ``precision``."""
     dtype = numpy.dtype(dtype)
-    if dtype not in (numpy.float32, numpy.float64, numpy.complex64, numpy.complex128):
+    if dtype not in (numpy.float16, numpy.float32, numpy.float64, numpy.complex64,
+                     numpy.complex128):
         return False
     return precision == "default" or _real(dtype) == numpy.float32
 
@@ -88,16 +92,27 @@ class MmaConfig:
         return 32 * self.slots * self.wm * self.wn
 
     def valid_for(self, dtype) -> bool:
-        """Whether the warp pieces are whole MMA tiles for ``dtype``."""
+        """Whether the warp pieces are whole MMA tiles for ``dtype`` (for float16, an even
+        number of column tiles: one ldmatrix loads two)."""
         m, n, k = mma_shape(dtype)
+        if numpy.dtype(dtype).itemsize == 2:
+            n *= 2
         return (self.bm // self.wm) % m == 0 and (self.bn // self.wn) % n == 0 and self.bk % k == 0
 
+    @staticmethod
+    def _pads(itemsize) -> tuple:
+        """``(PAD_K, PAD_MN)`` of ``MmaLayout`` in elements: K-major rows by 4 elements, rows
+        along k or n by 32 bytes; float16 rows (read by ldmatrix) both by 16 bytes."""
+        return (8, 8) if itemsize == 2 else (4, 32 // itemsize)
+
     def _x_ld(self, itemsize):
-        """``MmaLayout::XS_LD``: K-major rows padded by 4 elements, rows along n by 32 bytes."""
-        return self.bk + 4 if self.order != ORDER_BATCH else self.bn + 32 // itemsize
+        """``MmaLayout::XS_LD``: the row length of an X chunk in shared memory, padded."""
+        pad_k, pad_mn = self._pads(itemsize)
+        return self.bk + pad_k if self.order != ORDER_BATCH else self.bn + pad_mn
 
     def _w_ld(self, itemsize, transposed):
-        return self.bk + 4 if not transposed else self.bm + 32 // itemsize
+        pad_k, pad_mn = self._pads(itemsize)
+        return self.bk + pad_k if not transposed else self.bm + pad_mn
 
     def fits(self, itemsize: int, transposed: bool = False) -> bool:
         """Whether ``min_blocks`` blocks of this configuration fit one SM's shared memory."""
@@ -145,7 +160,8 @@ class MmaConfig:
 def _warp_tile(dtype) -> tuple:
     """A warp's piece ``(rows, columns)``: 32 to 64 accumulator registers per lane."""
     dtype = numpy.dtype(dtype)
-    return {numpy.dtype(numpy.float32): (64, 32), numpy.dtype(numpy.float64): (32, 32),
+    return {numpy.dtype(numpy.float16): (64, 32),
+            numpy.dtype(numpy.float32): (64, 32), numpy.dtype(numpy.float64): (32, 32),
             numpy.dtype(numpy.complex64): (32, 32),
             numpy.dtype(numpy.complex128): (16, 32)}[dtype]
 

@@ -11,7 +11,7 @@ import pytest
 import scipy.linalg
 
 import kscupy as ks
-from conftest import RTOL, dense_oracle, gpu_available, random_array, rel_err
+from conftest import DTYPES, RTOL, dense_oracle, gpu_available, random_array, rel_err
 from kscupy import planner
 from kscupy.kernels import ks_chain
 from kscupy.kernels.ks_chain import FusedSegment
@@ -22,7 +22,6 @@ if not gpu_available():
 
 import cupy  # noqa: E402
 
-DTYPES = [numpy.float32, numpy.float64, numpy.complex64, numpy.complex128]
 BATCHES = [1, 3, 1000, 65537]
 
 # Chains (left to right) that the fused kernel must handle: square and rectangular factors,

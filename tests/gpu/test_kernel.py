@@ -9,7 +9,7 @@ import numpy
 import pytest
 
 import kscupy as ks
-from conftest import RTOL, gpu_available
+from conftest import DTYPES, RTOL, gpu_available
 
 pytestmark = pytest.mark.gpu
 if not gpu_available():
@@ -17,7 +17,6 @@ if not gpu_available():
 
 import cupy  # noqa: E402
 
-DTYPES = [numpy.float32, numpy.float64, numpy.complex64, numpy.complex128]
 #: The fused kernels: on the tensor cores (default precision) and on the FMA units.
 KERNELS = ["kernel", "kernel_fma"]
 kernels = pytest.mark.parametrize("backend", KERNELS)

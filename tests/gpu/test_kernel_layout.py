@@ -15,7 +15,7 @@ import numpy
 import pytest
 
 import kscupy as ks
-from conftest import gpu_available
+from conftest import DTYPES, gpu_available
 
 pytestmark = pytest.mark.gpu
 if not gpu_available():
@@ -28,7 +28,6 @@ from kscupy.kernels import ks_matmul, ks_mma, nvrtc  # noqa: E402
 from kscupy.kernels.ks_chain import FusedSegment  # noqa: E402
 from kscupy.problem import Problem  # noqa: E402
 
-DTYPES = [numpy.float32, numpy.float64, numpy.complex64, numpy.complex128]
 
 
 def _probe(filename, names):

@@ -35,7 +35,7 @@ from timing import time_fn  # noqa: E402
 PATTERNS = [(1, 1024, 1024, 1), (1, 512, 512, 4), (1, 256, 256, 16), (4, 192, 192, 4),
             (16, 64, 64, 4), (64, 48, 48, 16), (1, 768, 192, 2), (1, 192, 768, 2),
             (6, 64, 64, 1), (2, 96, 384, 16)]
-CASES = [("float32", "default", 25088), ("float32", "tf32", 25088),
+CASES = [("float16", "default", 25088), ("float32", "default", 25088), ("float32", "tf32", 25088),
          ("float64", "default", 8192), ("complex64", "default", 8192),
          ("complex128", "default", 4096)]
 

@@ -113,19 +113,21 @@ __device__ __forceinline__ void w_fragment(AOp (&a)[L::PARTS], const T* ws, int 
                                            int kk, int conj_w) {
   using R = typename L::R;
   using S = typename L::S;
+  constexpr int E = sizeof(T);
   if constexpr (L::HALF) {
     // matrices (rows k_base + 0-7 | 8-15) x (l = kk + 0-7 | 8-15), k-fastest: lanes
     // 8q .. 8q + 7 give the rows of matrix q; stored along k, they come transposed
     if constexpr (L::W_KMAJOR)
-      ldmatrix_x4(a[0].v, ws + (k_base + (lane & 15)) * L::WS_LD + kk + 8 * (lane >> 4));
+      ldmatrix_x4(a[0].v, shared_address(ws)
+                              + E * ((k_base + (lane & 15)) * L::WS_LD + kk + 8 * (lane >> 4)));
     else
-      ldmatrix_x4_trans(a[0].v, ws + (kk + (lane & 7) + 8 * (lane >> 4)) * L::WS_LD + k_base
-                                    + 8 * ((lane >> 3) & 1));
+      ldmatrix_x4_trans(a[0].v, shared_address(ws) + E * ((kk + (lane & 7) + 8 * (lane >> 4)) * L::WS_LD
+                                                           + k_base + 8 * ((lane >> 3) & 1)));
   } else {
     R re[S::A_REGS], im[S::A_REGS];
     if constexpr (L::LDMATRIX_W) {   // float, K-major: one ldmatrix per fragment
       unsigned r[4];
-      ldmatrix_x4(r, ws + (k_base + (lane & 15)) * L::WS_LD + kk + 4 * (lane >> 4));
+      ldmatrix_x4(r, shared_address(ws) + E * ((k_base + (lane & 15)) * L::WS_LD + kk + 4 * (lane >> 4)));
 #pragma unroll
       for (int i = 0; i < 4; ++i) re[i] = __uint_as_float(r[i]);
     } else {
@@ -149,6 +151,7 @@ __device__ __forceinline__ void x_fragments(BOp (&x)[L::NTL][L::PARTS], const T*
                                             int n_warp, int kk) {
   using R = typename L::R;
   using S = typename L::S;
+  constexpr int E = sizeof(T);
 #pragma unroll
   for (int q = 0; q < L::NTL; ++q) {
     const int n_base = n_warp + q * S::N;
@@ -157,11 +160,11 @@ __device__ __forceinline__ void x_fragments(BOp (&x)[L::NTL][L::PARTS], const T*
       if (q % 2 == 1) continue;
       unsigned r[4];
       if constexpr (L::HALF && !L::X_KMAJOR)   // (l = kk + 0-7 | 8-15) x (n = n_base + 0-7 | 8-15)
-        ldmatrix_x4_trans(r, xs + (kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::XS_LD + n_base
-                                 + 8 * (lane >> 4));
+        ldmatrix_x4_trans(r, shared_address(xs) + E * ((kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::XS_LD
+                                                       + n_base + 8 * (lane >> 4)));
       else   // (n = n_base + 0-7 | 8-15) x (l = kk + 16 bytes' worth 0 | 1)
-        ldmatrix_x4(r, xs + (n_base + (lane & 7) + 8 * (lane >> 4)) * L::XS_LD + kk
-                           + (16 / (int)sizeof(T)) * ((lane >> 3) & 1));
+        ldmatrix_x4(r, shared_address(xs) + E * ((n_base + (lane & 7) + 8 * (lane >> 4)) * L::XS_LD
+                                                 + kk + (16 / E) * ((lane >> 3) & 1)));
       if constexpr (L::HALF) {
         x[q][0].v[0] = r[0]; x[q][0].v[1] = r[1];
         x[q + 1][0].v[0] = r[2]; x[q + 1][0].v[1] = r[3];
@@ -215,6 +218,9 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   constexpr bool X_STAGED = ORDER == 1 && VX > 1;
   constexpr int XV = SLOTS * BK * BN / VX;            // vectors of X in a chunk
   constexpr int X_REPS = (XV + NT - 1) / NT;          // ... per thread (each_vector)
+  constexpr int WV = SLOTS * BM * BK / VW;            // vectors of W in a chunk
+  constexpr int W_REPS = (WV + NT - 1) / NT;
+  constexpr bool HOIST = X_REPS + W_REPS <= 8;          // keep copy origins in registers
   using XBits = typename Bits<VX * (int)sizeof(T)>::type;
   require_dynamic_smem<L::SMEM_BYTES>();
 
@@ -222,6 +228,7 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   long long* gx = reinterpret_cast<long long*>(smem_raw);   // [SLOTS] offset of X[cols(g)[0], 0]
   long long* gy = gx + SLOTS;                               // [SLOTS] offset of Y[rows(g)[0], 0]
   T* const stages = reinterpret_cast<T*>(smem_raw + L::OFFSET_BYTES);
+  const unsigned stages_s = shared_address(stages);   // the same, as a shared address
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int slot = warp / (WM * WN), wm = (warp / WN) % WM, wn = warp % WN;
@@ -239,39 +246,81 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
 
     // Vector `e` of X in a chunk: its first slot es, reduction index l and batch column n.
     auto x_vector = [&](int e, int& es, int& l, int& n) {
-      if (ORDER == 0)      { n = e % (BN / VX) * VX; l = e / (BN / VX) % BK; es = e / (BN / VX * BK); }
-      else if (ORDER == 2) { l = e % (BK / VX) * VX; n = e / (BK / VX) % BN; es = e / (BK / VX * BN); }
-      else                 { es = e % (SLOTS / VX) * VX; l = e / (SLOTS / VX) % BK; n = e / (SLOTS / VX * BK); }
+      if constexpr (ORDER == 0)      { n = e % (BN / VX) * VX; l = e / (BN / VX) % BK; es = e / (BN / VX * BK); }
+      else if constexpr (ORDER == 2) { l = e % (BK / VX) * VX; n = e / (BK / VX) % BN; es = e / (BK / VX * BN); }
+      else                           { es = e % (SLOTS / VX) * VX; l = e / (SLOTS / VX) % BK; n = e / (SLOTS / VX * BK); }
+    };
+    // Vector `e` of W in a chunk: its slot es, row k and reduction index l.
+    auto w_vector = [&](int e, int& es, int& k, int& l) {
+      if constexpr (WT == 0) { l = e % (BK / VW) * VW; k = e / (BK / VW) % BM; es = e / (BK / VW * BM); }
+      else                   { k = e % (BM / VW) * VW; l = e / (BM / VW) % BK; es = e / (BM / VW * BK); }
     };
     XBits x_staged[X_STAGED ? X_REPS : 1];
+
+    // A vector's source offset in chunk 0 (chunk t reads t*BK further along l) and its
+    // "room", how far along l it may read (c - l; 0 when its group, row or batch column lies
+    // outside the problem).
+    auto x_origin = [&](int e, long long& src, int& room) {
+      int es, l, n;
+      x_vector(e, es, l, n);
+      const bool ok = g0 + es < G && n0 + n < B;
+      src = ok ? gx[es] + l * x_step + (n0 + n) * sx_b : 0;
+      room = ok ? c - l : 0;
+    };
+    auto w_origin = [&](int e, long long& src, int& room) {
+      int es, k, l;
+      w_vector(e, es, k, l);
+      const bool ok = g0 + es < G && k0 + k < b;
+      src = ok ? (g0 + es) * bc + (long long)(k0 + k) * w_sk + (long long)l * w_sl : 0;
+      room = ok ? c - l : 0;
+    };
+    // With HOIST, the origins of this thread's vectors are kept in registers from chunk to
+    // chunk, computed once per tile: a chunk's copy then costs an add and a compare instead
+    // of 64-bit index products and a reload of the group offsets from shared memory (which
+    // the compiler cannot keep across the barriers). Three registers a vector: only for
+    // few vectors per thread, or the accumulators spill.
+    long long x_src[HOIST ? X_REPS : 1], w_src[HOIST ? W_REPS : 1];
+    int x_room[HOIST ? X_REPS : 1], w_room[HOIST ? W_REPS : 1];
+    if constexpr (HOIST) {
+      each_vector<XV, NT>(tid, [&](int rep, int e) { x_origin(e, x_src[rep], x_room[rep]); });
+      each_vector<WV, NT>(tid, [&](int rep, int e) { w_origin(e, w_src[rep], w_room[rep]); });
+    }
 
     // Issue the copies of reduction chunk `chunk` into stage buffer `s` (staged X: into
     // registers, for stash_x).
     auto load = [&](int chunk, int s) {
-      T* const xs = stages + s * L::STAGE;
-      T* const ws = xs + L::XS_SIZE;
+      const unsigned xs = stages_s + s * L::STAGE * (int)sizeof(T);   // shared addresses
+      const unsigned ws = xs + L::XS_SIZE * (int)sizeof(T);
       const int l0 = chunk * BK;
+      const T* const x_chunk = X + l0 * x_step;
+      const T* const w_chunk = W + (long long)l0 * w_sl;
       each_vector<XV, NT>(tid, [&](int rep, int e) {
-        int es, l, n;
-        x_vector(e, es, l, n);
-        const bool ok = g0 + es < G && l0 + l < c && n0 + n < B;
-        const T* src = ok ? X + gx[es] + (l0 + l) * x_step + (n0 + n) * sx_b : X;
+        long long origin;
+        int room;
+        if constexpr (HOIST) { origin = x_src[rep]; room = x_room[rep]; }
+        else x_origin(e, origin, room);
+        const bool ok = l0 < room;
+        const T* src = ok ? x_chunk + origin : X;
         if constexpr (X_STAGED) {
           x_staged[rep] = ok ? *reinterpret_cast<const XBits*>(src) : XBits{};
         } else {
-          T* dst = xs + es * L::XS_SLOT + (L::X_KMAJOR ? n * L::XS_LD + l : l * L::XS_LD + n);
-          cp_async<VX * (int)sizeof(T)>(dst, src, ok);
+          int es, l, n;
+          x_vector(e, es, l, n);
+          const int at = es * L::XS_SLOT + (L::X_KMAJOR ? n * L::XS_LD + l : l * L::XS_LD + n);
+          cp_async<VX * (int)sizeof(T)>(xs + at * (int)sizeof(T), src, ok);
         }
       });
-      constexpr int WV = SLOTS * BM * BK / VW;   // vectors of W in the chunk
-      each_vector<WV, NT>(tid, [&](int, int e) {
+      each_vector<WV, NT>(tid, [&](int rep, int e) {
+        long long origin;
+        int room;
+        if constexpr (HOIST) { origin = w_src[rep]; room = w_room[rep]; }
+        else w_origin(e, origin, room);
         int es, k, l;
-        if (WT == 0) { l = e % (BK / VW) * VW; k = e / (BK / VW) % BM; es = e / (BK / VW * BM); }
-        else         { k = e % (BM / VW) * VW; l = e / (BM / VW) % BK; es = e / (BM / VW * BK); }
-        const bool ok = g0 + es < G && k0 + k < b && l0 + l < c;
-        const T* src = ok ? W + (g0 + es) * bc + (long long)(k0 + k) * w_sk + (long long)(l0 + l) * w_sl : W;
-        T* dst = ws + es * L::WS_SLOT + (L::W_KMAJOR ? k * L::WS_LD + l : l * L::WS_LD + k);
-        cp_async<VW * (int)sizeof(T)>(dst, src, ok);
+        w_vector(e, es, k, l);
+        const bool ok = l0 < room;
+        const T* src = ok ? w_chunk + origin : W;
+        const int at = es * L::WS_SLOT + (L::W_KMAJOR ? k * L::WS_LD + l : l * L::WS_LD + k);
+        cp_async<VW * (int)sizeof(T)>(ws + at * (int)sizeof(T), src, ok);
       });
     };
     // Staged X: the registers filled by load(...) into stage buffer `s`, one slot per element.

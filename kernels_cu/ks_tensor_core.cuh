@@ -170,21 +170,24 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
   return r;
 }
 
+// Shared-memory operands below are 32-bit shared-window addresses (shared_address): offsets
+// from them are 32-bit arithmetic, where generic pointers would cost 64-bit adds.
+
 // Four 8x8 matrices of 16-bit pairs from shared memory (one 16-byte row address per lane:
 // lanes 8q .. 8q+7 give the rows of matrix q); lane l receives row l/4, pair l%4 of each.
 // For 32-bit values in K-major rows this is exactly a TF32 A fragment (matrices: rows 0-7 /
 // 8-15 x columns 0-3 / 4-7) or two B fragments.
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* row) {
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(shared_address(row)));
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(row));
 }
 
 // The same, each 8x8 matrix transposed: lane l receives rows 2*(l%4) and 2*(l%4) + 1 of
 // column l/4. For 16-bit values stored with M (or N) contiguous, this gives the fragments
 // whose pairs run along K.
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* row) {
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(shared_address(row)));
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(row));
 }
 
 // -- asynchronous global -> shared copies (cp.async, sm_80) --------------------------------------
@@ -193,16 +196,18 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* 
 // block. cp.async has no 2-byte form: single float16 values are copied synchronously
 // through a register (still ordered before the reads by the chunk's barrier).
 template <int BYTES>
-__device__ __forceinline__ void cp_async(void* dst, const void* src, bool ok) {
+__device__ __forceinline__ void cp_async(unsigned dst, const void* src, bool ok) {
   const int src_bytes = ok ? BYTES : 0;
-  if constexpr (BYTES == 2)
-    *static_cast<unsigned short*>(dst) = ok ? *static_cast<const unsigned short*>(src) : 0;
-  else if constexpr (BYTES == 16)
+  if constexpr (BYTES == 2) {
+    const unsigned short v = ok ? *static_cast<const unsigned short*>(src) : 0;
+    asm volatile("st.shared.u16 [%0], %1;" :: "r"(dst), "h"(v) : "memory");
+  } else if constexpr (BYTES == 16) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-                 :: "r"(shared_address(dst)), "l"(src), "r"(src_bytes) : "memory");
-  else
+                 :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+  } else {
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;"
-                 :: "r"(shared_address(dst)), "l"(src), "n"(BYTES), "r"(src_bytes) : "memory");
+                 :: "r"(dst), "l"(src), "n"(BYTES), "r"(src_bytes) : "memory");
+  }
 }
 
 // Raw bits of BYTES (2, 4, 8 or 16) bytes: one vector load or store through registers.

@@ -132,8 +132,8 @@ def _awkward_views(rng, dtype, rows, cols):
     views = {"column-step": big[:rows, : 2 * cols: 2], "offset-by-one": big[1: rows + 1, 1: cols + 1],
              "fortran": cupy.asfortranarray(big[:rows, :cols]),
              "reversed": big[rows - 1:: -1, cols - 1:: -1]}
-    if numpy.dtype(dtype).kind == "f":   # the real part of a complex array: element stride 2
-        complex_dtype = numpy.result_type(dtype, numpy.complex64)
+    if numpy.dtype(dtype) in (numpy.float32, numpy.float64):   # the real part of a complex
+        complex_dtype = numpy.result_type(dtype, numpy.complex64)   # array: element stride 2
         views["real-part"] = _random(rng, (rows, cols), complex_dtype).real
     return views
 

@@ -38,6 +38,10 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
     # (engine_f64_c64.json; the in-group order from a single row)
     ("mma", "batch_dmma"): (1.639, 0.349, 31.1), ("mma", "group_dmma"): (2.180, 0.276, 42.7),
     ("mma", "ingroup_dmma"): (3.230, 0.415, 185.6),
+    # ... float16 (m16n8k16 products, efficiency against _HALF_TENSOR_RATIO x the FP32 rate),
+    # fitted on engine_f16.json (the in-group order from a single row)
+    ("mma", "batch_hmma"): (3.620, 0.604, 221.8), ("mma", "group_hmma"): (2.254, 0.180, 93.0),
+    ("mma", "ingroup_hmma"): (2.282, 0.480, 189.3),
 }
 #: ``auto`` picks the FMA kernel over other backends only when predicted faster by this factor.
 #: In BSL the model is unbiased (median predicted/measured 1.02) and any margin above 1 gave
@@ -148,11 +152,13 @@ def kernel_seconds(problem: Problem, rates: DeviceRates, chunk: int) -> float:
 
 def mma_variant(problem: Problem, config) -> str:
     """The tensor-core kernel's key in the model: its copy order (``ks_mma.ORDER_NAMES``),
-    with ``_dmma`` for the FP64 tensor cores (float64, complex128), whose efficiency differs
-    from 3xTF32's."""
+    with ``_dmma`` for the FP64 tensor cores (float64, complex128) and ``_hmma`` for
+    float16, whose efficiencies differ from 3xTF32's."""
     from .kernels.ks_mma import ORDER_NAMES
-    dmma = numpy.dtype(problem.dtype) in (numpy.float64, numpy.complex128)
-    return ORDER_NAMES[config.order] + ("_dmma" if dmma else "")
+    dtype = numpy.dtype(problem.dtype)
+    suffix = ("_dmma" if dtype in (numpy.float64, numpy.complex128)
+              else "_hmma" if dtype == numpy.float16 else "")
+    return ORDER_NAMES[config.order] + suffix
 
 
 def mma_kernel_seconds(problem: Problem, rates: DeviceRates, config) -> float:
@@ -169,9 +175,12 @@ def bmm_seconds(problem: Problem, rates: DeviceRates) -> float:
     factor = _SINGLE[("bmm", problem.access)][0]
     if problem.pattern.d == 1 and problem.layout == "bsl" and problem.batch_contiguous:
         factor /= 3      # (a, c, 1, B) -> (a, 1, c, B) is a view: no permutation passes
-    # cuBLAS runs float64 on the FP64 tensor cores (sm_80+): tensor_peak, as the kernel
-    return (_single_factor(problem, rates, "bmm", factor, peak=rates.tensor_peak(problem.dtype))
-            + _BMM_FIXED_SECONDS)
+    # cuBLAS runs float64 on the FP64 tensor cores (sm_80+): tensor_peak, as the kernel. CuPy's
+    # batched float16 matmul does not reach them: 35 TFLOP/s measured on an H200 (engine_f16.json,
+    # (16, 1024, 1024, 4)), about the FP32 FMA rate, where PyTorch's bmm runs 6x faster
+    half = numpy.dtype(problem.dtype) == numpy.float16
+    peak = rates.peak(problem.dtype) if half else rates.tensor_peak(problem.dtype)
+    return _single_factor(problem, rates, "bmm", factor, peak=peak) + _BMM_FIXED_SECONDS
 
 
 def dense_seconds(problem: Problem, rates: DeviceRates, kept: bool) -> float:

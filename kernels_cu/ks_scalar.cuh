@@ -6,21 +6,14 @@
 
 namespace ks {
 
-// IEEE binary16 (NumPy's float16) as storage only: no arithmetic is done in it. The
-// tensor-core kernel multiplies pairs of them exactly and accumulates in float (parts_of<T>::
-// acc), rounding to nearest once when it stores a result (to_float16).
+// IEEE binary16 (NumPy's float16) as storage only: no arithmetic is done in it. Kernels sum
+// in float (compute_of) and round to nearest once when they store a result (narrow).
 struct __align__(2) float16 {
   unsigned short bits;
 };
 
-__device__ __forceinline__ float16 to_float16(float x) {
-  float16 h;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(x));
-  return h;
-}
-
-// The type the FMA kernels compute in for storage type T (float for float16, else T), and
-// the conversions: widen on every load from storage, narrow (round to nearest) on a store.
+// The type the kernels compute in for storage type T (float for float16, else T), and the
+// conversions: widen on every load from storage, narrow (round to nearest) on a store.
 template <class T> struct compute_of { using type = T; };
 template <> struct compute_of<float16> { using type = float; };
 template <class T> __device__ __forceinline__ T widen(T x) { return x; }
@@ -30,7 +23,11 @@ __device__ __forceinline__ float widen(float16 x) {
   return f;
 }
 template <class T> __device__ __forceinline__ T narrow(typename compute_of<T>::type x) { return x; }
-template <> __device__ __forceinline__ float16 narrow<float16>(float x) { return to_float16(x); }
+template <> __device__ __forceinline__ float16 narrow<float16>(float x) {
+  float16 h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(x));
+  return h;
+}
 
 template <class R>
 struct __align__(2 * sizeof(R)) cplx {
@@ -62,10 +59,13 @@ __device__ __forceinline__ cplx<R> fma(cplx<R> w, cplx<R> x, cplx<R> acc) {
 }
 
 // A scalar as real parts: the real type, how many parts (1 or 2), each part, and back; `acc`
-// is the type its sums are accumulated in (float for float16, else the real type).
-template <class T> struct parts_of { using real = T; using acc = T; static constexpr int PARTS = 1; };
+// is the type a part's sums are accumulated in (compute_of the real type).
+template <class T> struct parts_of {
+  using real = T;
+  using acc = typename compute_of<T>::type;
+  static constexpr int PARTS = 1;
+};
 template <class R> struct parts_of<cplx<R>> { using real = R; using acc = R; static constexpr int PARTS = 2; };
-template <> struct parts_of<float16> { using real = float16; using acc = float; static constexpr int PARTS = 1; };
 
 __device__ __forceinline__ float real_part(float x) { return x; }
 __device__ __forceinline__ double real_part(double x) { return x; }
@@ -75,9 +75,8 @@ __device__ __forceinline__ double imag_part(double) { return 0.0; }
 template <class R> __device__ __forceinline__ R imag_part(cplx<R> x) { return x.im; }
 
 template <class T> __device__ __forceinline__ T from_parts(typename parts_of<T>::acc re,
-                                                            typename parts_of<T>::acc) { return re; }
+                                                            typename parts_of<T>::acc) { return narrow<T>(re); }
 template <> __device__ __forceinline__ cplx<float> from_parts<cplx<float>>(float re, float im) { return {re, im}; }
 template <> __device__ __forceinline__ cplx<double> from_parts<cplx<double>>(double re, double im) { return {re, im}; }
-template <> __device__ __forceinline__ float16 from_parts<float16>(float re, float) { return narrow<float16>(re); }
 
 }  // namespace ks

@@ -89,7 +89,14 @@ def main():
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--precision", default="default")
     parser.add_argument("--batch", type=int, default=25088)
+    parser.add_argument("--warp-tile", default=None, metavar="DTYPE=MxN",
+                        help="try another warp piece for one dtype (heuristic and candidates)")
     args = parser.parse_args()
+    if args.warp_tile:
+        name, shape = args.warp_tile.split("=")
+        tiles = {numpy.dtype(name): tuple(int(v) for v in shape.split("x"))}
+        default = ks_mma._warp_tile
+        ks_mma._warp_tile = lambda dtype: tiles.get(numpy.dtype(dtype)) or default(dtype)
     if args.one:
         pattern = tuple(int(v) for v in args.one.split(","))
         K = ks.KSMatrix.random(pattern, dtype=args.dtype, xp=cupy, seed=3)

@@ -9,7 +9,7 @@
 //
 // Warps. Warp w works on group slot = w / (WM*WN) and on the (wm, wn) = ((w / WN) % WM,
 // w % WN) piece of that group's tile: rows wm*WTM .. +WTM, columns wn*WTN .. +WTN, which it
-// covers with MT x NTL MMA tiles (ks_tensor_core.cuh: 16x8x8 TF32 for float, 8x8x4 DMMA for
+// covers with MT x NTL MMA tiles (ks_tensor_core.cuh: 16x8x8 TF32 for float, 16x8x8 DMMA for
 // double, 16x8x16 for float16 with float accumulators). Complex values multiply as four real products on the same cores,
 //   Re += Ar*Xr + (-Ai)*Xi,   Im += Ar*Xi + Ai*Xr,
 // which keeps each real product's accuracy (Gauss's three-product form would save a quarter

@@ -59,9 +59,10 @@ def test_config_validation_and_names():
         "ks::ks_mma<ks::cplx<float>, 1, 1, 128, 128, 32, 2, 4, 3, 0, 1, 1, 2, 1>"
     assert cfg.layout_probe_name(numpy.float64, True) == \
         "ks::ks_mma_layout<double, 1, 128, 128, 32, 2, 4, 3, 0, 1>"
-    # a 16 x 8 x 8 TF32 tile does not split an 8-row warp piece; an 8 x 8 x 4 DMMA one does
+    # 16 x 8 x 8 TF32 and DMMA tiles do not split an 8-row warp piece; 16 rows they do
     thin = MmaConfig(1, 8, 32, 16, 1, 1, 2, 0)
-    assert not thin.valid_for(numpy.float32) and thin.valid_for(numpy.float64)
+    assert not thin.valid_for(numpy.float32) and not thin.valid_for(numpy.float64)
+    assert MmaConfig(1, 16, 32, 16, 1, 1, 2, 0).valid_for(numpy.float64)
 
 
 def test_layout_arithmetic():

@@ -4,7 +4,7 @@ variations, the shared-memory layout, the instantiation name and the launch.
 A block computes, for ``slots`` consecutive groups, a ``bm × bn`` tile (output rows ``k`` ×
 batch columns ``n``) reducing over ``l < c`` in chunks of ``bk`` through ``stages``
 cp.async buffers; ``wm × wn`` warps per group each own a ``bm/wm × bn/wn`` piece, covered by
-MMA tiles (16×8×8 TF32 for float32 and complex64, 8×8×4 DMMA for float64 and complex128,
+MMA tiles (16×8×8 TF32 for float32 and complex64, 16×8×8 DMMA for float64 and complex128,
 16×8×16 for float16 with float32 accumulators).
 
 Precision (a launch argument, chosen by the backend name, never by a tile configuration):
@@ -45,7 +45,7 @@ def _real(dtype) -> numpy.dtype:
 def mma_shape(dtype) -> tuple:
     """``(M, N, K)`` of the MMA tile for ``dtype``'s real type (MmaShape in ks_tensor_core.cuh)."""
     return {numpy.dtype(numpy.float16): (16, 8, 16), numpy.dtype(numpy.float32): (16, 8, 8),
-            numpy.dtype(numpy.float64): (8, 8, 4)}[_real(dtype)]
+            numpy.dtype(numpy.float64): (16, 8, 8)}[_real(dtype)]
 
 
 def supports(dtype, precision: str = "default") -> bool:

@@ -192,6 +192,8 @@ def heuristic_config(problem: Problem) -> MmaConfig:
     that more, smaller blocks overlap their short pipelines. In the group order, small
     blocks (``b < 128`` or a short reduction) take up to eight groups of one warp each;
     large blocks two groups of 2 x 2 warps, whose wider tiles reuse each W tile longer.
+    DMMA dtypes (float64, complex128) aim at 16 warps per SM: two blocks per SM, or four
+    float64 groups per block in the group order.
     """
     a, b, c, d = problem.pattern
     dtype = problem.dtype
@@ -199,6 +201,11 @@ def heuristic_config(problem: Problem) -> MmaConfig:
     mma_m = mma_shape(dtype)[0]
     chunk = _chunk(dtype)
     short = c <= 2 * chunk
+    # DMMA's 64-bit fragments take twice the shared-memory loads per product: 16 warps per
+    # SM hide their latency better than 8 (probe, H200, float64: up to 1.45x). Two blocks
+    # per SM, or in the group order four float64 groups per block (four complex128 groups
+    # leave room for only two stages).
+    dmma = _real(dtype).itemsize == 8
     if problem.access == "bsl":
         order, slots = ORDER_BATCH, 1
     elif d == 1:
@@ -211,7 +218,7 @@ def heuristic_config(problem: Problem) -> MmaConfig:
         bm, wm = _row_tile(b, wtm, mma_m, max_warps=1)
         wn = max(1, 8 // slots)
     elif order == ORDER_GROUP:
-        slots = min(slots, 2)
+        slots = min(slots, 4 if dmma and dtype.kind != "c" else 2)
         bm, wm = _row_tile(b, wtm, mma_m)
         wn = 2
     else:
@@ -224,7 +231,8 @@ def heuristic_config(problem: Problem) -> MmaConfig:
     # several groups per block hold several W tiles: halve the chunk (probe: faster too)
     bk = chunk // (2 if slots > 1 else 1)
     config = MmaConfig(slots=slots, bm=bm, bn=bn, bk=max(bk, mma_shape(dtype)[2]), wm=wm,
-                       wn=wn, stages=3, order=order)
+                       wn=wn, stages=3, order=order,
+                       min_blocks=2 if dmma and 32 * slots * wm * wn <= 256 else 1)
     return _fit(config, problem)
 
 

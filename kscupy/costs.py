@@ -34,10 +34,10 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
     # the access; efficiency against tensor_peak (benchmarks/fit_costs.py on engine.json)
     ("mma", "batch"): (1.880, 0.783, 27.7), ("mma", "ingroup"): (2.1, 0.6, 40.0),
     ("mma", "group"): (1.968, 0.542, 28.9),
-    # ... on the FP64 tensor cores (DMMA: float64, complex128), fitted on float64 rows
-    # (engine_f64_c64.json; the in-group order from a single row)
-    ("mma", "batch_dmma"): (1.639, 0.349, 31.1), ("mma", "group_dmma"): (2.180, 0.276, 42.7),
-    ("mma", "ingroup_dmma"): (3.230, 0.415, 185.6),
+    # ... on the FP64 tensor cores (DMMA m16n8k8: float64, complex128), fitted on the float64
+    # rows of the first m16n8k8 engine run (the in-group order from a single row)
+    ("mma", "batch_dmma"): (2.774, 0.867, 82.9), ("mma", "group_dmma"): (2.374, 0.609, 115.1),
+    ("mma", "ingroup_dmma"): (1.891, 0.680, 61.4),
     # ... float16 (m16n8k16 products, efficiency against _HALF_TENSOR_RATIO x the FP32 rate),
     # fitted on engine_f16.json (the in-group order from a single row)
     ("mma", "batch_hmma"): (3.620, 0.604, 221.8), ("mma", "group_hmma"): (2.254, 0.180, 93.0),

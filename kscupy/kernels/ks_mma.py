@@ -192,8 +192,8 @@ def heuristic_config(problem: Problem) -> MmaConfig:
     that more, smaller blocks overlap their short pipelines. In the group order, small
     blocks (``b < 128`` or a short reduction) take up to eight groups of one warp each;
     large blocks two groups of 2 x 2 warps, whose wider tiles reuse each W tile longer.
-    DMMA dtypes (float64, complex128) aim at 16 warps per SM: two blocks per SM, or four
-    float64 groups per block in the group order.
+    DMMA dtypes (float64, complex128) aim at 16 warps per SM: two blocks per SM where row
+    tiles are at least 64 tall, or four float64 groups per block in the group order.
     """
     a, b, c, d = problem.pattern
     dtype = problem.dtype
@@ -203,8 +203,9 @@ def heuristic_config(problem: Problem) -> MmaConfig:
     short = c <= 2 * chunk
     # DMMA's 64-bit fragments take twice the shared-memory loads per product: 16 warps per
     # SM hide their latency better than 8 (probe, H200, float64: up to 1.45x). Two blocks
-    # per SM, or in the group order four float64 groups per block (four complex128 groups
-    # leave room for only two stages).
+    # per SM for tall tiles, or in the group order four float64 groups per block (four
+    # complex128 groups leave room for only two stages). Not for row tiles below 64: capped
+    # at 128 registers they spill, and the float64 engine run measured up to 1.8x slower.
     dmma = _real(dtype).itemsize == 8
     if problem.access == "bsl":
         order, slots = ORDER_BATCH, 1
@@ -232,7 +233,7 @@ def heuristic_config(problem: Problem) -> MmaConfig:
     bk = chunk // (2 if slots > 1 else 1)
     config = MmaConfig(slots=slots, bm=bm, bn=bn, bk=max(bk, mma_shape(dtype)[2]), wm=wm,
                        wn=wn, stages=3, order=order,
-                       min_blocks=2 if dmma and 32 * slots * wm * wn <= 256 else 1)
+                       min_blocks=2 if dmma and bm >= 64 and 32 * slots * wm * wn <= 256 else 1)
     return _fit(config, problem)
 
 

@@ -32,8 +32,8 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
     ("bmm", "bsl"): (2.432, 0.883, 244.7), ("bmm", "bsf"): (3.237, 1.123, 670.7),
     # the tensor-core kernel, keyed by its copy order (ks_mma.heuristic_config) instead of
     # the access; efficiency against tensor_peak (benchmarks/fit_costs.py on engine.json)
-    ("mma", "batch"): (1.880, 0.783, 27.7), ("mma", "ingroup"): (2.1, 0.6, 40.0),
-    ("mma", "group"): (1.968, 0.542, 28.9),
+    ("mma", "batch"): (2.035, 0.906, 30.7), ("mma", "ingroup"): (2.1, 0.6, 40.0),
+    ("mma", "group"): (2.118, 0.641, 27.4),
     # ... on the FP64 tensor cores (DMMA m16n8k8: float64, complex128), fitted on the float64
     # rows of the first m16n8k8 engine run (the in-group order from a single row)
     ("mma", "batch_dmma"): (2.774, 0.867, 82.9), ("mma", "group_dmma"): (2.374, 0.609, 115.1),

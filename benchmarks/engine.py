@@ -170,12 +170,14 @@ def _samples(names, count, seed):
 
 
 def summarize(rows):
-    """Per (dtype, precision, layout): medians of auto and kernel against the best baseline,
-    patterns below 0.95x, fraction of the floor, worst error ratio to cuBLAS dense."""
+    """Per (dtype, precision, layout, sample): medians of auto and kernel against the best
+    baseline, patterns below 0.95x, fraction of the floor, worst error ratio to cuBLAS dense.
+    Keys ``dtype|precision|layout``, with ``|heldout`` appended for the held-out sample."""
     out = {}
-    keys = sorted({(r["dtype"], r["precision"], r["layout"]) for r in rows})
-    for dtype, precision, layout in keys:
-        rs = [r for r in rows if (r["dtype"], r["precision"], r["layout"]) == (dtype, precision, layout)]
+    keys = sorted({(r["dtype"], r["precision"], r["layout"], r["sample"]) for r in rows})
+    for dtype, precision, layout, sample in keys:
+        rs = [r for r in rows
+              if (r["dtype"], r["precision"], r["layout"], r["sample"]) == (dtype, precision, layout, sample)]
         lead = "auto" if precision == "default" else "kernel_tf32"
 
         def ratio(r, m):
@@ -191,7 +193,7 @@ def summarize(rows):
             errs = [r["relerr"]["auto"] / r["relerr"]["base_dense"] for r in rs
                     if "base_dense" in r["relerr"] and r["relerr"]["base_dense"] > 0]
             entry["auto_err_over_dense_max"] = float(max(errs)) if errs else None
-        out[f"{dtype}|{precision}|{layout}"] = entry
+        out[f"{dtype}|{precision}|{layout}" + ("" if sample == "default" else f"|{sample}")] = entry
     return out
 
 

@@ -41,7 +41,7 @@ def problems(rows):
 
 
 def replay_auto(data, rates):
-    """Per dtype and layout: median and minimum of best baseline / the measured time of the backend
+    """Per dtype, layout and sample: median and minimum of best baseline / the measured time of the backend
     the model picks, and the rows below 0.95."""
     from kscupy import tuning
     out = {}
@@ -51,7 +51,8 @@ def replay_auto(data, rates):
         if pick not in s:
             continue
         best = min(v for k, v in s.items() if k.startswith("base_"))
-        out.setdefault(f'{p.dtype.name} {row["layout"]}', []).append(
+        sample = "" if row.get("sample", "default") == "default" else f' {row["sample"]}'
+        out.setdefault(f'{p.dtype.name} {row["layout"]}{sample}', []).append(
             (best / s[pick], row["pattern"], pick))
     for layout, values in sorted(out.items()):
         ratios = numpy.array([v[0] for v in values])

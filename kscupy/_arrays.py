@@ -11,7 +11,7 @@ import numbers
 import numpy
 
 __all__ = ["SUPPORTED_DTYPES", "array_module", "cupy_or_none", "gpu_module", "check_dtype", "result_dtype",
-           "is_scalar", "numpy_copy", "device_mover"]
+           "is_scalar", "numpy_copy", "read_only", "device_mover"]
 
 #: The value dtypes a KS matrix may hold and products return. float16 is storage and result
 #: precision: its products accumulate in float32 and are rounded to float16 once (on the
@@ -82,6 +82,17 @@ def is_scalar(alpha) -> bool:
 def numpy_copy(x):
     """A NumPy copy of a NumPy or CuPy array."""
     return x.get() if array_module(x) is not numpy else x.copy()
+
+
+def read_only(x):
+    """``x`` as something that cannot be written into it: a read-only view of a NumPy array,
+    a copy of a CuPy array (CuPy arrays have no write flag). Operators hand out their values
+    this way, so a write cannot bypass the caches derived from them."""
+    if array_module(x) is numpy:
+        view = x.view()
+        view.flags.writeable = False
+        return view
+    return x.copy()
 
 
 def device_mover(device):

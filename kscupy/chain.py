@@ -80,7 +80,7 @@ class KSChain(KSOperator):
         self._xp = xp
         self._in = self._check_permutation(input_permutation, flat[-1].shape[1], "input")
         self._out = self._check_permutation(output_permutation, flat[0].shape[0], "output")
-        self._plans = {}      # (layout, dtype, batch bucket, backend) -> planner.ChainPlan
+        self._plans = {}      # (layout, dtype, batch bucket, backend) -> (generations, plan)
         self._views = {}      # "T", "H" -> the transposed / adjoint chain (see T)
 
     def _check_permutation(self, perm, n, which):
@@ -205,11 +205,15 @@ class KSChain(KSOperator):
         lists its launches. ``backend``: "auto" (cost model) or "fused" (fewest launches)."""
         dtype = numpy.dtype(self.dtype if dtype is None else dtype)
         key = (layout, dtype, min(batch_bucket(batch), _PLAN_BUCKET_CAP), backend)
+        # a plan may hold values derived from the factors' (merged factors): it is valid for
+        # the generations of the factors' storage it was built from (see FactorCache)
+        generations = tuple(f.factor.cache.generation for f in self._factors)
         found = self._plans.get(key)
-        if found is None:
+        if found is None or found[0] != generations:
             fuse = "always" if backend == backends.FUSED else "auto"
-            found = self._plans[key] = planner.plan(self, layout, dtype, max(batch, 1), fuse=fuse)
-        return found
+            found = self._plans[key] = (generations, planner.plan(self, layout, dtype,
+                                                                  max(batch, 1), fuse=fuse))
+        return found[1]
 
     # -- ecosystem protocols (see KSOperator): pickling, copies and moves, scalars ---------
     def __reduce__(self):

@@ -24,10 +24,25 @@ from . import _arrays
 from ._reference import todense
 from .pattern import KSPattern
 
-__all__ = ["Factor", "DENSE_CACHE_BYTES"]
+__all__ = ["Factor", "FactorCache", "DENSE_CACHE_BYTES"]
 
 #: A factor keeps its dense matrix (see :meth:`Factor.dense`) only up to this size.
 DENSE_CACHE_BYTES = 256 * 2**20
+
+
+class FactorCache(dict):
+    """Arrays derived from one storage (dense matrix, converted copies), shared by its views.
+
+    ``generation`` counts the writes to the storage (:meth:`Factor.write`). Whoever keeps
+    something derived from the values outside this dict (a chain plan keeps merged factors)
+    records the generation and rebuilds when it has moved on.
+    """
+    generation = 0
+
+    def invalidate(self):
+        """The values changed: drop everything derived from them."""
+        self.clear()
+        self.generation += 1
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -35,13 +50,14 @@ class Factor:
     """One KS factor as stored: blocks, stored pattern, view flags and a shared cache.
 
     ``cache`` holds arrays derived from ``tiles`` (a dense copy, converted copies for mixed
-    dtype products); every view of the same storage shares it.
+    dtype products); every view of the same storage shares it. ``tiles`` is written only
+    through :meth:`write`, which invalidates the cache, so nothing derived is ever stale.
     """
     tiles: object
     stored: KSPattern
     transposed: bool = False
     conjugated: bool = False
-    cache: dict = dataclasses.field(default_factory=dict, repr=False)
+    cache: FactorCache = dataclasses.field(default_factory=FactorCache, repr=False)
     #: The pattern of the operator (the stored one, transposed for a transposed view);
     #: computed once, it is read on every launch.
     pattern: KSPattern = dataclasses.field(init=False, repr=False)
@@ -118,6 +134,14 @@ class Factor:
             stored = self.cache[key] = Factor(self.tiles.astype(dtype), self.stored)
         return stored.view(self.transposed, self.conjugated)
 
+    def write(self, blocks):
+        """Overwrite the values in place: ``blocks`` are this view's ``(a, d, b, c)`` blocks
+        (same array module, a dtype that casts safely). Every view of the storage sees the
+        new values; the shared cache is invalidated."""
+        stored = blocks.swapaxes(-1, -2) if self.transposed else blocks
+        self.tiles[...] = self.xp.conj(stored) if self.conjugated else stored
+        self.cache.invalidate()
+
     def todense(self):
         """The dense ``(M, N)`` matrix, formed now."""
         return todense(self.blocks, self.xp)
@@ -132,6 +156,8 @@ class Factor:
         D = self.cache.get(key)
         if D is None:
             D = self.cache[key] = self.todense()
+            if self.xp is numpy:
+                D.flags.writeable = False      # the kept copy (CuPy has no such flag)
         return D
 
     @property

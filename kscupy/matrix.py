@@ -134,14 +134,42 @@ class KSMatrix(KSOperator):
 
     @property
     def blocks(self):
-        """The ``(a, d, b, c)`` array of dense group blocks of this matrix (a view; for a
-        conjugated complex matrix, a conjugated copy)."""
-        return self._factor.blocks
+        """The ``(a, d, b, c)`` array of dense group blocks of this matrix, not writable: a
+        read-only view on NumPy, a copy on CuPy (see :attr:`values`)."""
+        return _arrays.read_only(self._factor.blocks)
 
     @property
     def values(self):
-        """Canonical values ``w`` of shape ``(a, b, c, d)`` (see the class docstring)."""
-        return self.blocks.transpose(0, 2, 3, 1)
+        """Canonical values ``w`` of shape ``(a, b, c, d)`` (see the class docstring).
+
+        Reading gives an array that cannot be written into: a read-only view on NumPy, a copy
+        on CuPy (which has no read-only arrays). Writing goes through assignment,
+        ``K.values = w``: ``w`` of shape ``(a, b, c, d)``, the matrix's array module and a
+        dtype that casts safely to ``K.dtype``. It overwrites the stored values in place, so
+        the views ``K.T``, ``K.H`` (and chains holding ``K``) see the new values, and it
+        drops what was derived from the old ones (dense matrix, converted copies, merged
+        chain factors). To change a few entries::
+
+            w = K.values.copy(); w[0, 1, 2, 0] = 5.0; K.values = w
+        """
+        return _arrays.read_only(self._canonical_values())
+
+    @values.setter
+    def values(self, w):
+        if _arrays.array_module(w) is not self._xp:
+            raise TypeError(f"new values must be a {self._xp.__name__} array like the matrix's, "
+                            f"got a {_arrays.array_module(w).__name__} array")
+        if w.shape != tuple(self.pattern):
+            raise ValueError(f"new values must have the shape {tuple(self.pattern)} of the "
+                             f"pattern, got {w.shape}")
+        if not numpy.can_cast(w.dtype, self.dtype, "safe"):
+            raise TypeError(f"new values of dtype {w.dtype} do not cast safely to the matrix's "
+                            f"{self.dtype}; convert them explicitly (or use K.astype)")
+        self._factor.write(w.transpose(0, 3, 1, 2))
+
+    def _canonical_values(self):
+        # the (a, b, c, d) view of the blocks, writable: for this class's own reading only
+        return self._factor.blocks.transpose(0, 2, 3, 1)
 
     # -- views and conversions -------------------------------------------------------------
     @property
@@ -175,7 +203,8 @@ class KSMatrix(KSOperator):
 
         The ``dense`` backend (which ``auto`` picks on the GPU for small, nearly dense
         factors where cuBLAS on the dense matrix beats both KS algorithms) uses it;
-        :meth:`clear_cache` releases it.
+        :meth:`clear_cache` releases it. Do not write into it: it is the kept copy (read-only
+        on NumPy).
         """
         return self._factor.dense()
 
@@ -186,7 +215,7 @@ class KSMatrix(KSOperator):
 
     def tocsr(self):
         """The matrix in CSR format (``scipy.sparse`` or ``cupyx.scipy.sparse``)."""
-        return _reference.tocsr(self.blocks, self._xp)
+        return _reference.tocsr(self._factor.blocks, self._xp)
 
     def __repr__(self) -> str:
         f = self._factor
@@ -216,7 +245,11 @@ class KSMatrix(KSOperator):
 
     def stored_values(self):
         """Canonical values of the stored matrix this one is a view of: ``K`` equals
-        ``KSMatrix(K.stored_values())`` viewed by :attr:`view_flags`."""
+        ``KSMatrix(K.stored_values())`` viewed by :attr:`view_flags`. Not writable, like
+        :attr:`values`."""
+        return _arrays.read_only(self._stored_values())
+
+    def _stored_values(self):
         return self._factor.tiles.transpose(0, 2, 3, 1)
 
     @staticmethod
@@ -226,13 +259,13 @@ class KSMatrix(KSOperator):
 
     def __reduce__(self):
         # pickle and deepcopy carry the stored values and the view flags, not the caches
-        return KSMatrix._rebuild, (self.stored_values(),) + self.view_flags
+        return KSMatrix._rebuild, (self._stored_values(),) + self.view_flags
 
     def _map_arrays(self, convert):
-        return KSMatrix._rebuild(convert(self.stored_values()), *self.view_flags)
+        return KSMatrix._rebuild(convert(self._stored_values()), *self.view_flags)
 
     def _scaled(self, alpha, divide):
-        values = self.values.astype(_arrays.result_dtype(self.dtype, alpha))
+        values = self._canonical_values().astype(_arrays.result_dtype(self.dtype, alpha))
         return KSMatrix(values / alpha if divide else values * alpha)
 
     def _added(self, other, sign):
@@ -245,5 +278,6 @@ class KSMatrix(KSOperator):
             raise ValueError(f"cannot add KS matrices of different patterns "
                              f"{tuple(self.pattern)} and {tuple(other.pattern)}: the sum is "
                              f"not KS")
-        values = self.values.astype(_arrays.result_dtype(self.dtype, other.dtype))
-        return KSMatrix(values + other.values if sign > 0 else values - other.values)
+        values = self._canonical_values().astype(_arrays.result_dtype(self.dtype, other.dtype))
+        theirs = other._canonical_values()
+        return KSMatrix(values + theirs if sign > 0 else values - theirs)

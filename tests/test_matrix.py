@@ -323,3 +323,77 @@ def test_mixed_dtype_products_convert_the_matrix_once(xp, rng):
     assert converted[0].cache[("dense", False, False)] is dense     # not rebuilt
     K.clear_cache()
     assert K.factor.cache == {}
+
+
+# -- writing values: through assignment only, never stale ----------------------------------
+def test_values_handed_out_cannot_write_around_the_caches(xp, rng):
+    """``values``, ``blocks`` and ``stored_values()`` are read-only views on NumPy (a write
+    raises) and copies on CuPy (a write leaves the matrix alone)."""
+    K = ks.KSMatrix(xp.asarray(random_array(rng, (2, 3, 4, 5), numpy.float64)))
+    D = oracle_of(K)
+    for handed_out in (K.values, K.blocks, K.stored_values(), K.T.values):
+        if xp is numpy:
+            with pytest.raises(ValueError, match="read-only"):
+                handed_out[...] = 1.0
+        else:
+            handed_out[...] = 1.0
+    numpy.testing.assert_array_equal(oracle_of(K), D)
+    if xp is numpy:
+        with pytest.raises(ValueError, match="read-only"):
+            K.dense_cached()[0, 0] = 1.0
+
+
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex128])
+def test_assigned_values_reach_every_view_cache_and_chain(xp, rng, dtype):
+    """After ``K.values = w`` nothing derived from the old values is used: the kept dense
+    matrix, the converted copy of a mixed-dtype product, the views, and the plans of a chain
+    holding K (merged small-block factors on the GPU)."""
+    K = ks.KSMatrix(xp.asarray(random_array(rng, (1, 4, 4, 1), dtype)))
+    C = ks.hadamard(16, dtype=dtype, xp=xp)            # 2x2 blocks: merged by the GPU planner
+    KT, KH = K.T, K.H
+    wide = numpy.complex128 if numpy.dtype(dtype).kind == "c" else numpy.float64
+    X = random_array(rng, (4, 3), dtype)
+    Xc = random_array(rng, (16, 3), dtype)
+    Xwide = random_array(rng, (4, 3), wide)
+
+    def check_all():
+        D = oracle_of(K)
+        tol = 10 * RTOL[numpy.dtype(dtype)]
+        assert rel_err(K.matmul(xp.asarray(X), backend="dense"), D @ X) < tol
+        assert rel_err(K @ xp.asarray(Xwide), D @ Xwide) < tol          # converted copy
+        assert rel_err(KT @ xp.asarray(X), D.T @ X) < tol
+        assert rel_err(KH @ xp.asarray(X), D.conj().T @ X) < tol
+        DC = numpy.eye(16)
+        for f in C.factors:
+            DC = DC @ oracle_of(f)
+        assert rel_err(C @ xp.asarray(Xc), DC @ Xc) < tol
+        assert rel_err(xp.asarray(Xc.T) @ C.T, (DC @ Xc).T) < tol
+
+    check_all()                                       # fills the caches and plans
+    K.values = xp.asarray(random_array(rng, (1, 4, 4, 1), dtype))
+    C.factors[1].values = xp.asarray(random_array(rng, tuple(C.factors[1].pattern), dtype))
+    check_all()
+    # through a view: K.T.values = w stores w transposed
+    wT = random_array(rng, (1, 4, 4, 1), dtype)
+    KT.values = xp.asarray(wT)
+    numpy.testing.assert_array_equal(to_numpy(K.values), wT.transpose(0, 2, 1, 3))
+    if numpy.dtype(dtype).kind == "c":
+        KH.values = xp.asarray(wT)
+        numpy.testing.assert_array_equal(to_numpy(K.values), wT.transpose(0, 2, 1, 3).conj())
+    check_all()
+
+
+def test_assigning_bad_values_raises(xp, rng):
+    K = ks.KSMatrix(xp.asarray(random_array(rng, (2, 3, 4, 5), numpy.float32)))
+    before = to_numpy(K.values)
+    with pytest.raises(ValueError, match="shape"):
+        K.values = xp.asarray(random_array(rng, (2, 4, 3, 5), numpy.float32))
+    with pytest.raises(TypeError, match="cast safely"):
+        K.values = xp.asarray(random_array(rng, (2, 3, 4, 5), numpy.float64))
+    w = random_array(rng, (2, 3, 4, 5), numpy.float32)
+    foreign = w.tolist() if xp is numpy else w        # a list; NumPy values for a GPU matrix
+    with pytest.raises(TypeError, match="array"):
+        K.values = foreign
+    numpy.testing.assert_array_equal(to_numpy(K.values), before)
+    K.values = xp.asarray(random_array(rng, (2, 3, 4, 5), numpy.float16))   # safe: widened
+    assert K.dtype == numpy.float32

@@ -30,7 +30,7 @@ import math
 
 import numpy
 
-from . import _arrays
+from . import _arrays, memory
 from .chain import KSChain
 from .matrix import KSMatrix
 from .submatrix import KSSubmatrix
@@ -98,6 +98,23 @@ def _permutation_or_identity(chain, which, n):
     return numpy.arange(n) if perm is None else numpy.asarray(perm)
 
 
+def _check_bluestein_fits(n, m, dtype, xp, max_radix):
+    """MemoryError unless Bluestein's two size-``m`` chains fit: their values in ``dtype`` on
+    ``xp``, and on the host the two complex128 chains they are computed from plus the copies
+    that get scaled (four complex128 chains at the peak), and the length-``m`` diagonals."""
+    from .transforms import radix_factors
+    values = 2 * m * sum(radix_factors(m, max_radix))           # forward and inverse chains
+    what = f"dft({n}) by Bluestein (two size-{m} chains, {values:,} values)"
+    frame = 8 * m * numpy.dtype(numpy.complex128).itemsize     # diagonals, chirps, gathers
+    host = 2 * values * numpy.dtype(numpy.complex128).itemsize + frame
+    device = values * numpy.dtype(dtype).itemsize
+    if xp is numpy:
+        memory.check_fits(host + device, numpy, what)
+    else:
+        memory.check_fits(device, xp, what)
+        memory.check_fits(host, numpy, f"the host temporaries of {what}")
+
+
 def framed_dft(n, *, row_scale=None, col_scale=None, input_gather=None, output_gather=None,
                dtype=numpy.complex128, norm=None, xp=numpy, inverse=False, max_radix=64):
     """``P_out diag(row_scale) F diag(col_scale) P_in`` as a KS operator, ``F`` the DFT of size
@@ -111,6 +128,8 @@ def framed_dft(n, *, row_scale=None, col_scale=None, input_gather=None, output_g
     dtype = _arrays.check_dtype(dtype)
     if norm not in _SCALE:
         raise ValueError(f'norm must be None, "backward", "ortho" or "forward", got {norm!r}')
+    if needs_bluestein(n, max_radix):                  # before any length-n array
+        _check_bluestein_fits(n, bluestein_length(n), dtype, xp, max_radix)
     ones = numpy.ones(n, dtype=numpy.complex128)
     r = ones if row_scale is None else numpy.asarray(row_scale, dtype=numpy.complex128)
     c = ones if col_scale is None else numpy.asarray(col_scale, dtype=numpy.complex128)

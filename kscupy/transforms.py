@@ -135,6 +135,7 @@ def dft(n: int, dtype=numpy.complex128, norm=None, xp=numpy, *, inverse=False, m
         return framed_dft(n, dtype=dtype, norm=norm, xp=xp, inverse=inverse, max_radix=max_radix)
     sign = 1.0 if inverse else -1.0
     radices = radix_factors(n, max_radix) or [1]      # n = 1: one 1 x 1 factor
+    _check_dft_fits(n, radices, dtype, xp)
     factors, perm, a = [], numpy.arange(n), 1
     for level, r in enumerate(radices):
         d = n // (a * r)
@@ -160,6 +161,20 @@ def idft(n: int, dtype=numpy.complex128, norm=None, xp=numpy, *, max_radix=64):
     Bluestein's :class:`~kscupy.KSSubmatrix` when ``n`` has a prime factor above ``max_radix``
     (see :func:`dft`)."""
     return dft(n, dtype=dtype, norm=norm, xp=xp, inverse=True, max_radix=max_radix)
+
+
+def _check_dft_fits(n, radices, dtype, xp):
+    """MemoryError unless the DFT chain's values (``n * r`` per radix ``r``) fit in the memory
+    of ``xp``, and the complex128 temporaries of its largest factor (its values and their
+    scaled copy, computed on the host) in host memory."""
+    what = f"dft({n}) ({numpy.dtype(dtype)}, {n * sum(radices):,} values)"
+    values = n * sum(radices) * numpy.dtype(dtype).itemsize
+    temporaries = 2 * n * max(radices) * numpy.dtype(numpy.complex128).itemsize
+    if xp is numpy:
+        memory.check_fits(values + temporaries, numpy, what)
+    else:
+        memory.check_fits(values, xp, what)
+        memory.check_fits(temporaries, numpy, f"the host temporaries of {what}")
 
 
 def _check_chain_fits(patterns, dtype, xp, temporaries):

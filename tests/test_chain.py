@@ -249,8 +249,10 @@ def test_low_rank_validates_rank(rng):
 
 @pytest.mark.parametrize("build", [lambda: ks.hadamard(2**30), lambda: ks.butterfly(2**34),
                                    lambda: ks.monarch(2**40, blocks=2**20),
-                                   lambda: ks.low_rank(2**40, 2**40, 2**10)],
-                         ids=["hadamard", "butterfly", "monarch", "low_rank"])
+                                   lambda: ks.low_rank(2**40, 2**40, 2**10),
+                                   lambda: ks.dft(2**30), lambda: ks.dft(67 * 2**27)],
+                         ids=["hadamard", "butterfly", "monarch", "low_rank", "dft",
+                              "dft_bluestein"])
 def test_factories_refuse_what_cannot_fit(build):
     with pytest.raises(MemoryError, match=r"need [\d,.]+ GiB but only [\d,.]+ GiB of host memory"):
         build()

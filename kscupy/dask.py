@@ -10,6 +10,10 @@ the GPU of the worker that holds them (the operator travels to workers by pickle
 ``meta`` of the chunks' array type.
 
 dask is imported only when a dask array meets an operator (``pip install kscupy[dask]``).
+
+Several GPUs: :func:`gpu_cluster` starts a ``dask.distributed`` cluster of one worker per GPU;
+chunks created on (or sent to) a worker are CuPy arrays on that worker's GPU, and each is
+multiplied there (``docs/examples/dask_multi_gpu.py``).
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import uuid
 
 from . import _arrays
 
-__all__ = ["matmul", "is_dask_array"]
+__all__ = ["matmul", "is_dask_array", "gpu_cluster"]
 
 
 def is_dask_array(x) -> bool:
@@ -90,3 +94,29 @@ def matmul(op, X, layout="bsl"):
     operator = dask.delayed(op, name=f"kscupy-operator-{token}")
     return dask.array.map_blocks(_apply_block, X, operator, layout, chunks=tuple(chunks),
                                  dtype=dtype, meta=meta, name=f"kscupy-matmul-{token}")
+
+
+def gpu_cluster(count=None):
+    """A local ``dask.distributed`` cluster of ``count`` single-threaded workers (default: one
+    per visible GPU), worker ``i`` seeing only GPU ``i`` (its ``CUDA_VISIBLE_DEVICES``), so its
+    CuPy arrays and kernels live there. ``dask_cuda.LocalCUDACluster`` when dask-cuda is
+    installed, else plain ``distributed`` workers. Use it as a context manager with a
+    ``distributed.Client``. ImportError without ``distributed``; RuntimeError without GPUs.
+    """
+    cupy, why = _arrays.gpu_module()
+    if cupy is None:
+        raise RuntimeError(f"gpu_cluster needs GPUs: {why}")
+    visible = cupy.cuda.runtime.getDeviceCount()
+    count = visible if count is None else int(count)
+    if not 1 <= count <= visible:
+        raise ValueError(f"count must be between 1 and the {visible} visible GPUs, got {count}")
+    try:
+        from dask_cuda import LocalCUDACluster
+    except ImportError:
+        from distributed import Nanny, Scheduler, SpecCluster
+        # one process per GPU: CUDA_VISIBLE_DEVICES is read when the worker's CUDA starts
+        workers = {f"gpu{i}": {"cls": Nanny, "options": {
+            "nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": str(i)}}} for i in range(count)}
+        return SpecCluster(workers=workers,
+                           scheduler={"cls": Scheduler, "options": {"dashboard_address": None}})
+    return LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(count)), threads_per_worker=1)

@@ -20,6 +20,7 @@ import time
 import numpy
 
 import kscupy as ks
+from kscupy.dask import gpu_cluster
 
 
 def transform_throughput(F, batch, chunk, xp_random, repeat=3):
@@ -58,19 +59,6 @@ def cpu_path(args, why):
     rate = transform_throughput(F, rows, rows // 4, numpy.random.RandomState)
     print(f"CPU: {rate:,.0f} rows of {args.n} per second")
     return 0 if err < 1e-5 else 1
-
-
-def gpu_cluster(count):
-    """A dask.distributed cluster of ``count`` single-threaded workers, one per GPU."""
-    try:
-        from dask_cuda import LocalCUDACluster
-        return LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(count)), threads_per_worker=1)
-    except ImportError:
-        from distributed import Nanny, Scheduler, SpecCluster
-        workers = {f"gpu{i}": {"cls": Nanny, "options": {
-            "nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": str(i)}}} for i in range(count)}
-        return SpecCluster(workers=workers,
-                           scheduler={"cls": Scheduler, "options": {"dashboard_address": None}})
 
 
 def gpu_path(args, cupy):

@@ -92,7 +92,8 @@ def read_only(x):
         view = x.view()
         view.flags.writeable = False
         return view
-    return x.copy()
+    with x.device:          # cupy's copy() allocates on the current device, not x's
+        return x.copy()
 
 
 def device_mover(device):

@@ -17,6 +17,7 @@ multiplied there (``docs/examples/dask_multi_gpu.py``).
 """
 from __future__ import annotations
 
+import logging
 import uuid
 
 from . import _arrays
@@ -117,6 +118,6 @@ def gpu_cluster(count=None):
         # one process per GPU: CUDA_VISIBLE_DEVICES is read when the worker's CUDA starts
         workers = {f"gpu{i}": {"cls": Nanny, "options": {
             "nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": str(i)}}} for i in range(count)}
-        return SpecCluster(workers=workers,
+        return SpecCluster(workers=workers, silence_logs=logging.WARNING,
                            scheduler={"cls": Scheduler, "options": {"dashboard_address": None}})
     return LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(count)), threads_per_worker=1)

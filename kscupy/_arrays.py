@@ -5,13 +5,14 @@ on machines without CuPy or without a GPU.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import numbers
 
 import numpy
 
 __all__ = ["SUPPORTED_DTYPES", "array_module", "cupy_or_none", "gpu_module", "check_dtype", "result_dtype",
-           "is_scalar", "numpy_copy", "read_only", "device_mover"]
+           "is_scalar", "numpy_copy", "device_of", "read_only", "device_mover"]
 
 #: The value dtypes a KS matrix may hold and products return. float16 is storage and result
 #: precision: its products accumulate in float32 and are rounded to float16 once (on the
@@ -84,6 +85,12 @@ def numpy_copy(x):
     return x.get() if array_module(x) is not numpy else x.copy()
 
 
+def device_of(x):
+    """A context in which CuPy allocates on ``x``'s GPU (CuPy allocates on the current
+    device, whatever its operands' devices); does nothing for a NumPy array."""
+    return x.device if array_module(x) is not numpy else contextlib.nullcontext()
+
+
 def read_only(x):
     """``x`` as something that cannot be written into it: a read-only view of a NumPy array,
     a copy of a CuPy array (CuPy arrays have no write flag). Operators hand out their values
@@ -92,7 +99,7 @@ def read_only(x):
         view = x.view()
         view.flags.writeable = False
         return view
-    with x.device:          # cupy's copy() allocates on the current device, not x's
+    with device_of(x):
         return x.copy()
 
 

@@ -60,7 +60,9 @@ class KSMatrix(KSOperator):
             raise ValueError("KSMatrix(values) takes canonical values of shape (a, b, c, d), "
                              f"got an array of shape {values.shape}")
         pattern = KSPattern.of(values.shape)   # also rejects empty axes
-        self._factor = Factor.of_blocks(xp.ascontiguousarray(values.transpose(0, 3, 1, 2)), pattern)
+        with _arrays.device_of(values):        # the tiles live where the values do
+            tiles = xp.ascontiguousarray(values.transpose(0, 3, 1, 2))
+        self._factor = Factor.of_blocks(tiles, pattern)
         self._xp = xp
 
     @classmethod

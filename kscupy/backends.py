@@ -7,7 +7,9 @@ calls), the ``auto`` choice and the tuner (:mod:`kscupy.tuning`) and the chain p
 (:mod:`kscupy.planner`) all read this table, so they cannot disagree.
 
 To add a backend: write its ``run`` (and ``seconds`` if ``auto`` or the planner should
-weigh it) and add one :class:`Backend` to :data:`REGISTRY`. ``run(factor, X, layout,
+weigh it) and add one :class:`Backend` to :data:`REGISTRY`. A backend whose launch costs host
+time worth saving also gives ``prepare(factor, X, layout, config) -> run(X)``: the work that
+depends only on the operand's shape, strides and dtype, done once for repeated calls. ``run(factor, X, layout,
 config)`` receives a :class:`~kscupy.factor.Factor` already in ``X.dtype``, a 2-D operand
 with ``B >= 1`` (``(N, B)`` in ``"bsl"``, ``(B, N)`` in ``"bsf"``) and the backend's
 configuration (a kernel tile configuration, or None). Every backend returns X's dtype; for
@@ -49,10 +51,11 @@ class Backend:
     heuristic: Optional[Callable] = None    # (problem) -> tile configuration (kernels)
     candidates: Optional[Callable] = None   # (problem) -> configurations to time
     config_type: Optional[type] = None      # rebuilds a configuration from its tuple
+    prepare: Optional[Callable] = None      # (factor, X, layout, config) -> run(X) (kernels)
 
 
-def _run_fma_kernel(factor, X, layout, config):
-    return ks_matmul.launch(factor, X, layout, config)
+def _prepare_mma_kernel(precision):
+    return lambda factor, X, layout, config: ks_mma.prepare(factor, X, layout, config, precision)
 
 
 def _run_mma_kernel(precision):
@@ -110,7 +113,8 @@ def _dense_seconds(problem, rates):
 
 _BOTH = frozenset({"cpu", "gpu"})
 REGISTRY = {b.name: b for b in (
-    Backend("kernel", frozenset({"gpu"}), _run_mma_kernel("default"), _mma_kernel_seconds,
+    Backend("kernel", frozenset({"gpu"}), _run_mma_kernel("default"),
+            prepare=_prepare_mma_kernel("default"), seconds=_mma_kernel_seconds,
             in_auto=True, fits=_mma_fits("default"),
             heuristic=ks_mma.heuristic_config, candidates=ks_mma.candidate_configs,
             config_type=ks_mma.MmaConfig,
@@ -119,11 +123,13 @@ REGISTRY = {b.name: b for b in (
                 "accuracy), DMMA for float64 and complex128, float16 products summed in "
                 "float32"),
     Backend("kernel_tf32", frozenset({"gpu"}), _run_mma_kernel("tf32"),
+            prepare=_prepare_mma_kernel("tf32"),
             fits=_mma_fits("tf32"), heuristic=ks_mma.heuristic_config,
             candidates=ks_mma.candidate_configs, config_type=ks_mma.MmaConfig,
             doc="opt-in: the tensor-core kernel with one TF32 product per term (float32 and "
                 "complex64 only; about 1e-3 relative error). Never chosen by auto"),
-    Backend("kernel_fma", frozenset({"gpu"}), _run_fma_kernel, _fma_kernel_seconds,
+    Backend("kernel_fma", frozenset({"gpu"}), ks_matmul.launch, prepare=ks_matmul.prepare,
+            seconds=_fma_kernel_seconds,
             in_auto=True, heuristic=ks_matmul.heuristic_config,
             candidates=ks_matmul.candidate_configs, config_type=ks_matmul.KernelConfig,
             doc="the fused output-stationary kernel on the FMA units "

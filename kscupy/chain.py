@@ -82,6 +82,7 @@ class KSChain(KSOperator):
         self._out = self._check_permutation(output_permutation, flat[0].shape[0], "output")
         self._plans = {}      # (layout, dtype, batch bucket, backend) -> (generations, plan)
         self._views = {}      # "T", "H" -> the transposed / adjoint chain (see T)
+        self._runs = {}       # prepared runs (KSOperator.matmul); each looks its plan up
 
     def _check_permutation(self, perm, n, which):
         if perm is None:
@@ -104,7 +105,7 @@ class KSChain(KSOperator):
         obj._factors = tuple(factors)
         obj._xp = factors[0].xp
         obj._in, obj._out = input_permutation, output_permutation
-        obj._plans, obj._views = {}, {}
+        obj._plans, obj._views, obj._runs = {}, {}, {}
         return obj
 
     # -- attributes ----------------------------------------------------------------------
@@ -182,6 +183,9 @@ class KSChain(KSOperator):
     def backends() -> tuple:
         """Backend names :meth:`matmul` accepts: a single factor's, and ``"fused"``."""
         return backends.names() + (backends.FUSED,)
+
+    def _prepared_runs(self):
+        return self._runs
 
     def _apply(self, X, layout, backend):
         xp = self._xp

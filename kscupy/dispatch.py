@@ -11,28 +11,42 @@ import numpy
 from . import backends, tuning
 from .problem import problem_of
 
-__all__ = ["apply"]
+__all__ = ["prepare", "apply"]
 
 #: What ``auto`` runs on NumPy operands.
 CPU_AUTO = "bmm"
 
 
-def apply(factor, X, layout, backend):
-    """``op(X)`` for a :class:`~kscupy.factor.Factor` and a 2-D operand with ``B >= 1`` in
-    ``layout`` (``"bsl"``: ``(N, B)`` -> ``(M, B)``; ``"bsf"``: ``(B, N)`` -> ``(B, M)``).
+def prepare(factor, X, layout, backend):
+    """``run(X) -> op(X)`` for a :class:`~kscupy.factor.Factor` and 2-D operands with ``B >= 1``
+    shaped, strided and typed like ``X``, in ``layout`` (``"bsl"``: ``(N, B)`` -> ``(M, B)``;
+    ``"bsf"``: ``(B, N)`` -> ``(B, M)``).
 
-    ``factor`` is converted to ``X.dtype`` once and kept (see
-    :meth:`~kscupy.factor.Factor.in_dtype`). ``backend`` is a registry name or ``"auto"``.
+    Everything that depends only on those is decided here once: the factor in ``X.dtype``
+    (converted once and kept, see :meth:`~kscupy.factor.Factor.in_dtype`), ``"auto"``'s
+    choice, the configuration, and for kernel backends the kernel, grid and arguments
+    (their ``prepare``). ``backend`` is a registry name or ``"auto"``.
     """
     factor = factor.in_dtype(X.dtype)
     gpu = factor.xp is not numpy
     if backend == backends.AUTO:
         if gpu:
             choice = tuning.choose(problem_of(factor, X, layout))
-            return backends.get(choice.backend).run(factor, X, layout, choice.config)
+            return _prepared(backends.get(choice.backend), factor, X, layout, choice.config)
         backend = CPU_AUTO
     entry = backends.get(backend)
     if ("gpu" if gpu else "cpu") not in entry.devices:
         raise TypeError(f"backend={backend!r} runs on the GPU and needs CuPy operands")
     config = tuning.configuration(problem_of(factor, X, layout), backend) if gpu else None
-    return entry.run(factor, X, layout, config)
+    return _prepared(entry, factor, X, layout, config)
+
+
+def _prepared(entry, factor, X, layout, config):
+    if entry.prepare is not None:
+        return entry.prepare(factor, X, layout, config)
+    return lambda X: entry.run(factor, X, layout, config)
+
+
+def apply(factor, X, layout, backend):
+    """``op(X)``: :func:`prepare` for ``X``, run once."""
+    return prepare(factor, X, layout, backend)(X)

@@ -235,8 +235,14 @@ class KSMatrix(KSOperator):
         """Backend names :meth:`matmul` accepts (see :mod:`kscupy.backends`)."""
         return backends.names()
 
-    def _apply(self, X, layout, backend):
-        return dispatch.apply(self._factor, X, layout, backend)
+    def _prepare_apply(self, X, layout, backend):
+        return dispatch.prepare(self._factor, X, layout, backend)
+
+    def _prepared_runs(self):
+        # in the cache shared with the views, so a write of the values (which invalidates
+        # it) also drops the runs, which hold the converted copies and dense matrices
+        f = self._factor
+        return f.cache.setdefault(("prepared runs", f.transposed, f.conjugated), {})
 
     # -- ecosystem protocols (see KSOperator): pickling, copies and moves, scalars, sums ------
     @property

@@ -3,16 +3,23 @@
 :meth:`KSOperator.matmul` is the one entry of every product: it checks the operand,
 decides the result dtype (``numpy.result_type``, once, here), converts the operand, turns a
 vector into a batch of one and answers an empty batch; subclasses implement ``_apply`` for
-a 2-D operand of the result dtype with ``B >= 1``.
+a 2-D operand of the result dtype with ``B >= 1``, or ``_prepare_apply`` that decides once
+for operands of one shape. On the GPU, operators that keep prepared runs
+(``_prepared_runs``) answer a repeated product with one lookup and the launch.
 """
 from __future__ import annotations
 
-from . import _arrays, memory
+import numpy
+
+from . import _arrays, memory, tuning
 from .dask import is_dask_array, matmul as dask_matmul
 
 __all__ = ["KSOperator", "LAYOUTS"]
 
 LAYOUTS = ("bsl", "bsf")
+#: Prepared runs an operator keeps (one per operand shape, strides, dtype and alignment, per
+#: layout and backend); beyond this many they are all dropped and rebuilt as used.
+MAX_PREPARED_RUNS = 64
 
 
 def _sum_error(left, right) -> TypeError:
@@ -82,16 +89,48 @@ class KSOperator:
         is converted for the product and the operator's values are converted once and kept
         (``clear_cache()`` releases the copy).
         """
+        runs = self._prepared_runs() if self._xp is not numpy else None
+        if runs is None or type(X) is not self._xp.ndarray:
+            return self._prepare(X, layout, backend)(X)
+        # A repeated product (same operand shape, strides, dtype and 16-byte alignment, same
+        # layout, backend, device and tuning decisions) costs a dictionary lookup and the
+        # launch: every check and decision below was made for the first one.
+        key = (X.shape, X.strides, X.dtype, X.data.ptr & 15, layout, backend, tuning.epoch,
+               self._xp.cuda.runtime.getDevice())
+        run = runs.get(key)
+        if run is None:
+            if len(runs) >= MAX_PREPARED_RUNS:
+                runs.clear()
+            run = runs[key] = self._prepare(X, layout, backend)
+        return run(X)
+
+    def _prepare(self, X, layout, backend):
+        """``run(X)`` for operands like ``X``: the operand checked, the result dtype decided,
+        a vector made a batch of one, an empty batch answered, the rest prepared by
+        :meth:`_prepare_apply`."""
         self._check_operand(X, layout, backend)
         dtype = _arrays.result_dtype(self.dtype, X.dtype)
-        X = X.astype(dtype, copy=False)
         M = self.shape[0]
         if X.ndim == 1:   # a vector is a BSL batch of one
-            return self._apply(X.reshape(-1, 1), "bsl", backend).reshape(M)
+            inner = self._prepare_apply(X.astype(dtype, copy=False).reshape(-1, 1), "bsl",
+                                        backend)
+            return lambda X: inner(X.astype(dtype, copy=False).reshape(-1, 1)).reshape(M)
         B = X.shape[1] if layout == "bsl" else X.shape[0]
         if B == 0:
-            return self._xp.empty((M, 0) if layout == "bsl" else (0, M), dtype=dtype)
-        return self._apply(X, layout, backend)
+            shape = (M, 0) if layout == "bsl" else (0, M)
+            return lambda X: self._xp.empty(shape, dtype=dtype)
+        inner = self._prepare_apply(X.astype(dtype, copy=False), layout, backend)
+        return lambda X: inner(X.astype(dtype, copy=False))
+
+    def _prepare_apply(self, X, layout, backend):
+        """``run(X)`` for 2-D operands like ``X`` (result dtype, ``B >= 1``); subclasses that
+        can decide ahead override it, the others apply anew each time."""
+        return lambda X: self._apply(X, layout, backend)
+
+    def _prepared_runs(self):
+        """The dict that keeps this operator's prepared runs on the GPU, or None to keep
+        none. It must be emptied whenever what a run captured changes (values, plans)."""
+        return None
 
     def _check_operand(self, X, layout, backend):
         """Known layout and backend, same array module, 1-D or 2-D, ``N`` features along the

@@ -45,6 +45,16 @@ def _memo_key(*parts):
 
 
 _MEMO: dict = {}
+#: Counts the times the memoized decisions were forgotten (:func:`tune`, :func:`clear_cache`):
+#: whoever keeps something built from a decision (the prepared runs of repeated products,
+#: see :meth:`kscupy.operator.KSOperator.matmul`) compares it.
+epoch = 0
+
+
+def _forget_decisions():
+    global epoch
+    _MEMO.clear()
+    epoch += 1
 
 
 def choose(problem: Problem, rates: costs.DeviceRates | None = None) -> Choice:
@@ -162,7 +172,7 @@ def clear_cache():
     """Forget all tuning results (deletes the cache file)."""
     path = cache_path()
     _CACHE.pop(path, None)
-    _MEMO.clear()
+    _forget_decisions()
     try:
         path.unlink()
     except FileNotFoundError:
@@ -246,5 +256,5 @@ def tune(problem_or_matrix, batch=None, *, layout="bsl", dtype=None, progress=Tr
         timings[label] = float(numpy.median(times))
     best = runs[min(timings, key=timings.get)]
     _cache().put(_cache_key(problem, rates), best, timings)
-    _MEMO.clear()
+    _forget_decisions()
     return best

@@ -397,3 +397,44 @@ def test_assigning_bad_values_raises(xp, rng):
     numpy.testing.assert_array_equal(to_numpy(K.values), before)
     K.values = xp.asarray(random_array(rng, (2, 3, 4, 5), numpy.float16))   # safe: widened
     assert K.dtype == numpy.float32
+
+
+# -- repeated products on the GPU: prepared once, right every time -----------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["auto", "kernel", "kernel_fma", "bmm", "dense"])
+def test_repeated_products_stay_right(rng, backend):
+    """The prepared run of a repeated product (kept per operand shape, strides, dtype and
+    alignment) gives the oracle's answer for fresh data, for operands that differ only in
+    alignment, for vectors and promoted dtypes, and after the values are reassigned."""
+    cupy = pytest.importorskip("cupy")
+    K = ks.KSMatrix(cupy.asarray(random_array(rng, (2, 8, 6, 3), numpy.float32)))
+    M, N = K.shape
+    tol = 10 * RTOL[numpy.dtype(numpy.float32)]
+    for _ in range(2):                       # the second round reuses every prepared run
+        D = oracle_of(K)
+        for B in (1, 5):
+            base = cupy.asarray(random_array(rng, (N + 1, B), numpy.float32))
+            for X in (base[:N], base[1:]):                 # same shape and strides, shifted
+                X_host = to_numpy(X)
+                assert rel_err(K.matmul(X, backend=backend), D @ X_host) < tol
+                assert rel_err(K.matmul(cupy.ascontiguousarray(X.T), layout="bsf",
+                                        backend=backend), X_host.T @ D.T) < tol
+        x = random_array(rng, (N,), numpy.float64)          # vector, promoted to float64
+        assert rel_err(K.matmul(cupy.asarray(x), backend=backend), D @ x) < tol
+        K.values = cupy.asarray(random_array(rng, (2, 8, 6, 3), numpy.float32))
+    runs = K._prepared_runs()
+    assert 0 < len(runs) <= ks.operator.MAX_PREPARED_RUNS
+
+
+@pytest.mark.gpu
+def test_tuning_decisions_forgotten_reach_prepared_runs(rng):
+    cupy = pytest.importorskip("cupy")
+    from kscupy import tuning
+    K = ks.KSMatrix(cupy.asarray(random_array(rng, (1, 16, 16, 2), numpy.float32)))
+    X = cupy.asarray(random_array(rng, (32, 4), numpy.float32))
+    K @ X
+    before = tuning.epoch
+    tuning._forget_decisions()
+    assert tuning.epoch == before + 1
+    assert rel_err(K @ X, oracle_of(K) @ to_numpy(X)) < 1e-4
+    assert len(K._prepared_runs()) == 2       # a second run, under the new epoch

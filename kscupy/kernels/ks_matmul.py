@@ -12,7 +12,7 @@ import dataclasses
 
 from ..problem import Problem, pow2_at_least
 from . import nvrtc
-from .operands import launch_tiles, operands
+from .operands import geometry, tile_launcher
 
 __all__ = ["KernelConfig", "ORDER_BATCH", "ORDER_GROUP", "ORDER_INGROUP", "heuristic_config",
            "candidate_configs", "launch", "SMEM_LIMIT"]
@@ -226,23 +226,31 @@ def candidate_configs(problem: Problem):
 
 
 # -- launch -------------------------------------------------------------------------------------
-def launch(factor, X, layout, config: KernelConfig):
-    """``K @ X`` (``layout="bsl"``, X ``(N, B)``) or ``X @ K.T`` (``"bsf"``, X ``(B, N)``)
-    for the :class:`~kscupy.factor.Factor` ``factor``.
+def prepare(factor, X, layout, config: KernelConfig):
+    """``run(X) -> Y`` computing ``K @ X`` (``layout="bsl"``, X ``(N, B)``) or ``X @ K.T``
+    (``"bsf"``, X ``(B, N)``) for the :class:`~kscupy.factor.Factor` ``factor``, for operands
+    with ``X``'s shape, strides and dtype: the kernel, grid and arguments are found here once.
 
     ``factor.dtype == X.dtype`` is required (products promote at their entry). ``X`` may
-    have any strides that are whole elements (other views are copied once). Launches on
-    CuPy's current stream and returns a new C-contiguous result without synchronising.
+    have any strides; views whose strides are not whole elements are copied on every call.
+    ``run`` launches on CuPy's current stream and returns a new C-contiguous result without
+    synchronising.
     """
     import cupy
     dtype = X.dtype
     if factor.dtype != dtype:
         raise TypeError(f"kernel operands must share a dtype, got {factor.dtype} and {dtype}")
-    X, Y, B, strides = operands(X, layout, factor.shape[0])
-    if B == 0:
-        return Y
+    found = geometry(X, layout, factor.shape[0])
+    if found is None:
+        run = prepare(factor, cupy.ascontiguousarray(X), layout, config)
+        return lambda X: run(cupy.ascontiguousarray(X))
+    B, strides, y_shape = found
     smem = config.smem_bytes(dtype.itemsize)
     fn = nvrtc.function("ks_matmul.cu", config.name(dtype), smem, cupy.cuda.Device().id)
-    launch_tiles(fn, factor, X, Y, B, strides, bm=config.bm, bn=config.bn, slots=config.slots,
-                 threads=config.threads, smem=smem)
-    return Y
+    return tile_launcher(fn, factor, B, strides, y_shape, dtype, bm=config.bm, bn=config.bn,
+                         slots=config.slots, threads=config.threads, smem=smem)
+
+
+def launch(factor, X, layout, config: KernelConfig):
+    """:func:`prepare` for ``X``, run once on ``X``."""
+    return prepare(factor, X, layout, config)(X)

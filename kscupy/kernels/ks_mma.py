@@ -21,7 +21,7 @@ import numpy
 
 from ..problem import Problem, pow2_at_least
 from . import nvrtc
-from .operands import launch_tiles, operands
+from .operands import geometry, tile_launcher
 
 __all__ = ["MmaConfig", "PRECISIONS", "ORDER_BATCH", "ORDER_GROUP", "ORDER_INGROUP",
            "ORDER_NAMES", "heuristic_config", "candidate_configs", "launch", "SMEM_LIMIT", "supports"]
@@ -307,7 +307,7 @@ def _vector(itemsize: int, contiguous: bool, *divisible) -> int:
 
 def copy_vectors(config: MmaConfig, factor, X, strides, B) -> tuple:
     """``(VX, VW)`` for a launch: the widest copies that every tile of this operand allows
-    (``strides``: ``(sx_f, sx_b, sy_f, sy_b)`` as :func:`operands` returns them; Y is a new
+    (``strides``: ``(sx_f, sx_b, sy_f, sy_b)`` as :func:`~.operands.geometry` returns them; Y is a new
     C-contiguous array, so its base is aligned)."""
     isz = X.dtype.itemsize
     sx_f, sx_b, sy_f, sy_b = strides
@@ -328,13 +328,15 @@ def copy_vectors(config: MmaConfig, factor, X, strides, B) -> tuple:
     return vx, vw
 
 
-def launch(factor, X, layout, config: MmaConfig, precision: str = "default"):
-    """``K @ X`` (``layout="bsl"``, X ``(N, B)``) or ``X @ K.T`` (``"bsf"``, X ``(B, N)``)
-    for the :class:`~kscupy.factor.Factor` ``factor`` on the tensor cores.
+def prepare(factor, X, layout, config: MmaConfig, precision: str = "default"):
+    """``run(X) -> Y`` computing ``K @ X`` (``layout="bsl"``, X ``(N, B)``) or ``X @ K.T``
+    (``"bsf"``, X ``(B, N)``) for the :class:`~kscupy.factor.Factor` ``factor`` on the tensor
+    cores, for operands with ``X``'s shape, strides, dtype and 16-byte alignment (the copy
+    widths depend on it): the kernel, grid and arguments are found here once.
 
     ``factor.dtype == X.dtype`` is required; ``precision`` is ``"default"`` or ``"tf32"``
-    (float32 and complex64 only). Launches on CuPy's current stream and returns a new
-    C-contiguous result without synchronising.
+    (float32 and complex64 only). ``run`` launches on CuPy's current stream and returns a
+    new C-contiguous result without synchronising.
     """
     import cupy
     dtype = X.dtype
@@ -345,13 +347,19 @@ def launch(factor, X, layout, config: MmaConfig, precision: str = "default"):
                         f"{precision!r}")
     if not config.valid_for(dtype):
         raise ValueError(f"{config} does not split into {mma_shape(dtype)} MMA tiles")
-    X, Y, B, strides = operands(X, layout, factor.shape[0])
-    if B == 0:
-        return Y
+    found = geometry(X, layout, factor.shape[0])
+    if found is None:
+        run = prepare(factor, cupy.ascontiguousarray(X), layout, config, precision)
+        return lambda X: run(cupy.ascontiguousarray(X))
+    B, strides, y_shape = found
     vx, vw = copy_vectors(config, factor, X, strides, B)
     smem = config.smem_bytes(dtype.itemsize, factor.transposed)
     name = config.name(dtype, precision, factor.transposed, vx, vw)
     fn = nvrtc.function("ks_mma.cu", name, smem, cupy.cuda.Device().id)
-    launch_tiles(fn, factor, X, Y, B, strides, bm=config.bm, bn=config.bn, slots=config.slots,
-                 threads=config.threads, smem=smem)
-    return Y
+    return tile_launcher(fn, factor, B, strides, y_shape, dtype, bm=config.bm, bn=config.bn,
+                         slots=config.slots, threads=config.threads, smem=smem)
+
+
+def launch(factor, X, layout, config: MmaConfig, precision: str = "default"):
+    """:func:`prepare` for ``X``, run once on ``X``."""
+    return prepare(factor, X, layout, config, precision)(X)

@@ -1,11 +1,11 @@
 """Operands and results of a kernel launch, in either layout, addressed by element strides,
-and the launch of a single-factor tile kernel (the parameter list ks_matmul.cu and ks_mma.cu
+and the launcher of a single-factor tile kernel (the parameter list ks_matmul.cu and ks_mma.cu
 share)."""
 from __future__ import annotations
 
 import numpy
 
-__all__ = ["operands", "launch_tiles"]
+__all__ = ["geometry", "operands", "tile_launcher"]
 
 
 def _element_strides(A):
@@ -15,31 +15,43 @@ def _element_strides(A):
     return tuple(s // itemsize for s in A.strides)
 
 
-def operands(X, layout, M):
-    """``(X, Y, B, (sx_f, sx_b, sy_f, sy_b))`` for a product with ``M`` output features.
+def geometry(X, layout, M):
+    """``(B, (sx_f, sx_b, sy_f, sy_b), y_shape)`` of a product with ``M`` output features, or
+    None when ``X``'s strides are not whole elements (the caller copies it first).
 
-    ``X`` is ``(N, B)`` in ``"bsl"`` and ``(B, N)`` in ``"bsf"``, with any strides (copied
-    once if they are not whole elements). ``Y`` is a new C-contiguous result of the same
-    layout; the strides are in elements along the feature (``f``) and batch (``b``) axes.
+    ``X`` is ``(N, B)`` in ``"bsl"`` and ``(B, N)`` in ``"bsf"``; the result ``Y`` is a new
+    C-contiguous array of shape ``y_shape`` in the same layout. Strides are in elements
+    along the feature (``f``) and batch (``b``) axes.
     """
-    import cupy
     strides = _element_strides(X)
     if strides is None:
-        X = cupy.ascontiguousarray(X)
-        strides = _element_strides(X)
+        return None
     if layout == "bsl":
         B = X.shape[1]
-        Y = cupy.empty((M, B), dtype=X.dtype)
-        return X, Y, B, (strides[0], strides[1], B, 1)
+        return B, (strides[0], strides[1], B, 1), (M, B)
     B = X.shape[0]
-    Y = cupy.empty((B, M), dtype=X.dtype)
-    return X, Y, B, (strides[1], strides[0], 1, M)
+    return B, (strides[1], strides[0], 1, M), (B, M)
 
 
-def launch_tiles(fn, factor, X, Y, B, strides, *, bm, bn, slots, threads, smem):
-    """Launch the single-factor kernel ``fn`` over tiles of ``slots`` groups x ``bm`` rows x
-    ``bn`` batch columns (``kernels_cu/ks_tiles.cuh``): a 1-D grid, capped at 2^31 - 1
-    blocks (the kernels stride over tile ids beyond the grid), on CuPy's current stream."""
+def operands(X, layout, M):
+    """``(X, Y, B, strides)``: :func:`geometry`, with ``X`` copied once if its strides are
+    not whole elements and ``Y`` allocated."""
+    import cupy
+    found = geometry(X, layout, M)
+    if found is None:
+        X = cupy.ascontiguousarray(X)
+        found = geometry(X, layout, M)
+    B, strides, y_shape = found
+    return X, cupy.empty(y_shape, dtype=X.dtype), B, strides
+
+
+def tile_launcher(fn, factor, B, strides, y_shape, dtype, *, bm, bn, slots, threads, smem):
+    """``run(X) -> Y``: the single-factor kernel ``fn`` over tiles of ``slots`` groups x
+    ``bm`` rows x ``bn`` batch columns (``kernels_cu/ks_tiles.cuh``) for operands of this
+    geometry (:func:`geometry`). Everything but the two pointers is computed here once, so a
+    call allocates ``Y`` and launches: a 1-D grid, capped at 2^31 - 1 blocks (the kernels
+    stride over tile ids beyond the grid), on CuPy's current stream."""
+    import cupy
     a, b, c, d = factor.pattern
     sx_f, sx_b, sy_f, sy_b = strides
     w_sk, w_sl = factor.weight_strides
@@ -47,8 +59,13 @@ def launch_tiles(fn, factor, X, Y, B, strides, *, bm, bn, slots, threads, smem):
     ktiles, ntiles, gtiles = -(-b // bm), -(-B // bn), -(-groups // slots)
     tiles = ktiles * ntiles * gtiles
     i32, i64 = numpy.int32, numpy.int64
-    fn((min(tiles, 2**31 - 1),), (threads,),
-       (X, Y, factor.tiles, i32(groups), i32(b), i32(c), i32(d), i64(B),
-        i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b), i32(w_sk), i32(w_sl),
-        i32(factor.conjugated), i32(ktiles), i32(gtiles), i64(tiles)),
-       shared_mem=smem)
+    grid, block = (min(tiles, 2**31 - 1),), (threads,)
+    after_y = (factor.tiles, i32(groups), i32(b), i32(c), i32(d), i64(B),
+               i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b), i32(w_sk), i32(w_sl),
+               i32(factor.conjugated), i32(ktiles), i32(gtiles), i64(tiles))
+
+    def run(X):
+        Y = cupy.empty(y_shape, dtype=dtype)
+        fn(grid, block, (X, Y) + after_y, shared_mem=smem)
+        return Y
+    return run

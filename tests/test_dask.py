@@ -97,3 +97,30 @@ def test_operator_is_one_key_of_the_graph(rng):
     tasks = [task for key, task in graph.items() if "kscupy-matmul" in str(key)]
     assert len(tasks) == 10
     assert all(len(pickle.dumps(task)) < K.values.nbytes for task in tasks)
+
+
+@pytest.mark.gpu
+def test_one_worker_per_gpu_transforms_its_own_chunks(rng):
+    """kscupy.dask.gpu_cluster: each worker sees its own physical GPU, the chunks are spread
+    over both and stay CuPy arrays there, and the gathered result is numpy.fft's."""
+    import cupy
+    distributed = pytest.importorskip("distributed", reason="dask.distributed is not installed")
+    if cupy.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+    from kscupy.dask import gpu_cluster
+    F = ks.dft(64, dtype=numpy.complex64, xp=cupy)
+    X = random_array(rng, (4000, 64), numpy.complex64)
+    with gpu_cluster(2) as cluster, distributed.Client(cluster) as client:
+        seen = client.run(lambda: __import__("os").environ["CUDA_VISIBLE_DEVICES"])
+        assert sorted(seen.values()) == ["0", "1"]
+        buses = client.run(lambda: __import__("cupy").cuda.Device(0).pci_bus_id)
+        assert len(set(buses.values())) == 2, buses        # two physical GPUs, not one
+        Y = (chunked(cupy, X, (500, 64)) @ F.T).persist()
+        distributed.wait(Y)
+        holders = {w for ws in client.who_has(Y).values() for w in ws}
+        assert len(holders) == 2, client.who_has(Y)
+        kinds = client.run(lambda dask_worker: sorted({type(v).__module__.split(".")[0]
+                                                      for v in dask_worker.data.values()}))
+        assert all(k == ["cupy"] for k in kinds.values()), kinds
+        result = Y.compute()
+    assert rel_err(to_numpy(result), numpy.fft.fft(X.astype(numpy.complex128), axis=-1)) < 1e-5

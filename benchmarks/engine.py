@@ -102,8 +102,17 @@ def relative_error(Y, ref, layout):
     return float(cupy.linalg.norm(got.astype(ref.dtype) - ref) / cupy.linalg.norm(ref))
 
 
-def bench_row(pattern, layout, dtype, precision, sample, args, ceilings):
-    B = BATCH[dtype]
+def median_gpu_seconds(fn, inputs):
+    return {"seconds": time_fn(fn, inputs)}
+
+
+def bench_row(pattern, layout, dtype, precision, sample, args, ceilings, *, batch=None,
+              timer=median_gpu_seconds, suite="patterns"):
+    """One row: every method of ``precision`` on one pattern and layout, its relative error
+    against the float64 oracle and its time. ``batch`` defaults to :data:`BATCH` of the
+    dtype; ``timer(fn, inputs)`` returns ``{field: seconds}``, each field a dict of the row
+    keyed by method (default: ``seconds``, the median CUDA-event time)."""
+    B = BATCH[dtype] if batch is None else batch
     K = ks.KSMatrix.random(pattern, dtype=dtype, xp=cupy, seed=0)
     M, N = K.shape
     shape = (N, B) if layout == "bsl" else (B, N)
@@ -134,7 +143,7 @@ def bench_row(pattern, layout, dtype, precision, sample, args, ceilings):
         else:
             methods["base_dense"] = lambda x: _reference.dense(D, x, layout, cupy)
     ref = oracle(K, inputs[0], layout)
-    row = {"suite": "patterns", "sample": sample, "pattern": list(pattern), "layout": layout,
+    row = {"suite": suite, "sample": sample, "pattern": list(pattern), "layout": layout,
            "dtype": dtype, "precision": precision, "batch": B,
            "floor_s": _floor(pattern, B, dtype, precision, ceilings), "seconds": {}, "relerr": {}}
     if not tf32:
@@ -146,7 +155,8 @@ def bench_row(pattern, layout, dtype, precision, sample, args, ceilings):
             Y = cupy.from_dlpack(Y)
         row["relerr"][name] = relative_error(Y, ref, layout)
         del Y
-        row["seconds"][name] = time_fn(fn, inputs)
+        for field, seconds in timer(fn, inputs).items():
+            row.setdefault(field, {})[name] = seconds
     del inputs
     K.clear_cache()
     cupy.get_default_memory_pool().free_all_blocks()

@@ -57,7 +57,7 @@ def test_bench_without_gpu_fails_clearly(tmp_path):
     assert "needs a GPU" in out.stderr and list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("script", ["bench_patterns.py", "bench_fft.py"])
+@pytest.mark.parametrize("script", ["bench_patterns.py", "bench_fft.py", "bench_latency.py"])
 def test_benchmark_scripts_parse_help_without_cupy(script):
     # CuPy made unimportable: the scripts must still print their help
     code = (f"import sys, runpy; sys.modules['cupy'] = None; sys.argv = ['{script}', '--help']; "

@@ -20,6 +20,7 @@ from .linalg import aslinearoperator
 from .storage import save, load
 from . import testing
 from .tuning import tune
+from .warmup import warmup
 from ._arrays import SUPPORTED_DTYPES, gpu_module
 
 __version__ = "0.1.0"
@@ -29,4 +30,4 @@ __all__ = ["KSPattern", "KSMatrix", "KSChain", "KSSubmatrix", "KSRealPart", "dft
            "low_rank", "choose_pattern", "perfect_shuffle", "inverse_perfect_shuffle",
            "inverse_permutation", "perfect_shuffle_matrix", "bit_reversal",
            "block_diagonal_permutations", "block_diagonalize", "aslinearoperator", "save",
-           "load", "testing", "tune", "SUPPORTED_DTYPES", "gpu_module", "__version__"]
+           "load", "testing", "tune", "warmup", "SUPPORTED_DTYPES", "gpu_module", "__version__"]

@@ -1,4 +1,4 @@
-"""Command line: ``python -m kscupy {demo,info,bench}``.
+"""Command line: ``python -m kscupy {demo,info,bench,warmup}``.
 
 ``demo`` is the main job: it builds a random KS factor, multiplies it with every available
 backend in both layouts, checks each result against the dense product in float64, times
@@ -8,6 +8,10 @@ the GPU with CuPy when a device is there, on the CPU with NumPy otherwise.
 ``bench`` runs the benchmark suites of the source tree (``benchmarks/bench_patterns.py``,
 ``benchmarks/bench_fft.py``) on the GPU, then the plot scripts, and writes the JSON results
 and the PNG plots to ``--out``; ``--quick`` runs a small sample of each suite.
+
+``warmup`` compiles ahead the kernels that given patterns, dtypes, layouts and batch sizes
+(and DFT sizes) need (:func:`kscupy.warmup`), so that later processes find them in CuPy's
+disk cache.
 """
 from __future__ import annotations
 
@@ -215,6 +219,21 @@ def bench(args) -> int:
     return 0
 
 
+def warmup(args) -> int:
+    cupy, why = _arrays.gpu_module()
+    if cupy is None:
+        print(f"python -m kscupy warmup compiles GPU kernels and needs a GPU: {why}",
+              file=sys.stderr)
+        return 2
+    split = lambda text, kind: [kind(v) for v in text.split(",") if v]  # noqa: E731
+    dfts = [kscupy.dft(n, dtype=numpy.complex64, xp=cupy) for n in args.dft]
+    report = kscupy.warmup(args.pattern, operators=dfts, dtypes=split(args.dtypes, str),
+                           layouts=split(args.layouts, str), batches=split(args.batches, int))
+    print(f"{report.products} products, {report.kernels_loaded} kernels compiled or loaded, "
+          f"{report.seconds:.1f} s")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kscupy", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -239,6 +258,19 @@ def main(argv=None) -> int:
     p_bench.add_argument("--out", default="bench-results",
                          help="folder for the JSON results and plots (default: bench-results)")
     p_bench.set_defaults(func=bench)
+    p_warm = sub.add_parser("warmup", help="compile ahead the kernels given products need",
+                            description="Run one product per pattern (and DFT size), dtype, "
+                                        "layout and batch size on the GPU, so that their "
+                                        "kernels are compiled and kept in CuPy's disk cache.")
+    p_warm.add_argument("--pattern", type=int, nargs=4, action="append", default=[],
+                        metavar=("A", "B", "C", "D"), help="a KS pattern (repeatable)")
+    p_warm.add_argument("--dft", type=int, action="append", default=[], metavar="N",
+                        help="a complex64 DFT size (repeatable)")
+    p_warm.add_argument("--dtypes", default="float32", help="comma-separated (default float32)")
+    p_warm.add_argument("--layouts", default="bsl,bsf")
+    p_warm.add_argument("--batches", default="1,64,4096",
+                        help="comma-separated batch sizes (the tile choice follows them)")
+    p_warm.set_defaults(func=warmup)
     args = parser.parse_args(argv)
     return args.func(args)
 

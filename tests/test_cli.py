@@ -74,3 +74,30 @@ def test_bench_quick_writes_results_and_plots(tmp_path):
     assert out.returncode == 0, out.stderr
     names = {p.name for p in tmp_path.iterdir()}
     assert {"patterns.json", "fft.json", "fft_chains.png", "speedup_vs_h.png"} <= names
+
+
+@pytest.mark.skipif(gpu_available(), reason="checks the message of a machine without a GPU")
+def test_warmup_without_gpu_fails_clearly():
+    out = _run("warmup", "--pattern", "2", "32", "32", "4")
+    assert out.returncode == 2 and "needs a GPU" in out.stderr
+    with pytest.raises(RuntimeError, match="needs a GPU"):
+        __import__("kscupy").warmup([(2, 32, 32, 4)])
+
+
+@pytest.mark.gpu
+def test_warmup_compiles_what_later_products_use():
+    """After warmup, the same products in a fresh process load no new kernel instantiation
+    beyond what warmup loaded (they come from the process's own cache)."""
+    code = ("import cupy, numpy, kscupy; from kscupy.kernels import nvrtc; "
+            "r = kscupy.warmup([(2, 32, 32, 4)], operators=[kscupy.dft(64, dtype=numpy.complex64, "
+            "xp=cupy)], dtypes=('float32', 'float64'), batches=(1, 300)); "
+            "assert r.products == 3 * 2 * 2 and r.kernels_loaded > 0, r; "
+            "before = nvrtc.function.cache_info().misses; "
+            "K = kscupy.KSMatrix.random((2, 32, 32, 4), dtype=numpy.float64, xp=cupy); "
+            "X = cupy.ones((300, 128)); K.matmul(X, layout='bsf'); K @ X[0]; "
+            "kscupy.dft(64, dtype=numpy.complex64, xp=cupy) @ cupy.ones(64, numpy.complex64); "
+            "assert nvrtc.function.cache_info().misses == before")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    cli = _run("warmup", "--pattern", "2", "32", "32", "4", "--dft", "64", "--batches", "1")
+    assert cli.returncode == 0 and "products" in cli.stdout, cli.stderr

@@ -21,7 +21,7 @@ import dataclasses
 import numpy
 
 from . import _arrays
-from ._reference import todense
+from ._reference import tocsr, todense
 from .pattern import KSPattern
 
 __all__ = ["Factor", "FactorCache", "DENSE_CACHE_BYTES"]
@@ -165,3 +165,13 @@ class Factor:
         """Device (or host) address of the stored values."""
         data = self.tiles.data
         return data.ptr if hasattr(data, "ptr") else self.tiles.ctypes.data
+
+    def csr(self):
+        """The matrix in CSR format (``scipy.sparse`` or ``cupyx.scipy.sparse``, shape
+        ``(M, N)``), formed once and kept in the cache: it holds the ``nnz`` values plus their
+        column indices, a small multiple of the factor's own storage, so it is always kept."""
+        key = ("csr", self.transposed, self.conjugated)
+        S = self.cache.get(key)
+        if S is None:
+            S = self.cache[key] = tocsr(self.blocks, self.xp)
+        return S

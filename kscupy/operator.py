@@ -78,7 +78,7 @@ class KSOperator:
             float32/complex64, opt-in only; ``"kernel_fma"``: the fused kernel on the FMA
             units; ``"bmm"``, ``"einsum"``: the permutation-based algorithms of
             the paper's Appendix A; ``"dense"``: GEMM on the dense matrix, kept when small;
-            ``"sparse"``: a CSR product, formed on every call); a chain applies every factor
+            ``"sparse"``: a CSR product, the CSR matrix kept); a chain applies every factor
             with it, and also takes ``"fused"`` (CuPy only: as many factors per launch as
             fit).
 

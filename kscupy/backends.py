@@ -1,13 +1,15 @@
 """The backend registry: every way to apply one KS factor, declared once.
 
 A :class:`Backend` says where it runs (``devices``), how it runs (``run``), what it costs
-(``seconds``, the cost model of :mod:`kscupy.costs`; None where there is no model) and
-whether ``backend="auto"`` may pick it. :func:`kscupy.dispatch.apply` (what ``K @ X``
-calls), the ``auto`` choice and the tuner (:mod:`kscupy.tuning`) and the chain planner
-(:mod:`kscupy.planner`) all read this table, so they cannot disagree.
+(``seconds`` on the GPU and ``cpu_seconds`` with NumPy, the cost models of
+:mod:`kscupy.costs`; None where there is no model) and whether ``backend="auto"`` may pick
+it (on the GPU ``in_auto``; on the CPU every backend with a ``cpu_seconds``).
+:func:`kscupy.dispatch.apply` (what ``K @ X`` calls), the ``auto`` choice and the tuner
+(:mod:`kscupy.tuning`) and the chain planner (:mod:`kscupy.planner`) all read this table, so
+they cannot disagree.
 
-To add a backend: write its ``run`` (and ``seconds`` if ``auto`` or the planner should
-weigh it) and add one :class:`Backend` to :data:`REGISTRY`. A backend whose launch costs host
+To add a backend: write its ``run`` (and ``seconds`` / ``cpu_seconds`` if ``auto`` or the
+planner should weigh it) and add one :class:`Backend` to :data:`REGISTRY`. A backend whose launch costs host
 time worth saving also gives ``prepare(factor, X, layout, config) -> run(X)``: the work that
 depends only on the operand's shape, strides and dtype, done once for repeated calls. ``run(factor, X, layout,
 config)`` receives a :class:`~kscupy.factor.Factor` already in ``X.dtype``, a 2-D operand
@@ -52,6 +54,8 @@ class Backend:
     candidates: Optional[Callable] = None   # (problem) -> configurations to time
     config_type: Optional[type] = None      # rebuilds a configuration from its tuple
     prepare: Optional[Callable] = None      # (factor, X, layout, config) -> run(X) (kernels)
+    cpu_seconds: Optional[Callable] = None  # (problem) -> modelled seconds with NumPy/SciPy;
+                                            # the backends that have one are auto's on the CPU
 
 
 def _prepare_mma_kernel(precision):
@@ -90,6 +94,10 @@ def _run_dense(factor, X, layout, config):
 
 def _run_sparse(factor, X, layout, config):
     return _reference.sparse(factor.csr(), X, layout, factor.xp)
+
+
+def _cpu_model(algorithm):
+    return lambda problem: costs.cpu_seconds(problem, algorithm)
 
 
 def _fma_kernel_seconds(problem, rates):
@@ -136,15 +144,17 @@ REGISTRY = {b.name: b for b in (
                 "(kernels_cu/ks_matmul.cu): any dtype (float16 summed in float32), fastest "
                 "for the smallest blocks"),
     Backend("bmm", _BOTH, _half_in_single(_run_reference(_reference.bmm), {"cpu"}),
-            costs.bmm_seconds, in_auto=True,
+            costs.bmm_seconds, in_auto=True, cpu_seconds=_cpu_model("bmm"),
             doc="permute / batched matmul / permute (cuBLAS batched GEMM on the GPU)"),
     Backend("dense", _BOTH, _half_in_single(_run_dense, {"cpu"}), _dense_seconds, in_auto=True,
             fits=_dense_fits,
             doc="GEMM on the dense matrix, formed on first use and kept when at most "
                 "DENSE_CACHE_BYTES (kscupy.KSMatrix.clear_cache releases it)"),
     Backend("einsum", _BOTH, _half_in_single(_run_reference(_reference.einsum), _BOTH),
+            cpu_seconds=_cpu_model("einsum"),
             doc="one tensor contraction over the (a, c, d) view of the input"),
     Backend("sparse", _BOTH, _half_in_single(_run_sparse, _BOTH),
+            cpu_seconds=_cpu_model("sparse"),
             doc="CSR sparse product (scipy.sparse / cuSPARSE), the CSR matrix formed on "
                 "first use and kept (kscupy.KSMatrix.clear_cache releases it)"),
 )}

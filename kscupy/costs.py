@@ -1,6 +1,7 @@
 """The cost model: device rates and every modelled time that guides ``auto`` and the planner.
 
-All constants of the model live here. Times are ``max``/sums of three kinds of terms:
+All constants of the model live here: the GPU's (below) and the CPU's (``cpu_seconds``, at
+the end). Times are ``max``/sums of three kinds of terms:
 bytes over bandwidth, flops over an efficiency times the peak rate, and fixed launch costs.
 The constants were fitted to heuristic-configuration times on 120 patterns of the paper's
 grid on an H200 (two disjoint stratified samples, ``benchmarks/bench_patterns.py --shift 0 /
@@ -11,13 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import numpy
 
 from .problem import Problem
 
 __all__ = ["DeviceRates", "device_rates", "LAUNCH_SECONDS", "kernel_seconds", "bmm_seconds",
-           "dense_seconds", "mma_kernel_seconds", "segment_seconds", "gather_seconds", "KERNEL_MARGIN"]
+           "dense_seconds", "mma_kernel_seconds", "segment_seconds", "gather_seconds", "KERNEL_MARGIN",
+           "cpu_terms", "cpu_seconds"]
 
 #: One kernel launch with its Python dispatch, measured at B = 1 on an H200.
 LAUNCH_SECONDS = 10e-6
@@ -222,3 +225,102 @@ def segment_seconds(segment, batch: int, dtype, rates: DeviceRates) -> float:
 def gather_seconds(n: int, batch: int, dtype, rates: DeviceRates) -> float:
     """A permutation pass over ``batch`` vectors of length ``n``: read and write once."""
     return 2.0 * numpy.dtype(dtype).itemsize * n * batch / rates.bandwidth + LAUNCH_SECONDS
+
+
+# -- the CPU: NumPy and SciPy ---------------------------------------------------------------
+# ``auto`` on NumPy picks the fastest of bmm, einsum and sparse by a linear model of each
+# one's time, ``seconds = sum of constant x count`` over the terms of ``cpu_terms``, with one
+# set of constants per algorithm and regime: "vector" (a batch of one: every algorithm runs
+# matrix-vector code), "bsl" or "bsf". The terms:
+#   call           one product: Python, NumPy/SciPy dispatch, allocations
+#   group          a*d groups: bmm calls one small GEMM per group
+#   nonzero        nnz: SciPy's CSR loop calls one axpy per non-zero; einsum's loops
+#   row            B*a*d block rows: loops whose inner run is one block row (bsf copies)
+#   element_in/out B*N, B*M: per-element loop costs
+#   byte           itemsize*B*(M + N): the operand and result through the memory system
+#   memory         the same bytes again, weighted from 0 (fits in 2 MiB of cache) to 1
+#                  (64 MiB and more, beyond the L3 cache; linear in log2 of the size)
+#   mac_<dtype>    B*nnz multiply-adds at the rate of each dtype
+#   copy, copy_memory            bmm: its two permutation passes, when they are not views
+#   transpose, transpose_memory  sparse in bsf: SciPy copies the (B, N) operand to (N, B)
+# float16 is priced as float32 (every CPU backend computes it through float32). Fitted by
+# benchmarks/fit_cpu_costs.py to benchmarks/results/cpu_train.json: best-of-N times of every
+# algorithm on 1590 single-factor products (bench_cpu_auto.py's samples at --shift 0.25 and
+# 0.75, each run twice, and large batches at --shift 0.125) on the development machine, a
+# 2-core AMD EPYC virtual machine (the CI machine's class). RMS error of log time about 0.2.
+_CPU_MEMORY_LOG2 = (21, 26)       # the memory term's ramp, in log2 bytes
+_CPU = {  # (algorithm, regime) -> {term: seconds per count}
+    ("bmm", "vector"): {"call": 6.03e-06, "copy": 5.35e-11, "element_out": 8.88e-10,
+        "group": 2.08e-08, "mac_complex128": 9.85e-11, "mac_complex64": 4.57e-11,
+        "mac_float64": 4.66e-11, "nonzero": 3.77e-11},
+    ("bmm", "bsl"): {"byte": 1.61e-11, "call": 6.79e-06, "copy": 2.39e-11,
+        "copy_memory": 8.24e-11, "group": 6.53e-08, "mac_complex128": 7.36e-11,
+        "mac_complex64": 3.71e-11, "mac_float32": 7.11e-12, "mac_float64": 1.89e-11,
+        "memory": 3.35e-11, "nonzero": 2.99e-10},
+    ("bmm", "bsf"): {"call": 5.99e-06, "copy": 4.66e-11, "copy_memory": 2.16e-10,
+        "element_in": 1.17e-10, "element_out": 4.13e-10, "group": 3.09e-08,
+        "mac_complex128": 6.21e-11, "mac_complex64": 3.05e-11, "mac_float32": 4.01e-12,
+        "mac_float64": 1.47e-11, "nonzero": 3.45e-10, "row": 4.46e-09},
+    ("einsum", "vector"): {"call": 6.22e-06, "element_in": 4.23e-10, "element_out": 3.19e-09,
+        "group": 2.97e-08, "mac_complex128": 5.49e-10, "mac_complex64": 5.73e-10,
+        "mac_float64": 1.21e-10, "nonzero": 2.17e-10},
+    ("einsum", "bsl"): {"call": 7.28e-06, "element_out": 1.61e-10, "group": 1.04e-07,
+        "mac_complex128": 1.53e-09, "mac_complex64": 1.48e-09, "mac_float32": 8.32e-11,
+        "mac_float64": 1.77e-10, "memory": 7.38e-11, "nonzero": 3.81e-09},
+    ("einsum", "bsf"): {"call": 5.19e-06, "element_out": 2.64e-09, "mac_complex128": 8.05e-10,
+        "mac_complex64": 8.01e-10, "mac_float32": 2.91e-10, "mac_float64": 3.45e-10,
+        "memory": 1.36e-10, "row": 4.46e-08},
+    ("sparse", "vector"): {"call": 6.08e-06, "group": 6.83e-10, "mac_complex128": 3.88e-10,
+        "mac_complex64": 5.17e-10, "nonzero": 3.94e-10},
+    ("sparse", "bsl"): {"call": 5.79e-06, "mac_complex128": 7.95e-10,
+        "mac_complex64": 4.02e-10, "mac_float32": 7.68e-11, "mac_float64": 1.55e-10,
+        "memory": 4.23e-11, "nonzero": 1.29e-09},
+    ("sparse", "bsf"): {"call": 4.99e-06, "element_in": 8.94e-10, "mac_complex128": 7.57e-10,
+        "mac_complex64": 3.97e-10, "mac_float32": 9.59e-11, "mac_float64": 1.7e-10,
+        "nonzero": 8.65e-10, "transpose_memory": 7.39e-10},
+}
+
+
+def _cpu_regime(problem: Problem) -> str:
+    return "vector" if problem.batch == 1 else problem.layout
+
+
+def _bmm_copies(problem: Problem) -> bool:
+    """Whether bmm's two permutations (``_reference.bmm``) copy: in bsl (and for a batch of
+    one) they are views when ``d == 1``, in bsf when there is a single group."""
+    a, _, _, d = problem.pattern
+    if problem.layout == "bsl" or problem.batch == 1:
+        return d > 1
+    return a * d > 1
+
+
+def cpu_terms(problem: Problem, algorithm: str) -> dict:
+    """The counts of the CPU model's terms (see the table above) for ``algorithm``
+    ("bmm", "einsum" or "sparse") applied to ``problem`` with NumPy/SciPy."""
+    a, _, _, d = problem.pattern
+    M, N = problem.pattern.shape
+    B, groups, nnz = problem.batch, a * d, problem.pattern.nnz
+    single = numpy.dtype(numpy.float32)
+    dtype = single if problem.dtype == numpy.float16 else numpy.dtype(problem.dtype)
+    size = dtype.itemsize * B * (M + N)
+    low, high = _CPU_MEMORY_LOG2
+    beyond_cache = min(1.0, max(0.0, (math.log2(size) - low) / (high - low)))
+    terms = {"call": 1.0, "group": groups, "nonzero": nnz, "row": B * groups,
+             "element_in": B * N, "element_out": B * M, "byte": size,
+             "memory": size * beyond_cache, f"mac_{dtype.name}": B * nnz}
+    if algorithm == "bmm" and _bmm_copies(problem):
+        terms.update(copy=size, copy_memory=size * beyond_cache)
+    if algorithm == "sparse" and problem.layout == "bsf" and B > 1 \
+            and not problem.batch_contiguous:
+        moved = dtype.itemsize * B * N
+        terms.update(transpose=moved, transpose_memory=moved * beyond_cache)
+    return terms
+
+
+def cpu_seconds(problem: Problem, algorithm: str) -> float:
+    """Modelled seconds of one product of ``problem`` by ``algorithm`` ("bmm", "einsum" or
+    "sparse") with NumPy/SciPy on the CPU: the sum of ``_CPU``'s constants times the counts
+    of ``cpu_terms``."""
+    constants = _CPU[(algorithm, _cpu_regime(problem))]
+    return sum(constants.get(term, 0.0) * count
+               for term, count in cpu_terms(problem, algorithm).items())

@@ -13,8 +13,7 @@ from .problem import problem_of
 
 __all__ = ["prepare", "apply"]
 
-#: What ``auto`` runs on NumPy operands.
-CPU_AUTO = "bmm"
+_OTHER_LAYOUT = {"bsl": "bsf", "bsf": "bsl"}
 
 
 def prepare(factor, X, layout, backend):
@@ -33,7 +32,13 @@ def prepare(factor, X, layout, backend):
         if gpu:
             choice = tuning.choose(problem_of(factor, X, layout))
             return _prepared(backends.get(choice.backend), factor, X, layout, choice.config)
-        backend = CPU_AUTO
+        if _stored_in_other_layout(X, layout):
+            # (B, N) with the batch contiguous is an (N, B) batch in C order, transposed (a
+            # bsf chain passes one on after a sparse step): the NumPy algorithms run fastest
+            # on operands stored as their layout expects, and the model prices those
+            run = prepare(factor, X.T, _OTHER_LAYOUT[layout], backend)
+            return lambda X: run(X.T).T
+        backend = tuning.choose_cpu_for(factor, X, layout)
     entry = backends.get(backend)
     if ("gpu" if gpu else "cpu") not in entry.devices:
         raise TypeError(f"backend={backend!r} runs on the GPU and needs CuPy operands")
@@ -45,6 +50,17 @@ def _prepared(entry, factor, X, layout, config):
     if entry.prepare is not None:
         return entry.prepare(factor, X, layout, config)
     return lambda X: entry.run(factor, X, layout, config)
+
+
+def _stored_in_other_layout(X, layout) -> bool:
+    """Whether the 2-D operand ``X`` in ``layout`` is stored as the other layout expects:
+    "bsl" expects the batch axis to be the faster one (``(N, B)`` in C order), "bsf" the
+    feature axis (``(B, N)`` in C order). A batch of one fits both."""
+    batch_axis = 1 if layout == "bsl" else 0
+    if X.shape[batch_axis] == 1 or X.shape[1 - batch_axis] == 1:
+        return False
+    batch_stride, feature_stride = abs(X.strides[batch_axis]), abs(X.strides[1 - batch_axis])
+    return batch_stride > feature_stride if layout == "bsl" else feature_stride > batch_stride
 
 
 def apply(factor, X, layout, backend):

@@ -1,6 +1,7 @@
-"""How ``backend="auto"`` decides on the GPU: the tuning cache, the autotuner, the cost model.
+"""How ``backend="auto"`` decides: on the GPU the tuning cache, the autotuner and the cost
+model; on the CPU a cost model of the NumPy/SciPy backends (:func:`choose_cpu`).
 
-Three layers, each falling back on the next:
+On the GPU, three layers, each falling back on the next:
 
 1. **Tuning cache** — winners found by :func:`tune` (or by ``auto`` itself when the
    environment variable ``KSCUPY_AUTOTUNE=1`` is set), stored in
@@ -26,9 +27,10 @@ import numpy
 
 from . import backends, costs
 from .factor import Factor
-from .problem import Problem
+from .problem import Problem, problem_of
 
-__all__ = ["Choice", "choose", "configuration", "seconds", "tune", "cache_path", "clear_cache"]
+__all__ = ["Choice", "choose", "choose_cpu", "choose_cpu_for", "configuration", "seconds", "tune",
+           "cache_path", "clear_cache"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +70,31 @@ def choose(problem: Problem, rates: costs.DeviceRates | None = None) -> Choice:
     if choice is None:
         choice = _MEMO[key] = _choose(problem, rates)
     return choice
+
+
+def choose_cpu(problem: Problem) -> Choice:
+    """The backend ``auto`` uses on NumPy operands: of the registry backends with a CPU cost
+    model (``Backend.cpu_seconds``), the one the model finds fastest. Memoized per process
+    like :func:`choose`; there is no tuning cache on the CPU."""
+    key = ("cpu", problem)
+    choice = _MEMO.get(key)
+    if choice is None:
+        candidates = [b for b in backends.REGISTRY.values() if b.cpu_seconds is not None]
+        best = min(candidates, key=lambda b: b.cpu_seconds(problem))
+        choice = _MEMO[key] = Choice(best.name)
+    return choice
+
+
+def choose_cpu_for(factor: Factor, X, layout: str) -> str:
+    """:func:`choose_cpu`'s backend for ``factor`` applied to the 2-D NumPy operand ``X`` in
+    ``layout``, looked up by what decides the problem: building the :class:`Problem` costs
+    about a microsecond, a tenth of the smallest products."""
+    key = ("cpu operand", factor.pattern, factor.transposed, layout, X.shape, X.strides,
+           X.dtype)
+    name = _MEMO.get(key)
+    if name is None:
+        name = _MEMO[key] = choose_cpu(problem_of(factor, X, layout)).backend
+    return name
 
 
 def _choose(problem: Problem, rates: costs.DeviceRates) -> Choice:

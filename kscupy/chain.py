@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy
 
-from . import _arrays, backends, dispatch, planner
+from . import _arrays, backends, dispatch, planner, tuning
 from .factor import Factor
 from .operator import KSOperator
 from .problem import batch_bucket
@@ -197,6 +197,10 @@ class KSChain(KSOperator):
         feature_axis = 0 if layout == "bsl" else 1
         if self._in is not None:
             X = xp.take(X, self._in, axis=feature_axis)
+        if xp is numpy and backend == backends.AUTO and layout == "bsf" and \
+                tuning.cpu_chain_in_batch_order([K.factor for K in reversed(self._factors)],
+                                                X.shape[0], X.dtype):
+            X = numpy.asfortranarray(X)       # every factor then runs as bsl (dispatch)
         for factor in reversed(self._factors):
             X = dispatch.apply(factor.factor, X, layout, backend)
         if self._out is not None:

@@ -29,8 +29,8 @@ from . import backends, costs
 from .factor import Factor
 from .problem import Problem, problem_of
 
-__all__ = ["Choice", "choose", "choose_cpu", "choose_cpu_for", "configuration", "seconds", "tune",
-           "cache_path", "clear_cache"]
+__all__ = ["Choice", "choose", "choose_cpu", "choose_cpu_for", "cpu_chain_in_batch_order",
+           "configuration", "seconds", "tune", "cache_path", "clear_cache"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +95,46 @@ def choose_cpu_for(factor: Factor, X, layout: str) -> str:
     if name is None:
         name = _MEMO[key] = choose_cpu(problem_of(factor, X, layout)).backend
     return name
+
+
+def cpu_chain_in_batch_order(factors, batch: int, dtype) -> bool:
+    """Whether ``auto`` on NumPy applies a chain's factors (:class:`Factor`, in the order
+    applied) to a bsf batch of ``batch`` rows stored in C order after copying it once to
+    batch-contiguous storage, every factor then running as bsl (see
+    :func:`kscupy.dispatch.prepare`). A choice per factor cannot see it: the copy costs more
+    than any one factor saves, as ``dft(4096)``'s radix-2 steps in bsf showed (12 steps of
+    ``bmm`` in bsf, 4.7x the time of the copy and 12 ``sparse`` steps). The model compares
+    the copy plus the factors in bsl with the factors as they run without it (in bsf until a
+    ``sparse`` step, whose result has the batch contiguous). Memoized like
+    :func:`choose_cpu`."""
+    if batch == 1:
+        return False             # a batch of one is stored as both layouts expect
+    dtype = numpy.dtype(dtype)
+    key = ("cpu chain", tuple((f.pattern, f.transposed) for f in factors), batch, dtype)
+    decided = _MEMO.get(key)
+    if decided is None:
+        decided = _MEMO[key] = _batch_order_is_cheaper(factors, batch, dtype)
+    return decided
+
+
+def _batch_order_is_cheaper(factors, batch, dtype) -> bool:
+    def problem(factor, layout):      # operands in C order, as dispatch prices them
+        return Problem(factor.pattern, batch, dtype, layout, layout == "bsl", factor.transposed)
+
+    def seconds(problem):
+        return backends.get(choose_cpu(problem).backend).cpu_seconds(problem)
+
+    bsl = [problem(f, "bsl") for f in factors]
+    bsf = [problem(f, "bsf") for f in factors]
+    # SciPy's sparse product in bsf is the bsl one after this very copy: the model's
+    # difference between the two is its price of the copy
+    copy = max(0.0, costs.cpu_seconds(bsf[0], "sparse") - costs.cpu_seconds(bsl[0], "sparse"))
+    as_given, batch_contiguous = 0.0, False
+    for in_bsl, in_bsf in zip(bsl, bsf):
+        step = in_bsl if batch_contiguous else in_bsf
+        as_given += seconds(step)
+        batch_contiguous = batch_contiguous or choose_cpu(step).backend == "sparse"
+    return copy + sum(seconds(p) for p in bsl) < as_given
 
 
 def _choose(problem: Problem, rates: costs.DeviceRates) -> Choice:

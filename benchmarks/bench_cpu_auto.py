@@ -24,8 +24,9 @@ seconds at a time on the 2-core development VM) otherwise shows up as a miss of 
 Writes JSON rows ``{pattern | chain, layout, dtype, batch, seconds: {auto, bmm, einsum,
 sparse}, ratio, choice}`` (``ratio``: auto's time over the fastest of the others;
 ``choice``: how many factors auto ran with each backend) and a summary (max and median
-ratio, rows above ``--target``), and prints the rows that miss it. ``--backends bmm einsum
-sparse`` times the backends alone (the rows ``fit_cpu_costs.py`` fits the model to).
+ratio, rows above ``--target``; ``held_out``: the patterns ``--fitted`` does not hold), and
+prints the rows that miss it. ``--backends bmm einsum sparse`` times the backends alone (the
+rows ``fit_cpu_costs.py`` fits the model to).
 """
 from __future__ import annotations
 
@@ -136,18 +137,18 @@ def time_backends(op, X, layout, args):
 
 def auto_choices(op, X, layout):
     """How many factors ``auto`` runs with each backend for ``op @ X`` (recorded during one
-    call: a chain on NumPy applies every factor through ``dispatch.apply``)."""
-    choose, picked = tuning.choose_cpu, collections.Counter()
+    call: a chain on NumPy applies every factor through ``dispatch.prepare``)."""
+    choose, picked = tuning.choose_cpu_for, collections.Counter()
 
-    def recording(problem):
-        choice = choose(problem)
-        picked[choice.backend] += 1
-        return choice
-    tuning.choose_cpu = recording
+    def recording(factor, X, layout):
+        backend = choose(factor, X, layout)
+        picked[backend] += 1
+        return backend
+    tuning.choose_cpu_for = recording
     try:
         op.matmul(X, layout=layout, backend="auto")
     finally:
-        tuning.choose_cpu = choose
+        tuning.choose_cpu_for = choose
     return dict(picked)
 
 
@@ -217,7 +218,7 @@ def main(argv=None):
     parser.add_argument("--out", type=pathlib.Path,
                         default=ROOT / "benchmarks" / "results" / "cpu_auto.json")
     parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
-    parser.add_argument("--patterns", type=int, default=48,
+    parser.add_argument("--patterns", type=int, default=96,
                         help="single-factor patterns in the stratified sample")
     parser.add_argument("--shift", type=float, default=0.0,
                         help="sample shift in [0, 1): 0.5 gives a disjoint (held-out) sample")
@@ -238,6 +239,10 @@ def main(argv=None):
                         help="times a row above the target is timed again")
     parser.add_argument("--target", type=float, default=1.3,
                         help="the ratio auto must stay under")
+    parser.add_argument("--fitted", type=pathlib.Path,
+                        default=ROOT / "benchmarks" / "results" / "cpu_train.json",
+                        help="the rows the model was fitted to: the summary also gives the "
+                             "rows of other patterns alone ('held_out')")
     args = parser.parse_args(argv)
 
     settle_allocator()
@@ -257,7 +262,12 @@ def main(argv=None):
             print("again:", describe(row), flush=True)
     result = {"meta": metadata(args, time.perf_counter() - start), "rows": rows}
     if "auto" in args.backends:
+        fitted = set()
+        if args.fitted and args.fitted.exists():
+            fitted = {tuple(r["pattern"]) for r in json.loads(args.fitted.read_text())["rows"]}
         kinds = {"all": rows, "patterns": [r for r in rows if "pattern" in r],
+                 "held_out": [r for r in rows if "pattern" in r
+                              and tuple(r["pattern"]) not in fitted],
                  "chains": [r for r in rows if "chain" in r]}
         result["summary"] = {kind: summary(chosen, args.target)
                              for kind, chosen in kinds.items() if chosen}

@@ -101,12 +101,12 @@ def cpu_chain_in_batch_order(factors, batch: int, dtype) -> bool:
     """Whether ``auto`` on NumPy applies a chain's factors (:class:`Factor`, in the order
     applied) to a bsf batch of ``batch`` rows stored in C order after copying it once to
     batch-contiguous storage, every factor then running as bsl (see
-    :func:`kscupy.dispatch.prepare`). A choice per factor cannot see it: the copy costs more
-    than any one factor saves, as ``dft(4096)``'s radix-2 steps in bsf showed (12 steps of
-    ``bmm`` in bsf, 4.7x the time of the copy and 12 ``sparse`` steps). The model compares
-    the copy plus the factors in bsl with the factors as they run without it (in bsf until a
-    ``sparse`` step, whose result has the batch contiguous). Memoized like
-    :func:`choose_cpu`."""
+    :func:`kscupy.dispatch.prepare`). Choosing factor by factor is not enough: a step whose
+    result stays in bsf (``bmm``, ``einsum``) keeps the next one there, and one step priced
+    too low in bsf set ``dft(4096)`` at B = 1024 on 12 ``bmm`` steps, 4.6x the time of the
+    copy and 12 ``sparse`` steps. The model compares the copy plus the factors in bsl with
+    the factors as they run without it (in bsf until a ``sparse`` step, whose result has the
+    batch contiguous). Memoized like :func:`choose_cpu`."""
     if batch == 1:
         return False             # a batch of one is stored as both layouts expect
     dtype = numpy.dtype(dtype)

@@ -88,8 +88,7 @@ def single_cases(args):
     patterns = stratified_sample(candidate_patterns(), args.patterns, args.shift)
     for index, pattern in enumerate(patterns):
         dtype = args.dtypes[index % len(args.dtypes)]
-        M, N = ks.KSPattern(*pattern).shape
-        nnz = ks.KSPattern(*pattern).nnz
+        (M, N), nnz = ks.KSPattern(*pattern).shape, ks.KSPattern(*pattern).nnz
         for batch, layout in itertools.product(args.batches, ("bsl", "bsf")):
             if batch * nnz > args.max_macs or batch * max(M, N) > args.max_elements:
                 continue

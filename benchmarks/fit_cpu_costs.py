@@ -36,7 +36,7 @@ ALGORITHMS = ("bmm", "einsum", "sparse")
 REGIMES = ("vector", "bsl", "bsf")
 
 
-def problem_of(row) -> Problem:
+def row_problem(row) -> Problem:
     """The product of a benchmark row: C-contiguous operands, as the benchmark times."""
     return Problem(KSPattern(*row["pattern"]), row["batch"], numpy.dtype(row["dtype"]),
                    row["layout"], row["layout"] == "bsl" or row["batch"] == 1, False)
@@ -79,8 +79,8 @@ def fit(rows):
     for algorithm in ALGORITHMS:
         for regime in REGIMES:
             chosen = [r for r in rows
-                      if costs._cpu_regime(problem_of(r)) == regime and algorithm in r["seconds"]]
-            counts = [costs.cpu_terms(problem_of(r), algorithm) for r in chosen]
+                      if costs._cpu_regime(row_problem(r)) == regime and algorithm in r["seconds"]]
+            counts = [costs.cpu_terms(row_problem(r), algorithm) for r in chosen]
             terms = sorted(set().union(*counts))
             n = numpy.array([[c.get(term, 0.0) for term in terms] for c in counts])
             t = numpy.array([r["seconds"][algorithm] for r in chosen])
@@ -93,8 +93,8 @@ def fit(rows):
 
 
 def modelled(table, row, algorithm):
-    counts = costs.cpu_terms(problem_of(row), algorithm)
-    constants = table[(algorithm, costs._cpu_regime(problem_of(row)))]
+    counts = costs.cpu_terms(row_problem(row), algorithm)
+    constants = table[(algorithm, costs._cpu_regime(row_problem(row)))]
     return sum(constants.get(term, 0.0) * count for term, count in counts.items())
 
 

@@ -190,3 +190,20 @@ def test_sparse_keeps_its_csr_matrix_until_clear_cache(rng):
     K.T.clear_cache()
     assert K.factor.cache == {}
     assert rel_err(K.matmul(X, backend="sparse"), D @ X) < tol
+
+
+def test_a_close_call_is_settled_by_timing_both(rng, fresh_memo, monkeypatch):
+    """When the model puts its two best backends within CPU_CLOSE_CALL, auto times both on
+    the operand and keeps the faster (here, by fiat, the model's runner-up)."""
+    K = ks.KSMatrix(random_array(rng, (4, 8, 2, 16), numpy.float64))
+    X = random_array(rng, (K.shape[1], 9), numpy.float64)
+    problem = problem_of(K.factor, X, "bsl")
+    ranked = sorted(CPU_CANDIDATES, key=lambda name: backends.get(name).cpu_seconds(problem))
+    monkeypatch.setattr(tuning, "CPU_CLOSE_CALL", float("inf"))
+    monkeypatch.setattr(tuning, "CPU_MEASURE_MAX_SECONDS", float("inf"))
+    timed = []
+    monkeypatch.setattr(tuning, "_seconds_on", lambda backend, f, X, layout:
+                        timed.append(backend.name) or (0.0 if backend.name == ranked[1] else 1.0))
+    assert tuning.choose_cpu_for(K.factor, X, "bsl") == ranked[1]
+    assert sorted(timed) == sorted(ranked[:2])
+    assert rel_err(K @ X, dense_oracle(K.values) @ X) < 1e-12

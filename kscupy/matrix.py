@@ -211,8 +211,8 @@ class KSMatrix(KSOperator):
         return self._factor.dense()
 
     def clear_cache(self):
-        """Release arrays kept for products (dense matrix, values converted to another
-        dtype), for this matrix and its views."""
+        """Release what is kept for products (dense and CSR matrices, values converted to
+        another dtype, prepared GPU runs), for this matrix and its views."""
         self._factor.cache.clear()
 
     def tocsr(self):

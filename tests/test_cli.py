@@ -94,7 +94,7 @@ def test_warmup_compiles_what_later_products_use():
             "assert r.products == 3 * 2 * 2 and r.kernels_loaded > 0, r; "
             "before = nvrtc.function.cache_info().misses; "
             "K = kscupy.KSMatrix.random((2, 32, 32, 4), dtype=numpy.float64, xp=cupy); "
-            "X = cupy.ones((300, 128)); K.matmul(X, layout='bsf'); K @ X[0]; "
+            "X = cupy.ones((300, 256)); K.matmul(X, layout='bsf'); K @ X[0]; "
             "kscupy.dft(64, dtype=numpy.complex64, xp=cupy) @ cupy.ones(64, numpy.complex64); "
             "assert nvrtc.function.cache_info().misses == before")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)

@@ -88,6 +88,12 @@ class KSOperator:
         complex64, complex128), in the module of ``X``. When the dtypes differ, the operand
         is converted for the product and the operator's values are converted once and kept
         (``clear_cache()`` releases the copy).
+
+        On the GPU, a product repeated with an operand of the same shape, strides, dtype and
+        alignment reuses every decision of the first (``auto``'s choice, the kernel and its
+        launch), until the values change, ``clear_cache()`` is called, or ``kscupy.tune`` /
+        ``kscupy.tuning.clear_cache`` forget the tuning decisions. (Pointing
+        ``KSCUPY_CACHE_DIR`` elsewhere during a run does not reach shapes already seen.)
         """
         runs = self._prepared_runs() if self._xp is not numpy else None
         if runs is None or type(X) is not self._xp.ndarray:

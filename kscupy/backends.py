@@ -9,12 +9,12 @@ it (on the GPU ``in_auto``; on the CPU every backend with a ``cpu_seconds``).
 they cannot disagree.
 
 To add a backend: write its ``run`` (and ``seconds`` / ``cpu_seconds`` if ``auto`` or the
-planner should weigh it) and add one :class:`Backend` to :data:`REGISTRY`. A backend whose launch costs host
-time worth saving also gives ``prepare(factor, X, layout, config) -> run(X)``: the work that
-depends only on the operand's shape, strides and dtype, done once for repeated calls. ``run(factor, X, layout,
-config)`` receives a :class:`~kscupy.factor.Factor` already in ``X.dtype``, a 2-D operand
-with ``B >= 1`` (``(N, B)`` in ``"bsl"``, ``(B, N)`` in ``"bsf"``) and the backend's
-configuration (a kernel tile configuration, or None). Every backend returns X's dtype; for
+planner should weigh it) and add one :class:`Backend` to :data:`REGISTRY`. A backend whose
+launch costs host time worth saving also gives ``prepare(factor, X, layout, config) ->
+run(X)``: the work that depends only on the operand's shape, strides and dtype, done once
+for repeated calls. ``run(factor, X, layout, config)`` receives a
+:class:`~kscupy.factor.Factor` already in ``X.dtype``, a 2-D operand with ``B >= 1``
+(``(N, B)`` in ``"bsl"``, ``(B, N)`` in ``"bsf"``) and the backend's configuration (a kernel tile configuration, or None). Every backend returns X's dtype; for
 float16 every one sums in float32 and rounds once.
 
 Kernel backends also say how to configure them: ``heuristic(problem)`` gives a tile

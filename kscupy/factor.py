@@ -31,7 +31,8 @@ DENSE_CACHE_BYTES = 256 * 2**20
 
 
 class FactorCache(dict):
-    """Arrays derived from one storage (dense matrix, converted copies), shared by its views.
+    """What is derived from one storage (dense and CSR matrices, converted copies, prepared
+    GPU runs), shared by its views.
 
     ``generation`` counts the writes to the storage (:meth:`Factor.write`). Whoever keeps
     something derived from the values outside this dict (a chain plan keeps merged factors)

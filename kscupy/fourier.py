@@ -107,12 +107,7 @@ def _check_bluestein_fits(n, m, dtype, xp, max_radix):
     what = f"dft({n}) by Bluestein (two size-{m} chains, {values:,} values)"
     frame = 8 * m * numpy.dtype(numpy.complex128).itemsize     # diagonals, chirps, gathers
     host = 2 * values * numpy.dtype(numpy.complex128).itemsize + frame
-    device = values * numpy.dtype(dtype).itemsize
-    if xp is numpy:
-        memory.check_fits(host + device, numpy, what)
-    else:
-        memory.check_fits(device, xp, what)
-        memory.check_fits(host, numpy, f"the host temporaries of {what}")
+    memory.check_fits_with_host(values * numpy.dtype(dtype).itemsize, host, xp, what)
 
 
 def framed_dft(n, *, row_scale=None, col_scale=None, input_gather=None, output_gather=None,

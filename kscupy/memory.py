@@ -15,7 +15,7 @@ import os
 
 import numpy
 
-__all__ = ["available_bytes", "check_fits"]
+__all__ = ["available_bytes", "check_fits", "check_fits_with_host"]
 
 
 def _host_available_bytes():
@@ -51,3 +51,14 @@ def check_fits(nbytes, xp, what):
         where = "host memory" if xp is numpy else f"free memory on GPU {xp.cuda.Device().id}"
         raise MemoryError(f"{what} need {nbytes / 2**30:,.1f} GiB but only "
                           f"{available / 2**30:,.1f} GiB of {where} are available")
+
+
+def check_fits_with_host(nbytes, host_nbytes, xp, what):
+    """:func:`check_fits` for ``nbytes`` kept with ``xp`` whose making also takes
+    ``host_nbytes`` of host temporaries (values computed on the host, then moved): one check of
+    the sum on the host for NumPy, one check on each side for CuPy."""
+    if xp is numpy:
+        check_fits(nbytes + host_nbytes, numpy, what)
+    else:
+        check_fits(nbytes, xp, what)
+        check_fits(host_nbytes, numpy, f"the host temporaries of {what}")

@@ -170,11 +170,7 @@ def _check_dft_fits(n, radices, dtype, xp):
     what = f"dft({n}) ({numpy.dtype(dtype)}, {n * sum(radices):,} values)"
     values = n * sum(radices) * numpy.dtype(dtype).itemsize
     temporaries = 2 * n * max(radices) * numpy.dtype(numpy.complex128).itemsize
-    if xp is numpy:
-        memory.check_fits(values + temporaries, numpy, what)
-    else:
-        memory.check_fits(values, xp, what)
-        memory.check_fits(temporaries, numpy, f"the host temporaries of {what}")
+    memory.check_fits_with_host(values, temporaries, xp, what)
 
 
 def _check_chain_fits(patterns, dtype, xp, temporaries):

@@ -30,8 +30,9 @@ from . import backends, costs
 from .factor import Factor
 from .problem import Problem, problem_of
 
-__all__ = ["Choice", "choose", "choose_cpu", "choose_cpu_for", "CPU_CLOSE_CALL", "cpu_chain_in_batch_order",
-           "configuration", "seconds", "tune", "cache_path", "clear_cache"]
+__all__ = ["Choice", "choose", "choose_cpu", "choose_cpu_for", "CPU_CLOSE_CALL",
+           "cpu_chain_in_batch_order", "configuration", "seconds", "tune", "cache_path",
+           "clear_cache"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,10 +81,14 @@ def choose_cpu(problem: Problem) -> Choice:
     key = ("cpu", problem)
     choice = _MEMO.get(key)
     if choice is None:
-        candidates = [b for b in backends.REGISTRY.values() if b.cpu_seconds is not None]
-        best = min(candidates, key=lambda b: b.cpu_seconds(problem))
-        choice = _MEMO[key] = Choice(best.name)
+        choice = _MEMO[key] = Choice(_cpu_ranked(problem)[0][1])
     return choice
+
+
+def _cpu_ranked(problem: Problem) -> list:
+    """``(modelled seconds, name)`` of the backends with a CPU cost model, fastest first."""
+    return sorted((b.cpu_seconds(problem), b.name) for b in backends.REGISTRY.values()
+                  if b.cpu_seconds is not None)
 
 
 #: auto on NumPy times its two best candidates on the first operand when the model puts
@@ -104,10 +109,7 @@ def choose_cpu_for(factor: Factor, X, layout: str) -> str:
            X.dtype)
     name = _MEMO.get(key)
     if name is None:
-        problem = problem_of(factor, X, layout)
-        priced = sorted((b.cpu_seconds(problem), b.name) for b in backends.REGISTRY.values()
-                        if b.cpu_seconds is not None)
-        (first_s, first), (second_s, second) = priced[:2]
+        (first_s, first), (second_s, second) = _cpu_ranked(problem_of(factor, X, layout))[:2]
         if second_s <= CPU_CLOSE_CALL * first_s and first_s <= CPU_MEASURE_MAX_SECONDS:
             first = _faster_on((first, second), factor, X, layout, first_s)
         name = _MEMO[key] = first

@@ -12,7 +12,7 @@ import dataclasses
 
 from ..problem import Problem, pow2_at_least
 from . import nvrtc
-from .operands import geometry, tile_launcher
+from .operands import copying_odd_strides, geometry, tile_launcher
 
 __all__ = ["KernelConfig", "ORDER_BATCH", "ORDER_GROUP", "ORDER_INGROUP", "heuristic_config",
            "candidate_configs", "launch", "SMEM_LIMIT"]
@@ -226,6 +226,7 @@ def candidate_configs(problem: Problem):
 
 
 # -- launch -------------------------------------------------------------------------------------
+@copying_odd_strides
 def prepare(factor, X, layout, config: KernelConfig):
     """``run(X) -> Y`` computing ``K @ X`` (``layout="bsl"``, X ``(N, B)``) or ``X @ K.T``
     (``"bsf"``, X ``(B, N)``) for the :class:`~kscupy.factor.Factor` ``factor``, for operands
@@ -240,11 +241,7 @@ def prepare(factor, X, layout, config: KernelConfig):
     dtype = X.dtype
     if factor.dtype != dtype:
         raise TypeError(f"kernel operands must share a dtype, got {factor.dtype} and {dtype}")
-    found = geometry(X, layout, factor.shape[0])
-    if found is None:
-        run = prepare(factor, cupy.ascontiguousarray(X), layout, config)
-        return lambda X: run(cupy.ascontiguousarray(X))
-    B, strides, y_shape = found
+    B, strides, y_shape = geometry(X, layout, factor.shape[0])
     smem = config.smem_bytes(dtype.itemsize)
     fn = nvrtc.function("ks_matmul.cu", config.name(dtype), smem, cupy.cuda.Device().id)
     return tile_launcher(fn, factor, B, strides, y_shape, dtype, bm=config.bm, bn=config.bn,

@@ -21,7 +21,7 @@ import numpy
 
 from ..problem import Problem, pow2_at_least
 from . import nvrtc
-from .operands import geometry, tile_launcher
+from .operands import copying_odd_strides, geometry, tile_launcher
 
 __all__ = ["MmaConfig", "PRECISIONS", "ORDER_BATCH", "ORDER_GROUP", "ORDER_INGROUP",
            "ORDER_NAMES", "heuristic_config", "candidate_configs", "launch", "SMEM_LIMIT", "supports"]
@@ -328,6 +328,7 @@ def copy_vectors(config: MmaConfig, factor, X, strides, B) -> tuple:
     return vx, vw
 
 
+@copying_odd_strides
 def prepare(factor, X, layout, config: MmaConfig, precision: str = "default"):
     """``run(X) -> Y`` computing ``K @ X`` (``layout="bsl"``, X ``(N, B)``) or ``X @ K.T``
     (``"bsf"``, X ``(B, N)``) for the :class:`~kscupy.factor.Factor` ``factor`` on the tensor
@@ -347,11 +348,7 @@ def prepare(factor, X, layout, config: MmaConfig, precision: str = "default"):
                         f"{precision!r}")
     if not config.valid_for(dtype):
         raise ValueError(f"{config} does not split into {mma_shape(dtype)} MMA tiles")
-    found = geometry(X, layout, factor.shape[0])
-    if found is None:
-        run = prepare(factor, cupy.ascontiguousarray(X), layout, config, precision)
-        return lambda X: run(cupy.ascontiguousarray(X))
-    B, strides, y_shape = found
+    B, strides, y_shape = geometry(X, layout, factor.shape[0])
     vx, vw = copy_vectors(config, factor, X, strides, B)
     smem = config.smem_bytes(dtype.itemsize, factor.transposed)
     name = config.name(dtype, precision, factor.transposed, vx, vw)

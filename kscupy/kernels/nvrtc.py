@@ -14,7 +14,8 @@ import numpy
 
 __all__ = ["source_dir", "scalar_name", "function"]
 
-_SCALAR = {numpy.dtype(numpy.float16): "ks::float16", numpy.dtype(numpy.float32): "float", numpy.dtype(numpy.float64): "double",
+_SCALAR = {numpy.dtype(numpy.float16): "ks::float16", numpy.dtype(numpy.float32): "float",
+           numpy.dtype(numpy.float64): "double",
            numpy.dtype(numpy.complex64): "ks::cplx<float>",
            numpy.dtype(numpy.complex128): "ks::cplx<double>"}
 

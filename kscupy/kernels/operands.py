@@ -3,9 +3,11 @@ and the launcher of a single-factor tile kernel (the parameter list ks_matmul.cu
 share)."""
 from __future__ import annotations
 
+import functools
+
 import numpy
 
-__all__ = ["geometry", "operands", "tile_launcher"]
+__all__ = ["geometry", "copying_odd_strides", "operands", "tile_launcher"]
 
 
 def _element_strides(A):
@@ -17,7 +19,7 @@ def _element_strides(A):
 
 def geometry(X, layout, M):
     """``(B, (sx_f, sx_b, sy_f, sy_b), y_shape)`` of a product with ``M`` output features, or
-    None when ``X``'s strides are not whole elements (the caller copies it first).
+    None when ``X``'s strides are not whole elements (see :func:`copying_odd_strides`).
 
     ``X`` is ``(N, B)`` in ``"bsl"`` and ``(B, N)`` in ``"bsf"``; the result ``Y`` is a new
     C-contiguous array of shape ``y_shape`` in the same layout. Strides are in elements
@@ -31,6 +33,20 @@ def geometry(X, layout, M):
         return B, (strides[0], strides[1], B, 1), (M, B)
     B = X.shape[0]
     return B, (strides[1], strides[0], 1, M), (B, M)
+
+
+def copying_odd_strides(prepare):
+    """A kernel family's ``prepare(factor, X, layout, ...)`` made to accept operands whose
+    strides are not whole elements (the kernels address elements): such an operand is
+    copied to C order on every call, and the run is prepared for the copy."""
+    @functools.wraps(prepare)
+    def prepare_any(factor, X, layout, *args, **kwargs):
+        if _element_strides(X) is not None:
+            return prepare(factor, X, layout, *args, **kwargs)
+        import cupy
+        run = prepare(factor, cupy.ascontiguousarray(X), layout, *args, **kwargs)
+        return lambda X: run(cupy.ascontiguousarray(X))
+    return prepare_any
 
 
 def operands(X, layout, M):

@@ -162,7 +162,8 @@ def run_rows(args, ceilings, rows, save, progress):
     cases = [(p, layout, B) for B in BATCHES for p in patterns for layout in LAYOUTS]
     for pattern, layout, B in progress(cases, desc="small batches"):
         rows.append(engine.bench_row(pattern, layout, "float32", "default", sample, args,
-                                     ceilings, batch=B, timer=timer, suite=SMALL_BATCH_SUITE))
+                                     ceilings, batch=B, timer=timer, suite=SMALL_BATCH_SUITE,
+                                     extra_methods=("kernel_skinny",)))
         save()
 
 

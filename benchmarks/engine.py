@@ -107,11 +107,12 @@ def median_gpu_seconds(fn, inputs):
 
 
 def bench_row(pattern, layout, dtype, precision, sample, args, ceilings, *, batch=None,
-              timer=median_gpu_seconds, suite="patterns"):
-    """One row: every method of ``precision`` on one pattern and layout, its relative error
-    against the float64 oracle and its time. ``batch`` defaults to :data:`BATCH` of the
-    dtype; ``timer(fn, inputs)`` returns ``{field: seconds}``, each field a dict of the row
-    keyed by method (default: ``seconds``, the median CUDA-event time)."""
+              timer=median_gpu_seconds, suite="patterns", extra_methods=()):
+    """One row: every method of ``precision`` (and the kscupy backends ``extra_methods``) on
+    one pattern and layout, its relative error against the float64 oracle and its time.
+    ``batch`` defaults to :data:`BATCH` of the dtype; ``timer(fn, inputs)`` returns
+    ``{field: seconds}``, each field a dict of the row keyed by method (default:
+    ``seconds``, the median CUDA-event time)."""
     B = BATCH[dtype] if batch is None else batch
     K = ks.KSMatrix.random(pattern, dtype=dtype, xp=cupy, seed=0)
     M, N = K.shape
@@ -126,7 +127,7 @@ def bench_row(pattern, layout, dtype, precision, sample, args, ceilings, *, batc
             X = X + 1j * rng.standard_normal(shape, dtype=numpy.float64)
         inputs.append(X.astype(dtype))
     methods = {m: (lambda m: lambda x: K.matmul(x, layout=layout, backend=m))(m)
-               for m in KSCUPY[precision]}
+               for m in KSCUPY[precision] + tuple(extra_methods)}
     blocks = K.blocks
     tf32 = precision == "tf32"
     suffix = "_tf32" if tf32 else ""

@@ -51,9 +51,6 @@ struct vec_width {
   static constexpr int value = RUN % cap == 0 ? cap : (RUN % 2 == 0 && cap >= 2 ? 2 : 1);
 };
 
-template <class T, int V>
-struct __align__(V * sizeof(T)) vec { T v[V]; };
-
 // Which element of a tile a thread moves in its repetition rep: element e = tid + rep*NT of
 // a tile whose axes are (a0, a1, a2), a0 fastest with extent S0, then a1 with extent S1.
 // When the extents and NT divide one another (all compile-time), each coordinate is affine

@@ -34,6 +34,10 @@ struct __align__(2 * sizeof(R)) cplx {
   R re, im;
 };
 
+// V adjacent elements moved as one load or store (V * sizeof(T) a power of two <= 16 bytes).
+template <class T, int V>
+struct __align__(V * sizeof(T)) vec { T v[V]; };
+
 __device__ __forceinline__ float16 zero(float16) { return {0}; }
 __device__ __forceinline__ float zero(float) { return 0.0f; }
 __device__ __forceinline__ double zero(double) { return 0.0; }
@@ -56,6 +60,19 @@ __device__ __forceinline__ cplx<R> fma(cplx<R> w, cplx<R> x, cplx<R> acc) {
   acc.im = ks::fma(w.re, x.im, acc.im);
   acc.im = ks::fma(w.im, x.re, acc.im);
   return acc;
+}
+
+__device__ __forceinline__ float add(float x, float y) { return x + y; }
+__device__ __forceinline__ double add(double x, double y) { return x + y; }
+template <class R>
+__device__ __forceinline__ cplx<R> add(cplx<R> x, cplx<R> y) { return {x.re + y.re, x.im + y.im}; }
+
+// The value of lane (lane ^ mask) of the warp; every lane of the warp must call it.
+__device__ __forceinline__ float shfl_xor(float x, int mask) { return __shfl_xor_sync(0xffffffffu, x, mask); }
+__device__ __forceinline__ double shfl_xor(double x, int mask) { return __shfl_xor_sync(0xffffffffu, x, mask); }
+template <class R>
+__device__ __forceinline__ cplx<R> shfl_xor(cplx<R> x, int mask) {
+  return {shfl_xor(x.re, mask), shfl_xor(x.im, mask)};
 }
 
 // A scalar as real parts: the real type, how many parts (1 or 2), each part, and back; `acc`

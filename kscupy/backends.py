@@ -30,7 +30,7 @@ import numpy
 
 from . import _reference, costs
 from .factor import DENSE_CACHE_BYTES
-from .kernels import ks_matmul, ks_mma
+from .kernels import ks_matmul, ks_mma, ks_skinny
 
 __all__ = ["Backend", "REGISTRY", "names", "get", "AUTO", "FUSED"]
 
@@ -143,6 +143,13 @@ REGISTRY = {b.name: b for b in (
             doc="the fused output-stationary kernel on the FMA units "
                 "(kernels_cu/ks_matmul.cu): any dtype (float16 summed in float32), fastest "
                 "for the smallest blocks"),
+    Backend("kernel_skinny", frozenset({"gpu"}), ks_skinny.launch, prepare=ks_skinny.prepare,
+            seconds=costs.skinny_seconds, in_auto=True,
+            heuristic=ks_skinny.heuristic_config, candidates=ks_skinny.candidate_configs,
+            config_type=ks_skinny.SkinnyConfig,
+            doc="the fused kernel for small batches (kernels_cu/ks_skinny.cu): streams each "
+                "weight once in 16-byte loads, FMA units, any dtype (float16 summed in "
+                "float32); slow for wide batches, which it runs in passes of 8 columns"),
     Backend("bmm", _BOTH, _half_in_single(_run_reference(_reference.bmm), {"cpu"}),
             costs.bmm_seconds, in_auto=True, cpu_seconds=_cpu_model("bmm"),
             doc="permute / batched matmul / permute (cuBLAS batched GEMM on the GPU)"),

@@ -19,7 +19,7 @@ import numpy
 from .problem import Problem
 
 __all__ = ["DeviceRates", "device_rates", "LAUNCH_SECONDS", "kernel_seconds", "bmm_seconds",
-           "dense_seconds", "mma_kernel_seconds", "segment_seconds", "gather_seconds", "KERNEL_MARGIN",
+           "dense_seconds", "mma_kernel_seconds", "skinny_seconds", "segment_seconds", "gather_seconds", "KERNEL_MARGIN",
            "cpu_terms", "cpu_seconds"]
 
 #: One kernel launch with its Python dispatch, measured at B = 1 on an H200.
@@ -64,6 +64,15 @@ _CHUNK_SECONDS = 1.2e-6
 # The tensor-core kernel's chunks are longer (a cp.async round trip, then four k-steps of
 # dependent MMAs): at least this long per chunk. An estimate, not yet fitted at small B.
 _MMA_CHUNK_SECONDS = 3e-6
+
+# The small-batch kernel (kernels_cu/ks_skinny.cu) streams the weights once, at up to
+# _SKINNY_BANDWIDTH of the device's. Its SIMT loop loads one X element per multiply-add
+# (from L1 or L2, at _SKINNY_X_RATE times the device bandwidth), which with the FMA units
+# (_SKINNY_EFFICIENCY of their peak) sets the pace once the batch is wide enough.
+# Estimates (an SM loads a quarter as many words per cycle as it does FMAs), not yet fitted.
+_SKINNY_BANDWIDTH = 0.8
+_SKINNY_EFFICIENCY = 0.25
+_SKINNY_X_RATE = 4.0
 
 # Fused chain segments (kernels_cu/ks_chain.cu): weights are re-read from L2 by every tile
 # (L2 bandwidth = _L2_FACTOR x DRAM), the SIMT core reaches _FUSED_EFFICIENCY of peak.
@@ -171,6 +180,20 @@ def mma_kernel_seconds(problem: Problem, rates: DeviceRates, config) -> float:
     compute = _single_factor(problem, rates, "mma", peak=rates.tensor_peak(problem.dtype),
                              variant=mma_variant(problem, config))
     return max(compute, chunks * _MMA_CHUNK_SECONDS) + LAUNCH_SECONDS
+
+
+def skinny_seconds(problem: Problem, rates: DeviceRates) -> float:
+    """The small-batch kernel (``kernels_cu/ks_skinny.cu``): the slowest of streaming the
+    weights, operand and result once, of its X loads (one per multiply-add) and of its SIMT
+    arithmetic, plus a launch."""
+    M, N = problem.pattern.shape
+    nnz = problem.pattern.nnz
+    moved = problem.itemsize * (nnz + problem.batch * (M + N))
+    x_loads = problem.itemsize * problem.batch * nnz
+    flops = _flops_per_mac(problem.dtype) * problem.batch * nnz
+    return max(moved / (_SKINNY_BANDWIDTH * rates.bandwidth),
+               x_loads / (_SKINNY_X_RATE * rates.bandwidth),
+               flops / (_SKINNY_EFFICIENCY * rates.peak(problem.dtype))) + LAUNCH_SECONDS
 
 
 def bmm_seconds(problem: Problem, rates: DeviceRates) -> float:

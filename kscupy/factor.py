@@ -167,6 +167,18 @@ class Factor:
         data = self.tiles.data
         return data.ptr if hasattr(data, "ptr") else self.tiles.ctypes.data
 
+    def row_major(self):
+        """The operator's ``(a, d, b, c)`` blocks, C-contiguous and unconjugated: the storage
+        itself, or for a transposed view its transpose, formed once and kept in the cache (as
+        large as the storage). Kernels that stream whole block rows read this."""
+        if not self.transposed:
+            return self.tiles
+        S = self.cache.get("row major")
+        if S is None:
+            S = self.cache["row major"] = self.xp.ascontiguousarray(
+                self.tiles.swapaxes(-1, -2))
+        return S
+
     def csr(self):
         """The matrix in CSR format (``scipy.sparse`` or ``cupyx.scipy.sparse``, shape
         ``(M, N)``), formed once and kept in the cache: it holds the ``nnz`` values plus their

@@ -117,16 +117,20 @@ class KSOperator:
         self._check_operand(X, layout, backend)
         dtype = _arrays.result_dtype(self.dtype, X.dtype)
         M = self.shape[0]
+        # (operands of the run's dtype are passed on as they are: astype costs host time)
+        same = X.dtype == dtype
         if X.ndim == 1:   # a vector is a BSL batch of one
             inner = self._prepare_apply(X.astype(dtype, copy=False).reshape(-1, 1), "bsl",
                                         backend)
-            return lambda X: inner(X.astype(dtype, copy=False).reshape(-1, 1)).reshape(M)
+            if same:
+                return lambda X: inner(X.reshape(-1, 1)).reshape(M)
+            return lambda X: inner(X.astype(dtype).reshape(-1, 1)).reshape(M)
         B = X.shape[1] if layout == "bsl" else X.shape[0]
         if B == 0:
             shape = (M, 0) if layout == "bsl" else (0, M)
             return lambda X: self._xp.empty(shape, dtype=dtype)
         inner = self._prepare_apply(X.astype(dtype, copy=False), layout, backend)
-        return lambda X: inner(X.astype(dtype, copy=False))
+        return inner if same else (lambda X: inner(X.astype(dtype)))
 
     def _prepare_apply(self, X, layout, backend):
         """``run(X)`` for 2-D operands like ``X`` (result dtype, ``B >= 1``); subclasses that

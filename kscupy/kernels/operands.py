@@ -7,7 +7,9 @@ import functools
 
 import numpy
 
-__all__ = ["geometry", "copying_odd_strides", "operands", "tile_launcher"]
+from .launcher import Launcher
+
+__all__ = ["geometry", "copying_odd_strides", "operands", "tile_launcher", "result_launcher"]
 
 
 def _element_strides(A):
@@ -64,10 +66,10 @@ def operands(X, layout, M):
 def tile_launcher(fn, factor, B, strides, y_shape, dtype, *, bm, bn, slots, threads, smem):
     """``run(X) -> Y``: the single-factor kernel ``fn`` over tiles of ``slots`` groups x
     ``bm`` rows x ``bn`` batch columns (``kernels_cu/ks_tiles.cuh``) for operands of this
-    geometry (:func:`geometry`). Everything but the two pointers is computed here once, so a
-    call allocates ``Y`` and launches: a 1-D grid, capped at 2^31 - 1 blocks (the kernels
-    stride over tile ids beyond the grid), on CuPy's current stream."""
-    import cupy
+    geometry (:func:`geometry`). Everything but the two pointers is computed here once
+    (:class:`~.launcher.Launcher`), so a call allocates ``Y`` and launches: a 1-D grid,
+    capped at 2^31 - 1 blocks (the kernels stride over tile ids beyond the grid), on CuPy's
+    current stream."""
     a, b, c, d = factor.pattern
     sx_f, sx_b, sy_f, sy_b = strides
     w_sk, w_sl = factor.weight_strides
@@ -75,13 +77,20 @@ def tile_launcher(fn, factor, B, strides, y_shape, dtype, *, bm, bn, slots, thre
     ktiles, ntiles, gtiles = -(-b // bm), -(-B // bn), -(-groups // slots)
     tiles = ktiles * ntiles * gtiles
     i32, i64 = numpy.int32, numpy.int64
-    grid, block = (min(tiles, 2**31 - 1),), (threads,)
-    after_y = (factor.tiles, i32(groups), i32(b), i32(c), i32(d), i64(B),
-               i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b), i32(w_sk), i32(w_sl),
-               i32(factor.conjugated), i32(ktiles), i32(gtiles), i64(tiles))
+    launch = Launcher(fn, (min(tiles, 2**31 - 1),), (threads,), smem,
+                      (factor.tiles, i32(groups), i32(b), i32(c), i32(d), i64(B),
+                       i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b), i32(w_sk), i32(w_sl),
+                       i32(factor.conjugated), i32(ktiles), i32(gtiles), i64(tiles)))
+    return result_launcher(launch, y_shape, dtype)
+
+
+def result_launcher(launch, y_shape, dtype):
+    """``run(X) -> Y``: allocate a new C-contiguous ``Y`` of ``y_shape`` and ``dtype`` and
+    ``launch(X's pointer, Y's pointer)``."""
+    import cupy
 
     def run(X):
         Y = cupy.empty(y_shape, dtype=dtype)
-        fn(grid, block, (X, Y) + after_y, shared_mem=smem)
+        launch(X.data.ptr, Y.data.ptr)
         return Y
     return run

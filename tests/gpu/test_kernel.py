@@ -17,8 +17,9 @@ if not gpu_available():
 
 import cupy  # noqa: E402
 
-#: The fused kernels: on the tensor cores (default precision) and on the FMA units.
-KERNELS = ["kernel", "kernel_fma"]
+#: The fused kernels: on the tensor cores (default precision), on the FMA units, and the
+#: small-batch kernel (any batch: wide ones run in passes).
+KERNELS = ["kernel", "kernel_fma", "kernel_skinny"]
 kernels = pytest.mark.parametrize("backend", KERNELS)
 BATCHES = [1, 3, 127, 1000, 100003]
 EDGE_PATTERNS = [(1, 1, 1, 1), (1, 2, 2, 1), (8, 2, 2, 8), (1, 2, 2, 4096), (4096, 2, 2, 1),
@@ -244,7 +245,7 @@ def test_tune_and_cache(tmp_path, monkeypatch):
     from kscupy.problem import problem_of
     K = ks.KSMatrix.random((4, 32, 32, 4), dtype=numpy.float32, xp=cupy, seed=2)
     choice = tuning.tune(K, 4096, layout="bsl", progress=False, n_repeat=3)
-    assert choice.backend in ("kernel", "kernel_fma", "bmm", "dense")
+    assert choice.backend in ("kernel", "kernel_fma", "kernel_skinny", "bmm", "dense")
     assert (tmp_path / "tuning.json").exists()
     X = cupy.random.default_rng(1).standard_normal((K.shape[1], 4096), dtype=numpy.float32)
     problem = problem_of(K.factor, X, "bsl")
@@ -289,3 +290,26 @@ def test_tensor_core_candidates(poisoned, dtype):
                 check(ks_mma.launch(K.factor, X, layout, config), ref, dtype)
             except AssertionError as exc:
                 raise AssertionError(f"{pattern} {layout} {config}: {exc}") from None
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
+def test_skinny_candidates(poisoned, dtype):
+    """Every configuration the autotuner may pick for the small-batch kernel is correct, on
+    stored and transposed (row-major copy) views, conjugated ones, and batches that end
+    mid-pass."""
+    from kscupy.kernels import ks_skinny
+    from kscupy.problem import problem_of
+    rng = cupy.random.default_rng(37)
+    for pattern in [(1, 96, 64, 1), (2, 48, 40, 4), (3, 5, 7, 2)]:
+        K = ks.KSMatrix(_random(rng, pattern, dtype))
+        for op in (K, K.T, K.H):
+            M, N = op.shape
+            for B, layout in ((1, "bsl"), (3, "bsf"), (13, "bsl"), (33, "bsf")):
+                X = _random(rng, (N, B) if layout == "bsl" else (B, N), dtype)
+                ref = oracle(op.values, X, layout)
+                for config in ks_skinny.candidate_configs(problem_of(op.factor, X, layout)):
+                    try:
+                        check(ks_skinny.launch(op.factor, X, layout, config), ref, dtype)
+                    except AssertionError as exc:
+                        raise AssertionError(f"{pattern} B={B} {layout} {config}: {exc}") \
+                            from None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy
 
 from . import _arrays, memory, tuning
+from .kernels.operands import KernelRun
 from .dask import is_dask_array, matmul as dask_matmul
 
 __all__ = ["KSOperator", "LAYOUTS"]
@@ -122,6 +123,8 @@ class KSOperator:
         if X.ndim == 1:   # a vector is a BSL batch of one
             inner = self._prepare_apply(X.astype(dtype, copy=False).reshape(-1, 1), "bsl",
                                         backend)
+            if same and isinstance(inner, KernelRun):
+                return inner.with_result_shape((M,))   # reads X's address: no reshapes
             if same:
                 return lambda X: inner(X.reshape(-1, 1)).reshape(M)
             return lambda X: inner(X.astype(dtype).reshape(-1, 1)).reshape(M)
@@ -165,6 +168,8 @@ class KSOperator:
                              f"{expected} with N={N})")
 
     def __matmul__(self, other):
+        if type(other) is self._xp.ndarray:          # the common case, with one check
+            return self.matmul(other, layout="bsl")
         if isinstance(other, KSOperator):            # a product of factors is a chain
             from .chain import compose
             return compose(self, other)

@@ -9,7 +9,8 @@ import numpy
 
 from .launcher import Launcher
 
-__all__ = ["geometry", "copying_odd_strides", "operands", "tile_launcher", "result_launcher"]
+__all__ = ["geometry", "copying_odd_strides", "operands", "tile_launcher", "result_launcher",
+           "KernelRun"]
 
 
 def _element_strides(A):
@@ -84,13 +85,31 @@ def tile_launcher(fn, factor, B, strides, y_shape, dtype, *, bm, bn, slots, thre
     return result_launcher(launch, y_shape, dtype)
 
 
-def result_launcher(launch, y_shape, dtype):
+def result_launcher(launch, y_shape, dtype) -> "KernelRun":
     """``run(X) -> Y``: allocate a new C-contiguous ``Y`` of ``y_shape`` and ``dtype`` and
     ``launch(X's pointer, Y's pointer)``."""
-    import cupy
+    return KernelRun(launch, tuple(y_shape), numpy.dtype(dtype))
 
-    def run(X):
-        Y = cupy.empty(y_shape, dtype=dtype)
-        launch(X.data.ptr, Y.data.ptr)
+
+class KernelRun:
+    """A prepared kernel product: ``run(X)`` allocates ``Y`` and launches. The kernel reads
+    only ``X``'s address (its shape and strides were fixed when the run was prepared), so
+    :meth:`with_result_shape` serves a vector through the run prepared for its ``(N, 1)``
+    view without reshaping either side (a CuPy reshape costs about a microsecond)."""
+    __slots__ = ("launch", "y_shape", "dtype", "_new")
+
+    def __init__(self, launch, y_shape, dtype):
+        import cupy
+        self.launch, self.y_shape, self.dtype = launch, y_shape, dtype
+        self._new = cupy.ndarray          # the constructor: cupy.empty's Python layer skipped
+
+    def __call__(self, X):
+        Y = self._new(self.y_shape, self.dtype)
+        self.launch(X.data.ptr, Y.data.ptr)
         return Y
-    return run
+
+    def with_result_shape(self, y_shape) -> "KernelRun":
+        """The same launch with ``Y`` allocated as ``y_shape`` (same size, C order)."""
+        if numpy.prod(y_shape) != numpy.prod(self.y_shape):
+            raise ValueError(f"result shape {y_shape} does not hold {self.y_shape}")
+        return KernelRun(self.launch, tuple(y_shape), self.dtype)

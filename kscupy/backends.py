@@ -119,6 +119,13 @@ def _dense_seconds(problem, rates):
     return costs.dense_seconds(problem, rates, kept=problem.itemsize * M * N <= DENSE_CACHE_BYTES)
 
 
+def _small_batch(problem, rates):
+    """auto weighs the small-batch kernel up to batches of ks_skinny.AUTO_MAX_BATCH: wider
+    ones run in passes that re-read the weights (on the H200 the tensor-core kernel was
+    faster at B = 64 on 17 of 20 patterns of bench_latency.py)."""
+    return problem.batch <= ks_skinny.AUTO_MAX_BATCH
+
+
 _BOTH = frozenset({"cpu", "gpu"})
 REGISTRY = {b.name: b for b in (
     Backend("kernel", frozenset({"gpu"}), _run_mma_kernel("default"),
@@ -144,7 +151,7 @@ REGISTRY = {b.name: b for b in (
                 "(kernels_cu/ks_matmul.cu): any dtype (float16 summed in float32), fastest "
                 "for the smallest blocks"),
     Backend("kernel_skinny", frozenset({"gpu"}), ks_skinny.launch, prepare=ks_skinny.prepare,
-            seconds=costs.skinny_seconds, in_auto=True,
+            seconds=costs.skinny_seconds, in_auto=True, fits=_small_batch,
             heuristic=ks_skinny.heuristic_config, candidates=ks_skinny.candidate_configs,
             config_type=ks_skinny.SkinnyConfig,
             doc="the fused kernel for small batches (kernels_cu/ks_skinny.cu): streams each "

@@ -184,14 +184,18 @@ def mma_kernel_seconds(problem: Problem, rates: DeviceRates, config) -> float:
 
 def skinny_seconds(problem: Problem, rates: DeviceRates) -> float:
     """The small-batch kernel (``kernels_cu/ks_skinny.cu``): the slowest of streaming the
-    weights, operand and result once, of its X loads (one per multiply-add) and of its SIMT
+    weights, operand and result once (and the weights again, from L2, for every further
+    pass of ``MAX_NB`` columns), of its X loads (one per multiply-add) and of its SIMT
     arithmetic, plus a launch."""
+    from .kernels.ks_skinny import MAX_NB
     M, N = problem.pattern.shape
-    nnz = problem.pattern.nnz
-    moved = problem.itemsize * (nnz + problem.batch * (M + N))
-    x_loads = problem.itemsize * problem.batch * nnz
+    nnz, isz = problem.pattern.nnz, problem.itemsize
+    moved = isz * (nnz + problem.batch * (M + N))
+    rereads = isz * nnz * (-(-problem.batch // MAX_NB) - 1)   # later passes, from L2
+    x_loads = isz * problem.batch * nnz
     flops = _flops_per_mac(problem.dtype) * problem.batch * nnz
-    return max(moved / (_SKINNY_BANDWIDTH * rates.bandwidth),
+    return max(moved / (_SKINNY_BANDWIDTH * rates.bandwidth)
+               + rereads / (_L2_FACTOR * rates.bandwidth),
                x_loads / (_SKINNY_X_RATE * rates.bandwidth),
                flops / (_SKINNY_EFFICIENCY * rates.peak(problem.dtype))) + LAUNCH_SECONDS
 

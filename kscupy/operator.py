@@ -96,14 +96,15 @@ class KSOperator:
         ``kscupy.tuning.clear_cache`` forget the tuning decisions. (Pointing
         ``KSCUPY_CACHE_DIR`` elsewhere during a run does not reach shapes already seen.)
         """
-        runs = self._prepared_runs() if self._xp is not numpy else None
-        if runs is None or type(X) is not self._xp.ndarray:
+        xp = self._xp
+        runs = self._prepared_runs() if xp is not numpy else None
+        if runs is None or type(X) is not xp.ndarray:
             return self._prepare(X, layout, backend)(X)
         # A repeated product (same operand shape, strides, dtype and 16-byte alignment, same
         # layout, backend, device and tuning decisions) costs a dictionary lookup and the
         # launch: every check and decision below was made for the first one.
         key = (X.shape, X.strides, X.dtype, X.data.ptr & 15, layout, backend, tuning.epoch,
-               self._xp.cuda.runtime.getDevice())
+               xp.cuda.runtime.getDevice())
         run = runs.get(key)
         if run is None:
             if len(runs) >= MAX_PREPARED_RUNS:

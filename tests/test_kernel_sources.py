@@ -69,20 +69,23 @@ def test_mma_instantiations_compile(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_skinny_instantiations_compile(dtype):
-    """ks_skinny as the heuristic configures it for batches of 1 to 32, and with one lane
-    and with whole warps per row, at each vector width the dtype allows."""
+    """ks_skinny and ks_skinny_staged as the heuristic configures them for batches of 1 to
+    32, and with one lane and with whole warps per row, at each vector width the dtype
+    allows."""
     isz = numpy.dtype(dtype).itemsize
     names = set()
     for pattern in ((1, 1024, 1024, 1), (64, 2, 2, 64), (3, 5, 7, 2), (1, 48, 48, 4)):
         for B in (1, 3, 8, 32):
             problem = Problem(ks.KSPattern(*pattern), B, numpy.dtype(dtype), "bsl", True, False)
             cfg = ks_skinny.heuristic_config(problem)
-            names.add(cfg.name(dtype, ks_skinny.vector_width(isz, pattern[2], cfg.nb)))
+            v = ks_skinny.vector_width(isz, pattern[2], cfg.nb)
+            names |= {cfg.name(dtype, v), cfg.name(dtype, v, staged=True)}
     for nb in (1, 8):
         for lanes in (1, 32):
             v = ks_skinny.vector_width(isz, 1024, nb)
-            names |= {ks_skinny.SkinnyConfig(nb, lanes).name(dtype, v),
-                      ks_skinny.SkinnyConfig(nb, lanes).name(dtype, 1)}
+            for staged in (False, True):
+                names |= {ks_skinny.SkinnyConfig(nb, lanes).name(dtype, v, staged),
+                          ks_skinny.SkinnyConfig(nb, lanes).name(dtype, 1, staged)}
     _compile("ks_skinny.cu", names)
 
 

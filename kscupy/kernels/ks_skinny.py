@@ -3,9 +3,10 @@ variations, the instantiation name and the launch.
 
 At a small batch the weights are the traffic: a team of ``lanes`` lanes streams one block
 row in 16-byte loads and reduces it against ``nb`` batch columns at a time, the team's
-partial sums added with warp shuffles. No shared memory; any pattern, dtype, layout and
-batch size (wider batches run in passes of ``nb`` columns, which is why ``auto`` keeps it for
-small ones).
+partial sums added with warp shuffles. Where neighbouring ``l`` of X are not adjacent in
+memory the group's slice of X is first staged in shared memory (``ks_skinny_staged``, see
+:func:`staged`). Any pattern, dtype, layout and batch size (wider batches run in passes of
+``nb`` columns, which is why ``auto`` keeps it for small ones).
 """
 from __future__ import annotations
 
@@ -19,12 +20,19 @@ from .launcher import Launcher
 from .operands import copying_odd_strides, geometry, result_launcher
 
 __all__ = ["SkinnyConfig", "THREADS", "heuristic_config", "candidate_configs", "prepare",
-           "launch", "vector_width"]
+           "launch", "vector_width", "staged"]
 
 #: Threads per block (SKINNY_THREADS in ks_skinny.cu).
 THREADS = 256
 #: Batch columns a lane sums at once, at most (more would spill registers).
 MAX_NB = 8
+#: The widest batch ``auto`` runs on this kernel (kscupy.backends).
+AUTO_MAX_BATCH = 32
+#: Shared memory the staged kernel may use for its slice of X (no opt-in above 48 KiB).
+STAGE_LIMIT = 48 * 1024
+#: Row sets (of 32 / lanes rows) per warp in a staged work item: the staging is paid once
+#: per item, so items long enough to amortise it and short enough to fill the GPU.
+STAGED_ROWSETS_PER_WARP = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,9 +46,15 @@ class SkinnyConfig:
             raise ValueError(f"nb must be 1, 2, 4 or 8 and lanes a power of two up to 32: "
                              f"{self}")
 
-    def name(self, dtype, v: int) -> str:
-        """The instantiation ``ks::ks_skinny<T, NB, LANES, V>``."""
-        return f"ks::ks_skinny<{nvrtc.scalar_name(dtype)}, {self.nb}, {self.lanes}, {v}>"
+    def name(self, dtype, v: int, staged: bool = False) -> str:
+        """The instantiation ``ks::ks_skinny<T, NB, LANES, V>`` (``ks_skinny_staged``)."""
+        kernel = "ks_skinny_staged" if staged else "ks_skinny"
+        return f"ks::{kernel}<{nvrtc.scalar_name(dtype)}, {self.nb}, {self.lanes}, {v}>"
+
+    def staged_smem(self, dtype, c: int) -> int:
+        """Shared memory of the staged kernel: ``c x nb`` values of the compute type (float
+        for float16)."""
+        return c * self.nb * max(4, numpy.dtype(dtype).itemsize)
 
     def as_tuple(self):
         return dataclasses.astuple(self)
@@ -55,6 +69,15 @@ def vector_width(itemsize: int, c: int, nb: int, address: int = 0) -> int:
     while v > 1 and (c % v or (address // itemsize) % v):
         v //= 2
     return v
+
+
+def staged(config: SkinnyConfig, dtype, d: int, sx_f: int, c: int) -> bool:
+    """Whether to stage X: where its ``l``-neighbours are not adjacent (``d * sx_f != 1``)
+    each lane of a team that splits a row (4 lanes or more) would load its own line, once per
+    row; staged, the slice is loaded once per work item. Teams of 1 or 2 lanes cover 16 or
+    more rows per warp, which share their X or read adjacent groups'; those and slices
+    larger than :data:`STAGE_LIMIT` read X where it lies."""
+    return d * sx_f != 1 and config.lanes >= 4 and config.staged_smem(dtype, c) <= STAGE_LIMIT
 
 
 def _lanes(c: int, v: int) -> int:
@@ -102,14 +125,24 @@ def prepare(factor, X, layout, config: SkinnyConfig):
     B, (sx_f, sx_b, sy_f, sy_b), y_shape = geometry(X, layout, factor.shape[0])
     W = factor.row_major()
     v = vector_width(dtype.itemsize, c, config.nb, W.data.ptr)
-    fn = nvrtc.function("ks_skinny.cu", config.name(dtype, v), 0, cupy.cuda.Device().id)
-    rowsets = -(-a * d * b // (32 // config.lanes))     # work items: (row set, batch pass)
-    items = rowsets * -(-B // config.nb)
-    blocks = min(-(-items // (THREADS // 32)), 2**31 - 1)   # the kernel strides beyond
     i32, i64 = numpy.int32, numpy.int64
-    launch = Launcher(fn, (blocks,), (THREADS,), 0,
-                      (W, i32(a * d), i32(b), i32(c), i32(d), i64(B), i64(sx_f), i64(sx_b),
-                       i64(sy_f), i64(sy_b), i32(factor.conjugated)))
+    arguments = (W, i32(a * d), i32(b), i32(c), i32(d), i64(B), i64(sx_f), i64(sx_b),
+                 i64(sy_f), i64(sy_b), i32(factor.conjugated))
+    device = cupy.cuda.Device().id
+    rowsets_per_block = (THREADS // 32) * STAGED_ROWSETS_PER_WARP
+    if staged(config, dtype, d, sx_f, c):
+        kb = min(b, rowsets_per_block * (32 // config.lanes))   # rows per work item
+        items = a * d * -(-b // kb) * -(-B // config.nb)        # (row chunk, group, pass)
+        smem = config.staged_smem(dtype, c)
+        fn = nvrtc.function("ks_skinny.cu", config.name(dtype, v, staged=True), smem, device)
+        launch = Launcher(fn, (min(items, 2**31 - 1),), (THREADS,), smem,
+                          arguments + (i32(kb),))
+    else:
+        rowsets = -(-a * d * b // (32 // config.lanes))     # work items: (row set, pass)
+        items = rowsets * -(-B // config.nb)
+        blocks = min(-(-items // (THREADS // 32)), 2**31 - 1)   # the kernel strides beyond
+        fn = nvrtc.function("ks_skinny.cu", config.name(dtype, v), 0, device)
+        launch = Launcher(fn, (blocks,), (THREADS,), 0, arguments)
     return result_launcher(launch, y_shape, dtype)
 
 

@@ -33,6 +33,8 @@ class Launcher:
     def __init__(self, fn, grid, block, smem, arguments):
         import cupy
         self._cupy = cupy
+        self._current_stream = cupy.cuda.get_current_stream
+        self._launch_kernel = cupy.cuda.driver.launchKernel
         self._function = fn.kernel.ptr
         self._grid = tuple(grid) + (1,) * (3 - len(grid))
         self._block = tuple(block) + (1,) * (3 - len(block))
@@ -55,8 +57,8 @@ class Launcher:
 
     def __call__(self, x_ptr: int, y_ptr: int):
         (gx, gy, gz), (bx, by, bz) = self._grid, self._block
-        stream = self._cupy.cuda.get_current_stream().ptr
+        stream = self._current_stream().ptr
         with self._lock:
             self._x.value, self._y.value = x_ptr, y_ptr
-            self._cupy.cuda.driver.launchKernel(self._function, gx, gy, gz, bx, by, bz,
-                                                self._smem, stream, self._parameters, 0)
+            self._launch_kernel(self._function, gx, gy, gz, bx, by, bz, self._smem, stream,
+                                self._parameters, 0)

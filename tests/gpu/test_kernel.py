@@ -296,11 +296,12 @@ def test_tensor_core_candidates(poisoned, dtype):
 def test_skinny_candidates(poisoned, dtype):
     """Every configuration the autotuner may pick for the small-batch kernel is correct, on
     stored and transposed (row-major copy) views, conjugated ones, and batches that end
-    mid-pass."""
+    mid-pass; X staged in shared memory (bsl with B > 1, d > 1) or read where it lies (and
+    so when its slice would not fit: c = 2048)."""
     from kscupy.kernels import ks_skinny
     from kscupy.problem import problem_of
     rng = cupy.random.default_rng(37)
-    for pattern in [(1, 96, 64, 1), (2, 48, 40, 4), (3, 5, 7, 2)]:
+    for pattern in [(1, 96, 64, 1), (2, 48, 40, 4), (3, 5, 7, 2), (1, 4, 2048, 2)]:
         K = ks.KSMatrix(_random(rng, pattern, dtype))
         for op in (K, K.T, K.H):
             M, N = op.shape

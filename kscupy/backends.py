@@ -121,8 +121,9 @@ def _dense_seconds(problem, rates):
 
 def _small_batch(problem, rates):
     """auto weighs the small-batch kernel up to batches of ks_skinny.AUTO_MAX_BATCH: wider
-    ones run in passes that re-read the weights (on the H200 the tensor-core kernel was
-    faster at B = 64 on 17 of 20 patterns of bench_latency.py)."""
+    ones run in passes that re-read the weights and X (at B = 64 on the H200 it was the
+    fastest method on the 8 smallest of 20 patterns of bench_latency.py, and up to 8x
+    slower than the tensor-core kernel on the largest)."""
     return problem.batch <= ks_skinny.AUTO_MAX_BATCH
 
 

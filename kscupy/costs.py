@@ -52,10 +52,12 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
 KERNEL_MARGIN = {"bsl": 1.0, "bsf": 1.5}
 _DENSE_EFFICIENCY = 0.75          # cuBLAS GEMM, fraction of FP32/FP64 peak
 _HALF_TENSOR_RATIO = 8            # float16 tensor-core flop/s over the FP32 FMA rate (estimate)
-# Fixed costs besides a launch: BMM runs three kernels and two copies; forming a dense
-# matrix that is not kept takes ~15 small launches.
-_BMM_FIXED_SECONDS = 45e-6
-_DENSE_FIXED_SECONDS = {"kept": 15e-6, "formed": 300e-6}
+# Fixed costs of one call, host time included: BMM runs three kernels and two copies through
+# CuPy (62-115 us for the smallest patterns at B = 1 and 64, H200, bench_latency.py);
+# cuBLAS through cupy.matmul takes 17-25 us there; forming a dense matrix that is not kept
+# takes ~15 small launches.
+_BMM_FIXED_SECONDS = 65e-6
+_DENSE_FIXED_SECONDS = {"kept": 20e-6, "formed": 300e-6}
 # The single-factor kernel walks the reduction in chunks one after the other: at least this
 # long per chunk (a global-memory round trip), whatever the size. It dominates thin batches
 # with long reductions (B = 1, c = 1024: 128 chunks, 0.17 ms measured).
@@ -67,12 +69,12 @@ _MMA_CHUNK_SECONDS = 3e-6
 
 # The small-batch kernel (kernels_cu/ks_skinny.cu) streams the weights once, at up to
 # _SKINNY_BANDWIDTH of the device's. Its SIMT loop loads one X element per multiply-add
-# (from L1 or L2, at _SKINNY_X_RATE times the device bandwidth), which with the FMA units
-# (_SKINNY_EFFICIENCY of their peak) sets the pace once the batch is wide enough.
-# Estimates (an SM loads a quarter as many words per cycle as it does FMAs), not yet fitted.
+# (from shared memory, L1 or L2, at _SKINNY_X_RATE times the device bandwidth: 7-10 TB/s
+# measured at B = 64 on the H200), which with the FMA units (_SKINNY_EFFICIENCY of their
+# peak) sets the pace once the batch is wide enough.
 _SKINNY_BANDWIDTH = 0.8
 _SKINNY_EFFICIENCY = 0.25
-_SKINNY_X_RATE = 4.0
+_SKINNY_X_RATE = 2.0
 
 # Fused chain segments (kernels_cu/ks_chain.cu): weights are re-read from L2 by every tile
 # (L2 bandwidth = _L2_FACTOR x DRAM), the SIMT core reaches _FUSED_EFFICIENCY of peak.

@@ -27,7 +27,7 @@ THREADS = 256
 #: Batch columns a lane sums at once, at most (more would spill registers).
 MAX_NB = 8
 #: The widest batch ``auto`` runs on this kernel (kscupy.backends).
-AUTO_MAX_BATCH = 32
+AUTO_MAX_BATCH = 64
 #: Shared memory the staged kernel may use for its slice of X (no opt-in above 48 KiB).
 STAGE_LIMIT = 48 * 1024
 #: Row sets (of 32 / lanes rows) per warp in a staged work item: the staging is paid once

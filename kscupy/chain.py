@@ -187,6 +187,28 @@ class KSChain(KSOperator):
     def _prepared_runs(self):
         return self._runs
 
+    def _prepare_apply(self, X, layout, backend):
+        # On the GPU under auto or fused, the plan's steps are prepared once (see
+        # ChainPlan.prepare); the run is valid while the factors' values are those the plan
+        # was built from (a plan may hold merged factors), and prepares anew when one moved.
+        if self._xp is numpy or backend not in (backends.AUTO, backends.FUSED):
+            return lambda X: self._apply(X, layout, backend)
+        B = X.shape[1] if layout == "bsl" else X.shape[0]
+        generations = self._generations()
+        run = self.plan(layout, X.dtype, B, backend).prepare(X, layout)
+
+        def run_chain(X):
+            nonlocal generations, run
+            if self._generations() != generations:
+                generations = self._generations()
+                run = self.plan(layout, X.dtype, B, backend).prepare(X, layout)
+            return run(X)
+        return run_chain
+
+    def _generations(self) -> tuple:
+        """The write counts of the factors' storages (see FactorCache.generation)."""
+        return tuple(f.factor.cache.generation for f in self._factors)
+
     def _apply(self, X, layout, backend):
         xp = self._xp
         if backend == backends.FUSED and xp is numpy:
@@ -215,7 +237,7 @@ class KSChain(KSOperator):
         key = (layout, dtype, min(batch_bucket(batch), _PLAN_BUCKET_CAP), backend)
         # a plan may hold values derived from the factors' (merged factors): it is valid for
         # the generations of the factors' storage it was built from (see FactorCache)
-        generations = tuple(f.factor.cache.generation for f in self._factors)
+        generations = self._generations()
         found = self._plans.get(key)
         if found is None or found[0] != generations:
             fuse = "always" if backend == backends.FUSED else "auto"

@@ -105,6 +105,9 @@ class Gather:
         xp = _arrays.array_module(X)
         return xp.take(X, self.perm, axis=0 if layout == "bsl" else 1)
 
+    def prepare(self, X, layout):
+        return lambda X: self(X, layout)
+
     def describe(self):
         return f"gather ({self.perm.shape[0]})"
 
@@ -117,6 +120,9 @@ class FactorStep:
 
     def __call__(self, X, layout):
         return dispatch.apply(self.factor, X, layout, self.backend)
+
+    def prepare(self, X, layout):
+        return dispatch.prepare(self.factor, X, layout, self.backend)
 
     def describe(self):
         return f"factor {tuple(self.factor.pattern)} ({self.backend})"
@@ -132,6 +138,23 @@ class ChainPlan:
         for step in self.steps:
             X = step(X, layout)
         return X
+
+    def prepare(self, X, layout):
+        """``run(X)`` for operands shaped, strided, typed and aligned like ``X``: every step
+        prepared once (a step's ``prepare(X, layout) -> run``) for the intermediate it
+        receives. Preparing applies the plan to ``X`` once, to meet those intermediates
+        (results are new C-contiguous arrays, so later calls' intermediates are alike)."""
+        runs = []
+        for step in self.steps:
+            run = step.prepare(X, layout)
+            runs.append(run)
+            X = run(X)
+
+        def run_all(X):
+            for run in runs:
+                X = run(X)
+            return X
+        return run_all
 
     def describe(self) -> str:
         return "\n".join(step.describe() for step in self.steps)

@@ -16,7 +16,8 @@ import numpy
 from ..pattern import super_group_lengths, super_pattern
 from ..problem import pow2_at_least
 from . import nvrtc
-from .operands import operands
+from .launcher import Launcher
+from .operands import copying_odd_strides, geometry, result_launcher
 
 __all__ = ["FusedSegment", "make_segment", "segment_smem", "SMEM_BUDGET", "WALK_ROW",
            "WALK_SLOT", "WALK_T"]
@@ -92,6 +93,10 @@ class FusedSegment:
 
     def __call__(self, X, layout):
         return launch(self, X, layout)
+
+    def prepare(self, X, layout):
+        """``run(X)`` for operands like ``X``: see :func:`prepare`."""
+        return prepare(self, X, layout)
 
     def describe(self):
         pats = " ".join(str(tuple(p)) for p in self.patterns)
@@ -219,17 +224,19 @@ def make_segment(factors, dtype, layout, batch, src=None, dst=None):
 
 
 # -- launch -------------------------------------------------------------------------------------
-def launch(segment: FusedSegment, X, layout):
-    """Apply a fused segment: ``K_F ... K_1 X`` (bsl, X ``(N, B)``) or the same on the rows
-    of ``X`` (bsf, ``(B, N)``). Same contract as :func:`kscupy.kernels.ks_matmul.launch`;
-    the segment's factors must have X's dtype."""
+@copying_odd_strides
+def prepare(segment: FusedSegment, X, layout):
+    """``run(X) -> Y`` applying a fused segment, ``K_F ... K_1 X`` (bsl, X ``(N, B)``) or the
+    same on the rows of ``X`` (bsf, ``(B, N)``), for operands with ``X``'s shape, strides and
+    dtype: kernel, grid and arguments found here once. Same contract as
+    :func:`kscupy.kernels.ks_matmul.prepare`; the segment's factors must have X's dtype."""
     import cupy
     dtype = X.dtype
     AS, DS, nin, nout, _, _ = segment.geometry
     M = AS * DS * nout
-    X, Y, B, (sx_f, sx_b, sy_f, sy_b) = operands(X, layout, M)
+    B, (sx_f, sx_b, sy_f, sy_b), y_shape = geometry(X, layout, M)
     if B == 0:
-        return Y
+        return lambda X: cupy.empty(y_shape, dtype=dtype)
     smem = segment.smem_bytes(dtype.itemsize)
     fn = nvrtc.function("ks_chain.cu", segment.name(dtype), smem, cupy.cuda.Device().id,
                         prefer_shared=True)
@@ -239,9 +246,14 @@ def launch(segment: FusedSegment, X, layout):
     table = lambda t: null if t is None else t  # noqa: E731
     # column offsets within a row fit in 32 bits: the kernel's cheap addressing applies
     narrow = max(abs(sx_f) * X.shape[1 if layout == "bsf" else 0], abs(sy_f) * M) < 2**31
-    fn((min(tiles, 2**31 - 1),), (segment.threads,),
-       (X, Y, segment.meta, i64(B), i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b),
-        table(segment.src), table(segment.dst), table(segment.gorder),
-        i32(segment.load_order), i32(segment.store_order), i32(narrow), i64(tiles)),
-       shared_mem=smem)
-    return Y
+    launch = Launcher(fn, (min(tiles, 2**31 - 1),), (segment.threads,), smem,
+                      (segment.meta, i64(B), i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b),
+                       table(segment.src), table(segment.dst), table(segment.gorder),
+                       i32(segment.load_order), i32(segment.store_order), i32(narrow),
+                       i64(tiles)))
+    return result_launcher(launch, y_shape, dtype)
+
+
+def launch(segment: FusedSegment, X, layout):
+    """:func:`prepare` for ``X``, run once on ``X``."""
+    return prepare(segment, X, layout)(X)

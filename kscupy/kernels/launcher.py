@@ -18,6 +18,7 @@ import numpy
 __all__ = ["Launcher"]
 
 _CELLS = {numpy.dtype(numpy.int32): ctypes.c_int32, numpy.dtype(numpy.int64): ctypes.c_int64,
+          numpy.dtype(numpy.uint64): ctypes.c_uint64,
           numpy.dtype(numpy.float32): ctypes.c_float,
           numpy.dtype(numpy.float64): ctypes.c_double}
 
@@ -27,7 +28,8 @@ class Launcher:
 
     ``fn`` is a compiled ``cupy.RawKernel`` (loaded on the current device, which every
     launch must run on); ``arguments`` are CuPy arrays (passed by address and kept alive
-    here) and NumPy scalars of the kernel's parameter types (int32, int64, float32, float64).
+    here) and NumPy scalars of the kernel's parameter types (int32, int64, float32, float64;
+    uint64 for a null pointer).
     """
 
     def __init__(self, fn, grid, block, smem, arguments):
@@ -53,7 +55,7 @@ class Launcher:
         if isinstance(argument, numpy.generic) and argument.dtype in _CELLS:
             return _CELLS[argument.dtype](argument.item())
         raise TypeError(f"a kernel argument must be a CuPy array or a NumPy int32, int64, "
-                        f"float32 or float64 scalar, got {type(argument).__name__}")
+                        f"uint64, float32 or float64 scalar, got {type(argument).__name__}")
 
     def __call__(self, x_ptr: int, y_ptr: int):
         (gx, gy, gz), (bx, by, bz) = self._grid, self._block

@@ -9,8 +9,7 @@ import numpy
 
 from .launcher import Launcher
 
-__all__ = ["geometry", "copying_odd_strides", "operands", "tile_launcher", "result_launcher",
-           "KernelRun"]
+__all__ = ["geometry", "copying_odd_strides", "tile_launcher", "result_launcher", "KernelRun"]
 
 
 def _element_strides(A):
@@ -50,18 +49,6 @@ def copying_odd_strides(prepare):
         run = prepare(factor, cupy.ascontiguousarray(X), layout, *args, **kwargs)
         return lambda X: run(cupy.ascontiguousarray(X))
     return prepare_any
-
-
-def operands(X, layout, M):
-    """``(X, Y, B, strides)``: :func:`geometry`, with ``X`` copied once if its strides are
-    not whole elements and ``Y`` allocated."""
-    import cupy
-    found = geometry(X, layout, M)
-    if found is None:
-        X = cupy.ascontiguousarray(X)
-        found = geometry(X, layout, M)
-    B, strides, y_shape = found
-    return X, cupy.empty(y_shape, dtype=X.dtype), B, strides
 
 
 def tile_launcher(fn, factor, B, strides, y_shape, dtype, *, bm, bn, slots, threads, smem):

@@ -30,7 +30,7 @@ import numpy
 
 from . import _reference, costs
 from .factor import DENSE_CACHE_BYTES
-from .kernels import ks_matmul, ks_mma, ks_skinny
+from .kernels import gemm, ks_matmul, ks_mma, ks_skinny
 
 __all__ = ["Backend", "REGISTRY", "names", "get", "AUTO", "FUSED"]
 
@@ -90,6 +90,20 @@ def _run_reference(algorithm):
 
 def _run_dense(factor, X, layout, config):
     return _reference.dense(factor.dense(), X, layout, factor.xp)
+
+
+_run_dense_any = _half_in_single(_run_dense, {"cpu"})
+
+
+def _prepare_dense(factor, X, layout, config):
+    """On CuPy, with the dense matrix kept (at most DENSE_CACHE_BYTES), one prepared cuBLAS
+    call per product (kernels/gemm.py); otherwise the general path."""
+    M, N = factor.shape
+    if factor.xp is not numpy and factor.dtype.itemsize * M * N <= DENSE_CACHE_BYTES:
+        run = gemm.prepare(factor.dense(), X, layout)
+        if run is not None:
+            return run
+    return lambda X: _run_dense_any(factor, X, layout, config)
 
 
 def _run_sparse(factor, X, layout, config):
@@ -161,8 +175,8 @@ REGISTRY = {b.name: b for b in (
     Backend("bmm", _BOTH, _half_in_single(_run_reference(_reference.bmm), {"cpu"}),
             costs.bmm_seconds, in_auto=True, cpu_seconds=_cpu_model("bmm"),
             doc="permute / batched matmul / permute (cuBLAS batched GEMM on the GPU)"),
-    Backend("dense", _BOTH, _half_in_single(_run_dense, {"cpu"}), _dense_seconds, in_auto=True,
-            fits=_dense_fits,
+    Backend("dense", _BOTH, _run_dense_any, _dense_seconds, in_auto=True, fits=_dense_fits,
+            prepare=_prepare_dense,
             doc="GEMM on the dense matrix, formed on first use and kept when at most "
                 "DENSE_CACHE_BYTES (kscupy.KSMatrix.clear_cache releases it)"),
     Backend("einsum", _BOTH, _half_in_single(_run_reference(_reference.einsum), _BOTH),

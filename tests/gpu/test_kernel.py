@@ -314,3 +314,29 @@ def test_skinny_candidates(poisoned, dtype):
                     except AssertionError as exc:
                         raise AssertionError(f"{pattern} B={B} {layout} {config}: {exc}") \
                             from None
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_dense_prepared_gemm(poisoned, dtype, layout):
+    """The dense backend's prepared cuBLAS call (kernels/gemm.py), repeated, on the default
+    and a non-default stream, for operands in C order and not (which take the general path),
+    and on a transposed view."""
+    rng = cupy.random.default_rng(41)
+    K = ks.KSMatrix(_random(rng, (2, 24, 40, 3), dtype))
+    stream = cupy.cuda.Stream(non_blocking=True)
+    for op in (K, K.H):
+        M, N = op.shape
+        for B in (1, 3, 1000):
+            shape = (N, B) if layout == "bsl" else (B, N)
+            X = _random(rng, shape, dtype)
+            ref = oracle(op.values, X, layout)
+            for _ in range(2):               # the second call runs the prepared product
+                check(op.matmul(X, layout=layout, backend="dense"), ref, dtype)
+            cupy.cuda.get_current_stream().synchronize()
+            with stream:
+                Y = op.matmul(X, layout=layout, backend="dense")
+            stream.synchronize()
+            check(Y, ref, dtype)
+            strided = cupy.asfortranarray(X)
+            check(op.matmul(strided, layout=layout, backend="dense"), ref, dtype)

@@ -31,8 +31,11 @@ AUTO_MAX_BATCH = 64
 #: Shared memory the staged kernel may use for its slice of X (no opt-in above 48 KiB).
 STAGE_LIMIT = 48 * 1024
 #: Row sets (of 32 / lanes rows) per warp in a staged work item: the staging is paid once
-#: per item, so items long enough to amortise it and short enough to fill the GPU.
+#: per item, so items long enough to amortise it ...
 STAGED_ROWSETS_PER_WARP = 4
+#: ... and short enough that there are this many items (blocks) at least, where the rows
+#: allow: 48 items left most of an H200's 132 SMs idle on (1, 192, 768, 1) at B = 64.
+STAGED_MIN_ITEMS = 512
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,10 +132,13 @@ def prepare(factor, X, layout, config: SkinnyConfig):
     arguments = (W, i32(a * d), i32(b), i32(c), i32(d), i64(B), i64(sx_f), i64(sx_b),
                  i64(sy_f), i64(sy_b), i32(factor.conjugated))
     device = cupy.cuda.Device().id
-    rowsets_per_block = (THREADS // 32) * STAGED_ROWSETS_PER_WARP
     if staged(config, dtype, d, sx_f, c):
-        kb = min(b, rowsets_per_block * (32 // config.lanes))   # rows per work item
-        items = a * d * -(-b // kb) * -(-B // config.nb)        # (row chunk, group, pass)
+        rowset, warps = 32 // config.lanes, THREADS // 32
+        passes = -(-B // config.nb)
+        kb = min(b, warps * STAGED_ROWSETS_PER_WARP * rowset)    # rows per work item
+        while kb > warps * rowset and a * d * -(-b // kb) * passes < STAGED_MIN_ITEMS:
+            kb = max(warps * rowset, kb // 2)
+        items = a * d * -(-b // kb) * passes                    # (row chunk, group, pass)
         smem = config.staged_smem(dtype, c)
         fn = nvrtc.function("ks_skinny.cu", config.name(dtype, v, staged=True), smem, device)
         launch = Launcher(fn, (min(items, 2**31 - 1),), (THREADS,), smem,

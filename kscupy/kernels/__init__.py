@@ -4,12 +4,16 @@
 module                 source                       what it launches
 =====================  ===========================  ==========================================
 :mod:`.ks_matmul`      ``kernels_cu/ks_matmul.cu``  one factor, any pattern, both layouts
+:mod:`.ks_mma`         ``kernels_cu/ks_mma.cu``     one factor on the tensor cores
+:mod:`.ks_skinny`      ``kernels_cu/ks_skinny.cu``  one factor at a small batch
 :mod:`.ks_chain`       ``kernels_cu/ks_chain.cu``   a segment of a chain in shared memory
+:mod:`.gemm`           (cuBLAS)                     the dense matrix, one prepared GEMM call
 =====================  ===========================  ==========================================
 
 Each family module owns everything about its kernel: the tile configuration and how it is
 chosen, the Python mirror of the shared-memory layout (checked against the compiled kernel
 by ``tests/gpu/test_kernel_layout.py``), the instantiation name and the launch.
 :mod:`.nvrtc` compiles and caches instantiations; :mod:`.operands` prepares operands and
-results for any family.
+results for any family; :mod:`.launcher` packs a launch's arguments once for
+``cuLaunchKernel``.
 """

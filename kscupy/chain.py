@@ -188,20 +188,24 @@ class KSChain(KSOperator):
         return self._runs
 
     def _prepare_apply(self, X, layout, backend):
-        # On the GPU under auto or fused, the plan's steps are prepared once (see
-        # ChainPlan.prepare); the run is valid while the factors' values are those the plan
-        # was built from (a plan may hold merged factors), and prepares anew when one moved.
-        if self._xp is numpy or backend not in (backends.AUTO, backends.FUSED):
+        # On the GPU the steps of a plan (under auto or fused: the planner's; for a named
+        # backend: factor by factor) are prepared once (see ChainPlan.prepare); the run is
+        # valid while the factors' values are those it was prepared from (a plan may hold
+        # merged factors, a step converted copies), and prepares anew when one moved.
+        if self._xp is numpy:
             return lambda X: self._apply(X, layout, backend)
         B = X.shape[1] if layout == "bsl" else X.shape[0]
-        generations = self._generations()
-        run = self.plan(layout, X.dtype, B, backend).prepare(X, layout)
+
+        def prepared(X):
+            if backend in (backends.AUTO, backends.FUSED):
+                return self.plan(layout, X.dtype, B, backend).prepare(X, layout)
+            return planner.factor_by_factor(self, backend).prepare(X, layout)
+        generations, run = self._generations(), prepared(X)
 
         def run_chain(X):
             nonlocal generations, run
             if self._generations() != generations:
-                generations = self._generations()
-                run = self.plan(layout, X.dtype, B, backend).prepare(X, layout)
+                generations, run = self._generations(), prepared(X)
             return run(X)
         return run_chain
 
@@ -210,12 +214,10 @@ class KSChain(KSOperator):
         return tuple(f.factor.cache.generation for f in self._factors)
 
     def _apply(self, X, layout, backend):
+        # NumPy (on the GPU every product goes through _prepare_apply's prepared plans)
         xp = self._xp
         if backend == backends.FUSED and xp is numpy:
             raise TypeError("backend='fused' runs on the GPU and needs CuPy operands")
-        if xp is not numpy and backend in (backends.AUTO, backends.FUSED):
-            B = X.shape[1] if layout == "bsl" else X.shape[0]
-            return self.plan(layout, X.dtype, B, backend)(X, layout)
         feature_axis = 0 if layout == "bsl" else 1
         if self._in is not None:
             X = xp.take(X, self._in, axis=feature_axis)

@@ -164,6 +164,17 @@ class ChainPlan:
         return len(self.steps)
 
 
+def factor_by_factor(chain, backend: str) -> ChainPlan:
+    """The chain applied one factor at a time with ``backend`` (a registry name) between its
+    permutations: what ``matmul(backend=name)`` runs on the GPU. Not priced (``seconds`` is
+    nan)."""
+    gathers = lambda p: [] if p is None else [Gather(p)]  # noqa: E731
+    steps = (gathers(chain.input_permutation)
+             + [FactorStep(K.factor, backend) for K in reversed(chain.factors)]
+             + gathers(chain.output_permutation))
+    return ChainPlan(tuple(steps), math.nan)
+
+
 # -- planning ------------------------------------------------------------------------------------
 def _factor_seconds(factor, batch, dtype, layout, rates, backend):
     problem = Problem(pattern=factor.pattern, batch=batch, dtype=dtype, layout=layout,

@@ -17,7 +17,7 @@ from ..pattern import super_group_lengths, super_pattern
 from ..problem import pow2_at_least
 from . import nvrtc
 from .launcher import Launcher
-from .operands import copying_odd_strides, geometry, result_launcher
+from .operands import copying_odd_strides, geometry, KernelRun
 
 __all__ = ["FusedSegment", "make_segment", "segment_smem", "SMEM_BUDGET", "WALK_ROW",
            "WALK_SLOT", "WALK_T"]
@@ -251,7 +251,7 @@ def prepare(segment: FusedSegment, X, layout):
                        table(segment.src), table(segment.dst), table(segment.gorder),
                        i32(segment.load_order), i32(segment.store_order), i32(narrow),
                        i64(tiles)))
-    return result_launcher(launch, y_shape, dtype)
+    return KernelRun(launch, y_shape, dtype)
 
 
 def launch(segment: FusedSegment, X, layout):

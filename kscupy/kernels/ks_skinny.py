@@ -17,7 +17,7 @@ import numpy
 from ..problem import Problem, pow2_at_least
 from . import nvrtc
 from .launcher import Launcher
-from .operands import copying_odd_strides, geometry, result_launcher
+from .operands import copying_odd_strides, geometry, KernelRun
 
 __all__ = ["SkinnyConfig", "THREADS", "heuristic_config", "candidate_configs", "prepare",
            "launch", "vector_width", "staged"]
@@ -149,7 +149,7 @@ def prepare(factor, X, layout, config: SkinnyConfig):
         blocks = min(-(-items // (THREADS // 32)), 2**31 - 1)   # the kernel strides beyond
         fn = nvrtc.function("ks_skinny.cu", config.name(dtype, v), 0, device)
         launch = Launcher(fn, (blocks,), (THREADS,), 0, arguments)
-    return result_launcher(launch, y_shape, dtype)
+    return KernelRun(launch, y_shape, dtype)
 
 
 def launch(factor, X, layout, config: SkinnyConfig):

@@ -9,7 +9,7 @@ import numpy
 
 from .launcher import Launcher
 
-__all__ = ["geometry", "copying_odd_strides", "tile_launcher", "result_launcher", "KernelRun"]
+__all__ = ["geometry", "copying_odd_strides", "tile_launcher", "KernelRun"]
 
 
 def _element_strides(A):
@@ -69,17 +69,12 @@ def tile_launcher(fn, factor, B, strides, y_shape, dtype, *, bm, bn, slots, thre
                       (factor.tiles, i32(groups), i32(b), i32(c), i32(d), i64(B),
                        i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b), i32(w_sk), i32(w_sl),
                        i32(factor.conjugated), i32(ktiles), i32(gtiles), i64(tiles)))
-    return result_launcher(launch, y_shape, dtype)
-
-
-def result_launcher(launch, y_shape, dtype) -> "KernelRun":
-    """``run(X) -> Y``: allocate a new C-contiguous ``Y`` of ``y_shape`` and ``dtype`` and
-    ``launch(X's pointer, Y's pointer)``."""
-    return KernelRun(launch, tuple(y_shape), numpy.dtype(dtype))
+    return KernelRun(launch, y_shape, dtype)
 
 
 class KernelRun:
-    """A prepared kernel product: ``run(X)`` allocates ``Y`` and launches. The kernel reads
+    """A prepared kernel product: ``run(X)`` allocates a new C-contiguous ``Y`` of
+    ``y_shape`` and ``dtype`` and calls ``launch(X's pointer, Y's pointer)``. The kernel reads
     only ``X``'s address (its shape and strides were fixed when the run was prepared), so
     :meth:`with_result_shape` serves a vector through the run prepared for its ``(N, 1)``
     view without reshaping either side (a CuPy reshape costs about a microsecond)."""
@@ -87,7 +82,7 @@ class KernelRun:
 
     def __init__(self, launch, y_shape, dtype):
         import cupy
-        self.launch, self.y_shape, self.dtype = launch, y_shape, dtype
+        self.launch, self.y_shape, self.dtype = launch, tuple(y_shape), numpy.dtype(dtype)
         self._new = cupy.ndarray          # the constructor: cupy.empty's Python layer skipped
 
     def __call__(self, X):
@@ -99,4 +94,4 @@ class KernelRun:
         """The same launch with ``Y`` allocated as ``y_shape`` (same size, C order)."""
         if numpy.prod(y_shape) != numpy.prod(self.y_shape):
             raise ValueError(f"result shape {y_shape} does not hold {self.y_shape}")
-        return KernelRun(self.launch, tuple(y_shape), self.dtype)
+        return KernelRun(self.launch, y_shape, self.dtype)

@@ -101,7 +101,8 @@ __global__ void __launch_bounds__(SLOTS * (BM / TM) * (BN / TN))
 ks_matmul(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
           int G, int b, int c, int d, long long B,
           long long sx_f, long long sx_b, long long sy_f, long long sy_b,
-          int w_sk, int w_sl, int conj_w, int ktiles, int gtiles, long long tiles) {
+          int w_sk, int w_sl, int conj_w, int ktiles, int gtiles, long long tiles,
+       unsigned long long d_magic) {
   using L = MatmulLayout<T, SLOTS, BM, BN, BK, TM, TN>;
   constexpr int THREADS_M = L::THREADS_M, THREADS_N = L::THREADS_N, NT = L::NT;
   constexpr int VM = L::VM, VN = L::VN;
@@ -124,12 +125,13 @@ ks_matmul(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   const long long x_step = (long long)d * sx_f;   // X offset between l and l + 1
   const long long y_step = (long long)d * sy_f;   // Y offset between k and k + 1
   const long long bc = (long long)b * c;
+  const GroupOrigins origins(b, c, d, d_magic, sx_f, sy_f);
 
   for (long long id = blockIdx.x; id < tiles; id += gridDim.x) {
     const TileOrigin tile = tile_origin<BM, BN, SLOTS, ORDER == 0>(id, ktiles, gtiles, tiles);
     const int k0 = tile.k0, g0 = tile.g0;
     const long long n0 = tile.n0;
-    group_offsets<SLOTS>(tid, g0, G, b, c, d, sx_f, sy_f, gx, gy);
+    group_offsets<SLOTS>(tid, g0, G, origins, gx, gy);
     __syncthreads();
 
     T x_reg[XL], w_reg[WL];

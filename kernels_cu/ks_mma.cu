@@ -39,7 +39,8 @@
 // tiles are read only with ldmatrix (8 rows of 16 bytes per phase), so both kinds of row are
 // padded by 16 bytes: a row then starts 4 banks after the previous one.
 //
-// Grid: as ks_matmul.cu, a 1-D grid strides over tile ids (ks_tiles.cuh). Offsets 64-bit.
+// Grid: each block takes a run of consecutive tiles as one pipelined stream of reduction
+// steps (see ks_mma below; ks_tiles.cuh has the tile order). Offsets 64-bit.
 #include "ks_launch.cuh"
 #include "ks_scalar.cuh"
 #include "ks_tiles.cuh"
@@ -71,11 +72,14 @@ __device__ __forceinline__ void each_vector(int tid, F f) {
 }
 
 // The block's shared-memory layout, the one definition that the kernel uses and that
-// ks_mma_layout reports (kscupy/kernels/ks_mma.py mirrors it; a GPU test compares):
-//   [SLOTS] int64 offsets of X[cols(g)[0], 0], [SLOTS] int64 offsets of Y[rows(g)[0], 0],
-//   (rounded to 16 bytes), then STAGES stages of (Xs[SLOTS][..][XS_LD], Ws[SLOTS][..][WS_LD]),
-//   each buffer rounded to 16 bytes. In ORDER 1 the stages are at least Ys[BN][BM][SLOTS]
-//   long: the staged epilogue reuses them for the output tile.
+// ks_mma_layout reports (kscupy/kernels/ks_mma.py mirrors it; a GPU test compares): STAGES
+// stages of (Xs[SLOTS][..][XS_LD], Ws[SLOTS][..][WS_LD]), each buffer rounded to 16 bytes;
+// in the group order at least the output tile Ys[BN][BM][SLOTS] long.
+//
+// The staged epilogues (kernel below) pass the output tile through shared memory: after a
+// block's last tile through all of it (no copies are in flight any more), in one pass where
+// it fits; after any other tile through the stage just consumed (the others hold copies in
+// flight), in as many passes as that takes.
 template <class T, int SLOTS, int BM, int BN, int BK, int WM, int WN, int STAGES, int ORDER, int WT>
 struct MmaLayout {
   using R = typename parts_of<T>::real;
@@ -100,10 +104,25 @@ struct MmaLayout {
   static constexpr int XS_SIZE = round_up(SLOTS * XS_SLOT, ALIGN);
   static constexpr int WS_SIZE = round_up(SLOTS * WS_SLOT, ALIGN);
   static constexpr int STAGE = XS_SIZE + WS_SIZE;
-  static constexpr int OFFSET_BYTES = round_up(2 * SLOTS * (int)sizeof(long long), 16);
   static constexpr int YS_SIZE = ORDER == 1 ? SLOTS * BM * BN : 0;
-  static constexpr int STAGES_SIZE = STAGES * STAGE > YS_SIZE ? STAGES * STAGE : YS_SIZE;
-  static constexpr int SMEM_BYTES = OFFSET_BYTES + STAGES_SIZE * (int)sizeof(T);
+  static constexpr int AREA = STAGES * STAGE > YS_SIZE ? STAGES * STAGE : YS_SIZE;
+  static constexpr int SMEM_BYTES = AREA * (int)sizeof(T);
+  // The group order's Ys[n][k][slot]: batch columns per pass in `area` elements, the most
+  // that divide BN and fit (at least one does: a stage's Ws alone holds SLOTS * BM * BK).
+  __host__ __device__ static constexpr int ys_columns(int area) {
+    for (int n = BN; n > 1; --n)
+      if (BN % n == 0 && SLOTS * BM * n <= area) return n;
+    return 1;
+  }
+  // The batch order's Ys[r][YS_LD] for rows r = slot*BM + k, n along a row, padded by 8
+  // elements (a warp's pair stores then hit distinct banks: 8 rows of 4 lanes, 8 to 32 bytes
+  // each). Rows per pass in `area` elements: the most that divide SLOTS * BM and fit.
+  static constexpr int YS_LD = BN + 8;
+  __host__ __device__ static constexpr int ys_rows(int area) {
+    for (int r = SLOTS * BM; r > 1; --r)
+      if (SLOTS * BM % r == 0 && r * YS_LD <= area) return r;
+    return 1;
+  }
 };
 
 // W's fragment of the MMA row tile at k_base for k-step kk, from the stage's Ws: a[0] the real
@@ -196,15 +215,30 @@ __global__ void ks_mma_layout(long long* out) {
   out[0] = L::SMEM_BYTES; out[1] = L::NT; out[2] = L::XS_LD; out[3] = L::WS_LD;
 }
 
+
 // MIN_BLOCKS: blocks per SM the registers must allow (__launch_bounds__); 2 caps a 256-thread
 // block at 128 registers, so that a second block's copies overlap this one's products.
+//
+// Block β takes a run of consecutive tiles, ids β*T .. β*T + T - 1 with T = ceil(tiles /
+// gridDim.x) (kernels/operands.tile_launcher picks the grid), and its work is one stream of
+// steps (tile, reduction chunk) through the STAGES buffers, without a break at tile
+// boundaries: while the warps multiply step s and store a finished tile, the copies of steps
+// s + 1 .. s + STAGES - 1 (the next tile's first chunks, where the reduction is short) are in
+// flight. Ended per tile, the pipeline would wait out a whole load latency each time it
+// refilled, and a reduction of one or two chunks is nothing but refills. Runs of consecutive
+// ids, rather than ids strided by the grid (a persistent grid), keep the tiles in flight on
+// the GPU close together in the tile order: the hardware starts blocks in order as others
+// finish, where strided walks drift apart and lose the L2 reuse of X and W between
+// neighbouring tiles (measured: float32 (6, 128, 128, 64) batch-size-first ran 3x slower,
+// L2 hit rate 76% -> 37%).
 template <class T, int PRECISION, int SLOTS, int BM, int BN, int BK, int WM, int WN, int STAGES,
           int ORDER, int WT, int VX, int VW, int MIN_BLOCKS>
 __global__ void __launch_bounds__(32 * SLOTS * WM * WN, MIN_BLOCKS)
 ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
        int G, int b, int c, int d, long long B,
        long long sx_f, long long sx_b, long long sy_f, long long sy_b,
-       int w_sk, int w_sl, int conj_w, int ktiles, int gtiles, long long tiles) {
+       int w_sk, int w_sl, int conj_w, int ktiles, int gtiles, long long tiles,
+       unsigned long long d_magic) {
   using L = MmaLayout<T, SLOTS, BM, BN, BK, WM, WN, STAGES, ORDER, WT>;
   using R = typename L::R;                      // operand values' real type
   using Acc = typename parts_of<T>::acc;        // the accumulators' (float for float16)
@@ -220,14 +254,19 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   constexpr int X_REPS = (XV + NT - 1) / NT;          // ... per thread (each_vector)
   constexpr int WV = SLOTS * BM * BK / VW;            // vectors of W in a chunk
   constexpr int W_REPS = (WV + NT - 1) / NT;
-  constexpr bool HOIST = X_REPS + W_REPS <= 8;          // keep copy origins in registers
+  // Keep the copies' origins in registers (three a vector) for few vectors a thread, and
+  // only where a thread may have more than 128 registers (NT * MIN_BLOCKS < 512): under that
+  // cap they were spilled and reloaded every step.
+  constexpr bool HOIST = X_REPS + W_REPS <= 8 && NT * MIN_BLOCKS < 512;
+  // Whether all of a thread's X vectors lie in one slot, x_slot(tid): in the group order
+  // lanes walk the slots and NT is a multiple of SLOTS / VX, so vector tid + rep*NT is
+  // always in the same one; in the others only when there is one slot.
+  constexpr bool X_ONE_SLOT = ORDER == 1 || SLOTS == 1;
   using XBits = typename Bits<VX * (int)sizeof(T)>::type;
   require_dynamic_smem<L::SMEM_BYTES>();
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  long long* gx = reinterpret_cast<long long*>(smem_raw);   // [SLOTS] offset of X[cols(g)[0], 0]
-  long long* gy = gx + SLOTS;                               // [SLOTS] offset of Y[rows(g)[0], 0]
-  T* const stages = reinterpret_cast<T*>(smem_raw + L::OFFSET_BYTES);
+  T* const stages = reinterpret_cast<T*>(smem_raw);
   const unsigned stages_s = shared_address(stages);   // the same, as a shared address
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -236,202 +275,209 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   const long long y_step = (long long)d * sy_f;   // Y offset between k and k + 1
   const long long bc = (long long)b * c;
   const int chunks = (c + BK - 1) / BK;
+  const GroupOrigins origins(b, c, d, d_magic, sx_f, sy_f);
+  const long long run = (tiles + gridDim.x - 1) / gridDim.x, first = blockIdx.x * run;
+  const long long steps = (first < tiles ? min(run, tiles - first) : 0) * chunks;
 
-  for (long long id = blockIdx.x; id < tiles; id += gridDim.x) {
-    const TileOrigin tile = tile_origin<BM, BN, SLOTS, ORDER == 0>(id, ktiles, gtiles, tiles);
-    const int k0 = tile.k0, g0 = tile.g0;
-    const long long n0 = tile.n0;
-    group_offsets<SLOTS>(tid, g0, G, b, c, d, sx_f, sy_f, gx, gy);
-    __syncthreads();
+  // Vector `e` of X in a chunk: its first slot es, reduction index l and batch column n.
+  auto x_vector = [&](int e, int& es, int& l, int& n) {
+    if constexpr (ORDER == 0)      { n = e % (BN / VX) * VX; l = e / (BN / VX) % BK; es = e / (BN / VX * BK); }
+    else if constexpr (ORDER == 2) { l = e % (BK / VX) * VX; n = e / (BK / VX) % BN; es = e / (BK / VX * BN); }
+    else                           { es = e % (SLOTS / VX) * VX; l = e / (SLOTS / VX) % BK; n = e / (SLOTS / VX * BK); }
+  };
+  // Vector `e` of W in a chunk: its slot es, row k and reduction index l.
+  auto w_vector = [&](int e, int& es, int& k, int& l) {
+    if constexpr (WT == 0) { l = e % (BK / VW) * VW; k = e / (BK / VW) % BM; es = e / (BK / VW * BM); }
+    else                   { k = e % (BM / VW) * VW; l = e / (BM / VW) % BK; es = e / (BM / VW * BK); }
+  };
+  XBits x_staged[X_STAGED ? X_REPS : 1];
 
-    // Vector `e` of X in a chunk: its first slot es, reduction index l and batch column n.
-    auto x_vector = [&](int e, int& es, int& l, int& n) {
-      if constexpr (ORDER == 0)      { n = e % (BN / VX) * VX; l = e / (BN / VX) % BK; es = e / (BN / VX * BK); }
-      else if constexpr (ORDER == 2) { l = e % (BK / VX) * VX; n = e / (BK / VX) % BN; es = e / (BK / VX * BN); }
-      else                           { es = e % (SLOTS / VX) * VX; l = e / (SLOTS / VX) % BK; n = e / (SLOTS / VX * BK); }
-    };
-    // Vector `e` of W in a chunk: its slot es, row k and reduction index l.
-    auto w_vector = [&](int e, int& es, int& k, int& l) {
-      if constexpr (WT == 0) { l = e % (BK / VW) * VW; k = e / (BK / VW) % BM; es = e / (BK / VW * BM); }
-      else                   { k = e % (BM / VW) * VW; l = e / (BM / VW) % BK; es = e / (BM / VW * BK); }
-    };
-    XBits x_staged[X_STAGED ? X_REPS : 1];
+  // The block's walk over its tiles (ks_tiles.cuh): r1 is the radix of the second digit.
+  using Cursor = TileCursor<BM, BN, SLOTS, ORDER == 0>;
+  const long long r1 = ORDER == 0 ? tiles / ktiles / gtiles : gtiles;
+  const Cursor stride(1, ktiles, r1);
 
-    // A vector's source offset in chunk 0 (chunk t reads t*BK further along l) and its
-    // "room", how far along l it may read (c - l; 0 when its group, row or batch column lies
-    // outside the problem).
-    auto x_origin = [&](int e, long long& src, int& room) {
-      int es, l, n;
-      x_vector(e, es, l, n);
-      const bool ok = g0 + es < G && n0 + n < B;
-      src = ok ? gx[es] + l * x_step + (n0 + n) * sx_b : 0;
-      room = ok ? c - l : 0;
-    };
-    auto w_origin = [&](int e, long long& src, int& room) {
-      int es, k, l;
-      w_vector(e, es, k, l);
-      const bool ok = g0 + es < G && k0 + k < b;
-      src = ok ? (g0 + es) * bc + (long long)(k0 + k) * w_sk + (long long)l * w_sl : 0;
-      room = ok ? c - l : 0;
-    };
-    // With HOIST, the origins of this thread's vectors are kept in registers from chunk to
-    // chunk, computed once per tile: a chunk's copy then costs an add and a compare instead
-    // of 64-bit index products and a reload of the group offsets from shared memory (which
-    // the compiler cannot keep across the barriers). Three registers a vector: only for
-    // few vectors per thread, or the accumulators spill.
-    long long x_src[HOIST ? X_REPS : 1], w_src[HOIST ? W_REPS : 1];
-    int x_room[HOIST ? X_REPS : 1], w_room[HOIST ? W_REPS : 1];
+  // -- the copies: a cursor (load_tile, load_chunk) over the steps, STAGES - 1 ahead of the
+  // products, with the origins of the tile it is in.
+  Cursor load_tile(first, ktiles, r1);
+  int load_chunk = 0;
+  TileOrigin lt{};                    // load_tile's origin
+  long long x_group = 0;              // X_ONE_SLOT: origin of this thread's X slot's group
+  // A vector's source offset in chunk 0 of tile lt (chunk t reads t*BK further along l) and
+  // its "room", how far along l it may read (c - l; 0 when its group, row or batch column
+  // lies outside the problem).
+  auto x_origin = [&](int e, long long& src, int& room) {
+    int es, l, n;
+    x_vector(e, es, l, n);
+    const bool ok = lt.g0 + es < G && lt.n0 + n < B;
+    const long long group = X_ONE_SLOT ? x_group : origins.x(lt.g0 + es);
+    src = ok ? group + l * x_step + (lt.n0 + n) * sx_b : 0;
+    room = ok ? c - l : 0;
+  };
+  auto w_origin = [&](int e, long long& src, int& room) {
+    int es, k, l;
+    w_vector(e, es, k, l);
+    const bool ok = lt.g0 + es < G && lt.k0 + k < b;
+    src = ok ? (lt.g0 + es) * bc + (long long)(lt.k0 + k) * w_sk + (long long)l * w_sl : 0;
+    room = ok ? c - l : 0;
+  };
+  // With HOIST, the origins of this thread's vectors are kept in registers from chunk to
+  // chunk, computed once per tile: a chunk's copy then costs an add and a compare instead
+  // of 64-bit index products. Three registers a vector: only for few vectors per thread, or
+  // the accumulators spill.
+  long long x_src[HOIST ? X_REPS : 1], w_src[HOIST ? W_REPS : 1];
+  int x_room[HOIST ? X_REPS : 1], w_room[HOIST ? W_REPS : 1];
+  auto enter_load_tile = [&]() {
+    lt = load_tile.origin();
+    if constexpr (X_ONE_SLOT) x_group = origins.x(lt.g0 + (ORDER == 1 ? tid % (SLOTS / VX) * VX : 0));
     if constexpr (HOIST) {
       each_vector<XV, NT>(tid, [&](int rep, int e) { x_origin(e, x_src[rep], x_room[rep]); });
       each_vector<WV, NT>(tid, [&](int rep, int e) { w_origin(e, w_src[rep], w_room[rep]); });
     }
-
-    // Issue the copies of reduction chunk `chunk` into stage buffer `s` (staged X: into
-    // registers, for stash_x).
-    auto load = [&](int chunk, int s) {
-      const unsigned xs = stages_s + s * L::STAGE * (int)sizeof(T);   // shared addresses
-      const unsigned ws = xs + L::XS_SIZE * (int)sizeof(T);
-      const int l0 = chunk * BK;
-      const T* const x_chunk = X + l0 * x_step;
-      const T* const w_chunk = W + (long long)l0 * w_sl;
-      each_vector<XV, NT>(tid, [&](int rep, int e) {
-        long long origin;
-        int room;
-        if constexpr (HOIST) { origin = x_src[rep]; room = x_room[rep]; }
-        else x_origin(e, origin, room);
-        const bool ok = l0 < room;
-        const T* src = ok ? x_chunk + origin : X;
-        if constexpr (X_STAGED) {
-          x_staged[rep] = ok ? *reinterpret_cast<const XBits*>(src) : XBits{};
-        } else {
-          int es, l, n;
-          x_vector(e, es, l, n);
-          const int at = es * L::XS_SLOT + (L::X_KMAJOR ? n * L::XS_LD + l : l * L::XS_LD + n);
-          cp_async<VX * (int)sizeof(T)>(xs + at * (int)sizeof(T), src, ok);
-        }
-      });
-      each_vector<WV, NT>(tid, [&](int rep, int e) {
-        long long origin;
-        int room;
-        if constexpr (HOIST) { origin = w_src[rep]; room = w_room[rep]; }
-        else w_origin(e, origin, room);
-        int es, k, l;
-        w_vector(e, es, k, l);
-        const bool ok = l0 < room;
-        const T* src = ok ? w_chunk + origin : W;
-        const int at = es * L::WS_SLOT + (L::W_KMAJOR ? k * L::WS_LD + l : l * L::WS_LD + k);
-        cp_async<VW * (int)sizeof(T)>(ws + at * (int)sizeof(T), src, ok);
-      });
-    };
-    // Staged X: the registers filled by load(...) into stage buffer `s`, one slot per element.
-    auto stash_x = [&](int s) {
-      T* const xs = stages + s * L::STAGE;
-      each_vector<XV, NT>(tid, [&](int rep, int e) {
+  };
+  // Issue the copies of the cursor's step into stage buffer `s` (staged X: into registers,
+  // for stash_x), then move the cursor to the next step.
+  auto load = [&](int s) {
+    const unsigned xs = stages_s + s * L::STAGE * (int)sizeof(T);   // shared addresses
+    const unsigned ws = xs + L::XS_SIZE * (int)sizeof(T);
+    const int l0 = load_chunk * BK;
+    const T* const x_chunk = X + l0 * x_step;
+    const T* const w_chunk = W + (long long)l0 * w_sl;
+    each_vector<XV, NT>(tid, [&](int rep, int e) {
+      long long origin;
+      int room;
+      if constexpr (HOIST) { origin = x_src[rep]; room = x_room[rep]; }
+      else x_origin(e, origin, room);
+      const bool ok = l0 < room;
+      const T* src = ok ? x_chunk + origin : X;
+      if constexpr (X_STAGED) {
+        x_staged[rep] = ok ? *reinterpret_cast<const XBits*>(src) : XBits{};
+      } else {
         int es, l, n;
         x_vector(e, es, l, n);
-        const T* v = reinterpret_cast<const T*>(&x_staged[rep]);
-#pragma unroll
-        for (int u = 0; u < VX; ++u) xs[(es + u) * L::XS_SLOT + n * L::XS_LD + l] = v[u];
-      });
-    };
-
-    Acc acc[PARTS][MT][NTL][S::C_REGS];
-    each_register<Acc>(acc, acc, [](Acc& sum, Acc) { sum = Acc(0); });
-
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < chunks) {
-        load(s, s);
-        if constexpr (X_STAGED) stash_x(s);
+        const int at = es * L::XS_SLOT + (L::X_KMAJOR ? n * L::XS_LD + l : l * L::XS_LD + n);
+        cp_async<VX * (int)sizeof(T)>(xs + at * (int)sizeof(T), src, ok);
       }
-      cp_async_commit();
+    });
+    each_vector<WV, NT>(tid, [&](int rep, int e) {
+      long long origin;
+      int room;
+      if constexpr (HOIST) { origin = w_src[rep]; room = w_room[rep]; }
+      else w_origin(e, origin, room);
+      int es, k, l;
+      w_vector(e, es, k, l);
+      const bool ok = l0 < room;
+      const T* src = ok ? w_chunk + origin : W;
+      const int at = es * L::WS_SLOT + (L::W_KMAJOR ? k * L::WS_LD + l : l * L::WS_LD + k);
+      cp_async<VW * (int)sizeof(T)>(ws + at * (int)sizeof(T), src, ok);
+    });
+    if (++load_chunk == chunks) {
+      load_chunk = 0;
+      load_tile.advance(stride, ktiles, r1);
+      enter_load_tile();
     }
-    for (int chunk = 0; chunk < chunks; ++chunk) {
-      cp_async_wait<STAGES - 2>();   // this thread's copies of `chunk` have landed ...
-      __syncthreads();               // ... everyone's have, and the buffer refilled next is free
-      const int next = chunk + STAGES - 1;
-      if (next < chunks) load(next, next % STAGES);
-      cp_async_commit();
+  };
+  // Staged X: the registers filled by load(...) into stage buffer `s`, one slot per element.
+  auto stash_x = [&](int s) {
+    T* const xs = stages + s * L::STAGE;
+    each_vector<XV, NT>(tid, [&](int rep, int e) {
+      int es, l, n;
+      x_vector(e, es, l, n);
+      const T* v = reinterpret_cast<const T*>(&x_staged[rep]);
+#pragma unroll
+      for (int u = 0; u < VX; ++u) xs[(es + u) * L::XS_SLOT + n * L::XS_LD + l] = v[u];
+    });
+  };
 
-      // The chunk's products go to `part`, which is then added to `acc` by FP32 adds. The
-      // tensor cores add to their accumulator with truncation (round toward zero): over a
-      // whole reduction of length c the error would grow like c, not like sqrt(c). Summing
-      // per chunk keeps each truncated sum BK terms long. DMMA rounds to nearest, and the
-      // TF32 opt-in is approximate anyway: no split for them.
-      constexpr bool TWO_LEVEL = sizeof(R) == 4 && PRECISION == PRECISION_DEFAULT;
-      Acc part[TWO_LEVEL ? PARTS : 1][TWO_LEVEL ? MT : 1][TWO_LEVEL ? NTL : 1][S::C_REGS];
-      auto sum = [&](int p, int mt, int q) -> Acc (&)[S::C_REGS] {
-        if constexpr (TWO_LEVEL) return part[p][mt][q]; else return acc[p][mt][q];
-      };
-      if constexpr (TWO_LEVEL) each_register<Acc>(part, part, [](Acc& sum, Acc) { sum = Acc(0); });
-      const T* const xs = stages + (chunk % STAGES) * L::STAGE + slot * L::XS_SLOT;
-      const T* const ws = stages + (chunk % STAGES) * L::STAGE + L::XS_SIZE + slot * L::WS_SLOT;
-#pragma unroll
-      for (int kk = 0; kk < BK; kk += S::K) {
-        AOp a[MT][PARTS];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-          w_fragment<T, L>(a[mt], ws, lane, wm * L::WTM + mt * S::M, kk, conj_w);
-        BOp x[NTL][PARTS];
-        x_fragments<T, L>(x, xs, lane, wn * L::WTN, kk);
-        // Term by term over all tiles: consecutive MMAs write different accumulators.
-#pragma unroll
-        for (int term = 0; term < Terms<R, PRECISION>::value; ++term) {
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            if constexpr (PARTS == 1) {
-#pragma unroll
-              for (int q = 0; q < NTL; ++q) mma_term<PRECISION>(term, sum(0, mt, q), a[mt][0], x[q][0]);
-            } else {
-              const AOp minus_im = a[mt][1].negated();
-#pragma unroll
-              for (int q = 0; q < NTL; ++q) {
-                mma_term<PRECISION>(term, sum(0, mt, q), a[mt][0], x[q][0]);
-                mma_term<PRECISION>(term, sum(1, mt, q), a[mt][0], x[q][1]);
-                mma_term<PRECISION>(term, sum(0, mt, q), minus_im, x[q][1]);
-                mma_term<PRECISION>(term, sum(1, mt, q), a[mt][1], x[q][0]);
-              }
-            }
-          }
-        }
-      }
-      if constexpr (TWO_LEVEL) each_register<Acc>(acc, part, [](Acc& sum, Acc v) { sum += v; });
-      if constexpr (X_STAGED) {
-        if (next < chunks) stash_x(next % STAGES);
-      }
-    }
-    cp_async_wait<0>();   // only empty groups remain; leave none behind
-
+  // Y[rows(g)[k], n] of tile `tile` from the accumulators. The staged epilogues pass the
+  // tile through shared memory in `area` (MmaLayout): `whole` after the block's last tile,
+  // else the buffer of `stage`, which the products just consumed and the next step's
+  // barrier guards.
+  auto store = [&](const TileOrigin& tile, Acc (&acc)[PARTS][MT][NTL][S::C_REGS], int stage,
+                   bool whole) {
+    const int k0 = tile.k0, g0 = tile.g0;
+    const long long n0 = tile.n0;
+    T* const ys = whole ? stages : stages + stage * L::STAGE;
     if constexpr (X_STAGED) {
-      // Epilogue through shared memory: the slots' values of one (k, n) are adjacent in Y
+      // The group order: the slots' values of one (k, n) are adjacent in Y
       // (Y[rows(g)[k], n] at consecutive addresses for g = g0 .. g0 + SLOTS - 1), so gather
       // them as Ys[n][k][slot] and store VX slots at once, lanes walking slots, then k.
       // Same vector width as X: VX | d keeps a vector inside one run of groups; the launch
       // picks VX > 1 in this order only when Y's groups are adjacent (sy_f == 1, VX | sy_b).
-      T* const ys = stages;
-      __syncthreads();   // every warp is done with the stage buffers
+      // Vector e of a pass has slot e % (SLOTS / VX) * VX, fixed per thread as for X.
+      const int y_slot = tid % (SLOTS / VX) * VX;
+      const long long y_group = origins.y(g0 + y_slot);
+      {
+        const int YC = whole ? L::ys_columns(L::AREA) : L::ys_columns(L::STAGE);
+        const int YV = SLOTS * BM * YC / VX;
+        for (int n_pass = 0; n_pass < BN; n_pass += YC) {
+          __syncthreads();   // the area's readers (products, the previous pass) are done
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+          for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int q = 0; q < NTL; ++q)
+            for (int q = 0; q < NTL; ++q)
 #pragma unroll
-          for (int i = 0; i < S::C_REGS; ++i) {
-            const int k = wm * L::WTM + mt * S::M + S::c_row(lane, i);
-            const int n = wn * L::WTN + q * S::N + S::c_col(lane, i);
-            ys[(n * BM + k) * SLOTS + slot] = from_parts<T>(acc[0][mt][q][i], acc[PARTS - 1][mt][q][i]);
-          }
-      __syncthreads();
-      constexpr int YV = SLOTS * BM * BN / VX;
+              for (int i = 0; i < S::C_REGS; ++i) {
+                const int k = wm * L::WTM + mt * S::M + S::c_row(lane, i);
+                const int n = wn * L::WTN + q * S::N + S::c_col(lane, i) - n_pass;
+                if (YC == BN || (n >= 0 && n < YC))
+                  ys[(n * BM + k) * SLOTS + slot] = from_parts<T>(acc[0][mt][q][i], acc[PARTS - 1][mt][q][i]);
+              }
+          __syncthreads();
 #pragma unroll 4   // not each_vector: unrolled whole, the store loop costs registers
-      for (int e = tid; e < YV; e += NT) {
-        const int es = e % (SLOTS / VX) * VX, k = e / (SLOTS / VX) % BM, n = e / (SLOTS / VX * BM);
-        if (g0 + es < G && k0 + k < b && n0 + n < B)
-          *reinterpret_cast<XBits*>(Y + gy[es] + (k0 + k) * y_step + (n0 + n) * sy_b) =
-              *reinterpret_cast<const XBits*>(ys + (n * BM + k) * SLOTS + es);
+          for (int e = tid; e < YV; e += NT) {
+            const int k = e / (SLOTS / VX) % BM, n = e / (SLOTS / VX * BM);
+            if (g0 + y_slot < G && k0 + k < b && n0 + n_pass + n < B)
+              *reinterpret_cast<XBits*>(Y + y_group + (k0 + k) * y_step + (n0 + n_pass + n) * sy_b) =
+                  *reinterpret_cast<const XBits*>(ys + (n * BM + k) * SLOTS + y_slot);
+          }
+        }
+      }
+    } else if constexpr (ORDER == 0 && VX > 1) {
+      // Batch-size-last: Y's rows run along n, contiguous, as X's do; VX | B (copy_vectors)
+      // keeps VX-wide pieces of a row aligned. A warp's accumulators hold 8 rows of 8
+      // columns per MMA tile, each row written as 4-to-32-byte pieces straight from
+      // registers, half a sector or less at a time (Nsight Compute, float16 (8, 64, 64, 64):
+      // L2-bound at 85% of its throughput, DRAM at 21%); through shared memory (Ys, pairs of
+      // adjacent n per lane) lanes store whole VX-wide vectors along the rows instead.
+      const long long y_group = origins.y(g0);   // slot 0's (SLOTS == 1 but in the tuner)
+      {
+        constexpr int YS_LD = L::YS_LD;
+        const int YR = whole ? L::ys_rows(L::AREA) : L::ys_rows(L::STAGE);
+        const int YV = YR * BN / VX;
+        for (int r_pass = 0; r_pass < SLOTS * BM; r_pass += YR) {
+          __syncthreads();   // the area's readers (products, the previous pass) are done
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int q = 0; q < NTL; ++q)
+#pragma unroll
+              for (int i = 0; i < S::C_REGS; i += 2) {   // i, i + 1: columns n, n + 1
+                const int r = slot * BM + wm * L::WTM + mt * S::M + S::c_row(lane, i) - r_pass;
+                const int n = wn * L::WTN + q * S::N + S::c_col(lane, i);
+                if (YR == SLOTS * BM || (r >= 0 && r < YR)) {
+                  vec<T, 2> pair;
+                  pair.v[0] = from_parts<T>(acc[0][mt][q][i], acc[PARTS - 1][mt][q][i]);
+                  pair.v[1] = from_parts<T>(acc[0][mt][q][i + 1], acc[PARTS - 1][mt][q][i + 1]);
+                  *reinterpret_cast<vec<T, 2>*>(ys + r * YS_LD + n) = pair;
+                }
+              }
+          __syncthreads();
+#pragma unroll 4
+          for (int e = tid; e < YV; e += NT) {
+            const int n = e % (BN / VX) * VX, r = r_pass + e / (BN / VX);
+            const int es = r / BM, k = r % BM;
+            if (g0 + es < G && k0 + k < b && n0 + n < B) {
+              const long long group = SLOTS == 1 ? y_group : origins.y(g0 + es);
+              *reinterpret_cast<XBits*>(Y + group + (k0 + k) * y_step + n0 + n) =
+                  *reinterpret_cast<const XBits*>(ys + (r - r_pass) * YS_LD + n);
+            }
+          }
+        }
       }
     } else if (g0 + slot < G) {
-      // Epilogue: Y[rows(g)[k], n] straight from the accumulators.
-      const long long ybase = gy[slot];
+      // Straight from the accumulators.
+      const long long ybase = origins.y(g0 + slot);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -444,8 +490,86 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
               Y[ybase + k * y_step + n * sy_b] = from_parts<T>(acc[0][mt][q][i], acc[PARTS - 1][mt][q][i]);
           }
     }
-    __syncthreads();   // gx/gy and the stage buffers are rewritten for the next tile
+  };
+
+  if (steps == 0) return;
+  enter_load_tile();
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < steps) {
+      load(s);
+      if constexpr (X_STAGED) stash_x(s);
+    }
+    cp_async_commit();
   }
+
+  Acc acc[PARTS][MT][NTL][S::C_REGS];
+  each_register<Acc>(acc, acc, [](Acc& sum, Acc) { sum = Acc(0); });
+  Cursor tile(first, ktiles, r1);   // the tile whose products run
+  int chunk = 0, stage = 0;
+  for (long long step = 0; step < steps; ++step) {
+    cp_async_wait<STAGES - 2>();   // this thread's copies of `step` have landed ...
+    __syncthreads();               // ... everyone's have, and the buffer refilled next is free
+    const int next_stage = stage == 0 ? STAGES - 1 : stage - 1;   // (step + STAGES - 1) % STAGES
+    const bool more = step + STAGES - 1 < steps;
+    if (more) load(next_stage);
+    cp_async_commit();
+
+    // The chunk's products go to `part`, which is then added to `acc` by FP32 adds. The
+    // tensor cores add to their accumulator with truncation (round toward zero): over a
+    // whole reduction of length c the error would grow like c, not like sqrt(c). Summing
+    // per chunk keeps each truncated sum BK terms long. DMMA rounds to nearest, and the
+    // TF32 opt-in is approximate anyway: no split for them.
+    constexpr bool TWO_LEVEL = sizeof(R) == 4 && PRECISION == PRECISION_DEFAULT;
+    Acc part[TWO_LEVEL ? PARTS : 1][TWO_LEVEL ? MT : 1][TWO_LEVEL ? NTL : 1][S::C_REGS];
+    auto sum = [&](int p, int mt, int q) -> Acc (&)[S::C_REGS] {
+      if constexpr (TWO_LEVEL) return part[p][mt][q]; else return acc[p][mt][q];
+    };
+    if constexpr (TWO_LEVEL) each_register<Acc>(part, part, [](Acc& sum, Acc) { sum = Acc(0); });
+    const T* const xs = stages + stage * L::STAGE + slot * L::XS_SLOT;
+    const T* const ws = stages + stage * L::STAGE + L::XS_SIZE + slot * L::WS_SLOT;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += S::K) {
+      AOp a[MT][PARTS];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        w_fragment<T, L>(a[mt], ws, lane, wm * L::WTM + mt * S::M, kk, conj_w);
+      BOp x[NTL][PARTS];
+      x_fragments<T, L>(x, xs, lane, wn * L::WTN, kk);
+      // Term by term over all tiles: consecutive MMAs write different accumulators.
+#pragma unroll
+      for (int term = 0; term < Terms<R, PRECISION>::value; ++term) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          if constexpr (PARTS == 1) {
+#pragma unroll
+            for (int q = 0; q < NTL; ++q) mma_term<PRECISION>(term, sum(0, mt, q), a[mt][0], x[q][0]);
+          } else {
+            const AOp minus_im = a[mt][1].negated();
+#pragma unroll
+            for (int q = 0; q < NTL; ++q) {
+              mma_term<PRECISION>(term, sum(0, mt, q), a[mt][0], x[q][0]);
+              mma_term<PRECISION>(term, sum(1, mt, q), a[mt][0], x[q][1]);
+              mma_term<PRECISION>(term, sum(0, mt, q), minus_im, x[q][1]);
+              mma_term<PRECISION>(term, sum(1, mt, q), a[mt][1], x[q][0]);
+            }
+          }
+        }
+      }
+    }
+    if constexpr (TWO_LEVEL) each_register<Acc>(acc, part, [](Acc& sum, Acc v) { sum += v; });
+    if constexpr (X_STAGED) {
+      if (more) stash_x(next_stage);
+    }
+    if (++chunk == chunks) {   // the tile is complete
+      store(tile.origin(), acc, stage, step == steps - 1);
+      each_register<Acc>(acc, acc, [](Acc& sum, Acc) { sum = Acc(0); });
+      chunk = 0;
+      tile.advance(stride, ktiles, r1);
+    }
+    stage = stage == STAGES - 1 ? 0 : stage + 1;
+  }
+  cp_async_wait<0>();   // only empty groups remain; leave none behind
 }
 
 }  // namespace ks

@@ -66,13 +66,13 @@ def test_config_validation_and_names():
 
 
 def test_layout_arithmetic():
-    """SMEM_BYTES by hand for one configuration: offsets, then 3 stages of X [32][128 + 8]
-    and W [128][32 + 4] float32 (batch-size-last, stored weights)."""
+    """SMEM_BYTES by hand for one configuration: 3 stages of X [32][128 + 8] and
+    W [128][32 + 4] float32 (batch-size-last, stored weights)."""
     cfg = MmaConfig(1, 128, 128, 32, 2, 4, 3, 0)
-    assert cfg.smem_bytes(4) == 16 + 3 * 4 * (32 * 136 + 128 * 36)
+    assert cfg.smem_bytes(4) == 3 * 4 * (32 * 136 + 128 * 36)
     # transposed weights: W [32][128 + 8]; complex128 pads rows by 2 elements
-    assert cfg.smem_bytes(4, transposed=True) == 16 + 3 * 4 * (32 * 136 + 32 * 136)
-    assert cfg.layout(16) == (16 + 3 * 16 * (32 * 130 + 128 * 36), 256, 130, 36)
+    assert cfg.smem_bytes(4, transposed=True) == 3 * 4 * (32 * 136 + 32 * 136)
+    assert cfg.layout(16) == (3 * 16 * (32 * 130 + 128 * 36), 256, 130, 36)
 
 
 def test_supports():
@@ -119,3 +119,18 @@ def test_copy_vectors_follow_alignment_and_contiguity():
     assert ks_mma.copy_vectors(batch, factor, X, (1000, 1, 1000, 1), 1000)[0] == 4
     assert ks_mma.copy_vectors(batch, factor, X, (1000, 1, 1000, 1), 1001)[0] == 1
     assert ks_mma.copy_vectors(batch, factor, X, (1, N, 1000, 1), 1000)[0] == 1
+
+
+def test_division_magic():
+    """The kernels' division by d (Divider, ks_tiles.cuh): the high 64 bits of n * m are
+    n // d for every n < 2^32, d = 1 passing n through."""
+    from kscupy.kernels.operands import division_magic
+    rng = numpy.random.default_rng(5)
+    divisors = [1, 2, 3, 5, 7, 48, 64, 96, 1000, 2**20 + 1, 2**31 - 1] + \
+        [int(v) for v in rng.integers(2, 2**31, 200)]
+    for d in divisors:
+        m = division_magic(d)
+        for n in [0, 1, d - 1, d, d + 1, 2**31 - 1, 2**32 - 1] + \
+                [int(v) for v in rng.integers(0, 2**32, 50)]:
+            q = n if d == 1 else (n * m) >> 64
+            assert q == n // d, (n, d)

@@ -49,6 +49,11 @@ class Launcher:
         self._parameters = ctypes.addressof(self._addresses)
         self._lock = threading.Lock()     # the two pointer cells are shared by all threads
 
+    @property
+    def grid(self) -> tuple:
+        """The launch's grid ``(x, y, z)``."""
+        return self._grid
+
     def _cell(self, argument):
         if isinstance(argument, self._cupy.ndarray):
             return ctypes.c_void_p(argument.data.ptr)

@@ -9,7 +9,7 @@ import numpy
 
 from .launcher import Launcher
 
-__all__ = ["geometry", "copying_odd_strides", "tile_launcher", "KernelRun"]
+__all__ = ["geometry", "copying_odd_strides", "division_magic", "tile_launcher", "KernelRun"]
 
 
 def _element_strides(A):
@@ -51,24 +51,52 @@ def copying_odd_strides(prepare):
     return prepare_any
 
 
-def tile_launcher(fn, factor, B, strides, y_shape, dtype, *, bm, bn, slots, threads, smem):
+#: Most tiles a block of a run-walking kernel takes: enough to hide the refill of its copy
+#: pipeline at tile boundaries (short reductions are little else), few enough that the last
+#: wave stays short.
+TILE_RUN = 8
+#: Fewest waves of blocks that tile runs may leave.
+RUN_WAVES = 4
+
+
+def division_magic(d: int) -> int:
+    """The multiplier with which the kernels divide by ``d`` (``Divider`` in
+    ``kernels_cu/ks_tiles.cuh``): ``floor((2^64 - 1) / d) + 1``, or 0 for ``d = 1``."""
+    return (2**64 - 1) // d + 1 if d > 1 else 0
+
+
+def tile_launcher(fn, factor, B, strides, y_shape, dtype, *, bm, bn, slots, threads, smem,
+                  runs=False):
     """``run(X) -> Y``: the single-factor kernel ``fn`` over tiles of ``slots`` groups x
     ``bm`` rows x ``bn`` batch columns (``kernels_cu/ks_tiles.cuh``) for operands of this
     geometry (:func:`geometry`). Everything but the two pointers is computed here once
-    (:class:`~.launcher.Launcher`), so a call allocates ``Y`` and launches: a 1-D grid,
-    capped at 2^31 - 1 blocks (the kernels stride over tile ids beyond the grid), on CuPy's
-    current stream."""
+    (:class:`~.launcher.Launcher`), so a call allocates ``Y`` and launches on CuPy's current
+    stream a 1-D grid of one block per tile, capped at 2^31 - 1 blocks.
+
+    With ``runs`` (a kernel that walks a run of consecutive tiles per block, ``ks_mma``),
+    blocks take up to :data:`TILE_RUN` tiles each while that leaves at least
+    :data:`RUN_WAVES` waves of blocks (the GPU's SMs times the blocks of ``fn`` that fit one).
+    """
+    import cupy
     a, b, c, d = factor.pattern
     sx_f, sx_b, sy_f, sy_b = strides
     w_sk, w_sl = factor.weight_strides
     groups = a * d
     ktiles, ntiles, gtiles = -(-b // bm), -(-B // bn), -(-groups // slots)
     tiles = ktiles * ntiles * gtiles
-    i32, i64 = numpy.int32, numpy.int64
-    launch = Launcher(fn, (min(tiles, 2**31 - 1),), (threads,), smem,
+    run = 1
+    if runs:
+        per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+            fn.kernel.ptr, threads, smem)
+        resident = max(1, per_sm) * cupy.cuda.Device().attributes["MultiProcessorCount"]
+        run = max(1, min(TILE_RUN, tiles // (RUN_WAVES * resident)))
+    grid = min(-(-tiles // run), 2**31 - 1)
+    i32, i64, u64 = numpy.int32, numpy.int64, numpy.uint64
+    launch = Launcher(fn, (grid,), (threads,), smem,
                       (factor.tiles, i32(groups), i32(b), i32(c), i32(d), i64(B),
                        i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b), i32(w_sk), i32(w_sl),
-                       i32(factor.conjugated), i32(ktiles), i32(gtiles), i64(tiles)))
+                       i32(factor.conjugated), i32(ktiles), i32(gtiles), i64(tiles),
+                       u64(division_magic(d))))
     return KernelRun(launch, y_shape, dtype)
 
 

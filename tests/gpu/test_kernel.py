@@ -293,6 +293,31 @@ def test_tensor_core_candidates(poisoned, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
+def test_tensor_core_tile_runs(poisoned, dtype):
+    """Blocks that walk runs of several tiles (batch-size-last with many tiles) carry their
+    copy pipeline across tile boundaries: runs that end mid-tile-row, a last block with a
+    shorter run, ragged batch and row tiles, and reductions of one chunk or several."""
+    from kscupy.kernels import ks_mma
+    from kscupy.problem import problem_of
+    rng = cupy.random.default_rng(37)
+    for pattern, B in [((64, 16, 16, 4), 8192 + 40), ((48, 40, 24, 5), 6000 + 8),
+                       ((6, 96, 200, 8), 4096 + 24)]:
+        K = ks.KSMatrix(_random(rng, pattern, dtype))
+        M, N = K.shape
+        X = _random(rng, (N, B), dtype)
+        config = ks_mma.heuristic_config(problem_of(K.factor, X, "bsl"))
+        run = ks_mma.prepare(K.factor, X, "bsl", config)
+        tiles = (-(-pattern[1] // config.bm) * -(-B // config.bn)
+                 * -(-pattern[0] * pattern[3] // config.slots))
+        grid = run.launch.grid[0]
+        assert tiles >= 2 * grid, (pattern, config, tiles, grid)   # several tiles a block
+        try:
+            check(run(X), oracle(K.values, X, "bsl"), dtype)
+        except AssertionError as exc:
+            raise AssertionError(f"{pattern} B={B} {config}: {exc}") from None
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
 def test_skinny_candidates(poisoned, dtype):
     """Every configuration the autotuner may pick for the small-batch kernel is correct, on
     stored and transposed (row-major copy) views, conjugated ones, and batches that end

@@ -256,8 +256,10 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   constexpr int W_REPS = (WV + NT - 1) / NT;
   // Keep the copies' origins in registers (three a vector) for few vectors a thread, and
   // only where a thread may have more than 128 registers (NT * MIN_BLOCKS < 512): under that
-  // cap they were spilled and reloaded every step.
-  constexpr bool HOIST = X_REPS + W_REPS <= 8 && NT * MIN_BLOCKS < 512;
+  // cap they were spilled and reloaded every step. Not in the group order, whose X vectors
+  // share one group origin (x_group) and cost a few integer operations a chunk: there the
+  // hoisted origins made the float32 2 x 128 x 64 tiles spill.
+  constexpr bool HOIST = X_REPS + W_REPS <= 8 && NT * MIN_BLOCKS < 512 && ORDER != 1;
   // Whether all of a thread's X vectors lie in one slot, x_slot(tid): in the group order
   // lanes walk the slots and NT is a multiple of SLOTS / VX, so vector tid + rep*NT is
   // always in the same one; in the others only when there is one slot.

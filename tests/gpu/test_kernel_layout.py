@@ -107,6 +107,7 @@ def test_a_launch_with_too_little_shared_memory_stops():
     script = textwrap.dedent("""
         import numpy, cupy, kscupy as ks
         from kscupy.kernels import ks_matmul, nvrtc
+        from kscupy.kernels.operands import division_magic
         K = ks.KSMatrix.random((2, 8, 8, 2), dtype=numpy.float32, xp=cupy, seed=0)
         cfg = ks_matmul.KernelConfig(1, 8, 32, 8, 2, 4, 0)
         X = cupy.ones((32, 64), dtype=numpy.float32)
@@ -115,7 +116,8 @@ def test_a_launch_with_too_little_shared_memory_stops():
         fn = nvrtc.function("ks_matmul.cu", cfg.name(numpy.float32), smem, 0)
         i32, i64 = numpy.int32, numpy.int64
         args = (X, Y, K.factor.tiles, i32(4), i32(8), i32(8), i32(2), i64(64), i64(64), i64(1),
-                i64(64), i64(1), i32(8), i32(1), i32(0), i32(1), i32(4), i64(8))
+                i64(64), i64(1), i32(8), i32(1), i32(0), i32(1), i32(4), i64(8),
+                numpy.uint64(division_magic(2)))
         fn((8,), (cfg.threads,), args, shared_mem=smem)
         cupy.cuda.runtime.deviceSynchronize()
         print("full launch ok", flush=True)

@@ -1,5 +1,5 @@
 // How the single-factor kernels (ks_matmul.cu, ks_mma.cu) walk their tiles and find a group's
-// rows and columns. Both take the same parameter list (kscupy/kernels/operands.py, launch_tiles).
+// rows and columns. Both take the same parameter list (kscupy/kernels/operands.py, tile_launcher).
 //
 // NVRTC-compilable: no host headers.
 #pragma once

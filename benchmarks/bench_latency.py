@@ -72,7 +72,7 @@ import kscupy as ks  # noqa: E402
 import engine  # noqa: E402
 from baselines import torch, torch_available  # noqa: E402
 from pattern_grid import paper_grid, stratified_sample  # noqa: E402
-from timing import measure_ceilings, run_metadata  # noqa: E402
+from timing import measure_ceilings, progress, run_metadata  # noqa: E402
 
 PARTS = ("first_use", "rows", "host", "solver")   # first use runs before this process uses CUDA
 SMALL_BATCH_SUITE = "patterns_small_batch"
@@ -449,11 +449,6 @@ def main(argv=None):
         parser.error(f"unknown parts {sorted(unknown)}; choose from {','.join(PARTS)}")
     if cupy is None:
         sys.exit(f"{pathlib.Path(__file__).name} times GPU kernels and needs CuPy and a CUDA device")
-    try:
-        from tqdm import tqdm as progress
-    except ImportError:
-        def progress(it, **_):
-            return it
 
     t0 = time.time()
     out = pathlib.Path(args.out)

@@ -36,7 +36,7 @@ import kscupy as ks  # noqa: E402
 from kscupy import _reference, tuning  # noqa: E402
 from kscupy.problem import problem_of  # noqa: E402
 from pattern_grid import PAPER_BATCH, paper_grid, stratified_sample  # noqa: E402
-from timing import l2_bytes, measure_ceilings, run_metadata, time_fn  # noqa: E402
+from timing import l2_bytes, measure_ceilings, progress, run_metadata, time_fn  # noqa: E402
 import engine  # noqa: E402
 
 SWEEP_BATCHES = (1, 16, 256, 4096, 25_088, 262_144)
@@ -152,11 +152,6 @@ def main(argv=None):
         return engine.main(args)
     if cupy is None:
         sys.exit(f"{pathlib.Path(__file__).name} times GPU kernels and needs CuPy and a CUDA device")
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        def tqdm(it, **_):
-            return it
 
     grid = paper_grid()
     sample = grid if args.all else stratified_sample(grid, args.count, args.shift)
@@ -169,13 +164,13 @@ def main(argv=None):
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if args.part in ("grid", "all"):
-        for pattern, layout in tqdm(list(itertools.product(sample, layouts)), desc="patterns"):
+        for pattern, layout in progress(list(itertools.product(sample, layouts)), desc="patterns"):
             rows.append(bench_and_release(pattern, PAPER_BATCH, layout, args, ceilings))
             out.write_text(json.dumps({"partial": True, "ceilings": ceilings, "rows": rows}))
     if args.part in ("sweep", "all"):
         cases = [(p, B, lay) for p, B, lay in itertools.product(SWEEP_PATTERNS, SWEEP_BATCHES, layouts)
                  if 4 * B * sum(ks.KSPattern(*p).shape) <= args.io_limit * 2**30]
-        for pattern, B, layout in tqdm(cases, desc="batch sweep"):
+        for pattern, B, layout in progress(cases, desc="batch sweep"):
             sweep.append(bench_and_release(pattern, B, layout, args, ceilings))
             out.write_text(json.dumps({"partial": True, "ceilings": ceilings, "rows": rows,
                                        "batch_sweep": sweep}))

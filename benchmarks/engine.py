@@ -36,7 +36,7 @@ from kscupy import _reference, costs, tuning
 from kscupy.problem import problem_of
 from baselines import allow_tf32, torch, torch_available, torch_bmm, torch_dense
 from pattern_grid import paper_grid, stratified_sample
-from timing import l2_bytes, run_metadata, time_fn
+from timing import l2_bytes, progress, run_metadata, time_fn
 from timing import measure_ceilings as copy_and_sgemm
 
 #: Batch size per dtype (the issue's benchmark).
@@ -209,11 +209,6 @@ def summarize(rows):
 
 
 def main(args):
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        def tqdm(it, **_):
-            return it
     out = pathlib.Path(args.out)
     seed = args.heldout_seed if args.heldout_seed is not None else int.from_bytes(os.urandom(4), "little")
     result = json.loads(out.read_text()) if args.append and out.exists() else None
@@ -243,7 +238,7 @@ def main(args):
             raise SystemExit(f"no batch size for dtype {dtype}")
     if "hgemm" not in ceilings and "float16" in args.dtypes.split(","):
         raise SystemExit("--append to a file without a float16 ceiling: start a new file")
-    for case in tqdm([c for c in cases if c not in done], desc="engine"):
+    for case in progress([c for c in cases if c not in done], desc="engine"):
         result["rows"].append(bench_row(*case, args, ceilings))
         out.write_text(json.dumps(result))
     result["summary"] = summarize(result["rows"])

@@ -1,4 +1,5 @@
-"""Timing helpers shared by the benchmarks: CUDA-event medians, measured ceilings, run metadata."""
+"""Timing helpers shared by the benchmarks: CUDA-event medians, measured ceilings, run metadata,
+progress bars."""
 from __future__ import annotations
 
 import datetime
@@ -15,6 +16,15 @@ except ImportError:     # the benchmark scripts parse --help without CuPy
     cupy = benchmark = None
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def progress(iterable, **kwargs):
+    """``tqdm(iterable, **kwargs)`` where tqdm is installed, else the iterable itself."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return iterable
+    return tqdm(iterable, **kwargs)
 
 
 def l2_bytes():

@@ -102,7 +102,7 @@ ks_matmul(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
           int G, int b, int c, int d, long long B,
           long long sx_f, long long sx_b, long long sy_f, long long sy_b,
           int w_sk, int w_sl, int conj_w, int ktiles, int gtiles, long long tiles,
-       unsigned long long d_magic) {
+          unsigned long long d_magic) {
   using L = MatmulLayout<T, SLOTS, BM, BN, BK, TM, TN>;
   constexpr int THREADS_M = L::THREADS_M, THREADS_N = L::THREADS_N, NT = L::NT;
   constexpr int VM = L::VM, VN = L::VN;

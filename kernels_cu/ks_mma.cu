@@ -215,7 +215,6 @@ __global__ void ks_mma_layout(long long* out) {
   out[0] = L::SMEM_BYTES; out[1] = L::NT; out[2] = L::XS_LD; out[3] = L::WS_LD;
 }
 
-
 // MIN_BLOCKS: blocks per SM the registers must allow (__launch_bounds__); 2 caps a 256-thread
 // block at 128 registers, so that a second block's copies overlap this one's products.
 //
@@ -297,6 +296,8 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   // The block's walk over its tiles (ks_tiles.cuh): r1 is the radix of the second digit.
   using Cursor = TileCursor<BM, BN, SLOTS, ORDER == 0>;
   const long long r1 = ORDER == 0 ? tiles / ktiles / gtiles : gtiles;
+  // Consecutive tiles: a stride of one id, added as digits. (A cursor that counts up with
+  // its own carries, the same walk, made the float64 two-blocks-per-SM tile spill 184 bytes.)
   const Cursor stride(1, ktiles, r1);
 
   // -- the copies: a cursor (load_tile, load_chunk) over the steps, STAGES - 1 ahead of the
@@ -409,30 +410,28 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       // Vector e of a pass has slot e % (SLOTS / VX) * VX, fixed per thread as for X.
       const int y_slot = tid % (SLOTS / VX) * VX;
       const long long y_group = origins.y(g0 + y_slot);
-      {
-        const int YC = whole ? L::ys_columns(L::AREA) : L::ys_columns(L::STAGE);
-        const int YV = SLOTS * BM * YC / VX;
-        for (int n_pass = 0; n_pass < BN; n_pass += YC) {
-          __syncthreads();   // the area's readers (products, the previous pass) are done
+      const int YC = whole ? L::ys_columns(L::AREA) : L::ys_columns(L::STAGE);
+      const int YV = SLOTS * BM * YC / VX;
+      for (int n_pass = 0; n_pass < BN; n_pass += YC) {
+        __syncthreads();   // the area's readers (products, the previous pass) are done
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int q = 0; q < NTL; ++q)
+          for (int q = 0; q < NTL; ++q)
 #pragma unroll
-              for (int i = 0; i < S::C_REGS; ++i) {
-                const int k = wm * L::WTM + mt * S::M + S::c_row(lane, i);
-                const int n = wn * L::WTN + q * S::N + S::c_col(lane, i) - n_pass;
-                if (YC == BN || (n >= 0 && n < YC))
-                  ys[(n * BM + k) * SLOTS + slot] = from_parts<T>(acc[0][mt][q][i], acc[PARTS - 1][mt][q][i]);
-              }
-          __syncthreads();
+            for (int i = 0; i < S::C_REGS; ++i) {
+              const int k = wm * L::WTM + mt * S::M + S::c_row(lane, i);
+              const int n = wn * L::WTN + q * S::N + S::c_col(lane, i) - n_pass;
+              if (YC == BN || (n >= 0 && n < YC))
+                ys[(n * BM + k) * SLOTS + slot] = from_parts<T>(acc[0][mt][q][i], acc[PARTS - 1][mt][q][i]);
+            }
+        __syncthreads();
 #pragma unroll 4   // not each_vector: unrolled whole, the store loop costs registers
-          for (int e = tid; e < YV; e += NT) {
-            const int k = e / (SLOTS / VX) % BM, n = e / (SLOTS / VX * BM);
-            if (g0 + y_slot < G && k0 + k < b && n0 + n_pass + n < B)
-              *reinterpret_cast<XBits*>(Y + y_group + (k0 + k) * y_step + (n0 + n_pass + n) * sy_b) =
-                  *reinterpret_cast<const XBits*>(ys + (n * BM + k) * SLOTS + y_slot);
-          }
+        for (int e = tid; e < YV; e += NT) {
+          const int k = e / (SLOTS / VX) % BM, n = e / (SLOTS / VX * BM);
+          if (g0 + y_slot < G && k0 + k < b && n0 + n_pass + n < B)
+            *reinterpret_cast<XBits*>(Y + y_group + (k0 + k) * y_step + (n0 + n_pass + n) * sy_b) =
+                *reinterpret_cast<const XBits*>(ys + (n * BM + k) * SLOTS + y_slot);
         }
       }
     } else if constexpr (ORDER == 0 && VX > 1) {
@@ -443,37 +442,35 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       // L2-bound at 85% of its throughput, DRAM at 21%); through shared memory (Ys, pairs of
       // adjacent n per lane) lanes store whole VX-wide vectors along the rows instead.
       const long long y_group = origins.y(g0);   // slot 0's (SLOTS == 1 but in the tuner)
-      {
-        constexpr int YS_LD = L::YS_LD;
-        const int YR = whole ? L::ys_rows(L::AREA) : L::ys_rows(L::STAGE);
-        const int YV = YR * BN / VX;
-        for (int r_pass = 0; r_pass < SLOTS * BM; r_pass += YR) {
-          __syncthreads();   // the area's readers (products, the previous pass) are done
+      constexpr int YS_LD = L::YS_LD;
+      const int YR = whole ? L::ys_rows(L::AREA) : L::ys_rows(L::STAGE);
+      const int YV = YR * BN / VX;
+      for (int r_pass = 0; r_pass < SLOTS * BM; r_pass += YR) {
+        __syncthreads();   // the area's readers (products, the previous pass) are done
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int q = 0; q < NTL; ++q)
+          for (int q = 0; q < NTL; ++q)
 #pragma unroll
-              for (int i = 0; i < S::C_REGS; i += 2) {   // i, i + 1: columns n, n + 1
-                const int r = slot * BM + wm * L::WTM + mt * S::M + S::c_row(lane, i) - r_pass;
-                const int n = wn * L::WTN + q * S::N + S::c_col(lane, i);
-                if (YR == SLOTS * BM || (r >= 0 && r < YR)) {
-                  vec<T, 2> pair;
-                  pair.v[0] = from_parts<T>(acc[0][mt][q][i], acc[PARTS - 1][mt][q][i]);
-                  pair.v[1] = from_parts<T>(acc[0][mt][q][i + 1], acc[PARTS - 1][mt][q][i + 1]);
-                  *reinterpret_cast<vec<T, 2>*>(ys + r * YS_LD + n) = pair;
-                }
+            for (int i = 0; i < S::C_REGS; i += 2) {   // i, i + 1: columns n, n + 1
+              const int r = slot * BM + wm * L::WTM + mt * S::M + S::c_row(lane, i) - r_pass;
+              const int n = wn * L::WTN + q * S::N + S::c_col(lane, i);
+              if (YR == SLOTS * BM || (r >= 0 && r < YR)) {
+                vec<T, 2> pair;
+                pair.v[0] = from_parts<T>(acc[0][mt][q][i], acc[PARTS - 1][mt][q][i]);
+                pair.v[1] = from_parts<T>(acc[0][mt][q][i + 1], acc[PARTS - 1][mt][q][i + 1]);
+                *reinterpret_cast<vec<T, 2>*>(ys + r * YS_LD + n) = pair;
               }
-          __syncthreads();
-#pragma unroll 4
-          for (int e = tid; e < YV; e += NT) {
-            const int n = e % (BN / VX) * VX, r = r_pass + e / (BN / VX);
-            const int es = r / BM, k = r % BM;
-            if (g0 + es < G && k0 + k < b && n0 + n < B) {
-              const long long group = SLOTS == 1 ? y_group : origins.y(g0 + es);
-              *reinterpret_cast<XBits*>(Y + group + (k0 + k) * y_step + n0 + n) =
-                  *reinterpret_cast<const XBits*>(ys + (r - r_pass) * YS_LD + n);
             }
+        __syncthreads();
+#pragma unroll 4
+        for (int e = tid; e < YV; e += NT) {
+          const int n = e % (BN / VX) * VX, r = r_pass + e / (BN / VX);
+          const int es = r / BM, k = r % BM;
+          if (g0 + es < G && k0 + k < b && n0 + n < B) {
+            const long long group = SLOTS == 1 ? y_group : origins.y(g0 + es);
+            *reinterpret_cast<XBits*>(Y + group + (k0 + k) * y_step + n0 + n) =
+                *reinterpret_cast<const XBits*>(ys + (r - r_pass) * YS_LD + n);
           }
         }
       }

@@ -1,19 +1,27 @@
-"""Fused KS chains against cuFFT, per-factor application and dense GEMM, in one run.
+"""KS chains (transforms, butterflies, Monarch, the paper's two-factor layers) against what a
+user would run instead, in one run: issue #11's benchmark.
 
-    PYTHONPATH=$PWD python3 benchmarks/bench_fft.py --out benchmarks/results/fft_h200.json
+    PYTHONPATH=$PWD python3 benchmarks/bench_fft.py --out benchmarks/results/chains.json
 
-1. DFT chains (kscupy.dft, complex64, batch-size-first rows, ``--elements`` = B·n complex
-   values, n in ``--sizes``): the planned chain (``auto``: fused segments of merged radix-4
-   stages, digit reversal folded), ``cupy.fft.fft`` along rows, the chain factor by factor
-   with CuPy BMM and with the single-factor kernel, a dense DFT GEMM, and the bandwidth
-   floor (read and write the batch once at the measured copy bandwidth).
-2. Hadamard chains (float32, same layout): planned chain vs the floor and per-factor.
-3. The paper's two-factor chains (App. E.8) at B = 25088, FP32, both layouts: fused
-   (``backend="fused"``), ``auto``, per-factor (the better of the single-factor kernel and
-   ``auto`` per factor) and the dense product (cuBLAS).
+Rows (``{"suite": "transforms", "transform": ..., "seconds": {...}, "relerr": {...}}``):
 
-Every timed method is checked against an independent result (cupy.fft in complex128, the
-dense matrix in float64) on a few rows. Writes JSON and prints a summary table.
+* ``dft``: ``kscupy.dft(n)``, complex64, batch-size-first rows, ``--elements`` = B·n values;
+  ``auto`` (the planned chain), ``base_cufft`` (``cupy.fft.fft`` along rows),
+  ``base_bmm_chain`` (the radix-2 chain factor by factor with CuPy BMM).
+* ``butterfly``: random square dyadic chains (``kscupy.butterfly``), float32 and complex64,
+  both layouts, ``--elements`` values; ``auto`` and ``base_per_factor``.
+* ``hadamard``: float32, both layouts; ``auto`` and ``base_per_factor``.
+* ``monarch``: two factors with sqrt(n) blocks, float32, B = ``--batch``; ``auto``,
+  ``base_per_factor``, ``base_dense``, ``base_torch_bmm`` (per factor, when torch imports).
+* ``paper_chain``: the paper's two-factor chains, float32, B = ``--batch``, both layouts;
+  same methods as ``monarch``.
+
+``base_per_factor`` is the chain applied one factor at a time with the fastest single-factor
+method for each factor (each backend timed on the intermediate that factor receives), plus
+its permutation passes. ``floor_s`` is the bytes of X, Y and the weights over the measured
+copy bandwidth (the batch read and written once). Every timed result is checked against an
+independent reference (cuFFT in complex128, or the dense product in float64) on a few rows.
+Writes JSON and prints a summary table.
 """
 from __future__ import annotations
 
@@ -35,109 +43,144 @@ except ImportError:     # --help works without CuPy; main() says what is missing
     cupy = None
 
 import kscupy as ks  # noqa: E402
-from kscupy import planner  # noqa: E402
+from kscupy import dispatch  # noqa: E402
+from baselines import torch_bmm  # noqa: E402
 from timing import measure_ceilings, run_metadata, time_fn  # noqa: E402
 
 PAPER_CHAINS = (((1, 192, 48, 2), (2, 48, 192, 1)), ((1, 768, 192, 2), (6, 64, 64, 1)),
-                ((1, 128, 128, 3), (6, 64, 256, 1)), ((1, 64, 256, 16), (64, 64, 64, 1)))
+                ((1, 128, 128, 3), (6, 64, 256, 1)), ((1, 64, 256, 16), (64, 64, 64, 1)),
+                ((2, 48, 192, 1), (1, 192, 48, 2)))
+PER_FACTOR_BACKENDS = ("kernel", "kernel_fma", "bmm", "dense")
 CHECK_ROWS = 64
+
+
+def _random(shape, dtype, seed):
+    rng = cupy.random.default_rng(seed)
+    real = rng.standard_normal(shape, dtype=numpy.float32)
+    if numpy.dtype(dtype).kind == "c":
+        real = real + 1j * rng.standard_normal(shape, dtype=numpy.float32)
+    return real.astype(dtype)
+
+
+def _check_slice(Y, layout):
+    """The first CHECK_ROWS batch rows of a result, as (rows, features)."""
+    return Y[:, :CHECK_ROWS].T if layout == "bsl" else Y[:CHECK_ROWS]
 
 
 def _rel(got, ref):
     return float(cupy.linalg.norm(got.astype(ref.dtype) - ref) / cupy.linalg.norm(ref))
 
 
-def bench_dft(n, elements, ceilings, dense_limit):
-    B = max(1, elements // n)
+def _dense_reference(chain, X, layout):
+    """float64 (complex128) product of the chain's dense matrix with CHECK_ROWS rows."""
+    wide = numpy.complex128 if chain.dtype.kind == "c" else numpy.float64
+    D = chain.todense().astype(wide)
+    return _check_slice(X, layout).astype(wide) @ D.T
+
+
+def per_factor(chain, X, layout):
+    """``(seconds, detail)``: the chain one factor at a time, each with its fastest
+    single-factor backend timed on the intermediate it receives, plus its gathers."""
+    total, detail = 0.0, []
+    feature_axis = 0 if layout == "bsl" else 1
+    gathers = [chain.input_permutation, chain.output_permutation]
+    if gathers[0] is not None:
+        total += time_fn(lambda x: cupy.take(x, gathers[0], axis=feature_axis), [X])
+        X = cupy.take(X, gathers[0], axis=feature_axis)
+    for K in reversed(chain.factors):
+        times = {}
+        for backend in PER_FACTOR_BACKENDS:
+            try:
+                times[backend] = time_fn(lambda x, b=backend: dispatch.apply(K.factor, x, layout, b),
+                                         [X], max_repeat=20)
+            except (MemoryError, ValueError):
+                continue          # e.g. a dense matrix that does not fit
+        best = min(times, key=times.get)
+        total += times[best]
+        detail.append(best)
+        X = dispatch.apply(K.factor, X, layout, best)
+    if gathers[1] is not None:
+        total += time_fn(lambda x: cupy.take(x, gathers[1], axis=feature_axis), [X])
+    return total, detail
+
+
+def torch_per_factor(chain, X, layout):
+    """Seconds of the chain applied factor by factor with the paper's PyTorch BMM (no
+    permutations: the chains timed with it have none), or None without torch."""
+    total = 0.0
+    for K in reversed(chain.factors):
+        run = torch_bmm(K.values, layout)
+        if run is None:
+            return None
+        total += time_fn(run, [X], max_repeat=20)
+        X = K.matmul(X, layout=layout)
+    return total
+
+
+def chain_row(transform, chain, layout, batch, ceilings, *, extra=None, reference=None,
+              baselines=None, per_factor_base=False, dense_base=False, torch_base=False):
+    """One row: ``auto`` and the requested baselines on a random batch. ``reference(X)``
+    gives the checked rows' exact result (default: the dense product in double precision);
+    ``baselines``: more ``base_`` functions of X."""
+    n_in = chain.shape[1]
+    X = _random((n_in, batch) if layout == "bsl" else (batch, n_in), chain.dtype, seed=batch)
+    plan = chain.plan(layout, chain.dtype, batch)
+    weights = sum(K.values.nbytes for K in chain.factors)
+    row = {"suite": "transforms", "transform": transform, "dtype": str(chain.dtype),
+           "layout": layout, "batch": batch, **(extra or {}),
+           "floor_s": (2 * X.nbytes + weights) / ceilings["copy_bandwidth_Bps"],
+           "plan": plan.describe().splitlines(), "launches": plan.launches,
+           "seconds": {}, "relerr": {}}
+    ref = _dense_reference(chain, X, layout) if reference is None else reference(X)
+    methods = {"auto": lambda x: chain.matmul(x, layout=layout), **(baselines or {})}
+    if dense_base:
+        D = chain.todense()
+        methods["base_dense"] = (lambda x: D @ x) if layout == "bsl" else (lambda x: x @ D.T)
+    for name, fn in methods.items():
+        row["relerr"][name] = _rel(_check_slice(fn(X), layout), ref)
+        row["seconds"][name] = time_fn(fn, [X], max_repeat=30)
+    if per_factor_base:
+        row["seconds"]["base_per_factor"], row["per_factor_backends"] = per_factor(chain, X, layout)
+    if torch_base:
+        seconds = torch_per_factor(chain, X, layout)
+        if seconds is not None:
+            row["seconds"]["base_torch_bmm"] = seconds
+    return row
+
+
+def bench_dft(n, elements, ceilings):
     F = ks.dft(n, dtype=numpy.complex64, xp=cupy)
-    rng = cupy.random.default_rng(n)
-    X = (rng.standard_normal((B, n), dtype=numpy.float32)
-         + 1j * rng.standard_normal((B, n), dtype=numpy.float32)).astype(numpy.complex64)
-    inputs = [X]
-    plan = F.plan("bsf", numpy.complex64, B)
-    row = {"n": n, "B": B, "plan": plan.describe().splitlines(), "launches": plan.launches,
-           "floor_s": 2 * X.nbytes / ceilings["copy_bandwidth_Bps"]}
-    methods = {
-        "fused": lambda x: F.matmul(x, layout="bsf"),
-        "cufft": lambda x: cupy.fft.fft(x, axis=-1),
-        "per_factor_bmm": lambda x: F.matmul(x, layout="bsf", backend="bmm"),
-        "per_factor_kernel": lambda x: F.matmul(x, layout="bsf", backend="kernel"),
-    }
-    if n * n * 8 <= dense_limit * 2**30:
-        D = F.todense()
-        methods["dense_gemm"] = lambda x: x @ D.T
-    ref = cupy.fft.fft(X[:CHECK_ROWS].astype(numpy.complex128), axis=-1)
-    for name, fn in methods.items():
-        row[f"{name}_rel_err"] = _rel(fn(X)[:CHECK_ROWS], ref)
-        row[f"{name}_s"] = time_fn(fn, inputs, max_repeat=30 if name != "dense_gemm" else 5)
-    row["fused_over_cufft"] = row["fused_s"] / row["cufft_s"]
-    row["bmm_over_fused"] = row["per_factor_bmm_s"] / row["fused_s"]
-    row["fused_floor_fraction"] = row["floor_s"] / row["fused_s"]
-    row["cufft_floor_fraction"] = row["floor_s"] / row["cufft_s"]
-    return row
+    exact = lambda x: cupy.fft.fft(_check_slice(x, "bsf").astype(numpy.complex128), axis=-1)  # noqa: E731
+    return chain_row("dft", F, "bsf", max(1, elements // n), ceilings, extra={"n": n},
+                     reference=exact, baselines={
+                         "base_cufft": lambda x: cupy.fft.fft(x, axis=-1),
+                         "base_bmm_chain": lambda x: F.matmul(x, layout="bsf", backend="bmm")})
 
 
-def bench_hadamard(n, elements, ceilings):
-    B = max(1, elements // n)
-    H = ks.hadamard(n, dtype=numpy.float32, xp=cupy)
-    X = cupy.random.default_rng(n).standard_normal((B, n), dtype=numpy.float32)
-    plan = H.plan("bsf", numpy.float32, B)
-    row = {"n": n, "B": B, "plan": plan.describe().splitlines(), "launches": plan.launches,
-           "floor_s": 2 * X.nbytes / ceilings["copy_bandwidth_Bps"]}
-    Dd = H.todense().astype(numpy.float64)
-    ref = X[:CHECK_ROWS].astype(numpy.float64) @ Dd.T
-    for name, backend in (("fused", "auto"), ("per_factor_kernel", "kernel")):
-        fn = lambda x, be=backend: H.matmul(x, layout="bsf", backend=be)  # noqa: E731
-        row[f"{name}_rel_err"] = _rel(fn(X)[:CHECK_ROWS], ref)
-        row[f"{name}_s"] = time_fn(fn, [X], max_repeat=30)
-    row["fused_floor_fraction"] = row["floor_s"] / row["fused_s"]
-    return row
-
-
-def bench_two_factor(patterns, B, layout):
-    C = ks.KSChain([ks.KSMatrix.random(p, dtype=numpy.float32, xp=cupy, seed=i)
-                    for i, p in enumerate(patterns)])
-    M, N = C.shape
-    rng = cupy.random.default_rng(7)
-    X = rng.standard_normal((N, B) if layout == "bsl" else (B, N), dtype=numpy.float32)
-    D = C.todense()
-    never = planner.plan(C, layout, numpy.float32, B, fuse="never")
-    never_kernel = planner.plan(C, layout, numpy.float32, B, fuse="never", factor_backend="kernel")
-    fused_plan = C.plan(layout, numpy.float32, B, "fused")
-    methods = {
-        "fused": lambda x: C.matmul(x, layout=layout, backend="fused"),
-        "auto": lambda x: C.matmul(x, layout=layout),
-        "per_factor_auto": lambda x: never(x, layout),
-        "per_factor_kernel": lambda x: never_kernel(x, layout),
-        "dense": (lambda x: D @ x) if layout == "bsl" else (lambda x: x @ D.T),
-    }
-    row = {"patterns": [list(p) for p in patterns], "B": B, "layout": layout,
-           "fused_plan": fused_plan.describe().splitlines(),
-           "auto_plan": C.plan(layout, numpy.float32, B).describe().splitlines()}
-    D64 = D.astype(numpy.float64)
-    Xc = (X[:, :CHECK_ROWS] if layout == "bsl" else X[:CHECK_ROWS].T).astype(numpy.float64)
-    ref = D64 @ Xc
-    for name, fn in methods.items():
-        Y = fn(X)
-        got = Y[:, :CHECK_ROWS] if layout == "bsl" else Y[:CHECK_ROWS].T
-        row[f"{name}_rel_err"] = _rel(got, ref)
-        row[f"{name}_s"] = time_fn(fn, [X])
-    row["per_factor_s"] = min(row["per_factor_auto_s"], row["per_factor_kernel_s"])
-    row["fused_speedup_vs_per_factor"] = row["per_factor_s"] / row["fused_s"]
-    row["fused_speedup_vs_dense"] = row["dense_s"] / row["fused_s"]
-    row["auto_speedup_vs_per_factor"] = row["per_factor_s"] / row["auto_s"]
-    return row
+def _summary(rows):
+    lines = []
+    for r in rows:
+        s = r["seconds"]
+        best_name = min((k for k in s if k.startswith("base_")), key=s.get, default=None)
+        what = r.get("n", r.get("chain"))
+        speed = f"best {best_name} {s[best_name] * 1e3:8.3f} ms  x{s[best_name] / s['auto']:5.2f}" \
+            if best_name else ""
+        lines.append(f"{r['transform']:12s} {str(what):36s} {r['dtype']:9s} {r['layout']} "
+                     f"B={r['batch']:<7d} auto {s['auto'] * 1e3:8.3f} ms  floor frac "
+                     f"{r['floor_s'] / s['auto']:4.2f}  {speed}")
+    return "\n".join(lines)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
-    parser.add_argument("--sizes", default="256,1024,4096,16384")
-    parser.add_argument("--elements", type=int, default=2**26)
-    parser.add_argument("--hadamard", default="1024,4096")
-    parser.add_argument("--batch", type=int, default=25088, help="two-factor chains")
-    parser.add_argument("--dense-limit", type=float, default=2.0, help="GiB for the dense DFT")
-    parser.add_argument("--parts", default="dft,hadamard,two_factor")
+    parser.add_argument("--sizes", default="256,1024,4096,16384", help="DFT sizes")
+    parser.add_argument("--elements", type=int, default=2**26, help="B·n for dft, butterfly, hadamard")
+    parser.add_argument("--butterfly", default="256,1024,4096")
+    parser.add_argument("--hadamard", default="256,1024,4096,8192")
+    parser.add_argument("--monarch", default="1024,4096,16384")
+    parser.add_argument("--batch", type=int, default=25088, help="monarch and paper chains")
+    parser.add_argument("--parts", default="dft,butterfly,hadamard,monarch,paper_chain")
     args = parser.parse_args(argv)
     if cupy is None:
         sys.exit(f"{pathlib.Path(__file__).name} times GPU kernels and needs CuPy and a CUDA device")
@@ -146,46 +189,50 @@ def main(argv=None):
     ceilings = measure_ceilings()
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    result = {**run_metadata(), "ceilings": ceilings, "elements": args.elements,
-              "dft": [], "hadamard": [], "two_factor": []}
+    meta = run_metadata()
+    result = {"device": meta["gpu"], **meta, "ceilings": ceilings, "rows": []}
 
-    def save():
+    def add(row):
+        result["rows"].append(row)
         result["seconds"] = time.time() - t0
         out.write_text(json.dumps(result, indent=1))
+        print(_summary([row]), flush=True)
+        cupy.get_default_memory_pool().free_all_blocks()
 
     if "dft" in parts:
         for n in map(int, args.sizes.split(",")):
-            result["dft"].append(bench_dft(n, args.elements, ceilings, args.dense_limit))
-            save()
-            cupy.get_default_memory_pool().free_all_blocks()
+            add(bench_dft(n, args.elements, ceilings))
+    if "butterfly" in parts:
+        for dtype in (numpy.float32, numpy.complex64):
+            for n in map(int, args.butterfly.split(",")):
+                C = ks.butterfly(n, dtype=dtype, xp=cupy, seed=n)
+                for layout in ("bsf", "bsl"):
+                    add(chain_row("butterfly", C, layout, args.elements // n, ceilings,
+                                  extra={"n": n}, per_factor_base=True))
     if "hadamard" in parts:
         for n in map(int, args.hadamard.split(",")):
-            result["hadamard"].append(bench_hadamard(n, args.elements, ceilings))
-            save()
-    if "two_factor" in parts:
+            H = ks.hadamard(n, dtype=numpy.float32, xp=cupy)
+            for layout in ("bsf", "bsl"):
+                add(chain_row("hadamard", H, layout, args.elements // n, ceilings,
+                              extra={"n": n}, per_factor_base=True))
+    if "monarch" in parts:
+        for n in map(int, args.monarch.split(",")):
+            M = ks.monarch(n, dtype=numpy.float32, xp=cupy, seed=n)
+            for layout in ("bsf", "bsl"):
+                add(chain_row("monarch", M, layout, args.batch, ceilings, extra={
+                    "n": n, "chain": [list(p) for p in M.patterns]},
+                    per_factor_base=True, dense_base=True, torch_base=True))
+    if "paper_chain" in parts:
         for patterns in PAPER_CHAINS:
-            for layout in ("bsl", "bsf"):
-                result["two_factor"].append(bench_two_factor(patterns, args.batch, layout))
-                save()
-                cupy.get_default_memory_pool().free_all_blocks()
-    save()
-
+            C = ks.KSChain([ks.KSMatrix.random(p, dtype=numpy.float32, xp=cupy, seed=i)
+                            for i, p in enumerate(patterns)])
+            for layout in ("bsf", "bsl"):
+                add(chain_row("paper_chain", C, layout, args.batch, ceilings,
+                              extra={"chain": [list(p) for p in patterns]},
+                              per_factor_base=True, dense_base=True, torch_base=True))
     print(f"\n{result['gpu']}: copy {ceilings['copy_bandwidth_Bps'] / 1e12:.2f} TB/s, "
           f"{time.time() - t0:.0f} s")
-    print(f"{'DFT n':>6s} {'B':>7s} {'fused ms':>9s} {'cufft ms':>9s} {'ratio':>6s} "
-          f"{'bmm/fused':>9s} {'floor frac':>10s} {'err':>8s}  launches")
-    for r in result["dft"]:
-        print(f"{r['n']:6d} {r['B']:7d} {r['fused_s'] * 1e3:9.3f} {r['cufft_s'] * 1e3:9.3f} "
-              f"{r['fused_over_cufft']:6.2f} {r['bmm_over_fused']:9.1f} "
-              f"{r['fused_floor_fraction']:10.2f} {r['fused_rel_err']:8.1e}  {r['launches']}")
-    for r in result["hadamard"]:
-        print(f"Hadamard {r['n']}: fused {r['fused_s'] * 1e3:.3f} ms, floor fraction "
-              f"{r['fused_floor_fraction']:.2f}, per-factor {r['per_factor_kernel_s'] * 1e3:.3f} ms")
-    for r in result["two_factor"]:
-        print(f"{str(r['patterns']):40s} {r['layout']}: fused {r['fused_s'] * 1e3:.3f} ms, "
-              f"per-factor {r['per_factor_s'] * 1e3:.3f} ms, dense {r['dense_s'] * 1e3:.3f} ms, "
-              f"fused x{r['fused_speedup_vs_per_factor']:.2f} vs per-factor, "
-              f"x{r['fused_speedup_vs_dense']:.2f} vs dense; auto x{r['auto_speedup_vs_per_factor']:.2f}")
+    print(_summary(result["rows"]))
 
 
 if __name__ == "__main__":

@@ -36,8 +36,11 @@ class KSChain(KSOperator):
     On the GPU, ``backend="auto"`` follows a plan (:mod:`kscupy.planner`, see :meth:`plan`):
     runs of factors are applied by one kernel each (the batch is read and written once per
     run, every factor of the run applied in shared memory), adjacent small-block factors
-    are merged, and the rest goes factor by factor. ``backend="fused"`` fuses as much as
-    shared memory allows; the other backends apply every factor with that backend.
+    are merged, and the rest goes factor by factor; runs of small square factors (FFT,
+    Hadamard, butterfly stages) go to a whole-vector kernel that applies several of them
+    per round trip through shared memory. ``backend="fused"`` puts as many factors per
+    launch of the shared-memory segment kernel as its memory allows; the other backends
+    apply every factor with that backend.
 
     Examples
     --------
@@ -234,7 +237,8 @@ class KSChain(KSOperator):
     def plan(self, layout="bsl", dtype=None, batch=1, backend="auto"):
         """The :class:`kscupy.planner.ChainPlan` that ``matmul`` follows on the GPU for a
         batch of ``batch`` in ``layout`` (cached per batch size bucket); ``print(plan.describe())``
-        lists its launches. ``backend``: "auto" (cost model) or "fused" (fewest launches)."""
+        lists its launches. ``backend``: "auto" (cost model) or "fused" (fewest launches of
+        the segment kernel)."""
         dtype = numpy.dtype(self.dtype if dtype is None else dtype)
         key = (layout, dtype, min(batch_bucket(batch), _PLAN_BUCKET_CAP), backend)
         # a plan may hold values derived from the factors' (merged factors): it is valid for
@@ -242,9 +246,10 @@ class KSChain(KSOperator):
         generations = self._generations()
         found = self._plans.get(key)
         if found is None or found[0] != generations:
-            fuse = "always" if backend == backends.FUSED else "auto"
-            found = self._plans[key] = (generations, planner.plan(self, layout, dtype,
-                                                                  max(batch, 1), fuse=fuse))
+            fused = backend == backends.FUSED       # the segment kernel, fewest launches
+            found = self._plans[key] = (generations, planner.plan(
+                self, layout, dtype, max(batch, 1), fuse="always" if fused else "auto",
+                rows=not fused))
         return found[1]
 
     # -- ecosystem protocols (see KSOperator): pickling, copies and moves, scalars ---------

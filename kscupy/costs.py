@@ -19,7 +19,7 @@ import numpy
 from .problem import Problem
 
 __all__ = ["DeviceRates", "device_rates", "LAUNCH_SECONDS", "kernel_seconds", "bmm_seconds",
-           "dense_seconds", "mma_kernel_seconds", "skinny_seconds", "segment_seconds",
+           "dense_seconds", "mma_kernel_seconds", "skinny_seconds", "segment_seconds", "rows_seconds",
            "gather_seconds", "KERNEL_MARGIN", "cpu_terms", "cpu_seconds"]
 
 #: One kernel launch with its Python dispatch, measured at B = 1 on an H200.
@@ -80,6 +80,15 @@ _SKINNY_X_RATE = 2.0
 # (L2 bandwidth = _L2_FACTOR x DRAM), the SIMT core reaches _FUSED_EFFICIENCY of peak.
 _L2_FACTOR = 2.0
 _FUSED_EFFICIENCY = 0.3
+
+# Whole-vector segments (kernels_cu/ks_rows.cu): the batch in and out at _ROWS_BANDWIDTH of
+# the device's; each pass moves the tile through shared memory and each factor reads its
+# blocks from L1 once per work item, both through the SM's load/store path, modelled at
+# _ROWS_DATAPATH times the device bandwidth (128 bytes per clock per SM: about 7x on an
+# H200); the FMA units at _ROWS_EFFICIENCY of peak. Estimates until fitted.
+_ROWS_BANDWIDTH = 0.8
+_ROWS_DATAPATH = 6.0
+_ROWS_EFFICIENCY = 0.6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,6 +258,21 @@ def segment_seconds(segment, batch: int, dtype, rates: DeviceRates) -> float:
         efficiency = _FUSED_EFFICIENCY * min(1.0, per_load / 4.0)
         compute += per_mac * batch * p.nnz / (efficiency * rates.peak(dtype))
     return max(dram, l2, compute) + LAUNCH_SECONDS
+
+
+def rows_seconds(segment, batch: int, dtype, rates: DeviceRates) -> float:
+    """A whole-vector segment (:class:`kscupy.kernels.ks_rows.RowSegment`): the slowest of
+    DRAM traffic (the batch in and out once), the SM's load/store path (two shared-memory
+    round trips of the tile per pass, each factor's blocks read per work item) and SIMT
+    arithmetic, plus a launch."""
+    isz = numpy.dtype(dtype).itemsize
+    elements = batch * segment.n
+    dram = 2 * isz * elements / (_ROWS_BANDWIDTH * rates.bandwidth)
+    radices = sum(p.b for p in segment.patterns)       # block entries read per element
+    on_chip = isz * elements * (2 * len(segment.passes) + 2 + radices / segment.rw)
+    datapath = on_chip / (_ROWS_DATAPATH * rates.bandwidth)
+    compute = _flops_per_mac(dtype) * elements * radices / (_ROWS_EFFICIENCY * rates.peak(dtype))
+    return max(dram, datapath, compute) + LAUNCH_SECONDS
 
 
 def gather_seconds(n: int, batch: int, dtype, rates: DeviceRates) -> float:

@@ -7,6 +7,10 @@ A plan is a list of steps, each reading the batch once and writing it once:
   memory, every factor of the segment is applied there, and the tile is stored. A chain
   permutation next to the segment is folded into its global reads (input) or writes
   (output).
+* :class:`~kscupy.kernels.ks_rows.RowSegment` — the same for a run of small square factors
+  on whole feature vectors (``kernels_cu/ks_rows.cu``): nesting factors (FFT, Hadamard and
+  butterfly stages) are applied several at a time from registers, with one round trip
+  through shared memory per pass instead of per factor.
 * :class:`FactorStep` — one factor through :func:`kscupy.dispatch.apply` (the
   single-factor kernel, BMM or cuBLAS dense, as ``auto`` or the caller chose).
 * :class:`Gather` — a chain permutation that no segment absorbed.
@@ -31,6 +35,7 @@ import numpy
 from . import _arrays, costs, dispatch, tuning
 from .factor import Factor
 from .kernels.ks_chain import make_segment
+from .kernels.ks_rows import make_row_segment
 from .pattern import KSPattern, super_pattern
 from .problem import Problem
 from .shuffle import inverse_permutation
@@ -184,12 +189,14 @@ def _factor_seconds(factor, batch, dtype, layout, rates, backend):
 
 
 def plan(chain, layout: str, dtype, batch: int, *, fuse: str = "auto", merge: bool = True,
-         factor_backend: str = "auto", rates=None) -> ChainPlan:
+         factor_backend: str = "auto", rates=None, rows: bool = True) -> ChainPlan:
     """Plan ``chain.matmul(X, layout=layout)`` for a batch of ``batch`` rows of ``dtype``.
 
     ``fuse``: ``"auto"`` (cost model), ``"always"`` (fewest launches) or ``"never"``
     (per-factor steps with ``factor_backend``, a backend with a cost model or ``"auto"``).
-    ``merge``: merge adjacent small-block factors first.
+    ``merge``: merge adjacent small-block factors first. ``rows``: runs of small square
+    factors may go to the whole-vector kernel (:class:`RowSegment`) as well as to the
+    segment kernel (:class:`FusedSegment`); the cost model chooses.
     """
     if fuse not in ("auto", "always", "never"):
         raise ValueError(f'fuse must be "auto", "always" or "never", got {fuse!r}')
@@ -228,21 +235,30 @@ def plan(chain, layout: str, dtype, batch: int, *, fuse: str = "auto", merge: bo
             best[i + 1] = (base_s + s, base_steps + steps)
         if fuse == "never":
             continue
+        rows_fit, segments_fit = rows, True
         for j in range(i + 1, L + 1):
-            if j - i == 1 and not ((first and src is not None) or (j == L and dst is not None)):
-                continue          # a lone factor with nothing to fold: the single-factor path
             last = j == L
-            seg = make_segment(factors[i:j], dtype, layout, batch,
-                               src=src if first else None, dst=dst if last else None)
-            if seg is None:
-                break             # longer segments only need more shared memory
-            if fuse == "auto" and not all(vec for _, vec in seg.reads):
-                continue          # large blocks: see SMALL_BLOCKS_ONLY
-            s = costs.segment_seconds(seg, batch, dtype, rates)
-            if fuse == "always":
-                s = 1.0 + s * 1e-9            # count launches, break ties by the model
-            cand = (base_s + s, base_steps + (seg,))
-            if cand[0] < best[j][0]:
-                best[j] = cand
+            folds = dict(src=src if first else None, dst=dst if last else None)
+            candidates = []
+            if rows_fit:
+                row_segment = make_row_segment(factors[i:j], dtype, layout, batch, **folds)
+                rows_fit = row_segment is not None     # longer runs hold the same factors
+                if rows_fit:
+                    candidates.append((row_segment, costs.rows_seconds(row_segment, batch,
+                                                                        dtype, rates)))
+            lone = j - i == 1 and folds["src"] is None and folds["dst"] is None
+            if segments_fit and not lone:        # a lone factor: the single-factor path
+                seg = make_segment(factors[i:j], dtype, layout, batch, **folds)
+                segments_fit = seg is not None   # longer segments only need more memory
+                if seg is not None and (fuse == "always" or all(vec for _, vec in seg.reads)):
+                    # under auto, large blocks are never fused: see SMALL_BLOCKS_ONLY
+                    candidates.append((seg, costs.segment_seconds(seg, batch, dtype, rates)))
+            if not (rows_fit or segments_fit):
+                break
+            for step, s in candidates:
+                if fuse == "always":
+                    s = 1.0 + s * 1e-9            # count launches, break ties by the model
+                if base_s + s < best[j][0]:
+                    best[j] = (base_s + s, base_steps + (step,))
     seconds, steps = best[L]
     return ChainPlan(steps, seconds)

@@ -7,7 +7,7 @@ import pytest
 
 import kscupy as ks
 from kscupy import costs, planner
-from kscupy.kernels import ks_matmul, ks_mma, ks_skinny, nvrtc
+from kscupy.kernels import ks_matmul, ks_mma, ks_rows, ks_skinny, nvrtc
 from kscupy.kernels.ks_chain import FusedSegment
 from kscupy.problem import Problem
 from nvrtc_program import LIBRARY, compile_source
@@ -100,11 +100,36 @@ def test_planned_segments_compile(dtype):
     names = set()
     for chain in chains:
         for layout in ("bsl", "bsf"):
-            plan = planner.plan(chain, layout, dtype, 1000, fuse="always", rates=RATES)
+            plan = planner.plan(chain, layout, dtype, 1000, fuse="always", rates=RATES,
+                                rows=False)
             for step in plan.steps:
                 if isinstance(step, FusedSegment):
                     names |= {step.name(dtype), step.layout_probe_name(dtype)}
     _compile("ks_chain.cu", names)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_row_segments_compile(dtype):
+    """ks_rows for nesting, non-nesting, mixed-radix, radix-16 and odd-length chains, both
+    walk axes, element-wise and vector accesses, with layout probes."""
+    dtype = numpy.dtype(dtype)
+    chains = [[(2**l, 2, 2, 2**(8 - l)) for l in range(9)],
+              [(1, 4, 4, 8), (4, 2, 2, 4), (2, 4, 4, 4), (32, 1, 1, 1)],
+              [(1, 3, 3, 4), (3, 2, 2, 2), (6, 2, 2, 1)],
+              [(1, 16, 16, 8), (16, 8, 8, 1)],
+              [(5, 3, 3, 7), (1, 7, 7, 15), (35, 3, 3, 1)]]
+    vector = max(1, 16 // dtype.itemsize)
+    names = set()
+    for pats in chains:
+        factors = [ks.KSMatrix.random(p, dtype=dtype).factor for p in reversed(pats)]
+        for layout, along in (("bsl", ks_rows.ALONG_ROW), ("bsf", ks_rows.ALONG_T)):
+            for B in (3, 4096):
+                seg = ks_rows.make_row_segment(factors, dtype, layout, B)
+                walked = seg.n if layout == "bsf" else seg.rows
+                v = max(w for w in (1, 2, 4, 8, 16) if w <= vector and walked % w == 0)
+                names |= {seg.name(dtype, along, 1, 1), seg.name(dtype, along, v, v),
+                          seg.layout_probe_name(dtype)}
+    _compile("ks_rows.cu", names)
 
 
 def test_a_broken_source_fails():

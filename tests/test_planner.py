@@ -6,7 +6,9 @@ import kscupy as ks
 from conftest import dense_oracle
 from kscupy.pattern import super_group_lengths, super_pattern
 from kscupy import costs, planner
+from kscupy.kernels import ks_rows
 from kscupy.kernels.ks_chain import SMEM_BUDGET, FusedSegment
+from kscupy.kernels.ks_rows import RowSegment
 
 RATES = costs.DeviceRates(bandwidth=4e12, flops32=6.7e13, flops64=3.4e13, name="test",
                            cuda_runtime=0)
@@ -61,10 +63,27 @@ def test_super_pattern_and_lengths():
     assert super_group_lengths(ks.KSPattern(6, 3, 2, 4), 2, 2) == (12, 18)
 
 
-@pytest.mark.parametrize("n, segments", [(256, 1), (1024, 1), (16384, 2)])
-def test_dft_plans(n, segments):
+@pytest.mark.parametrize("n", [256, 1024, 4096])
+def test_dft_plans_whole_vectors(n):
+    """Up to 4096 complex64 features a DFT is one whole-vector launch: radix-4 stages,
+    nested two (or one) to a pass, the digit reversal folded into its loads."""
     F = ks.dft(n, dtype=numpy.complex64)
     plan = planner.plan(F, "bsf", numpy.complex64, 2**26 // n, rates=RATES)
+    assert plan.launches == 1 and isinstance(plan.steps[0], RowSegment), plan.describe()
+    seg = plan.steps[0]
+    assert seg.src is not None and seg.dst is None
+    assert [tuple(p) for p in seg.patterns] == [
+        tuple(p) for p in planner.merge_all([K.factor for K in F.factors])[::-1]
+        for p in [p.pattern]]
+    assert all(count <= 2 for count in seg.passes) and sum(seg.passes) == len(seg.factors)
+    assert seg.smem_bytes(8) <= ks_rows.SMEM_MAX
+
+
+@pytest.mark.parametrize("n, segments", [(256, 1), (1024, 1), (16384, 2)])
+def test_dft_plans(n, segments):
+    """Without the whole-vector kernel, DFTs go to fused shared-memory segments."""
+    F = ks.dft(n, dtype=numpy.complex64)
+    plan = planner.plan(F, "bsf", numpy.complex64, 2**26 // n, rates=RATES, rows=False)
     fused = [s for s in plan.steps if isinstance(s, FusedSegment)]
     assert len(fused) == segments == plan.launches, plan.describe()
     assert fused[0].src is not None                  # the digit reversal is folded
@@ -104,9 +123,30 @@ def test_output_permutation_becomes_a_scatter_table():
     base = ks.hadamard(16, dtype=numpy.float32)
     out = rng.permutation(16)
     C = ks.KSChain(base.factors, output_permutation=out)
-    seg = planner.plan(C, "bsf", numpy.float32, 100, fuse="always", rates=RATES).steps[-1]
+    seg = planner.plan(C, "bsf", numpy.float32, 100, fuse="always", rates=RATES,
+                       rows=False).steps[-1]
     assert isinstance(seg, FusedSegment)
     assert (seg.dst[out] == numpy.arange(16)).all()      # y[dst[p]] = z[p]  <=>  y = z[out]
+    rows = planner.plan(C, "bsf", numpy.float32, 100, fuse="always", rates=RATES).steps[-1]
+    assert isinstance(rows, RowSegment)
+    assert (rows.store_from == out).all()        # output column t is tile element out[t]
+    assert rows.load_to is None
+
+
+@pytest.mark.parametrize("patterns, passes", [
+    # radix-2 stages in application order (d ascending) nest four to a pass of 16
+    ([(8, 2, 2, 1), (4, 2, 2, 2), (2, 2, 2, 4), (1, 2, 2, 8)], (4,)),
+    ([(32, 2, 2, 1), (16, 2, 2, 2), (8, 2, 2, 4), (4, 2, 2, 8), (2, 2, 2, 16), (1, 2, 2, 32)],
+     (4, 2)),
+    # descending strides nest as well; mixed radices by their product
+    ([(1, 4, 4, 4), (4, 4, 4, 1)], (2,)),
+    ([(1, 3, 3, 4), (3, 2, 2, 2), (6, 2, 2, 1)], (3,)),      # mixed radices, 12 elements
+    ([(1, 2, 2, 8), (2, 2, 2, 4), (4, 2, 2, 2), (8, 2, 2, 1), (16, 1, 1, 1)], (4, 1)),
+    ([(2, 2, 2, 2), (2, 2, 2, 2)], (1, 1)),                  # the same digit twice
+    ([(1, 2, 2, 4), (4, 2, 2, 1)], (1, 1)),                  # a gap: strides 4 and 1
+])
+def test_group_passes(patterns, passes):
+    assert ks_rows.group_passes([ks.KSPattern(*p) for p in patterns], 16) == passes
 
 
 def test_fused_backend_needs_the_gpu():

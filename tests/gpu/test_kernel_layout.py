@@ -24,7 +24,7 @@ if not gpu_available():
 import cupy  # noqa: E402
 
 from kscupy import costs, planner  # noqa: E402
-from kscupy.kernels import ks_matmul, ks_mma, nvrtc  # noqa: E402
+from kscupy.kernels import ks_matmul, ks_mma, ks_rows, nvrtc  # noqa: E402
 from kscupy.kernels.ks_chain import FusedSegment  # noqa: E402
 from kscupy.problem import Problem  # noqa: E402
 
@@ -74,12 +74,31 @@ def test_chain_layout_matches_the_kernel(dtype):
     for chain in chains:
         for layout in ("bsl", "bsf"):
             for batch in (1, 1000):
-                plan = planner.plan(chain, layout, dtype, batch, fuse="always", rates=rates)
+                plan = planner.plan(chain, layout, dtype, batch, fuse="always", rates=rates,
+                                    rows=False)
                 segments += [s for s in plan.steps if isinstance(s, FusedSegment)]
     assert segments
     reported = _probe("ks_chain.cu", {s.layout_probe_name(dtype) for s in segments})
     for seg in segments:
         got = reported[seg.layout_probe_name(dtype)][:7]
+        assert got == seg.layout(dtype.itemsize), (seg.describe(), got)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
+def test_rows_layout_matches_the_kernel(dtype):
+    dtype = numpy.dtype(dtype)
+    chains = [ks.hadamard(n, dtype=dtype, xp=cupy) for n in (2, 256, 4096)]
+    chains.append(ks.KSChain([ks.KSMatrix.random(p, dtype=dtype, xp=cupy, seed=i) for i, p in
+                              enumerate([(5, 3, 3, 7), (1, 7, 7, 15), (35, 3, 3, 1)])]))
+    segments = []
+    for chain in chains:
+        factors = [K.factor for K in reversed(chain.factors)]
+        for layout in ("bsl", "bsf"):
+            for batch in (1, 1000):
+                segments.append(ks_rows.make_row_segment(factors, dtype, layout, batch))
+    reported = _probe("ks_rows.cu", {s.layout_probe_name(dtype) for s in segments})
+    for seg in segments:
+        got = reported[seg.layout_probe_name(dtype)][:3]
         assert got == seg.layout(dtype.itemsize), (seg.describe(), got)
 
 

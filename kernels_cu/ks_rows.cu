@@ -1,0 +1,345 @@
+// Whole feature vectors through a run of small square KS factors, from registers (issue #11).
+//
+// Factors K_1 ... K_F (in the order they are applied), each square with small blocks:
+// K_f = I_{a_f} ⊗ 1_{r_f × r_f} ⊗ I_{d_f} with a_f·r_f·d_f = N, the length of every feature
+// vector. Factor f maps input t' = i·r·d + l·d + j to output t = i·r·d + k·d + j through the
+// r × r block of group g = i·d + j (k < r output row, l < r reduction index, as everywhere).
+//
+// A block owns a tile of RT batch rows, each a whole feature vector: it loads the tile into
+// shared memory once (the chain's input gather folded into where each element lands),
+// applies every factor there and stores it once (the output gather folded into where each
+// element is read from). Global accesses are V-element vectors along whichever axis is
+// contiguous: t within a row (batch-size-first) or the row (batch-size-last).
+//
+// Passes. Consecutive factors whose digits nest are applied in one pass from registers:
+// with DLO the smallest d of the pass and E the product of its radices, when each factor's
+// d equals DLO times the product of the radices of the pass's factors with a smaller d, the
+// elements
+//
+//     t = hi·(E·DLO) + u·DLO + lo          (u < E, lo < DLO, hi < N / (E·DLO))
+//
+// of one (hi, lo) are closed under every factor of the pass: factor f mixes the digit of u
+// at stride s_f = d_f / DLO. A work item holds those E elements of RW rows in registers,
+// applies the pass's factors one after the other (each block read once for the RW rows) and
+// writes them back where they came from; a barrier separates passes. FFT, Hadamard and
+// butterfly chains nest, so a pass there does log2(E) radix-2 stages (or the merged radix-4
+// ones) per round trip through shared memory.
+#include "ks_launch.cuh"
+#include "ks_scalar.cuh"
+
+namespace ks {
+
+// One factor: radix R (its b = c), stride D (its d); TR: a transposed view (element (k, l)
+// of a block stored at l·R + k instead of k·R + l); VEC: its blocks are read with 16-byte
+// loads (R·R·sizeof(T) a multiple of 16, the storage 16-byte aligned).
+template <int R_, int D_, int TR_ = 0, int VEC_ = 0>
+struct Radix {
+  static constexpr int r = R_, d = D_;
+  static constexpr bool transposed = TR_ != 0, vec = VEC_ != 0;
+};
+
+// The smallest of ds[0..n).
+__host__ __device__ constexpr int smallest(const int* ds, int n) {
+  int m = ds[0];
+  for (int f = 1; f < n; ++f) m = ds[f] < m ? ds[f] : m;
+  return m;
+}
+
+// Whether factors of radices rs and strides ds nest (see the header): distinct strides,
+// each the smallest one times the product of the radices below it.
+__host__ __device__ constexpr bool nest(const int* rs, const int* ds, int n) {
+  for (int f = 0; f < n; ++f) {
+    int below = 1;
+    for (int g = 0; g < n; ++g) {
+      if (g != f && ds[g] == ds[f]) return false;
+      if (ds[g] < ds[f]) below *= rs[g];
+    }
+    if (below * smallest(ds, n) != ds[f]) return false;
+  }
+  return true;
+}
+
+template <class... Fs>
+struct Pass {
+  static constexpr int NF = sizeof...(Fs);
+  static constexpr int rs[NF] = {Fs::r...}, ds[NF] = {Fs::d...};
+  static constexpr int E = (Fs::r * ... * 1);
+  static constexpr int DLO = smallest(ds, NF);
+  static_assert(nest(rs, ds, NF), "a pass's factors must nest (see ks_rows.cu)");
+};
+
+// The shared-memory tile: element t of tile row `row` at row·ROW + t + t / PADQ: one padding
+// element every 128 bytes, so that a warp reading elements E apart (a pass with DLO = 1)
+// spreads over the banks, and one more per row.
+template <class T, int N, int RT>
+struct RowsLayout {
+  static constexpr int PADQ = 128 / (int)sizeof(T) > 0 ? 128 / (int)sizeof(T) : 1;
+  static constexpr int ROW = N + N / PADQ + 1;
+  static constexpr int SMEM_BYTES = RT * ROW * (int)sizeof(T);
+  __device__ __forceinline__ static int at(int row, int t) { return row * ROW + t + t / PADQ; }
+};
+
+// Reports the layout of one instantiation: out = {SMEM_BYTES, ROW, PADQ}.
+template <class T, int N, int RT>
+__global__ void ks_rows_layout(long long* out) {
+  using L = RowsLayout<T, N, RT>;
+  out[0] = L::SMEM_BYTES; out[1] = L::ROW; out[2] = L::PADQ;
+}
+
+// Factor F's block of group g (at most 256 bytes) into registers, conjugated when asked,
+// widened to C.
+template <class T, class C, class F>
+__device__ __forceinline__ void load_block(const T* __restrict__ wg, bool cj, C (&w)[F::r][F::r]) {
+  constexpr int r = F::r;
+  T raw[r * r];
+  if constexpr (F::vec) {
+    static_assert(r * r * sizeof(T) % 16 == 0, "vector-read blocks are whole 16-byte words");
+    const uint4* __restrict__ src = reinterpret_cast<const uint4*>(wg);
+    uint4* dst = reinterpret_cast<uint4*>(raw);
+#pragma unroll
+    for (int i = 0; i < r * r * (int)sizeof(T) / 16; ++i) dst[i] = __ldg(src + i);
+  } else {
+#pragma unroll
+    for (int i = 0; i < r * r; ++i) raw[i] = wg[i];
+  }
+#pragma unroll
+  for (int k = 0; k < r; ++k)
+#pragma unroll
+    for (int l = 0; l < r; ++l) {
+      const T v = raw[F::transposed ? l * r + k : k * r + l];
+      w[k][l] = widen(cj ? ks::conj(v) : v);
+    }
+}
+
+// Factor F (index FI of the segment) on the registers of one work item of pass P: for each
+// value of the other digits of u, the r elements u0 + m·s (m < r) of each of the RW rows go
+// through the block of their group. A block of at most 256 bytes is read whole into
+// registers (16-byte loads where VEC); a larger one an output row k at a time.
+// meta[2·FI]: address of the factor's values (block of group g at g·r·r); meta[2·FI + 1]:
+// 1 to use conj(w).
+template <class T, class C, int RW, class P, class F, int FI>
+__device__ __forceinline__ void apply_factor(C (&x)[RW][P::E], int hi, int lo,
+                                             const long long* __restrict__ meta) {
+  constexpr int r = F::r, d = F::d, E = P::E, s = F::d / P::DLO;
+  constexpr bool whole = r * r * sizeof(T) <= 256;
+  const T* __restrict__ W = reinterpret_cast<const T*>(meta[2 * FI]);
+  const bool cj = meta[2 * FI + 1] != 0;
+#pragma unroll
+  for (int o = 0; o < E / r; ++o) {
+    const int u0 = (o / s) * (s * r) + o % s;           // u with F's digit zero
+    const int t0 = hi * (E * P::DLO) + u0 * P::DLO + lo;
+    const int g = (t0 / (r * d)) * d + t0 % d;           // group (i, j) of t0
+    const T* __restrict__ wg = W + (long long)g * (r * r);
+    C y[RW][r];
+    if constexpr (whole) {
+      C w[r][r];
+      load_block<T, C, F>(wg, cj, w);
+#pragma unroll
+      for (int row = 0; row < RW; ++row)
+#pragma unroll
+        for (int k = 0; k < r; ++k) {
+          C acc = zero(C());
+#pragma unroll
+          for (int l = 0; l < r; ++l) acc = ks::fma(w[k][l], x[row][u0 + l * s], acc);
+          y[row][k] = acc;
+        }
+    } else {
+#pragma unroll
+      for (int k = 0; k < r; ++k) {
+        C acc[RW];
+#pragma unroll
+        for (int row = 0; row < RW; ++row) acc[row] = zero(C());
+#pragma unroll
+        for (int l = 0; l < r; ++l) {
+          const T v = wg[F::transposed ? l * r + k : k * r + l];
+          const C w = widen(cj ? ks::conj(v) : v);
+#pragma unroll
+          for (int row = 0; row < RW; ++row) acc[row] = ks::fma(w, x[row][u0 + l * s], acc[row]);
+        }
+#pragma unroll
+        for (int row = 0; row < RW; ++row) y[row][k] = acc[row];
+      }
+    }
+#pragma unroll
+    for (int row = 0; row < RW; ++row)
+#pragma unroll
+      for (int k = 0; k < r; ++k) x[row][u0 + k * s] = y[row][k];
+  }
+}
+
+template <class T, class C, int RW, class P, int FI, class... Fs>
+struct ApplyAll {
+  __device__ __forceinline__ static void run(C (&)[RW][P::E], int, int, const long long*) {}
+};
+template <class T, class C, int RW, class P, int FI, class F, class... Rest>
+struct ApplyAll<T, C, RW, P, FI, F, Rest...> {
+  __device__ __forceinline__ static void run(C (&x)[RW][P::E], int hi, int lo,
+                                             const long long* meta) {
+    apply_factor<T, C, RW, P, F, FI>(x, hi, lo, meta);
+    ApplyAll<T, C, RW, P, FI + 1, Rest...>::run(x, hi, lo, meta);
+  }
+};
+
+// One pass over the tile: work item w = (row group, q) with q = hi·DLO + lo, q fastest, so
+// that neighbouring lanes take neighbouring lo (adjacent elements) where DLO allows.
+template <class T, int N, int RT, int NT, int RW, class P, int FI0> struct PassRun;
+template <class T, int N, int RT, int NT, int RW, int FI0, class... Fs>
+struct PassRun<T, N, RT, NT, RW, Pass<Fs...>, FI0> {
+  using P = Pass<Fs...>;
+  using L = RowsLayout<T, N, RT>;
+  using C = typename compute_of<T>::type;
+  static constexpr int E = P::E, DLO = P::DLO, Q = N / E, WORK = (RT / RW) * Q;
+  static_assert(N % (E * DLO) == 0, "a pass's element sets tile the vector");
+  __device__ __forceinline__ static void run(T* tile, const long long* meta) {
+    for (int w = threadIdx.x; w < WORK; w += NT) {
+      const int q = w % Q, row0 = (w / Q) * RW;
+      const int lo = q % DLO, hi = q / DLO;
+      const int t0 = hi * (E * DLO) + lo;
+      C x[RW][E];
+#pragma unroll
+      for (int row = 0; row < RW; ++row)
+#pragma unroll
+        for (int u = 0; u < E; ++u) x[row][u] = widen(tile[L::at(row0 + row, t0 + u * DLO)]);
+      ApplyAll<T, C, RW, P, FI0, Fs...>::run(x, hi, lo, meta);
+#pragma unroll
+      for (int row = 0; row < RW; ++row)
+#pragma unroll
+        for (int u = 0; u < E; ++u) tile[L::at(row0 + row, t0 + u * DLO)] = narrow<T>(x[row][u]);
+    }
+  }
+};
+
+template <class T, int N, int RT, int NT, int RW, int FI, class... Ps>
+struct Passes {
+  __device__ __forceinline__ static void run(T*, const long long*) {}
+};
+template <class T, int N, int RT, int NT, int RW, int FI, class P, class... Rest>
+struct Passes<T, N, RT, NT, RW, FI, P, Rest...> {
+  __device__ __forceinline__ static void run(T* tile, const long long* meta) {
+    PassRun<T, N, RT, NT, RW, P, FI>::run(tile, meta);
+    __syncthreads();
+    Passes<T, N, RT, NT, RW, FI + P::NF, Rest...>::run(tile, meta);
+  }
+};
+
+// Which axis a tile's global accesses walk, V elements per access: t within a row (the rows
+// are batch-size-first feature vectors) or the batch row (batch-size-last).
+enum Along { ALONG_T = 0, ALONG_ROW = 1 };
+
+// Vector e of the tile -> (row, t) of its first element; its V elements follow along ALONG.
+template <int N, int RT, int V, int ALONG>
+__device__ __forceinline__ void vector_origin(int e, int& row, int& t) {
+  if (ALONG == ALONG_T) {
+    row = e / (N / V); t = (e % (N / V)) * V;
+  } else {
+    t = e / (RT / V); row = (e % (RT / V)) * V;
+  }
+}
+
+// Elements each thread moves per round of a load or store: loads in flight before the
+// shared-memory writes.
+constexpr int ROUND = 4;
+
+// Global -> shared: tile row `row` is batch row row0 + row; element (row, t) is read from
+// column t of X and lands at position load_to[t] (t without an input gather). Rows past B
+// are zero-filled (computed, never stored).
+template <class T, int N, int RT, int NT, int V, int ALONG>
+__device__ __forceinline__ void load_tile(T* tile, const T* __restrict__ X, long long B,
+                                          long long row0, long long s_f, long long s_b,
+                                          const int* __restrict__ load_to) {
+  using L = RowsLayout<T, N, RT>;
+  using Vec = vec<T, V>;
+  constexpr int VECS = RT * N / V;
+  for (int e0 = threadIdx.x; e0 < VECS; e0 += NT * ROUND) {
+    Vec v[ROUND];
+#pragma unroll
+    for (int i = 0; i < ROUND; ++i) {
+      const int e = e0 + i * NT;
+      int row = 0, t = 0;
+      if (e < VECS) vector_origin<N, RT, V, ALONG>(e, row, t);
+      const long long b = row0 + row;
+      const T* src = X + b * s_b + t * s_f;
+      if (e < VECS && b + (ALONG == ALONG_ROW ? V - 1 : 0) < B) {
+        v[i] = *reinterpret_cast<const Vec*>(src);
+      } else {
+#pragma unroll
+        for (int m = 0; m < V; ++m) {
+          const bool live = e < VECS && b + (ALONG == ALONG_ROW ? m : 0) < B;
+          v[i].v[m] = live ? src[ALONG == ALONG_T ? m : m * s_b] : zero(T());
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < ROUND; ++i) {
+      const int e = e0 + i * NT;
+      if (e >= VECS) break;
+      int row, t;
+      vector_origin<N, RT, V, ALONG>(e, row, t);
+#pragma unroll
+      for (int m = 0; m < V; ++m) {
+        const int tm = ALONG == ALONG_T ? t + m : t, rm = ALONG == ALONG_T ? row : row + m;
+        tile[L::at(rm, load_to ? load_to[tm] : tm)] = v[i].v[m];
+      }
+    }
+  }
+}
+
+// Shared -> global, the mirror image: column t of batch row row0 + row of Y is tile element
+// (row, store_from[t]) (t without an output gather).
+template <class T, int N, int RT, int NT, int V, int ALONG>
+__device__ __forceinline__ void store_tile(const T* tile, T* __restrict__ Y, long long B,
+                                           long long row0, long long s_f, long long s_b,
+                                           const int* __restrict__ store_from) {
+  using L = RowsLayout<T, N, RT>;
+  using Vec = vec<T, V>;
+  constexpr int VECS = RT * N / V;
+  for (int e = threadIdx.x; e < VECS; e += NT) {
+    int row, t;
+    vector_origin<N, RT, V, ALONG>(e, row, t);
+    const long long b = row0 + row;
+    if (b >= B) continue;
+    Vec v;
+#pragma unroll
+    for (int m = 0; m < V; ++m) {
+      const int tm = ALONG == ALONG_T ? t + m : t, rm = ALONG == ALONG_T ? row : row + m;
+      v.v[m] = tile[L::at(rm, store_from ? store_from[tm] : tm)];
+    }
+    T* dst = Y + b * s_b + t * s_f;
+    if (b + (ALONG == ALONG_ROW ? V - 1 : 0) < B) {
+      *reinterpret_cast<Vec*>(dst) = v;
+    } else {
+#pragma unroll
+      for (int m = 0; m < V; ++m)
+        if (b + m < B) dst[m * s_b] = v.v[m];     // ALONG_ROW only: a ragged last vector
+    }
+  }
+}
+
+// Y = K_F ... K_1 X on whole feature vectors of length N. Ps: the passes (Pass<Radix...>),
+// factors in the order they are applied. X: element (row, column) at row·sx_b + column·sx_f;
+// Y likewise with sy_*. VX / VY: elements per global load / store along ALONG (1 for any
+// strides; more only where the host checked contiguity and alignment). load_to /
+// store_from: the folded gathers (null: none). meta: see apply_factor. Tiles: ceil(B / RT).
+template <class T, int N, int RT, int NT, int RW, int ALONG, int VX, int VY, class... Ps>
+__global__ void __launch_bounds__(NT) ks_rows(
+    const T* __restrict__ X, T* __restrict__ Y, const long long* __restrict__ meta,
+    long long B, long long sx_f, long long sx_b, long long sy_f, long long sy_b,
+    const int* __restrict__ load_to, const int* __restrict__ store_from, long long tiles) {
+  using L = RowsLayout<T, N, RT>;
+  static_assert(RT % RW == 0, "RW must divide RT");
+  static_assert(ALONG == ALONG_T ? N % VX == 0 && N % VY == 0 : RT % VX == 0 && RT % VY == 0,
+                "vectors tile the walked axis");
+  require_dynamic_smem<L::SMEM_BYTES>();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* tile = reinterpret_cast<T*>(smem_raw);
+  for (long long it = blockIdx.x; it < tiles; it += gridDim.x) {
+    const long long row0 = it * RT;
+    load_tile<T, N, RT, NT, VX, ALONG>(tile, X, B, row0, sx_f, sx_b, load_to);
+    __syncthreads();
+    Passes<T, N, RT, NT, RW, 0, Ps...>::run(tile, meta);
+    store_tile<T, N, RT, NT, VY, ALONG>(tile, Y, B, row0, sy_f, sy_b, store_from);
+    __syncthreads();   // the next tile overwrites the shared memory
+  }
+}
+
+}  // namespace ks

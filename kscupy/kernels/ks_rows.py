@@ -1,0 +1,270 @@
+"""The whole-vector chain kernel family (``kernels_cu/ks_rows.cu``): a run of small square
+factors applied to whole feature vectors from registers, in passes of nesting factors.
+
+A :class:`RowSegment` is what a chain plan runs: its factors (in application order), the
+passes they are grouped into (:func:`group_passes`), the tile (``rows`` whole vectors per
+block, ``rw`` of them per work item) and the folded gathers. It applies where every factor
+is square with blocks of at most :data:`MAX_RADIX` and a tile of one vector fits in shared
+memory (:func:`make_row_segment` returns None otherwise): FFT, Hadamard and butterfly
+chains up to a few thousand features.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy
+
+from .. import _arrays
+from ..problem import pow2_at_least
+from ..shuffle import inverse_permutation
+from . import nvrtc
+from .launcher import Launcher
+from .operands import copying_odd_strides, geometry, KernelRun
+
+__all__ = ["RowSegment", "make_row_segment", "group_passes", "rows_smem", "MAX_RADIX",
+           "ALONG_T", "ALONG_ROW"]
+
+#: Largest block (b = c) of a factor the family applies.
+MAX_RADIX = 16
+#: Shared memory of a block holding one vector at most (an H100/H200 SM has 227 KiB).
+SMEM_MAX = 200 * 1024
+#: Shared memory a block holding several vectors may use: three blocks per SM.
+SMEM_TARGET = 72 * 1024
+#: 32-bit registers a work item's values may take (E elements times RW rows).
+REGISTER_VALUES = 64
+#: ``Along`` in ks_rows.cu: the axis global accesses walk (t in a row, or the batch row).
+ALONG_T, ALONG_ROW = 0, 1
+
+
+def _words(dtype) -> int:
+    """32-bit registers per value in the kernel's compute type (float16 computes in float)."""
+    return max(1, dtype.itemsize // 4)
+
+
+def _nests(radices_strides) -> bool:
+    """``Pass::nests`` of ks_rows.cu: distinct strides, each the smallest one times the
+    product of the radices below it."""
+    ds = [d for _, d in radices_strides]
+    if len(set(ds)) != len(ds):
+        return False
+    low = min(ds)
+    for r, d in radices_strides:
+        below = 1
+        for r2, d2 in radices_strides:
+            if d2 < d:
+                below *= r2
+        if below * low != d:
+            return False
+    return True
+
+
+def group_passes(patterns, max_elements: int) -> tuple:
+    """Consecutive factors (patterns in application order) grouped into passes: a factor
+    joins the current pass while the pass's digits still nest and the product of its radices
+    stays at most ``max_elements``. Returns the number of factors of each pass."""
+    passes, current = [], []
+    for p in patterns:
+        trial = current + [(p.b, p.d)]
+        if current and (numpy.prod([r for r, _ in trial]) > max_elements or not _nests(trial)):
+            passes.append(len(current))
+            trial = [(p.b, p.d)]
+        current = trial
+    passes.append(len(current))
+    return tuple(passes)
+
+
+def rows_smem(n: int, rows: int, itemsize: int) -> int:
+    """``RowsLayout<T, N, RT>::SMEM_BYTES``: ``rows`` vectors of ``n`` elements, one padding
+    element every 128 bytes and one per row."""
+    padq = max(1, 128 // itemsize)
+    return rows * (n + n // padq + 1) * itemsize
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RowSegment:
+    """Factors (:class:`~kscupy.factor.Factor`, application order, all square with the same
+    length ``n``) applied by one launch of ``ks_rows``.
+
+    ``passes``: factors per pass; ``rows``: vectors per block; ``rw``: vectors per work item;
+    ``threads``: per block; ``src`` / ``dst``: the folded permutations as the planner gives
+    them (element t of the input is column ``src[t]``, element t of the output goes to
+    column ``dst[t]``); ``vector_blocks[f]``: factor f's blocks are read as 16-byte words.
+    Building one touches no device memory (the planner prices many); the kernel's tables
+    are made on the first launch.
+    """
+    factors: tuple
+    passes: tuple
+    rows: int
+    rw: int
+    threads: int
+    vector_blocks: tuple
+    src: object = None
+    dst: object = None
+
+    @functools.cached_property
+    def load_to(self):
+        """Where input column t lands in the tile: the inverse of ``src`` (int32)."""
+        return None if self.src is None else _int32_inverse(self.src)
+
+    @functools.cached_property
+    def store_from(self):
+        """Which tile element output column t takes: the inverse of ``dst`` (int32)."""
+        return None if self.dst is None else _int32_inverse(self.dst)
+
+    @functools.cached_property
+    def meta(self):
+        """Per factor, its values' address and 1 to use their conjugates (int64)."""
+        table = numpy.zeros(2 * len(self.factors), dtype=numpy.int64)
+        for i, f in enumerate(self.factors):
+            table[2 * i], table[2 * i + 1] = f.address, int(f.conjugated)
+        return self.factors[0].xp.asarray(table)
+
+    @property
+    def n(self) -> int:
+        return self.factors[0].shape[1]
+
+    @property
+    def patterns(self):
+        return tuple(f.pattern for f in self.factors)
+
+    def smem_bytes(self, itemsize: int) -> int:
+        return rows_smem(self.n, self.rows, itemsize)
+
+    def layout(self, itemsize: int) -> tuple:
+        """``(SMEM_BYTES, ROW, PADQ)`` of ``RowsLayout``, as this module computes them."""
+        padq = max(1, 128 // itemsize)
+        return (self.smem_bytes(itemsize), self.n + self.n // padq + 1, padq)
+
+    def _pass_arguments(self) -> str:
+        out, f = [], 0
+        for count in self.passes:
+            radices = ", ".join(
+                f"ks::Radix<{F.pattern.b}, {F.pattern.d}, {int(F.transposed)}, {int(v)}>"
+                for F, v in zip(self.factors[f:f + count], self.vector_blocks[f:f + count]))
+            out.append(f"ks::Pass<{radices}>")
+            f += count
+        return ", ".join(out)
+
+    def name(self, dtype, along: int, vx: int, vy: int) -> str:
+        """The instantiation ``ks::ks_rows<T, N, RT, NT, RW, ALONG, VX, VY, Pass<...>...>``."""
+        return (f"ks::ks_rows<{nvrtc.scalar_name(dtype)}, {self.n}, {self.rows}, "
+                f"{self.threads}, {self.rw}, {along}, {vx}, {vy}, {self._pass_arguments()}>")
+
+    def layout_probe_name(self, dtype) -> str:
+        return f"ks::ks_rows_layout<{nvrtc.scalar_name(dtype)}, {self.n}, {self.rows}>"
+
+    def __call__(self, X, layout):
+        return prepare(self, X, layout)(X)
+
+    def prepare(self, X, layout):
+        """``run(X)`` for operands like ``X``: see :func:`prepare`."""
+        return prepare(self, X, layout)
+
+    def describe(self):
+        pats = " ".join(str(tuple(p)) for p in self.patterns)
+        extras = "".join(f", {n}" for n, v in (("src", self.src), ("dst", self.dst))
+                         if v is not None)
+        return (f"rows {len(self.factors)} factors [{pats}] passes={list(self.passes)} "
+                f"rows={self.rows} rw={self.rw}{extras}")
+
+
+# -- configuration ------------------------------------------------------------------------------
+def eligible(patterns) -> bool:
+    """Whether ``ks_rows`` applies these factors: square, blocks of at most MAX_RADIX."""
+    return all(p.b == p.c and p.b <= MAX_RADIX for p in patterns) and \
+        len({p.shape[1] for p in patterns}) == 1
+
+
+def _configure(patterns, dtype, layout, batch):
+    """``(passes, rows, rw, threads)`` or None when one vector does not fit."""
+    n, isz, words = patterns[0].shape[1], dtype.itemsize, _words(dtype)
+    if rows_smem(n, 1, isz) > SMEM_MAX:
+        return None
+    max_elements = MAX_RADIX if words <= 2 else MAX_RADIX // 2
+    passes = group_passes(patterns, max_elements)
+    sizes, f = [], 0
+    for count in passes:
+        sizes.append(int(numpy.prod([p.b for p in patterns[f:f + count]])))
+        f += count
+    # Batch-size-last tiles want rows enough for 64-byte runs of a feature; either layout
+    # wants a few tiles per SM.
+    wanted = max(4, 64 // isz) if layout == "bsl" else 16
+    rows = min(wanted, pow2_at_least(batch))
+    while rows > 1 and rows_smem(n, rows, isz) > SMEM_TARGET:
+        rows //= 2
+    rw = 1
+    while 2 * rw <= rows and max(sizes) * 2 * rw * words <= REGISTER_VALUES:
+        rw *= 2
+    work = min((rows // rw) * (n // e) for e in sizes)   # items of the heaviest pass
+    threads = min(512, max(64, -(-work // 32) * 32))
+    return passes, rows, rw, threads
+
+
+def make_row_segment(factors, dtype, layout, batch, src=None, dst=None):
+    """A :class:`RowSegment` applying ``factors`` (Factors of ``dtype``, application order)
+    to batches of about ``batch`` in ``layout``, folding the input gather ``src`` (element t
+    of the segment's input is column ``src[t]``) and the output scatter ``dst`` (element t of
+    its output goes to column ``dst[t]``); None when ``ks_rows`` does not apply."""
+    dtype = numpy.dtype(dtype)
+    patterns = [f.pattern for f in factors]
+    if not eligible(patterns):
+        return None
+    config = _configure(patterns, dtype, layout, batch)
+    if config is None:
+        return None
+    passes, rows, rw, threads = config
+    vector_blocks = tuple(
+        f.pattern.b ** 2 * dtype.itemsize % 16 == 0 and f.pattern.b ** 2 * dtype.itemsize <= 256
+        and f.address % 16 == 0 for f in factors)
+    return RowSegment(tuple(factors), passes, rows, rw, threads, vector_blocks, src, dst)
+
+
+def _int32_inverse(perm):
+    xp = _arrays.array_module(perm)
+    return inverse_permutation(xp.asarray(perm, dtype=xp.int32), xp)
+
+
+# -- launch -------------------------------------------------------------------------------------
+def _vector_width(ptr, isz, contiguous, stride, extent):
+    """Elements per access along the walked axis: the largest power of two (at most 16
+    bytes) that divides ``extent`` (the walked axis's length in a tile) and ``stride`` (the
+    other axis's, in elements), with ``ptr`` aligned to it; 1 unless ``contiguous``."""
+    if not contiguous:
+        return 1
+    v = max(1, 16 // isz)
+    while v > 1 and (ptr % (v * isz) or stride % v or extent % v):
+        v //= 2
+    return v
+
+
+@copying_odd_strides
+def prepare(segment: RowSegment, X, layout):
+    """``run(X) -> Y`` applying the segment, ``K_F ... K_1 X`` (bsl, X ``(n, B)``) or the
+    same on the rows of ``X`` (bsf, ``(B, n)``), for operands with ``X``'s shape, strides,
+    dtype and 16-byte alignment: kernel, grid and arguments found here once. The segment's
+    factors must have X's dtype."""
+    import cupy
+    dtype, isz, n = X.dtype, X.dtype.itemsize, segment.n
+    B, (sx_f, sx_b, sy_f, sy_b), y_shape = geometry(X, layout, n)
+    if B == 0:
+        return lambda X: cupy.empty(y_shape, dtype=dtype)
+    # Y is new and C-ordered (CuPy's allocations are 256-byte aligned)
+    if layout == "bsf":
+        along = ALONG_T
+        vx = _vector_width(X.data.ptr, isz, sx_f == 1, sx_b, n)
+        vy = _vector_width(0, isz, True, sy_b, n)
+    else:
+        along = ALONG_ROW
+        vx = _vector_width(X.data.ptr, isz, sx_b == 1, sx_f, segment.rows)
+        vy = _vector_width(0, isz, True, sy_f, segment.rows)
+    smem = segment.smem_bytes(isz)
+    fn = nvrtc.function("ks_rows.cu", segment.name(dtype, along, vx, vy), smem,
+                        cupy.cuda.Device().id, prefer_shared=True)
+    tiles = -(-B // segment.rows)
+    i64, null = numpy.int64, numpy.uint64(0)
+    table = lambda t: null if t is None else t  # noqa: E731
+    launch = Launcher(fn, (min(tiles, 2**31 - 1),), (segment.threads,), smem,
+                      (segment.meta, i64(B), i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b),
+                       table(segment.load_to), table(segment.store_from), i64(tiles)))
+    return KernelRun(launch, y_shape, dtype)

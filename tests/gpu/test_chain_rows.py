@@ -1,0 +1,224 @@
+"""The whole-vector chain kernel (kernels_cu/ks_rows.cu) against float64 oracles on the GPU.
+
+Oracles: a product of dense complex128 factors built from the canonical values by the
+definition (conftest.dense_oracle), numpy.fft for DFTs and scipy.linalg.hadamard for
+Hadamard chains; none of them runs kscupy code. Segments are built directly with
+``make_row_segment`` (so the kernel under test is known), and the end-to-end tests check
+that ``auto``'s plan really holds a RowSegment. Outputs are NaN-poisoned (``poisoned``).
+"""
+import numpy
+import pytest
+import scipy.linalg
+
+import kscupy as ks
+from conftest import DTYPES, RTOL, dense_oracle, gpu_available, random_array, rel_err
+from kscupy.kernels import ks_rows
+from kscupy.kernels.ks_rows import RowSegment, make_row_segment
+from kscupy.shuffle import inverse_permutation
+
+pytestmark = pytest.mark.gpu
+if not gpu_available():
+    pytest.skip("needs CuPy and a CUDA device", allow_module_level=True)
+
+import cupy  # noqa: E402
+
+BATCHES = [1, 3, 1000, 65537]
+
+# Chains (left to right) of small square factors: nesting ones (several factors per pass,
+# strides ascending or descending in application order), ones that do not nest (a pass per
+# factor), mixed radices, radix 1 and 16, and a length that is no power of two.
+CHAINS = {
+    "butterfly16": [(1, 2, 2, 8), (2, 2, 2, 4), (4, 2, 2, 2), (8, 2, 2, 1)],
+    "butterfly_desc": [(8, 2, 2, 1), (4, 2, 2, 2), (2, 2, 2, 4), (1, 2, 2, 8)],
+    "butterfly512": [(2**l, 2, 2, 2**(8 - l)) for l in range(9)],
+    "radix4_64": [(1, 4, 4, 16), (4, 4, 4, 4), (16, 4, 4, 1)],
+    "mixed12": [(1, 3, 3, 4), (3, 2, 2, 2), (6, 2, 2, 1)],
+    "no_nest": [(1, 4, 4, 8), (4, 2, 2, 4), (2, 4, 4, 4), (32, 1, 1, 1)],
+    "radix16": [(1, 16, 16, 8), (16, 8, 8, 1)],
+    "odd": [(5, 3, 3, 7), (1, 7, 7, 15), (35, 3, 3, 1)],
+}
+
+
+def _chain(patterns, dtype, seed, **perms):
+    rng = numpy.random.default_rng(seed)
+    return ks.KSChain([ks.KSMatrix.random(p, dtype=dtype, xp=cupy, seed=int(rng.integers(2**31)))
+                       for p in patterns], **perms)
+
+
+def _oracle(chain):
+    """Dense complex128 product of the factors, from their canonical values, with the
+    permutations applied as gathers."""
+    D = dense_oracle(chain.factors[0].values.get())
+    for f in chain.factors[1:]:
+        D = D @ dense_oracle(f.values.get())
+    if chain.output_permutation is not None:
+        D = D[chain.output_permutation.get()]
+    if chain.input_permutation is not None:
+        D = D[:, numpy.argsort(chain.input_permutation.get())]
+    return D
+
+
+def _segment(chain, dtype, layout, batch):
+    """The chain's factors (application order) as one RowSegment, permutations folded the
+    way the planner folds them."""
+    factors = [K.factor.in_dtype(dtype) for K in reversed(chain.factors)]
+    dst = None
+    if chain.output_permutation is not None:
+        dst = inverse_permutation(chain.output_permutation, cupy)
+    seg = make_row_segment(factors, dtype, layout, batch, src=chain.input_permutation, dst=dst)
+    assert seg is not None
+    return seg
+
+
+def _tol(dtype, chain):
+    return 20 * RTOL[numpy.dtype(dtype)] * len(chain)
+
+
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", sorted(CHAINS))
+def test_rows_against_oracle(poisoned, rng, name, dtype, layout):
+    chain = _chain(CHAINS[name], dtype, seed=len(name))
+    D = _oracle(chain)
+    N = chain.shape[1]
+    for B in BATCHES:
+        if B * N > 2**22:
+            B = 2**22 // N + 1                      # keep the oracle cheap; still a tail tile
+        seg = _segment(chain, numpy.dtype(dtype), layout, B)
+        X = random_array(rng, (N, B) if layout == "bsl" else (B, N), dtype)
+        ref = D @ X if layout == "bsl" else X @ D.T
+        Y = seg(cupy.asarray(X), layout)
+        assert Y.dtype == dtype and Y.shape == ref.shape
+        assert rel_err(Y, ref) < _tol(dtype, chain), (B, seg.describe())
+
+
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64, numpy.complex128])
+def test_rows_permutations_folded(poisoned, rng, dtype, layout):
+    """Input and output gathers folded into the loads and stores."""
+    N = 512
+    chain = _chain(CHAINS["butterfly512"], dtype, seed=3,
+                   input_permutation=cupy.asarray(rng.permutation(N)),
+                   output_permutation=cupy.asarray(rng.permutation(N)))
+    D = _oracle(chain)
+    for B in (1, 37, 1000):
+        seg = _segment(chain, numpy.dtype(dtype), layout, B)
+        assert seg.load_to is not None and seg.store_from is not None
+        X = random_array(rng, (N, B) if layout == "bsl" else (B, N), dtype)
+        ref = D @ X if layout == "bsl" else X @ D.T
+        assert rel_err(seg(cupy.asarray(X), layout), ref) < _tol(dtype, chain)
+
+
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex128])
+@pytest.mark.parametrize("view", ["T", "H", "conj"])
+def test_rows_views(poisoned, rng, dtype, view):
+    """Transposed (compile-time orientation) and conjugated (run-time flag) factors."""
+    chain = getattr(_chain(CHAINS["mixed12"] + [(1, 4, 4, 3)], dtype, seed=7), view)
+    chain = chain() if view == "conj" else chain
+    D = _oracle(chain)
+    for layout in ("bsl", "bsf"):
+        seg = _segment(chain, numpy.dtype(dtype), layout, 1000)
+        X = random_array(rng, (D.shape[1], 1000) if layout == "bsl" else (1000, D.shape[1]), dtype)
+        ref = D @ X if layout == "bsl" else X @ D.T
+        assert rel_err(seg(cupy.asarray(X), layout), ref) < _tol(dtype, chain)
+
+
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_rows_strided_and_misaligned(poisoned, rng, layout):
+    """Operands whose strides or alignment rule out vector accesses, and a Fortran-order
+    batch in each layout: element-wise accesses, same results."""
+    dtype = numpy.complex64
+    chain = _chain(CHAINS["butterfly16"], dtype, seed=11)
+    D = _oracle(chain)
+    N, B = 16, 301
+    big = random_array(rng, (3 * N + 1, 2 * B + 1) if layout == "bsl" else (2 * B + 1, 3 * N + 1),
+                       dtype)
+    Xd = cupy.asarray(big)
+    operands = {"strided": (Xd[1::3, 1::2] if layout == "bsl" else Xd[1::2, 1::3]),
+                "offset": (Xd[1:N + 1, :B] if layout == "bsl" else Xd[:B, 1:N + 1])}
+    operands["fortran"] = cupy.asfortranarray(operands["offset"])
+    for what, X in operands.items():
+        seg = _segment(chain, numpy.dtype(dtype), layout, B)
+        ref_x = X.get().astype(numpy.complex128)
+        ref = D @ ref_x if layout == "bsl" else ref_x @ D.T
+        assert rel_err(seg(X, layout), ref) < _tol(dtype, chain), what
+
+
+@pytest.mark.parametrize("n", [8, 96, 1024, 4096, 16384])
+@pytest.mark.parametrize("dtype", [numpy.complex64, numpy.complex128])
+def test_dft_auto_runs_rows(poisoned, rng, n, dtype):
+    """``auto`` plans a DFT as one whole-vector launch where it fits, in both layouts, and
+    matches numpy.fft (digit reversal folded into the loads)."""
+    F = ks.dft(n, dtype=dtype, xp=cupy)
+    for layout, B in (("bsf", 3), ("bsf", 1000), ("bsl", 65537 if n <= 64 else 33)):
+        X = random_array(rng, (B, n) if layout == "bsf" else (n, B), dtype)
+        ref = numpy.fft.fft(X.astype(numpy.complex128), axis=1 if layout == "bsf" else 0)
+        Y = F.matmul(cupy.asarray(X), layout=layout)
+        assert rel_err(Y, ref) < (2e-5 if dtype == numpy.complex64 else 1e-12), layout
+        # the segment itself, whatever the model chose for this batch
+        seg = _segment(F, numpy.dtype(dtype), layout, B) if ks_rows.rows_smem(
+            n, 1, numpy.dtype(dtype).itemsize) <= ks_rows.SMEM_MAX else None
+        if seg is not None:
+            assert rel_err(seg(cupy.asarray(X), layout), ref) < (
+                2e-5 if dtype == numpy.complex64 else 1e-12)
+    plan = F.plan("bsf", dtype, 2**26 // n)
+    if n in (1024, 4096) and dtype == numpy.complex64:
+        assert plan.launches == 1 and isinstance(plan.steps[0], RowSegment), plan.describe()
+
+
+@pytest.mark.parametrize("n", [2, 64, 1024, 8192])
+def test_hadamard_rows(poisoned, rng, n):
+    H = ks.hadamard(n, dtype=numpy.float32, xp=cupy)
+    ref_m = scipy.linalg.hadamard(n).astype(numpy.float64)
+    for layout in ("bsl", "bsf"):
+        X = random_array(rng, (n, 1000) if layout == "bsl" else (1000, n), numpy.float32)
+        ref = ref_m @ X if layout == "bsl" else X @ ref_m.T
+        seg = _segment(H, numpy.dtype(numpy.float32), layout, 1000)
+        assert rel_err(seg(cupy.asarray(X), layout), ref) < 1e-5
+        assert rel_err(H.matmul(cupy.asarray(X), layout=layout), ref) < 1e-5
+
+
+def test_rows_auto_plan_end_to_end(poisoned, rng):
+    """A random butterfly under auto: the plan holds a RowSegment and the product matches."""
+    chain = _chain(CHAINS["butterfly512"], numpy.float32, seed=5)
+    D = _oracle(chain)
+    for layout in ("bsl", "bsf"):
+        plan = chain.plan(layout, numpy.float32, 25088)
+        assert any(isinstance(s, RowSegment) for s in plan.steps), plan.describe()
+        X = random_array(rng, (512, 25088) if layout == "bsl" else (25088, 512), numpy.float32)
+        ref = D @ X if layout == "bsl" else X @ D.T
+        assert rel_err(chain.matmul(cupy.asarray(X), layout=layout), ref) < _tol(
+            numpy.float32, chain)
+
+
+def test_rows_large_offsets(poisoned):
+    """B·N above 2^31 elements: 64-bit addressing of rows (float16 keeps it to 4.3 GB)."""
+    N, dtype = 16, numpy.float16
+    chain = _chain(CHAINS["butterfly16"], dtype, seed=13)
+    D = _oracle(chain)
+    B = 2**31 // N + 4099
+    for layout in ("bsf",):
+        X = cupy.empty((B, N), dtype=dtype)
+        X[...] = cupy.random.default_rng(0).standard_normal((B, N), dtype=numpy.float32)
+        seg = _segment(chain, numpy.dtype(dtype), layout, B)
+        Y = seg(X, layout)
+        tail = slice(B - 5000, B)
+        ref = X[tail].get().astype(numpy.complex128) @ D.T
+        assert rel_err(Y[tail], ref) < _tol(dtype, chain)
+        del X, Y
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sanitizer_subset_rows(poisoned, rng, dtype):
+    """Small cases for compute-sanitizer: gathers, ragged tiles, both layouts, non-nesting."""
+    for name in ("butterfly16", "no_nest", "odd"):
+        base = _chain(CHAINS[name], dtype, seed=5)
+        N = base.shape[1]
+        chain = ks.KSChain(base.factors, input_permutation=cupy.asarray(rng.permutation(N)),
+                           output_permutation=cupy.asarray(rng.permutation(N)))
+        D = _oracle(chain)
+        for layout in ("bsl", "bsf"):
+            seg = _segment(chain, numpy.dtype(dtype), layout, 37)
+            X = random_array(rng, (N, 37) if layout == "bsl" else (37, N), dtype)
+            ref = D @ X if layout == "bsl" else X @ D.T
+            assert rel_err(seg(cupy.asarray(X), layout), ref) < _tol(dtype, chain)

@@ -30,8 +30,8 @@
 namespace ks {
 
 // One factor: radix R (its b = c), stride D (its d); TR: a transposed view (element (k, l)
-// of a block stored at l·R + k instead of k·R + l); VEC: its blocks are read with 16-byte
-// loads (R·R·sizeof(T) a multiple of 16, the storage 16-byte aligned).
+// of a block stored at l·R + k instead of k·R + l); VEC: its block rows are read with
+// 16-byte loads (not transposed, R·sizeof(T) a multiple of 16, the storage 16-byte aligned).
 template <int R_, int D_, int TR_ = 0, int VEC_ = 0>
 struct Radix {
   static constexpr int r = R_, d = D_;
@@ -86,42 +86,37 @@ __global__ void ks_rows_layout(long long* out) {
   out[0] = L::SMEM_BYTES; out[1] = L::ROW; out[2] = L::PADQ;
 }
 
-// Factor F's block of group g (at most 256 bytes) into registers, conjugated when asked,
-// widened to C.
+// Row k of factor F's block (r values, from a block's start wg) into registers, conjugated
+// when asked, widened to C: 16-byte loads where VEC (the row a whole number of 16-byte words,
+// the storage aligned), else one element at a time through the view's strides.
 template <class T, class C, class F>
-__device__ __forceinline__ void load_block(const T* __restrict__ wg, bool cj, C (&w)[F::r][F::r]) {
+__device__ __forceinline__ void load_row(const T* __restrict__ wg, int k, bool cj, C (&w)[F::r]) {
   constexpr int r = F::r;
-  T raw[r * r];
+  T raw[r];
   if constexpr (F::vec) {
-    static_assert(r * r * sizeof(T) % 16 == 0, "vector-read blocks are whole 16-byte words");
-    const uint4* __restrict__ src = reinterpret_cast<const uint4*>(wg);
+    static_assert(r * sizeof(T) % 16 == 0 && !F::transposed, "vector rows are 16-byte words");
+    const uint4* __restrict__ src = reinterpret_cast<const uint4*>(wg + k * r);
     uint4* dst = reinterpret_cast<uint4*>(raw);
 #pragma unroll
-    for (int i = 0; i < r * r * (int)sizeof(T) / 16; ++i) dst[i] = __ldg(src + i);
+    for (int i = 0; i < r * (int)sizeof(T) / 16; ++i) dst[i] = __ldg(src + i);
   } else {
 #pragma unroll
-    for (int i = 0; i < r * r; ++i) raw[i] = wg[i];
+    for (int l = 0; l < r; ++l) raw[l] = wg[F::transposed ? l * r + k : k * r + l];
   }
 #pragma unroll
-  for (int k = 0; k < r; ++k)
-#pragma unroll
-    for (int l = 0; l < r; ++l) {
-      const T v = raw[F::transposed ? l * r + k : k * r + l];
-      w[k][l] = widen(cj ? ks::conj(v) : v);
-    }
+  for (int l = 0; l < r; ++l) w[l] = widen(cj ? ks::conj(raw[l]) : raw[l]);
 }
 
 // Factor F (index FI of the segment) on the registers of one work item of pass P: for each
 // value of the other digits of u, the r elements u0 + m·s (m < r) of each of the RW rows go
-// through the block of their group. A block of at most 256 bytes is read whole into
-// registers (16-byte loads where VEC); a larger one an output row k at a time.
+// through the block of their group, read one output row k at a time (few live registers:
+// the block row, and the r new values of each row until all are computed).
 // meta[2·FI]: address of the factor's values (block of group g at g·r·r); meta[2·FI + 1]:
 // 1 to use conj(w).
 template <class T, class C, int RW, class P, class F, int FI>
 __device__ __forceinline__ void apply_factor(C (&x)[RW][P::E], int hi, int lo,
                                              const long long* __restrict__ meta) {
   constexpr int r = F::r, d = F::d, E = P::E, s = F::d / P::DLO;
-  constexpr bool whole = r * r * sizeof(T) <= 256;
   const T* __restrict__ W = reinterpret_cast<const T*>(meta[2 * FI]);
   const bool cj = meta[2 * FI + 1] != 0;
 #pragma unroll
@@ -131,33 +126,16 @@ __device__ __forceinline__ void apply_factor(C (&x)[RW][P::E], int hi, int lo,
     const int g = (t0 / (r * d)) * d + t0 % d;           // group (i, j) of t0
     const T* __restrict__ wg = W + (long long)g * (r * r);
     C y[RW][r];
-    if constexpr (whole) {
-      C w[r][r];
-      load_block<T, C, F>(wg, cj, w);
 #pragma unroll
-      for (int row = 0; row < RW; ++row)
+    for (int k = 0; k < r; ++k) {
+      C w[r];
+      load_row<T, C, F>(wg, k, cj, w);
 #pragma unroll
-        for (int k = 0; k < r; ++k) {
-          C acc = zero(C());
+      for (int row = 0; row < RW; ++row) {
+        C acc = zero(C());
 #pragma unroll
-          for (int l = 0; l < r; ++l) acc = ks::fma(w[k][l], x[row][u0 + l * s], acc);
-          y[row][k] = acc;
-        }
-    } else {
-#pragma unroll
-      for (int k = 0; k < r; ++k) {
-        C acc[RW];
-#pragma unroll
-        for (int row = 0; row < RW; ++row) acc[row] = zero(C());
-#pragma unroll
-        for (int l = 0; l < r; ++l) {
-          const T v = wg[F::transposed ? l * r + k : k * r + l];
-          const C w = widen(cj ? ks::conj(v) : v);
-#pragma unroll
-          for (int row = 0; row < RW; ++row) acc[row] = ks::fma(w, x[row][u0 + l * s], acc[row]);
-        }
-#pragma unroll
-        for (int row = 0; row < RW; ++row) y[row][k] = acc[row];
+        for (int l = 0; l < r; ++l) acc = ks::fma(w[l], x[row][u0 + l * s], acc);
+        y[row][k] = acc;
       }
     }
 #pragma unroll
@@ -318,10 +296,12 @@ __device__ __forceinline__ void store_tile(const T* tile, T* __restrict__ Y, lon
 // Y = K_F ... K_1 X on whole feature vectors of length N. Ps: the passes (Pass<Radix...>),
 // factors in the order they are applied. X: element (row, column) at row·sx_b + column·sx_f;
 // Y likewise with sy_*. VX / VY: elements per global load / store along ALONG (1 for any
-// strides; more only where the host checked contiguity and alignment). load_to /
+// strides; more only where the host checked contiguity and alignment). MINB: blocks per SM
+// the registers must allow (several blocks per SM overlap one's loads with another's
+// arithmetic). load_to /
 // store_from: the folded gathers (null: none). meta: see apply_factor. Tiles: ceil(B / RT).
-template <class T, int N, int RT, int NT, int RW, int ALONG, int VX, int VY, class... Ps>
-__global__ void __launch_bounds__(NT) ks_rows(
+template <class T, int N, int RT, int NT, int MINB, int RW, int ALONG, int VX, int VY, class... Ps>
+__global__ void __launch_bounds__(NT, MINB) ks_rows(
     const T* __restrict__ X, T* __restrict__ Y, const long long* __restrict__ meta,
     long long B, long long sx_f, long long sx_b, long long sy_f, long long sy_b,
     const int* __restrict__ load_to, const int* __restrict__ store_from, long long tiles) {

@@ -32,7 +32,15 @@ SMEM_MAX = 200 * 1024
 #: Shared memory a block holding several vectors may use: three blocks per SM.
 SMEM_TARGET = 72 * 1024
 #: 32-bit registers a work item's values may take (E elements times RW rows).
-REGISTER_VALUES = 64
+REGISTER_VALUES = 32
+#: Most elements of a pass (the product of its radices) for 1- and 2-word compute types
+#: (halved for complex128).
+MAX_ELEMENTS = 16
+#: Blocks per SM that a launch asks the registers to allow (at most; fewer when the shared
+#: memory of a block allows fewer): one block's loads overlap another's arithmetic.
+MIN_BLOCKS = 3
+#: Shared memory of an SM available to blocks (H100/H200: 228 KiB, 1 KiB reserved per block).
+SM_SMEM = 224 * 1024
 #: ``Along`` in ks_rows.cu: the axis global accesses walk (t in a row, or the batch row).
 ALONG_T, ALONG_ROW = 0, 1
 
@@ -87,9 +95,9 @@ class RowSegment:
     length ``n``) applied by one launch of ``ks_rows``.
 
     ``passes``: factors per pass; ``rows``: vectors per block; ``rw``: vectors per work item;
-    ``threads``: per block; ``src`` / ``dst``: the folded permutations as the planner gives
+    ``threads``: per block; ``min_blocks``: blocks per SM the registers must allow; ``src`` / ``dst``: the folded permutations as the planner gives
     them (element t of the input is column ``src[t]``, element t of the output goes to
-    column ``dst[t]``); ``vector_blocks[f]``: factor f's blocks are read as 16-byte words.
+    column ``dst[t]``); ``vector_blocks[f]``: factor f's block rows are read as 16-byte words.
     Building one touches no device memory (the planner prices many); the kernel's tables
     are made on the first launch.
     """
@@ -98,6 +106,7 @@ class RowSegment:
     rows: int
     rw: int
     threads: int
+    min_blocks: int
     vector_blocks: tuple
     src: object = None
     dst: object = None
@@ -147,9 +156,10 @@ class RowSegment:
         return ", ".join(out)
 
     def name(self, dtype, along: int, vx: int, vy: int) -> str:
-        """The instantiation ``ks::ks_rows<T, N, RT, NT, RW, ALONG, VX, VY, Pass<...>...>``."""
+        """The instantiation ``ks::ks_rows<T, N, RT, NT, MINB, RW, ALONG, VX, VY, Pass<...>...>``."""
         return (f"ks::ks_rows<{nvrtc.scalar_name(dtype)}, {self.n}, {self.rows}, "
-                f"{self.threads}, {self.rw}, {along}, {vx}, {vy}, {self._pass_arguments()}>")
+                f"{self.threads}, {self.min_blocks}, {self.rw}, {along}, {vx}, {vy}, "
+                f"{self._pass_arguments()}>")
 
     def layout_probe_name(self, dtype) -> str:
         return f"ks::ks_rows_layout<{nvrtc.scalar_name(dtype)}, {self.n}, {self.rows}>"
@@ -177,12 +187,11 @@ def eligible(patterns) -> bool:
 
 
 def _configure(patterns, dtype, layout, batch):
-    """``(passes, rows, rw, threads)`` or None when one vector does not fit."""
+    """``(passes, rows, rw, threads, min_blocks)`` or None when one vector does not fit."""
     n, isz, words = patterns[0].shape[1], dtype.itemsize, _words(dtype)
     if rows_smem(n, 1, isz) > SMEM_MAX:
         return None
-    max_elements = MAX_RADIX if words <= 2 else MAX_RADIX // 2
-    passes = group_passes(patterns, max_elements)
+    passes = group_passes(patterns, MAX_ELEMENTS if words <= 2 else MAX_ELEMENTS // 2)
     sizes, f = [], 0
     for count in passes:
         sizes.append(int(numpy.prod([p.b for p in patterns[f:f + count]])))
@@ -196,9 +205,12 @@ def _configure(patterns, dtype, layout, batch):
     rw = 1
     while 2 * rw <= rows and max(sizes) * 2 * rw * words <= REGISTER_VALUES:
         rw *= 2
-    work = min((rows // rw) * (n // e) for e in sizes)   # items of the heaviest pass
-    threads = min(512, max(64, -(-work // 32) * 32))
-    return passes, rows, rw, threads
+    # Threads: one work item each in the heaviest pass, at most 256 when several blocks
+    # share an SM (256 x 3 blocks leaves 85 registers a thread), 512 for a lone block.
+    resident = max(1, min(MIN_BLOCKS, SM_SMEM // (rows_smem(n, rows, isz) + 1024)))
+    work = min((rows // rw) * (n // e) for e in sizes)
+    threads = min(256 if resident > 1 else 512, max(64, -(-work // 32) * 32))
+    return passes, rows, rw, threads, resident
 
 
 def make_row_segment(factors, dtype, layout, batch, src=None, dst=None):
@@ -213,11 +225,11 @@ def make_row_segment(factors, dtype, layout, batch, src=None, dst=None):
     config = _configure(patterns, dtype, layout, batch)
     if config is None:
         return None
-    passes, rows, rw, threads = config
-    vector_blocks = tuple(
-        f.pattern.b ** 2 * dtype.itemsize % 16 == 0 and f.pattern.b ** 2 * dtype.itemsize <= 256
-        and f.address % 16 == 0 for f in factors)
-    return RowSegment(tuple(factors), passes, rows, rw, threads, vector_blocks, src, dst)
+    passes, rows, rw, threads, min_blocks = config
+    vector_blocks = tuple(not f.transposed and f.pattern.b * dtype.itemsize % 16 == 0
+                          and f.address % 16 == 0 for f in factors)
+    return RowSegment(tuple(factors), passes, rows, rw, threads, min_blocks, vector_blocks,
+                      src, dst)
 
 
 def _int32_inverse(perm):

@@ -19,11 +19,13 @@
 //     t = hi·(E·DLO) + u·DLO + lo          (u < E, lo < DLO, hi < N / (E·DLO))
 //
 // of one (hi, lo) are closed under every factor of the pass: factor f mixes the digit of u
-// at stride s_f = d_f / DLO. A work item holds those E elements of RW rows in registers,
-// applies the pass's factors one after the other (each block read once for the RW rows) and
-// writes them back where they came from; a barrier separates passes. FFT, Hadamard and
-// butterfly chains nest, so a pass there does log2(E) radix-2 stages (or the merged radix-4
-// ones) per round trip through shared memory.
+// at stride s_f = d_f / DLO. A work item reads the blocks its (hi, lo) needs into registers
+// once, then walks its rows: the E elements of a row into registers, the pass's factors one
+// after the other, back where they came from; a barrier separates passes. The blocks are
+// the kernel's heaviest traffic (r values per element per factor), so keeping them while
+// several rows go by is what lets the tile, not the weights, set the pace. FFT, Hadamard
+// and butterfly chains nest, so a pass there does several stages per round trip through
+// shared memory.
 #include "ks_launch.cuh"
 #include "ks_scalar.cuh"
 
@@ -86,35 +88,22 @@ __global__ void ks_rows_layout(long long* out) {
   out[0] = L::SMEM_BYTES; out[1] = L::ROW; out[2] = L::PADQ;
 }
 
-// Row k of factor F's block (r values, from a block's start wg) into registers, conjugated
-// when asked, widened to C: 16-byte loads where VEC (the row a whole number of 16-byte words,
-// the storage aligned), else one element at a time through the view's strides.
-template <class T, class C, class F>
-__device__ __forceinline__ void load_row(const T* __restrict__ wg, int k, bool cj, C (&w)[F::r]) {
-  constexpr int r = F::r;
-  T raw[r];
-  if constexpr (F::vec) {
-    static_assert(r * sizeof(T) % 16 == 0 && !F::transposed, "vector rows are 16-byte words");
-    const uint4* __restrict__ src = reinterpret_cast<const uint4*>(wg + k * r);
-    uint4* dst = reinterpret_cast<uint4*>(raw);
-#pragma unroll
-    for (int i = 0; i < r * (int)sizeof(T) / 16; ++i) dst[i] = __ldg(src + i);
-  } else {
-#pragma unroll
-    for (int l = 0; l < r; ++l) raw[l] = wg[F::transposed ? l * r + k : k * r + l];
-  }
-#pragma unroll
-  for (int l = 0; l < r; ++l) w[l] = widen(cj ? ks::conj(raw[l]) : raw[l]);
-}
+// The weights of a pass that one work item holds in registers: for each factor f (in
+// order), its E/r_f blocks of r_f² values, block o of factor f at OFF_f + o·r_f², OFF_f the
+// sum of E·r_g over the factors g before f.
+template <class... Fs> struct PassWeights {
+  static constexpr int E = (Fs::r * ... * 1);
+  static constexpr int COUNT = E * (Fs::r + ... + 0);
+};
 
-// Factor F (index FI of the segment) on the registers of one work item of pass P: for each
-// value of the other digits of u, the r elements u0 + m·s (m < r) of each of the RW rows go
-// through the block of their group, read one output row k at a time (few live registers:
-// the block row, and the r new values of each row until all are computed).
+// Factor F's blocks for the work item (hi, lo) of pass P into w[OFF ...], conjugated when
+// asked, widened to C: for each value o of the other digits of u, the block of the group
+// of the elements u0 + m·s (m < r). 16-byte loads where VEC (rows of whole 16-byte words,
+// the storage aligned), else element by element through the view's strides.
 // meta[2·FI]: address of the factor's values (block of group g at g·r·r); meta[2·FI + 1]:
 // 1 to use conj(w).
-template <class T, class C, int RW, class P, class F, int FI>
-__device__ __forceinline__ void apply_factor(C (&x)[RW][P::E], int hi, int lo,
+template <class T, class C, class P, class F, int FI, int OFF, int NW>
+__device__ __forceinline__ void load_weights(C (&w)[NW], int hi, int lo,
                                              const long long* __restrict__ meta) {
   constexpr int r = F::r, d = F::d, E = P::E, s = F::d / P::DLO;
   const T* __restrict__ W = reinterpret_cast<const T*>(meta[2 * FI]);
@@ -125,78 +114,118 @@ __device__ __forceinline__ void apply_factor(C (&x)[RW][P::E], int hi, int lo,
     const int t0 = hi * (E * P::DLO) + u0 * P::DLO + lo;
     const int g = (t0 / (r * d)) * d + t0 % d;           // group (i, j) of t0
     const T* __restrict__ wg = W + (long long)g * (r * r);
-    C y[RW][r];
+    T raw[r * r];
+    if constexpr (F::vec) {
+      static_assert(r * sizeof(T) % 16 == 0 && !F::transposed, "vector rows are 16-byte words");
+      const uint4* __restrict__ src = reinterpret_cast<const uint4*>(wg);
+      uint4* dst = reinterpret_cast<uint4*>(raw);
 #pragma unroll
-    for (int k = 0; k < r; ++k) {
-      C w[r];
-      load_row<T, C, F>(wg, k, cj, w);
+      for (int i = 0; i < r * r * (int)sizeof(T) / 16; ++i) dst[i] = __ldg(src + i);
+    } else {
 #pragma unroll
-      for (int row = 0; row < RW; ++row) {
-        C acc = zero(C());
+      for (int k = 0; k < r; ++k)
 #pragma unroll
-        for (int l = 0; l < r; ++l) acc = ks::fma(w[l], x[row][u0 + l * s], acc);
-        y[row][k] = acc;
-      }
+        for (int l = 0; l < r; ++l) raw[k * r + l] = wg[F::transposed ? l * r + k : k * r + l];
     }
 #pragma unroll
-    for (int row = 0; row < RW; ++row)
-#pragma unroll
-      for (int k = 0; k < r; ++k) x[row][u0 + k * s] = y[row][k];
+    for (int i = 0; i < r * r; ++i) w[OFF + o * r * r + i] = widen(cj ? ks::conj(raw[i]) : raw[i]);
   }
 }
 
-template <class T, class C, int RW, class P, int FI, class... Fs>
-struct ApplyAll {
-  __device__ __forceinline__ static void run(C (&)[RW][P::E], int, int, const long long*) {}
+// Factor F on one vector's E elements x of pass P, with its blocks at w[OFF ...]: the r
+// elements u0 + m·s of each value o of the other digits through block o.
+template <class C, class P, class F, int OFF, int NW>
+__device__ __forceinline__ void apply_factor(C (&x)[P::E], const C (&w)[NW]) {
+  constexpr int r = F::r, E = P::E, s = F::d / P::DLO;
+#pragma unroll
+  for (int o = 0; o < E / r; ++o) {
+    const int u0 = (o / s) * (s * r) + o % s;
+    C y[r];
+#pragma unroll
+    for (int k = 0; k < r; ++k) {
+      C acc = zero(C());
+#pragma unroll
+      for (int l = 0; l < r; ++l) acc = ks::fma(w[OFF + (o * r + k) * r + l], x[u0 + l * s], acc);
+      y[k] = acc;
+    }
+#pragma unroll
+    for (int k = 0; k < r; ++k) x[u0 + k * s] = y[k];
+  }
+}
+
+// The pass's factors in order: load all their weights, or apply them all to one vector.
+template <class T, class C, class P, int FI, int OFF, int NW, class... Fs>
+struct Factors {
+  __device__ __forceinline__ static void load(C (&)[NW], int, int, const long long*) {}
+  __device__ __forceinline__ static void apply(C (&)[P::E], const C (&)[NW]) {}
 };
-template <class T, class C, int RW, class P, int FI, class F, class... Rest>
-struct ApplyAll<T, C, RW, P, FI, F, Rest...> {
-  __device__ __forceinline__ static void run(C (&x)[RW][P::E], int hi, int lo,
-                                             const long long* meta) {
-    apply_factor<T, C, RW, P, F, FI>(x, hi, lo, meta);
-    ApplyAll<T, C, RW, P, FI + 1, Rest...>::run(x, hi, lo, meta);
+template <class T, class C, class P, int FI, int OFF, int NW, class F, class... Rest>
+struct Factors<T, C, P, FI, OFF, NW, F, Rest...> {
+  using Tail = Factors<T, C, P, FI + 1, OFF + P::E * F::r, NW, Rest...>;
+  __device__ __forceinline__ static void load(C (&w)[NW], int hi, int lo, const long long* meta) {
+    load_weights<T, C, P, F, FI, OFF, NW>(w, hi, lo, meta);
+    Tail::load(w, hi, lo, meta);
+  }
+  __device__ __forceinline__ static void apply(C (&x)[P::E], const C (&w)[NW]) {
+    apply_factor<C, P, F, OFF, NW>(x, w);
+    Tail::apply(x, w);
   }
 };
 
-// One pass over the tile: work item w = (row group, q) with q = hi·DLO + lo, q fastest, so
-// that neighbouring lanes take neighbouring lo (adjacent elements) where DLO allows.
-template <class T, int N, int RT, int NT, int RW, class P, int FI0> struct PassRun;
-template <class T, int N, int RT, int NT, int RW, int FI0, class... Fs>
-struct PassRun<T, N, RT, NT, RW, Pass<Fs...>, FI0> {
+// Rows a work item of a pass with q items per row walks: doubled while the RT / RG row
+// groups times q items still give each of the NT threads one.
+__host__ __device__ constexpr int rows_per_item(int rt, int q, int nt) {
+  int rg = 1;
+  while (rt % (2 * rg) == 0 && (rt / (2 * rg)) * q >= nt) rg *= 2;
+  return rg;
+}
+
+// One pass over the tile. Work item = (q, rows): q = hi·DLO + lo (neighbouring lanes take
+// neighbouring lo, adjacent elements where DLO allows), and RG tile rows that it walks one
+// at a time with the pass's weights in registers, so that each block is read once per RG
+// vectors (rows_per_item).
+template <class T, int N, int RT, int NT, class P, int FI0> struct PassRun;
+template <class T, int N, int RT, int NT, int FI0, class... Fs>
+struct PassRun<T, N, RT, NT, Pass<Fs...>, FI0> {
   using P = Pass<Fs...>;
   using L = RowsLayout<T, N, RT>;
   using C = typename compute_of<T>::type;
-  static constexpr int E = P::E, DLO = P::DLO, Q = N / E, WORK = (RT / RW) * Q;
+  using Fc = Factors<T, C, P, FI0, 0, PassWeights<Fs...>::COUNT, Fs...>;
+  static constexpr int E = P::E, DLO = P::DLO, Q = N / E, NW = PassWeights<Fs...>::COUNT;
+  static constexpr int RG = rows_per_item(RT, Q, NT);
+  static constexpr int WORK = (RT / RG) * Q;
   static_assert(N % (E * DLO) == 0, "a pass's element sets tile the vector");
+  static_assert(RT % RG == 0, "rows of a work item tile the rows of the tile");
   __device__ __forceinline__ static void run(T* tile, const long long* meta) {
     for (int w = threadIdx.x; w < WORK; w += NT) {
-      const int q = w % Q, row0 = (w / Q) * RW;
+      const int q = w % Q, row0 = (w / Q) * RG;
       const int lo = q % DLO, hi = q / DLO;
       const int t0 = hi * (E * DLO) + lo;
-      C x[RW][E];
+      C wts[NW];
+      Fc::load(wts, hi, lo, meta);
+#pragma unroll 2
+      for (int row = row0; row < row0 + RG; ++row) {
+        C x[E];
 #pragma unroll
-      for (int row = 0; row < RW; ++row)
+        for (int u = 0; u < E; ++u) x[u] = widen(tile[L::at(row, t0 + u * DLO)]);
+        Fc::apply(x, wts);
 #pragma unroll
-        for (int u = 0; u < E; ++u) x[row][u] = widen(tile[L::at(row0 + row, t0 + u * DLO)]);
-      ApplyAll<T, C, RW, P, FI0, Fs...>::run(x, hi, lo, meta);
-#pragma unroll
-      for (int row = 0; row < RW; ++row)
-#pragma unroll
-        for (int u = 0; u < E; ++u) tile[L::at(row0 + row, t0 + u * DLO)] = narrow<T>(x[row][u]);
+        for (int u = 0; u < E; ++u) tile[L::at(row, t0 + u * DLO)] = narrow<T>(x[u]);
+      }
     }
   }
 };
 
-template <class T, int N, int RT, int NT, int RW, int FI, class... Ps>
+template <class T, int N, int RT, int NT, int FI, class... Ps>
 struct Passes {
   __device__ __forceinline__ static void run(T*, const long long*) {}
 };
-template <class T, int N, int RT, int NT, int RW, int FI, class P, class... Rest>
-struct Passes<T, N, RT, NT, RW, FI, P, Rest...> {
+template <class T, int N, int RT, int NT, int FI, class P, class... Rest>
+struct Passes<T, N, RT, NT, FI, P, Rest...> {
   __device__ __forceinline__ static void run(T* tile, const long long* meta) {
-    PassRun<T, N, RT, NT, RW, P, FI>::run(tile, meta);
+    PassRun<T, N, RT, NT, P, FI>::run(tile, meta);
     __syncthreads();
-    Passes<T, N, RT, NT, RW, FI + P::NF, Rest...>::run(tile, meta);
+    Passes<T, N, RT, NT, FI + P::NF, Rest...>::run(tile, meta);
   }
 };
 
@@ -207,7 +236,7 @@ enum Along { ALONG_T = 0, ALONG_ROW = 1 };
 // Vector e of the tile -> (row, t) of its first element; its V elements follow along ALONG.
 template <int N, int RT, int V, int ALONG>
 __device__ __forceinline__ void vector_origin(int e, int& row, int& t) {
-  if (ALONG == ALONG_T) {
+  if constexpr (ALONG == ALONG_T) {
     row = e / (N / V); t = (e % (N / V)) * V;
   } else {
     t = e / (RT / V); row = (e % (RT / V)) * V;
@@ -300,13 +329,12 @@ __device__ __forceinline__ void store_tile(const T* tile, T* __restrict__ Y, lon
 // the registers must allow (several blocks per SM overlap one's loads with another's
 // arithmetic). load_to /
 // store_from: the folded gathers (null: none). meta: see apply_factor. Tiles: ceil(B / RT).
-template <class T, int N, int RT, int NT, int MINB, int RW, int ALONG, int VX, int VY, class... Ps>
+template <class T, int N, int RT, int NT, int MINB, int ALONG, int VX, int VY, class... Ps>
 __global__ void __launch_bounds__(NT, MINB) ks_rows(
     const T* __restrict__ X, T* __restrict__ Y, const long long* __restrict__ meta,
     long long B, long long sx_f, long long sx_b, long long sy_f, long long sy_b,
     const int* __restrict__ load_to, const int* __restrict__ store_from, long long tiles) {
   using L = RowsLayout<T, N, RT>;
-  static_assert(RT % RW == 0, "RW must divide RT");
   static_assert(ALONG == ALONG_T ? N % VX == 0 && N % VY == 0 : RT % VX == 0 && RT % VY == 0,
                 "vectors tile the walked axis");
   require_dynamic_smem<L::SMEM_BYTES>();
@@ -316,7 +344,7 @@ __global__ void __launch_bounds__(NT, MINB) ks_rows(
     const long long row0 = it * RT;
     load_tile<T, N, RT, NT, VX, ALONG>(tile, X, B, row0, sx_f, sx_b, load_to);
     __syncthreads();
-    Passes<T, N, RT, NT, RW, 0, Ps...>::run(tile, meta);
+    Passes<T, N, RT, NT, 0, Ps...>::run(tile, meta);
     store_tile<T, N, RT, NT, VY, ALONG>(tile, Y, B, row0, sy_f, sy_b, store_from);
     __syncthreads();   // the next tile overwrites the shared memory
   }

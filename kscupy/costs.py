@@ -83,7 +83,7 @@ _FUSED_EFFICIENCY = 0.3
 
 # Whole-vector segments (kernels_cu/ks_rows.cu): the batch in and out at _ROWS_BANDWIDTH of
 # the device's; each pass moves the tile through shared memory and each factor reads its
-# blocks from L1 once per work item, both through the SM's load/store path, modelled at
+# blocks from L1 once per tile (for all its rows), both through the SM's load/store path, modelled at
 # _ROWS_DATAPATH times the device bandwidth (128 bytes per clock per SM: about 7x on an
 # H200); the FMA units at _ROWS_EFFICIENCY of peak. Estimates until fitted.
 _ROWS_BANDWIDTH = 0.8
@@ -263,13 +263,13 @@ def segment_seconds(segment, batch: int, dtype, rates: DeviceRates) -> float:
 def rows_seconds(segment, batch: int, dtype, rates: DeviceRates) -> float:
     """A whole-vector segment (:class:`kscupy.kernels.ks_rows.RowSegment`): the slowest of
     DRAM traffic (the batch in and out once), the SM's load/store path (two shared-memory
-    round trips of the tile per pass, each factor's blocks read per work item) and SIMT
+    round trips of the tile per pass, each factor's blocks read once per tile) and SIMT
     arithmetic, plus a launch."""
     isz = numpy.dtype(dtype).itemsize
     elements = batch * segment.n
     dram = 2 * isz * elements / (_ROWS_BANDWIDTH * rates.bandwidth)
     radices = sum(p.b for p in segment.patterns)       # block entries read per element
-    on_chip = isz * elements * (2 * len(segment.passes) + 2 + radices / segment.rw)
+    on_chip = isz * elements * (2 * len(segment.passes) + 2 + radices / segment.rows)
     datapath = on_chip / (_ROWS_DATAPATH * rates.bandwidth)
     compute = _flops_per_mac(dtype) * elements * radices / (_ROWS_EFFICIENCY * rates.peak(dtype))
     return max(dram, datapath, compute) + LAUNCH_SECONDS

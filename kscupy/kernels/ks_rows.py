@@ -31,11 +31,12 @@ MAX_RADIX = 16
 SMEM_MAX = 200 * 1024
 #: Shared memory a block holding several vectors may use: three blocks per SM.
 SMEM_TARGET = 72 * 1024
-#: 32-bit registers a work item's values may take (E elements times RW rows).
-REGISTER_VALUES = 32
-#: Most elements of a pass (the product of its radices) for 1- and 2-word compute types
-#: (halved for complex128).
+#: Most elements of a pass (the product of its radices).
 MAX_ELEMENTS = 16
+#: 32-bit registers a work item may give the weights of a pass (E times the sum of its
+#: radices, times the words of a value): the pass's blocks stay in registers while the
+#: item walks its rows.
+WEIGHT_WORDS = 48
 #: Blocks per SM that a launch asks the registers to allow (at most; fewer when the shared
 #: memory of a block allows fewer): one block's loads overlap another's arithmetic.
 MIN_BLOCKS = 3
@@ -67,14 +68,17 @@ def _nests(radices_strides) -> bool:
     return True
 
 
-def group_passes(patterns, max_elements: int) -> tuple:
+def group_passes(patterns, max_elements: int, max_weights: int = 2**31) -> tuple:
     """Consecutive factors (patterns in application order) grouped into passes: a factor
-    joins the current pass while the pass's digits still nest and the product of its radices
-    stays at most ``max_elements``. Returns the number of factors of each pass."""
+    joins the current pass while the pass's digits still nest, the product E of its radices
+    stays at most ``max_elements`` and its weights (E times the sum of the radices) at most
+    ``max_weights``. Returns the number of factors of each pass."""
     passes, current = [], []
     for p in patterns:
         trial = current + [(p.b, p.d)]
-        if current and (numpy.prod([r for r, _ in trial]) > max_elements or not _nests(trial)):
+        elements = int(numpy.prod([r for r, _ in trial]))
+        if current and (elements > max_elements or not _nests(trial)
+                        or elements * sum(r for r, _ in trial) > max_weights):
             passes.append(len(current))
             trial = [(p.b, p.d)]
         current = trial
@@ -94,8 +98,7 @@ class RowSegment:
     """Factors (:class:`~kscupy.factor.Factor`, application order, all square with the same
     length ``n``) applied by one launch of ``ks_rows``.
 
-    ``passes``: factors per pass; ``rows``: vectors per block; ``rw``: vectors per work item;
-    ``threads``: per block; ``min_blocks``: blocks per SM the registers must allow; ``src`` / ``dst``: the folded permutations as the planner gives
+    ``passes``: factors per pass; ``rows``: vectors per block; ``threads``: per block; ``min_blocks``: blocks per SM the registers must allow; ``src`` / ``dst``: the folded permutations as the planner gives
     them (element t of the input is column ``src[t]``, element t of the output goes to
     column ``dst[t]``); ``vector_blocks[f]``: factor f's block rows are read as 16-byte words.
     Building one touches no device memory (the planner prices many); the kernel's tables
@@ -104,7 +107,6 @@ class RowSegment:
     factors: tuple
     passes: tuple
     rows: int
-    rw: int
     threads: int
     min_blocks: int
     vector_blocks: tuple
@@ -156,9 +158,9 @@ class RowSegment:
         return ", ".join(out)
 
     def name(self, dtype, along: int, vx: int, vy: int) -> str:
-        """The instantiation ``ks::ks_rows<T, N, RT, NT, MINB, RW, ALONG, VX, VY, Pass<...>...>``."""
+        """The instantiation ``ks::ks_rows<T, N, RT, NT, MINB, ALONG, VX, VY, Pass<...>...>``."""
         return (f"ks::ks_rows<{nvrtc.scalar_name(dtype)}, {self.n}, {self.rows}, "
-                f"{self.threads}, {self.min_blocks}, {self.rw}, {along}, {vx}, {vy}, "
+                f"{self.threads}, {self.min_blocks}, {along}, {vx}, {vy}, "
                 f"{self._pass_arguments()}>")
 
     def layout_probe_name(self, dtype) -> str:
@@ -176,7 +178,7 @@ class RowSegment:
         extras = "".join(f", {n}" for n, v in (("src", self.src), ("dst", self.dst))
                          if v is not None)
         return (f"rows {len(self.factors)} factors [{pats}] passes={list(self.passes)} "
-                f"rows={self.rows} rw={self.rw}{extras}")
+                f"rows={self.rows}{extras}")
 
 
 # -- configuration ------------------------------------------------------------------------------
@@ -187,30 +189,27 @@ def eligible(patterns) -> bool:
 
 
 def _configure(patterns, dtype, layout, batch):
-    """``(passes, rows, rw, threads, min_blocks)`` or None when one vector does not fit."""
+    """``(passes, rows, threads, min_blocks)`` or None when one vector does not fit."""
     n, isz, words = patterns[0].shape[1], dtype.itemsize, _words(dtype)
     if rows_smem(n, 1, isz) > SMEM_MAX:
         return None
-    passes = group_passes(patterns, MAX_ELEMENTS if words <= 2 else MAX_ELEMENTS // 2)
-    sizes, f = [], 0
-    for count in passes:
-        sizes.append(int(numpy.prod([p.b for p in patterns[f:f + count]])))
-        f += count
+    passes = group_passes(patterns, MAX_ELEMENTS, WEIGHT_WORDS // words)
     # Batch-size-last tiles want rows enough for 64-byte runs of a feature; either layout
-    # wants a few tiles per SM.
+    # wants rows enough for a pass's weights to serve several, and a few tiles per SM.
     wanted = max(4, 64 // isz) if layout == "bsl" else 16
     rows = min(wanted, pow2_at_least(batch))
     while rows > 1 and rows_smem(n, rows, isz) > SMEM_TARGET:
         rows //= 2
-    rw = 1
-    while 2 * rw <= rows and max(sizes) * 2 * rw * words <= REGISTER_VALUES:
-        rw *= 2
-    # Threads: one work item each in the heaviest pass, at most 256 when several blocks
-    # share an SM (256 x 3 blocks leaves 85 registers a thread), 512 for a lone block.
+    # 256 threads when several blocks share an SM (x 3 blocks leaves 85 registers a
+    # thread), 512 for a lone block; fewer when no pass has that many work items.
     resident = max(1, min(MIN_BLOCKS, SM_SMEM // (rows_smem(n, rows, isz) + 1024)))
-    work = min((rows // rw) * (n // e) for e in sizes)
+    sizes, f = [], 0
+    for count in passes:
+        sizes.append(int(numpy.prod([p.b for p in patterns[f:f + count]])))
+        f += count
+    work = max(rows * (n // e) for e in sizes)
     threads = min(256 if resident > 1 else 512, max(64, -(-work // 32) * 32))
-    return passes, rows, rw, threads, resident
+    return passes, rows, threads, resident
 
 
 def make_row_segment(factors, dtype, layout, batch, src=None, dst=None):
@@ -225,10 +224,10 @@ def make_row_segment(factors, dtype, layout, batch, src=None, dst=None):
     config = _configure(patterns, dtype, layout, batch)
     if config is None:
         return None
-    passes, rows, rw, threads, min_blocks = config
+    passes, rows, threads, min_blocks = config
     vector_blocks = tuple(not f.transposed and f.pattern.b * dtype.itemsize % 16 == 0
                           and f.address % 16 == 0 for f in factors)
-    return RowSegment(tuple(factors), passes, rows, rw, threads, min_blocks, vector_blocks,
+    return RowSegment(tuple(factors), passes, rows, threads, min_blocks, vector_blocks,
                       src, dst)
 
 

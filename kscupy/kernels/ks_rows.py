@@ -87,10 +87,14 @@ def group_passes(patterns, max_elements: int, max_weights: int = 2**31) -> tuple
 
 
 def rows_smem(n: int, rows: int, itemsize: int) -> int:
-    """``RowsLayout<T, N, RT>::SMEM_BYTES``: ``rows`` vectors of ``n`` elements, one padding
-    element every 128 bytes and one per row."""
+    """``RowsLayout<T, N, RT>::SMEM_BYTES``: ``rows`` vectors of ``n`` elements rounded up to
+    whole 128-byte lines, plus one element per row."""
+    return rows * _row_elements(n, itemsize) * itemsize
+
+
+def _row_elements(n, itemsize):
     padq = max(1, 128 // itemsize)
-    return rows * (n + n // padq + 1) * itemsize
+    return -(-n // padq) * padq + 1
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -144,8 +148,8 @@ class RowSegment:
 
     def layout(self, itemsize: int) -> tuple:
         """``(SMEM_BYTES, ROW, PADQ)`` of ``RowsLayout``, as this module computes them."""
-        padq = max(1, 128 // itemsize)
-        return (self.smem_bytes(itemsize), self.n + self.n // padq + 1, padq)
+        return (self.smem_bytes(itemsize), _row_elements(self.n, itemsize),
+                max(1, 128 // itemsize))
 
     def _pass_arguments(self) -> str:
         out, f = [], 0

@@ -77,17 +77,23 @@ _SKINNY_EFFICIENCY = 0.25
 _SKINNY_X_RATE = 2.0
 
 # Fused chain segments (kernels_cu/ks_chain.cu): weights are re-read from L2 by every tile
-# (L2 bandwidth = _L2_FACTOR x DRAM), the SIMT core reaches _FUSED_EFFICIENCY of peak.
+# (L2 bandwidth = _L2_FACTOR x DRAM), the SIMT core reaches _FUSED_EFFICIENCY of peak:
+# 0.1 matches its DFT and Hadamard times on an H200 within 10% (fft_h200.json; 0.3, the
+# earlier estimate, predicted a third of them).
 _L2_FACTOR = 2.0
-_FUSED_EFFICIENCY = 0.3
+_FUSED_EFFICIENCY = 0.1
 
 # Whole-vector segments (kernels_cu/ks_rows.cu): the batch in and out at _ROWS_BANDWIDTH of
-# the device's; each pass moves the tile through shared memory and each factor reads its
-# blocks from L1 once per tile (for all its rows), both through the SM's load/store path, modelled at
-# _ROWS_DATAPATH times the device bandwidth (128 bytes per clock per SM: about 7x on an
-# H200); the FMA units at _ROWS_EFFICIENCY of peak. Estimates until fitted.
+# the device's (times the fraction of each 32-byte sector a batch-size-last tile row uses);
+# the SM's load/store path carries two shared-memory round trips of the tile per pass, the
+# staging of the tile, and each factor's blocks once per work item (r values per element,
+# shared by the rows the item walks, each lane's block its own cache lines: weighted by
+# _ROWS_WEIGHT_LINES), at _ROWS_DATAPATH times the device bandwidth; the FMA units at
+# _ROWS_EFFICIENCY of peak. Fitted by hand to ten DFT, Hadamard and butterfly probes at
+# 2^26 elements on an H200 (within about 30%, benchmarks/results/chains.json).
 _ROWS_BANDWIDTH = 0.8
-_ROWS_DATAPATH = 6.0
+_ROWS_DATAPATH = 2.5
+_ROWS_WEIGHT_LINES = 3.3
 _ROWS_EFFICIENCY = 0.6
 
 
@@ -262,15 +268,20 @@ def segment_seconds(segment, batch: int, dtype, rates: DeviceRates) -> float:
 
 def rows_seconds(segment, batch: int, dtype, rates: DeviceRates) -> float:
     """A whole-vector segment (:class:`kscupy.kernels.ks_rows.RowSegment`): the slowest of
-    DRAM traffic (the batch in and out once), the SM's load/store path (two shared-memory
-    round trips of the tile per pass, each factor's blocks read once per tile) and SIMT
-    arithmetic, plus a launch."""
+    DRAM traffic (the batch in and out once), the SM's load/store path (the tile through
+    shared memory per pass, the blocks per work item) and SIMT arithmetic, plus a launch."""
     isz = numpy.dtype(dtype).itemsize
     elements = batch * segment.n
-    dram = 2 * isz * elements / (_ROWS_BANDWIDTH * rates.bandwidth)
-    radices = sum(p.b for p in segment.patterns)       # block entries read per element
-    on_chip = isz * elements * (2 * len(segment.passes) + 2 + radices / segment.rows)
-    datapath = on_chip / (_ROWS_DATAPATH * rates.bandwidth)
+    sectors = 1.0
+    if segment.rows * isz < 32 and batch > 1:
+        sectors = segment.rows * isz / 32          # bsl rows: part of each sector used
+    dram = 2 * isz * elements / (_ROWS_BANDWIDTH * sectors * rates.bandwidth)
+    passes = segment.pass_patterns()
+    tile = isz * elements * (2 * len(passes) + 2)
+    weights = sum(isz * elements * sum(p.b for p in pats) * _ROWS_WEIGHT_LINES / rg
+                  for pats, rg in passes)
+    datapath = (tile + weights) / (_ROWS_DATAPATH * rates.bandwidth)
+    radices = sum(p.b for p in segment.patterns)
     compute = _flops_per_mac(dtype) * elements * radices / (_ROWS_EFFICIENCY * rates.peak(dtype))
     return max(dram, datapath, compute) + LAUNCH_SECONDS
 

@@ -86,6 +86,15 @@ def group_passes(patterns, max_elements: int, max_weights: int = 2**31) -> tuple
     return tuple(passes)
 
 
+def rows_per_item(rows: int, q: int, threads: int) -> int:
+    """``rows_per_item`` of ks_rows.cu: the rows a work item of a pass with ``q`` items per
+    vector walks with its weights in registers."""
+    rg = 1
+    while rows % (2 * rg) == 0 and (rows // (2 * rg)) * q >= threads:
+        rg *= 2
+    return rg
+
+
 def rows_smem(n: int, rows: int, itemsize: int) -> int:
     """``RowsLayout<T, N, RT>::SMEM_BYTES``: ``rows`` vectors of ``n`` elements rounded up to
     whole 128-byte lines, plus one element per row."""
@@ -142,6 +151,16 @@ class RowSegment:
     @property
     def patterns(self):
         return tuple(f.pattern for f in self.factors)
+
+    def pass_patterns(self):
+        """The patterns of each pass, and the rows its work items walk."""
+        out, f = [], 0
+        for count in self.passes:
+            pats = self.patterns[f:f + count]
+            f += count
+            elements = int(numpy.prod([p.b for p in pats]))
+            out.append((pats, rows_per_item(self.rows, self.n // elements, self.threads)))
+        return out
 
     def smem_bytes(self, itemsize: int) -> int:
         return rows_smem(self.n, self.rows, itemsize)

@@ -50,7 +50,7 @@ from timing import measure_ceilings, run_metadata, time_fn  # noqa: E402
 PAPER_CHAINS = (((1, 192, 48, 2), (2, 48, 192, 1)), ((1, 768, 192, 2), (6, 64, 64, 1)),
                 ((1, 128, 128, 3), (6, 64, 256, 1)), ((1, 64, 256, 16), (64, 64, 64, 1)),
                 ((2, 48, 192, 1), (1, 192, 48, 2)))
-PER_FACTOR_BACKENDS = ("kernel", "kernel_fma", "bmm", "dense")
+PER_FACTOR_BACKENDS = ("kernel", "bmm", "dense")
 CHECK_ROWS = 64
 
 

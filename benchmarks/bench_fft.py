@@ -109,7 +109,7 @@ def torch_per_factor(chain, X, layout):
     permutations: the chains timed with it have none), or None without torch."""
     total = 0.0
     for K in reversed(chain.factors):
-        run = torch_bmm(K.values, layout)
+        run = torch_bmm(K.factor.blocks, layout)
         if run is None:
             return None
         total += time_fn(run, [X], max_repeat=20)

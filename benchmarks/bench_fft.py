@@ -19,7 +19,7 @@ Rows (``{"suite": "transforms", "transform": ..., "seconds": {...}, "relerr": {.
 ``base_per_factor`` is the chain applied one factor at a time with the fastest single-factor
 method for each factor (each backend timed on the intermediate that factor receives), plus
 its permutation passes. ``floor_s`` is the bytes of X, Y and the weights over the measured
-copy bandwidth (the batch read and written once). Every timed result is checked against an
+copy bandwidth (X read and Y written once). Every timed result is checked against an
 independent reference (cuFFT in complex128, or the dense product in float64) on a few rows.
 Writes JSON and prints a summary table.
 """
@@ -128,7 +128,8 @@ def chain_row(transform, chain, layout, batch, ceilings, *, extra=None, referenc
     weights = sum(K.values.nbytes for K in chain.factors)
     row = {"suite": "transforms", "transform": transform, "dtype": str(chain.dtype),
            "layout": layout, "batch": batch, **(extra or {}),
-           "floor_s": (2 * X.nbytes + weights) / ceilings["copy_bandwidth_Bps"],
+           "floor_s": (X.nbytes * (1 + chain.shape[0] / n_in) + weights)
+           / ceilings["copy_bandwidth_Bps"],
            "plan": plan.describe().splitlines(), "launches": plan.launches,
            "seconds": {}, "relerr": {}}
     ref = _dense_reference(chain, X, layout) if reference is None else reference(X)

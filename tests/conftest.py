@@ -22,6 +22,29 @@ def dense_oracle(w):
     return D6.reshape(a * b * d, a * c * d)
 
 
+def gpu_chain(patterns, dtype, seed, **permutations):
+    """A KSChain of random CuPy KS matrices of ``patterns`` (left to right), seeded."""
+    import cupy
+    import kscupy as ks
+    rng = numpy.random.default_rng(seed)
+    return ks.KSChain([ks.KSMatrix.random(p, dtype=dtype, xp=cupy, seed=int(rng.integers(2**31)))
+                       for p in patterns], **permutations)
+
+
+def chain_oracle(chain):
+    """Dense complex128 matrix of a chain: the product of its factors' oracles (from their
+    canonical values), the output permutation a row gather, the input one a column scatter
+    (``x[perm]`` applied first: ``D[:, argsort(perm)]``)."""
+    D = dense_oracle(to_numpy(chain.factors[0].values))
+    for f in chain.factors[1:]:
+        D = D @ dense_oracle(to_numpy(f.values))
+    if chain.output_permutation is not None:
+        D = D[to_numpy(chain.output_permutation)]
+    if chain.input_permutation is not None:
+        D = D[:, numpy.argsort(to_numpy(chain.input_permutation))]
+    return D
+
+
 def to_numpy(x):
     return x.get() if hasattr(x, "get") else numpy.asarray(x)
 

@@ -3,10 +3,10 @@ factors applied to whole feature vectors from registers, in passes of nesting fa
 
 A :class:`RowSegment` is what a chain plan runs: its factors (in application order), the
 passes they are grouped into (:func:`group_passes`), the tile (``rows`` whole vectors per
-block, ``rw`` of them per work item) and the folded gathers. It applies where every factor
-is square with blocks of at most :data:`MAX_RADIX` and a tile of one vector fits in shared
-memory (:func:`make_row_segment` returns None otherwise): FFT, Hadamard and butterfly
-chains up to a few thousand features.
+block; a work item walks several with its blocks in registers) and the folded gathers. It
+applies where every factor is square with blocks of at most :data:`MAX_RADIX` and a tile of
+one vector fits in shared memory (:func:`make_row_segment` returns None otherwise): FFT,
+Hadamard and butterfly chains up to a few thousand features.
 """
 from __future__ import annotations
 
@@ -111,11 +111,12 @@ class RowSegment:
     """Factors (:class:`~kscupy.factor.Factor`, application order, all square with the same
     length ``n``) applied by one launch of ``ks_rows``.
 
-    ``passes``: factors per pass; ``rows``: vectors per block; ``threads``: per block; ``min_blocks``: blocks per SM the registers must allow; ``src`` / ``dst``: the folded permutations as the planner gives
-    them (element t of the input is column ``src[t]``, element t of the output goes to
-    column ``dst[t]``); ``vector_blocks[f]``: factor f's block rows are read as 16-byte words.
-    Building one touches no device memory (the planner prices many); the kernel's tables
-    are made on the first launch.
+    ``passes``: factors per pass; ``rows``: vectors per block; ``threads``: per block;
+    ``min_blocks``: blocks per SM the registers must allow; ``src`` / ``dst``: the folded
+    permutations as the planner gives them (element t of the input is column ``src[t]``,
+    element t of the output goes to column ``dst[t]``); ``vector_blocks[f]``: factor f's
+    blocks are read as 16-byte words. Building one touches no device memory (the planner
+    prices many); the kernel's tables are made on the first launch.
     """
     factors: tuple
     passes: tuple

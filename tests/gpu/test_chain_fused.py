@@ -11,7 +11,8 @@ import pytest
 import scipy.linalg
 
 import kscupy as ks
-from conftest import DTYPES, RTOL, dense_oracle, gpu_available, random_array, rel_err
+from conftest import (DTYPES, RTOL, chain_oracle, gpu_available, gpu_chain, random_array,
+                      rel_err)
 from kscupy import planner
 from kscupy.kernels import ks_chain
 from kscupy.kernels.ks_chain import FusedSegment
@@ -38,25 +39,6 @@ CHAINS = {
 }
 
 
-def _chain(patterns, dtype, seed):
-    rng = numpy.random.default_rng(seed)
-    return ks.KSChain([ks.KSMatrix.random(p, dtype=dtype, xp=cupy, seed=int(rng.integers(2**31)))
-                       for p in patterns])
-
-
-def _oracle(chain):
-    """Dense complex128 product of the factors, from their canonical values."""
-    D = dense_oracle(chain.factors[0].values.get())
-    for f in chain.factors[1:]:
-        D = D @ dense_oracle(f.values.get())
-    if chain.output_permutation is not None:
-        D = D[chain.output_permutation.get()]
-    if chain.input_permutation is not None:
-        P = numpy.eye(D.shape[1])[chain.input_permutation.get()]
-        D = D @ P
-    return D
-
-
 def _fused_steps(chain, layout, dtype, batch, backend):
     plan = chain.plan(layout, dtype, batch, backend)
     return [s for s in plan.steps if isinstance(s, FusedSegment)]
@@ -72,8 +54,8 @@ def _check(chain, X, layout, backend, ref, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", sorted(CHAINS))
 def test_fused_chain_against_oracle(poisoned, rng, name, dtype, layout):
-    chain = _chain(CHAINS[name], dtype, seed=len(name))
-    D = _oracle(chain)
+    chain = gpu_chain(CHAINS[name], dtype, seed=len(name))
+    D = chain_oracle(chain)
     N = chain.shape[1]
     assert _fused_steps(chain, layout, numpy.dtype(dtype), 1000, "fused"), "nothing was fused"
     for B in BATCHES:
@@ -96,9 +78,9 @@ def test_fused_chain_against_oracle(poisoned, rng, name, dtype, layout):
 @pytest.mark.parametrize("view", ["T", "H", "conj"])
 def test_fused_views(poisoned, rng, dtype, view):
     """Transposed and conjugated factors are read through strides and a conj flag."""
-    chain = getattr(_chain(CHAINS["mixed4"], dtype, seed=7), view)
+    chain = getattr(gpu_chain(CHAINS["mixed4"], dtype, seed=7), view)
     chain = chain() if view == "conj" else chain
-    D = _oracle(chain)
+    D = chain_oracle(chain)
     for layout in ("bsl", "bsf"):
         assert _fused_steps(chain, layout, numpy.dtype(dtype), 1000, "fused")
         X = random_array(rng, (D.shape[1], 1000) if layout == "bsl" else (1000, D.shape[1]), dtype)
@@ -110,14 +92,14 @@ def test_fused_views(poisoned, rng, dtype, view):
 def test_permutations_folded(poisoned, rng, layout):
     """Input and output permutations are folded into the first and last segment."""
     dtype = numpy.complex64
-    base = _chain(CHAINS["six"], dtype, seed=3)
+    base = gpu_chain(CHAINS["six"], dtype, seed=3)
     N = base.shape[1]
     chain = ks.KSChain(base.factors, input_permutation=cupy.asarray(rng.permutation(N)),
                        output_permutation=cupy.asarray(rng.permutation(N)))
     steps = chain.plan(layout, numpy.dtype(dtype), 1000, "fused").steps
     assert isinstance(steps[0], FusedSegment) and steps[0].src is not None
     assert isinstance(steps[-1], FusedSegment) and steps[-1].dst is not None
-    D = _oracle(chain)
+    D = chain_oracle(chain)
     for B in BATCHES:
         X = random_array(rng, (N, B) if layout == "bsl" else (B, N), dtype)
         ref = D @ X if layout == "bsl" else X @ D.T
@@ -165,8 +147,8 @@ def test_hadamard_fused(poisoned, rng, n):
 
 
 def test_fused_strided_operand(poisoned, rng):
-    chain = _chain(CHAINS["monarch"], numpy.float32, seed=11)
-    D = _oracle(chain)
+    chain = gpu_chain(CHAINS["monarch"], numpy.float32, seed=11)
+    D = chain_oracle(chain)
     X = random_array(rng, (2 * 300, 3 * D.shape[1]), numpy.float32)
     Xv = cupy.asarray(X)[::2, ::3]                  # both strides > 1
     ref = X[::2, ::3] @ D.T
@@ -177,10 +159,10 @@ def test_fused_strided_operand(poisoned, rng):
 def test_sanitizer_subset_chain(poisoned, rng, dtype):
     """Small cases for compute-sanitizer: permutations, ping-pong, views, tails."""
     for name in ("rect3", "six", "paper_small"):
-        chain = _chain(CHAINS[name], dtype, seed=5)
+        chain = gpu_chain(CHAINS[name], dtype, seed=5)
         N = chain.shape[1]
         chain = ks.KSChain(chain.factors, input_permutation=cupy.asarray(rng.permutation(N)))
-        D = _oracle(chain)
+        D = chain_oracle(chain)
         for layout in ("bsl", "bsf"):
             X = random_array(rng, (N, 37) if layout == "bsl" else (37, N), dtype)
             ref = D @ X if layout == "bsl" else X @ D.T

@@ -11,7 +11,8 @@ import pytest
 import scipy.linalg
 
 import kscupy as ks
-from conftest import DTYPES, RTOL, dense_oracle, gpu_available, random_array, rel_err
+from conftest import (DTYPES, RTOL, chain_oracle, gpu_available, gpu_chain, random_array,
+                      rel_err)
 from kscupy.kernels import ks_rows
 from kscupy.kernels.ks_rows import RowSegment, make_row_segment
 from kscupy.shuffle import inverse_permutation
@@ -39,25 +40,6 @@ CHAINS = {
 }
 
 
-def _chain(patterns, dtype, seed, **perms):
-    rng = numpy.random.default_rng(seed)
-    return ks.KSChain([ks.KSMatrix.random(p, dtype=dtype, xp=cupy, seed=int(rng.integers(2**31)))
-                       for p in patterns], **perms)
-
-
-def _oracle(chain):
-    """Dense complex128 product of the factors, from their canonical values, with the
-    permutations applied as gathers."""
-    D = dense_oracle(chain.factors[0].values.get())
-    for f in chain.factors[1:]:
-        D = D @ dense_oracle(f.values.get())
-    if chain.output_permutation is not None:
-        D = D[chain.output_permutation.get()]
-    if chain.input_permutation is not None:
-        D = D[:, numpy.argsort(chain.input_permutation.get())]
-    return D
-
-
 def _segment(chain, dtype, layout, batch):
     """The chain's factors (application order) as one RowSegment, permutations folded the
     way the planner folds them."""
@@ -78,8 +60,8 @@ def _tol(dtype, chain):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", sorted(CHAINS))
 def test_rows_against_oracle(poisoned, rng, name, dtype, layout):
-    chain = _chain(CHAINS[name], dtype, seed=len(name))
-    D = _oracle(chain)
+    chain = gpu_chain(CHAINS[name], dtype, seed=len(name))
+    D = chain_oracle(chain)
     N = chain.shape[1]
     for B in BATCHES:
         if B * N > 2**22:
@@ -97,10 +79,10 @@ def test_rows_against_oracle(poisoned, rng, name, dtype, layout):
 def test_rows_permutations_folded(poisoned, rng, dtype, layout):
     """Input and output gathers folded into the loads and stores."""
     N = 512
-    chain = _chain(CHAINS["butterfly512"], dtype, seed=3,
+    chain = gpu_chain(CHAINS["butterfly512"], dtype, seed=3,
                    input_permutation=cupy.asarray(rng.permutation(N)),
                    output_permutation=cupy.asarray(rng.permutation(N)))
-    D = _oracle(chain)
+    D = chain_oracle(chain)
     for B in (1, 37, 1000):
         seg = _segment(chain, numpy.dtype(dtype), layout, B)
         assert seg.load_to is not None and seg.store_from is not None
@@ -113,9 +95,9 @@ def test_rows_permutations_folded(poisoned, rng, dtype, layout):
 @pytest.mark.parametrize("view", ["T", "H", "conj"])
 def test_rows_views(poisoned, rng, dtype, view):
     """Transposed (compile-time orientation) and conjugated (run-time flag) factors."""
-    chain = getattr(_chain(CHAINS["mixed12"] + [(1, 4, 4, 3)], dtype, seed=7), view)
+    chain = getattr(gpu_chain(CHAINS["mixed12"] + [(1, 4, 4, 3)], dtype, seed=7), view)
     chain = chain() if view == "conj" else chain
-    D = _oracle(chain)
+    D = chain_oracle(chain)
     for layout in ("bsl", "bsf"):
         seg = _segment(chain, numpy.dtype(dtype), layout, 1000)
         X = random_array(rng, (D.shape[1], 1000) if layout == "bsl" else (1000, D.shape[1]), dtype)
@@ -128,8 +110,8 @@ def test_rows_strided_and_misaligned(poisoned, rng, layout):
     """Operands whose strides or alignment rule out vector accesses, and a Fortran-order
     batch in each layout: element-wise accesses, same results."""
     dtype = numpy.complex64
-    chain = _chain(CHAINS["butterfly16"], dtype, seed=11)
-    D = _oracle(chain)
+    chain = gpu_chain(CHAINS["butterfly16"], dtype, seed=11)
+    D = chain_oracle(chain)
     N, B = 16, 301
     big = random_array(rng, (3 * N + 1, 2 * B + 1) if layout == "bsl" else (2 * B + 1, 3 * N + 1),
                        dtype)
@@ -180,8 +162,8 @@ def test_hadamard_rows(poisoned, rng, n):
 
 def test_rows_auto_plan_end_to_end(poisoned, rng):
     """A random butterfly under auto: the plan holds a RowSegment and the product matches."""
-    chain = _chain(CHAINS["butterfly512"], numpy.float32, seed=5)
-    D = _oracle(chain)
+    chain = gpu_chain(CHAINS["butterfly512"], numpy.float32, seed=5)
+    D = chain_oracle(chain)
     for layout in ("bsl", "bsf"):
         plan = chain.plan(layout, numpy.float32, 25088)
         assert any(isinstance(s, RowSegment) for s in plan.steps), plan.describe()
@@ -194,8 +176,8 @@ def test_rows_auto_plan_end_to_end(poisoned, rng):
 def test_rows_large_offsets(poisoned):
     """B·N above 2^31 elements: 64-bit addressing of rows (float16 keeps it to 4.3 GB)."""
     N, dtype = 16, numpy.float16
-    chain = _chain(CHAINS["butterfly16"], dtype, seed=13)
-    D = _oracle(chain)
+    chain = gpu_chain(CHAINS["butterfly16"], dtype, seed=13)
+    D = chain_oracle(chain)
     B = 2**31 // N + 4099
     for layout in ("bsf",):
         X = cupy.empty((B, N), dtype=dtype)
@@ -212,11 +194,11 @@ def test_rows_large_offsets(poisoned):
 def test_sanitizer_subset_rows(poisoned, rng, dtype):
     """Small cases for compute-sanitizer: gathers, ragged tiles, both layouts, non-nesting."""
     for name in ("butterfly16", "no_nest", "odd"):
-        base = _chain(CHAINS[name], dtype, seed=5)
+        base = gpu_chain(CHAINS[name], dtype, seed=5)
         N = base.shape[1]
         chain = ks.KSChain(base.factors, input_permutation=cupy.asarray(rng.permutation(N)),
                            output_permutation=cupy.asarray(rng.permutation(N)))
-        D = _oracle(chain)
+        D = chain_oracle(chain)
         for layout in ("bsl", "bsf"):
             seg = _segment(chain, numpy.dtype(dtype), layout, 37)
             X = random_array(rng, (N, 37) if layout == "bsl" else (37, N), dtype)

@@ -6,6 +6,7 @@ FFT-style fast transforms. See ``docs/concepts.md`` for the conventions.
 """
 from .pattern import KSPattern
 from .matrix import KSMatrix
+from .structure import DFTStage
 from .chain import KSChain
 from .transforms import (dft, idft, hadamard, butterfly, block_butterfly, monarch, low_rank,
                          choose_pattern)
@@ -25,7 +26,7 @@ from ._arrays import SUPPORTED_DTYPES, gpu_module
 
 __version__ = "0.1.0"
 
-__all__ = ["KSPattern", "KSMatrix", "KSChain", "KSSubmatrix", "KSRealPart", "dft", "idft",
+__all__ = ["KSPattern", "KSMatrix", "DFTStage", "KSChain", "KSSubmatrix", "KSRealPart", "dft", "idft",
            "dct", "dst", "factorize", "hadamard", "butterfly", "block_butterfly", "monarch",
            "low_rank", "choose_pattern", "perfect_shuffle", "inverse_perfect_shuffle",
            "inverse_permutation", "perfect_shuffle_matrix", "bit_reversal",

@@ -53,12 +53,15 @@ class Factor:
     ``cache`` holds arrays derived from ``tiles`` (a dense copy, converted copies for mixed
     dtype products); every view of the same storage shares it. ``tiles`` is written only
     through :meth:`write`, which invalidates the cache, so nothing derived is ever stale.
+    ``declared``: a structure claimed for the stored values (:mod:`kscupy.structure`), or
+    None; :attr:`structure` says whether they still have it.
     """
     tiles: object
     stored: KSPattern
     transposed: bool = False
     conjugated: bool = False
     cache: FactorCache = dataclasses.field(default_factory=FactorCache, repr=False)
+    declared: object = None
     #: The pattern of the operator (the stored one, transposed for a transposed view);
     #: computed once, it is read on every launch.
     pattern: KSPattern = dataclasses.field(init=False, repr=False)
@@ -71,9 +74,11 @@ class Factor:
                            self.stored.transpose() if self.transposed else self.stored)
 
     @classmethod
-    def of_blocks(cls, tiles, pattern) -> "Factor":
-        """A new factor owning ``tiles`` (``(a, d, b, c)``, C-contiguous) of ``pattern``."""
-        return cls(tiles, KSPattern.of(pattern))
+    def of_blocks(cls, tiles, pattern, declared=None) -> "Factor":
+        """A new factor owning ``tiles`` (``(a, d, b, c)``, C-contiguous) of ``pattern``,
+        with the structure ``declared`` for its values (not checked here: see
+        :attr:`structure`)."""
+        return cls(tiles, KSPattern.of(pattern), declared=declared)
 
     # -- what the operator is ----------------------------------------------------------------
     @property
@@ -104,7 +109,8 @@ class Factor:
     # -- views and conversions -----------------------------------------------------------
     def view(self, transposed: bool, conjugated: bool) -> "Factor":
         """Another view of the same storage (and the same cache)."""
-        return Factor(self.tiles, self.stored, transposed, conjugated, self.cache)
+        return Factor(self.tiles, self.stored, transposed, conjugated, self.cache,
+                      self.declared)
 
     @property
     def T(self) -> "Factor":
@@ -119,7 +125,8 @@ class Factor:
 
     def astype(self, dtype) -> "Factor":
         """A copy with values converted to ``dtype`` (a new storage and an empty cache)."""
-        copy = Factor(self.tiles.astype(_arrays.check_dtype(dtype)), self.stored)
+        copy = Factor(self.tiles.astype(_arrays.check_dtype(dtype)), self.stored,
+                      declared=self.declared)
         return copy.view(self.transposed, self.conjugated)
 
     def in_dtype(self, dtype) -> "Factor":
@@ -132,7 +139,8 @@ class Factor:
         key = ("converted", dtype)
         stored = self.cache.get(key)
         if stored is None:
-            stored = self.cache[key] = Factor(self.tiles.astype(dtype), self.stored)
+            stored = self.cache[key] = Factor(self.tiles.astype(dtype), self.stored,
+                                              declared=self.declared)
         return stored.view(self.transposed, self.conjugated)
 
     def write(self, blocks):
@@ -142,6 +150,35 @@ class Factor:
         stored = blocks.swapaxes(-1, -2) if self.transposed else blocks
         self.tiles[...] = self.xp.conj(stored) if self.conjugated else stored
         self.cache.invalidate()
+
+    # -- structure ------------------------------------------------------------------------
+    @property
+    def structure(self):
+        """The declared structure of the stored values (:mod:`kscupy.structure`) when they
+        have it, else None. Checked against the values once per write (the verdict is kept
+        in the cache, which a write clears), never assumed."""
+        if self.declared is None:
+            return None
+        holds = self.cache.get("structure holds")
+        if holds is None:
+            holds = self.cache["structure holds"] = self.declared.holds_for(
+                self.tiles.transpose(0, 2, 3, 1), self.stored)
+        return self.declared if holds else None
+
+    def stage_twiddles(self):
+        """The twiddles ``t[j]`` (``j < d``) of a radix-2 :class:`~kscupy.structure.DFTStage`
+        as this view applies them (conjugated for a conjugated view), in the factor's dtype
+        on its device, kept in the cache. A transposed view applies them after the
+        butterfly instead of before (``(F_2 diag(t))^T = diag(t) F_2``)."""
+        stage = self.structure
+        if stage is None or self.stored.b != 2 or not stage.twiddled:
+            raise ValueError("stage_twiddles needs a factor with a twiddled radix-2 DFTStage")
+        key = ("stage twiddles", self.conjugated)
+        table = self.cache.get(key)
+        if table is None:
+            t = stage.twiddles(self.stored.d, self.conjugated)
+            table = self.cache[key] = self.xp.asarray(t.astype(self.dtype))
+        return table
 
     def todense(self):
         """The dense ``(M, N)`` matrix, formed now."""

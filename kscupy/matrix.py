@@ -53,7 +53,7 @@ class KSMatrix(KSOperator):
     ((30, 7), (7, 30))
     """
 
-    def __init__(self, values):
+    def __init__(self, values, structure=None):
         xp = _arrays.array_module(values)
         _arrays.check_dtype(values.dtype)
         if values.ndim != 4:
@@ -62,8 +62,11 @@ class KSMatrix(KSOperator):
         pattern = KSPattern.of(values.shape)   # also rejects empty axes
         with _arrays.device_of(values):        # the tiles live where the values do
             tiles = xp.ascontiguousarray(values.transpose(0, 3, 1, 2))
-        self._factor = Factor.of_blocks(tiles, pattern)
+        self._factor = Factor.of_blocks(tiles, pattern, declared=structure)
         self._xp = xp
+        if structure is not None and self._factor.structure is None:
+            raise ValueError(f"the values of pattern {tuple(pattern)} do not have the declared "
+                             f"structure {structure!r} (to within rounding in {tiles.dtype})")
 
     @classmethod
     def of_factor(cls, factor: Factor) -> "KSMatrix":
@@ -133,6 +136,17 @@ class KSMatrix(KSOperator):
     @property
     def nnz(self) -> int:
         return self.pattern.nnz
+
+    @property
+    def structure(self):
+        """The structure the stored values were declared to have
+        (:class:`kscupy.structure.DFTStage`), when they still have it, else None.
+
+        Declared with ``KSMatrix(values, structure=...)`` (the DFT and Hadamard factories
+        do), checked then and again after every write of the values; kernels may compute
+        such blocks instead of loading them. It describes the stored values: ``K.T`` and
+        ``K.H`` share it and apply it transposed or conjugated."""
+        return self._factor.structure
 
     @property
     def blocks(self):
@@ -261,16 +275,20 @@ class KSMatrix(KSOperator):
         return self._factor.tiles.transpose(0, 2, 3, 1)
 
     @staticmethod
-    def _rebuild(values, transposed, conjugated) -> "KSMatrix":
+    def _rebuild(values, transposed, conjugated, structure=None) -> "KSMatrix":
         """A fresh matrix from canonical stored values, viewed as asked (no caches)."""
-        return KSMatrix.of_factor(KSMatrix(values).factor.view(transposed, conjugated))
+        return KSMatrix.of_factor(KSMatrix(values, structure).factor.view(transposed,
+                                                                          conjugated))
 
     def __reduce__(self):
-        # pickle and deepcopy carry the stored values and the view flags, not the caches
-        return KSMatrix._rebuild, (self._stored_values(),) + self.view_flags
+        # pickle and deepcopy carry the stored values, the view flags and the structure
+        # that still holds, not the caches
+        return KSMatrix._rebuild, ((self._stored_values(),) + self.view_flags
+                                   + (self.structure,))
 
     def _map_arrays(self, convert):
-        return KSMatrix._rebuild(convert(self._stored_values()), *self.view_flags)
+        return KSMatrix._rebuild(convert(self._stored_values()), *self.view_flags,
+                                 self.structure)
 
     def _scaled(self, alpha, divide):
         values = self._canonical_values().astype(_arrays.result_dtype(self.dtype, alpha))

@@ -31,6 +31,7 @@ from .chain import KSChain
 from .matrix import KSMatrix
 from .pattern import KSPattern
 from .shuffle import perfect_shuffle
+from .structure import DFTStage
 
 __all__ = ["dft", "idft", "hadamard", "butterfly", "block_butterfly", "monarch", "low_rank",
            "choose_pattern", "radix_factors"]
@@ -133,21 +134,19 @@ def dft(n: int, dtype=numpy.complex128, norm=None, xp=numpy, *, inverse=False, m
     from .fourier import framed_dft, needs_bluestein
     if needs_bluestein(n, max_radix):
         return framed_dft(n, dtype=dtype, norm=norm, xp=xp, inverse=inverse, max_radix=max_radix)
-    sign = 1.0 if inverse else -1.0
+    sign = 1 if inverse else -1
     radices = radix_factors(n, max_radix) or [1]      # n = 1: one 1 x 1 factor
     _check_dft_fits(n, radices, dtype, xp)
     factors, perm, a = [], numpy.arange(n), 1
     for level, r in enumerate(radices):
         d = n // (a * r)
-        k = numpy.arange(r).reshape(r, 1)
-        m = numpy.arange(r).reshape(1, r)
-        j = numpy.arange(d)
-        block = numpy.exp(sign * 2j * numpy.pi * k * m / r)                      # (r, r)
-        twiddle = numpy.exp(sign * 2j * numpy.pi * m[..., None] * j / (r * d))   # (1, r, d)
-        w = numpy.broadcast_to(block[:, :, None] * twiddle, (a, r, r, d))
-        if level == len(radices) - 1:
-            w = w * scale                                  # normalisation on the first-applied factor
-        factors.append(KSMatrix(xp.asarray(numpy.ascontiguousarray(w), dtype=dtype)))
+        # a size-r DFT with the twiddles folded in (the values of kscupy.structure.DFTStage,
+        # declared so that kernels may compute the stage instead of loading it); the
+        # normalisation goes on the first-applied factor
+        stage = DFTStage(int(sign), True, scale if level == len(radices) - 1 else 1.0)
+        w = stage.values((a, r, r, d))
+        factors.append(KSMatrix(xp.asarray(numpy.ascontiguousarray(w), dtype=dtype),
+                                structure=stage))
         # this level's input split: I_a ⊗ P_{d, r} (decimation by r within each of a blocks)
         split = (numpy.arange(a)[:, None] * (r * d) + perfect_shuffle(d, r)[None, :]).ravel()
         perm = perm[split]
@@ -182,11 +181,11 @@ def _check_chain_fits(patterns, dtype, xp, temporaries):
                                   f"{sum(sizes):,} values)")
 
 
-def _factor_chain(patterns, values_of, dtype, xp):
+def _factor_chain(patterns, values_of, dtype, xp, structure=None):
     dtype = _arrays.check_dtype(dtype)
     _check_xp(xp)
     _check_chain_fits(patterns, dtype, xp, temporaries=1)
-    return KSChain([KSMatrix(xp.asarray(values_of(i, KSPattern(*p)), dtype=dtype))
+    return KSChain([KSMatrix(xp.asarray(values_of(i, KSPattern(*p)), dtype=dtype), structure)
                     for i, p in enumerate(patterns)])
 
 
@@ -201,8 +200,10 @@ def hadamard(n: int, normalized=False, dtype=numpy.float64, xp=numpy):
     if L == 0:
         return _factor_chain([(1, 1, 1, 1)], lambda i, p: numpy.ones((1, 1, 1, 1)), dtype, xp)
     patterns = [(2 ** (l - 1), 2, 2, 2 ** (L - l)) for l in range(1, L + 1)]
+    # each factor is a Hadamard stage, F_2 ⊗ I_d per group (declared: kernels compute it)
+    stage = DFTStage(-1, twiddled=False, scale=1 / math.sqrt(2) if normalized else 1.0)
     return _factor_chain(patterns, lambda i, p: numpy.broadcast_to(h2[None, :, :, None], tuple(p)),
-                         dtype, xp)
+                         dtype, xp, stage)
 
 
 def _random_chain(patterns, dtype, xp, seed):

@@ -31,13 +31,30 @@
 
 namespace ks {
 
+// How a factor's blocks are had: loaded (STORED), or computed for a radix-2 DFT stage
+// (kscupy/structure.py) whose block of group (i, j) is scale · F_2 · diag(1, t_j):
+// HADAMARD_STAGE without twiddles (t_j = 1), TWIDDLED_STAGE with t_j read from a table of d
+// values. A stage is a butterfly, y0 = a + t·b, y1 = a - t·b, instead of a 2 x 2 product,
+// and needs at most one value per block instead of four.
+enum Stage { STORED = 0, HADAMARD_STAGE = 1, TWIDDLED_STAGE = 2 };
+
 // One factor: radix R (its b = c), stride D (its d); TR: a transposed view (element (k, l)
-// of a block stored at l·R + k instead of k·R + l); VEC: its block rows are read with
-// 16-byte loads (not transposed, R·sizeof(T) a multiple of 16, the storage 16-byte aligned).
-template <int R_, int D_, int TR_ = 0, int VEC_ = 0>
+// of a block stored at l·R + k instead of k·R + l; a stage's twiddles then come after its
+// butterfly, (F_2 diag(t))^T = diag(t) F_2); VEC: its block rows are read with 16-byte loads
+// (not transposed, R·sizeof(T) a multiple of 16, the storage 16-byte aligned); STAGE: see
+// Stage; SCALED: a stage whose scale is not 1.
+template <int R_, int D_, int TR_ = 0, int VEC_ = 0, int STAGE_ = STORED, int SCALED_ = 0>
 struct Radix {
-  static constexpr int r = R_, d = D_;
-  static constexpr bool transposed = TR_ != 0, vec = VEC_ != 0;
+  static constexpr int r = R_, d = D_, stage = STAGE_;
+  static constexpr bool transposed = TR_ != 0, vec = VEC_ != 0, scaled = SCALED_ != 0;
+  static_assert(stage == STORED || (r == 2 && !vec), "computed stages are radix 2");
+  static_assert(stage != STORED || !scaled, "stored blocks carry their own scale");
+  // Values a work item of a pass (E elements, smallest stride DLO) keeps for this factor:
+  // E/r blocks of r² values; a stage's distinct twiddles (d / DLO of them: see
+  // load_weights), then its scale.
+  __host__ __device__ static constexpr int weights(int E, int DLO) {
+    return stage == STORED ? E * r : (stage == TWIDDLED_STAGE ? d / DLO : 0) + (scaled ? 1 : 0);
+  }
 };
 
 // The smallest of ds[0..n).
@@ -96,26 +113,45 @@ __global__ void ks_rows_layout(long long* out) {
   out[0] = L::SMEM_BYTES; out[1] = L::ROW; out[2] = L::PADQ;
 }
 
-// The weights of a pass that one work item holds in registers: for each factor f (in
-// order), its E/r_f blocks of r_f² values, block o of factor f at OFF_f + o·r_f², OFF_f the
-// sum of E·r_g over the factors g before f.
-template <class... Fs> struct PassWeights {
-  static constexpr int E = (Fs::r * ... * 1);
-  static constexpr int COUNT = E * (Fs::r + ... + 0);
+// The weights of a pass that one work item holds in registers: each factor's
+// Radix::weights, one factor after the other (factor f's from OFF_f, the sum of those
+// before it).
+template <class P, class... Fs> struct PassWeights {
+  static constexpr int COUNT = (Fs::weights(P::E, P::DLO) + ... + 0);
 };
+
+// Per factor FI, three entries of the kernel's meta table: the address of its values (block
+// of group g at g·r·r; a twiddled stage: its table of d twiddles, already conjugated for a
+// conjugated view), 1 to use conj(w) (stored blocks), the bits of its scale as a double
+// (stages).
+constexpr int META = 3;
 
 // Factor F's blocks for the work item (hi, lo) of pass P into w[OFF ...], conjugated when
 // asked, widened to C: for each value o of the other digits of u, the block of the group
 // of the elements u0 + m·s (m < r). 16-byte loads where VEC (rows of whole 16-byte words,
 // the storage aligned), else element by element through the view's strides.
-// meta[2·FI]: address of the factor's values (block of group g at g·r·r); meta[2·FI + 1]:
-// 1 to use conj(w).
+//
+// A twiddled stage needs t_j, j = t0 mod d for the elements t0 of block o. Since d = s·DLO
+// divides E·DLO, t0 mod d = (u0 mod s)·DLO + lo = (o mod s)·DLO + lo: the item's blocks
+// share s twiddles, twiddle m at w[OFF + m]. Neighbouring lanes read neighbouring j.
 template <class T, class C, class P, class F, int FI, int OFF, int NW>
 __device__ __forceinline__ void load_weights(C (&w)[NW], int hi, int lo,
                                              const long long* __restrict__ meta) {
   constexpr int r = F::r, d = F::d, E = P::E, s = F::d / P::DLO;
-  const T* __restrict__ W = reinterpret_cast<const T*>(meta[2 * FI]);
-  const bool cj = meta[2 * FI + 1] != 0;
+  const T* __restrict__ W = reinterpret_cast<const T*>(meta[META * FI]);
+  if constexpr (F::stage != STORED) {
+    constexpr int TW = F::stage == TWIDDLED_STAGE ? s : 0;
+#pragma unroll
+    for (int m = 0; m < TW; ++m) w[OFF + m] = widen(W[m * P::DLO + lo]);
+    if constexpr (F::scaled) {
+      C sc = zero(C());
+      reinterpret_cast<typename parts_of<C>::real*>(&sc)[0] =
+          (typename parts_of<C>::real)__longlong_as_double(meta[META * FI + 2]);
+      w[OFF + TW] = sc;
+    }
+    return;
+  }
+  const bool cj = meta[META * FI + 1] != 0;
 #pragma unroll
   for (int o = 0; o < E / r; ++o) {
     const int u0 = (o / s) * (s * r) + o % s;           // u with F's digit zero
@@ -145,6 +181,22 @@ __device__ __forceinline__ void load_weights(C (&w)[NW], int hi, int lo,
 template <class C, class P, class F, int OFF, int NW>
 __device__ __forceinline__ void apply_factor(C (&x)[P::E], const C (&w)[NW]) {
   constexpr int r = F::r, E = P::E, s = F::d / P::DLO;
+  if constexpr (F::stage != STORED) {        // the butterfly of scale · F_2 · diag(1, t)
+    constexpr bool tw = F::stage == TWIDDLED_STAGE;
+    constexpr int SC = OFF + (tw ? s : 0);   // where load_weights put the scale
+#pragma unroll
+    for (int o = 0; o < E / 2; ++o) {
+      const int u0 = (o / s) * (2 * s) + o % s;
+      C a = x[u0], b = x[u0 + s];
+      if constexpr (tw && !F::transposed) b = mul(w[OFF + o % s], b);
+      C y0 = add(a, b), y1 = sub(a, b);
+      if constexpr (tw && F::transposed) y1 = mul(w[OFF + o % s], y1);
+      if constexpr (F::scaled) { y0 = scale_by(y0, w[SC]); y1 = scale_by(y1, w[SC]); }
+      x[u0] = y0;
+      x[u0 + s] = y1;
+    }
+    return;
+  }
 #pragma unroll
   for (int o = 0; o < E / r; ++o) {
     const int u0 = (o / s) * (s * r) + o % s;
@@ -169,7 +221,7 @@ struct Factors {
 };
 template <class T, class C, class P, int FI, int OFF, int NW, class F, class... Rest>
 struct Factors<T, C, P, FI, OFF, NW, F, Rest...> {
-  using Tail = Factors<T, C, P, FI + 1, OFF + P::E * F::r, NW, Rest...>;
+  using Tail = Factors<T, C, P, FI + 1, OFF + F::weights(P::E, P::DLO), NW, Rest...>;
   __device__ __forceinline__ static void load(C (&w)[NW], int hi, int lo, const long long* meta) {
     load_weights<T, C, P, F, FI, OFF, NW>(w, hi, lo, meta);
     Tail::load(w, hi, lo, meta);
@@ -198,8 +250,10 @@ struct PassRun<T, N, RT, NT, Pass<Fs...>, FI0> {
   using P = Pass<Fs...>;
   using L = RowsLayout<T, N, RT>;
   using C = typename compute_of<T>::type;
-  using Fc = Factors<T, C, P, FI0, 0, PassWeights<Fs...>::COUNT, Fs...>;
-  static constexpr int E = P::E, DLO = P::DLO, Q = N / E, NW = PassWeights<Fs...>::COUNT;
+  // NW: the weights' registers (one unused where a pass has none: Hadamard stages)
+  static constexpr int NW = PassWeights<P, Fs...>::COUNT > 0 ? PassWeights<P, Fs...>::COUNT : 1;
+  using Fc = Factors<T, C, P, FI0, 0, NW, Fs...>;
+  static constexpr int E = P::E, DLO = P::DLO, Q = N / E;
   static constexpr int RG = rows_per_item(RT, Q, NT);
   static constexpr int WORK = (RT / RG) * Q;
   static_assert(N % (E * DLO) == 0, "a pass's element sets tile the vector");
@@ -336,7 +390,8 @@ __device__ __forceinline__ void store_tile(const T* tile, T* __restrict__ Y, lon
 // strides; more only where the host checked contiguity and alignment). MINB: blocks per SM
 // the registers must allow (several blocks per SM overlap one's loads with another's
 // arithmetic). load_to /
-// store_from: the folded gathers (null: none). meta: see apply_factor. Tiles: ceil(B / RT).
+// store_from: the folded gathers (null: none). meta: META entries per factor (see
+// load_weights). Tiles: ceil(B / RT).
 template <class T, int N, int RT, int NT, int MINB, int ALONG, int VX, int VY, class... Ps>
 __global__ void __launch_bounds__(NT, MINB) ks_rows(
     const T* __restrict__ X, T* __restrict__ Y, const long long* __restrict__ meta,

@@ -67,6 +67,25 @@ __device__ __forceinline__ double add(double x, double y) { return x + y; }
 template <class R>
 __device__ __forceinline__ cplx<R> add(cplx<R> x, cplx<R> y) { return {x.re + y.re, x.im + y.im}; }
 
+__device__ __forceinline__ float sub(float x, float y) { return x - y; }
+__device__ __forceinline__ double sub(double x, double y) { return x - y; }
+template <class R>
+__device__ __forceinline__ cplx<R> sub(cplx<R> x, cplx<R> y) { return {x.re - y.re, x.im - y.im}; }
+
+// w * x (a complex product: two multiplies and two fused multiply-adds).
+__device__ __forceinline__ float mul(float w, float x) { return w * x; }
+__device__ __forceinline__ double mul(double w, double x) { return w * x; }
+template <class R>
+__device__ __forceinline__ cplx<R> mul(cplx<R> w, cplx<R> x) {
+  return {ks::fma(w.re, x.re, -w.im * x.im), ks::fma(w.re, x.im, w.im * x.re)};
+}
+
+// x times the real part of s (s holds a real scale in the compute type).
+__device__ __forceinline__ float scale_by(float x, float s) { return x * s; }
+__device__ __forceinline__ double scale_by(double x, double s) { return x * s; }
+template <class R>
+__device__ __forceinline__ cplx<R> scale_by(cplx<R> x, cplx<R> s) { return {x.re * s.re, x.im * s.re}; }
+
 // The value of lane (lane ^ mask) of the warp; every lane of the warp must call it.
 __device__ __forceinline__ float shfl_xor(float x, int mask) { return __shfl_xor_sync(0xffffffffu, x, mask); }
 __device__ __forceinline__ double shfl_xor(double x, int mask) { return __shfl_xor_sync(0xffffffffu, x, mask); }

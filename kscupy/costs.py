@@ -95,6 +95,12 @@ _ROWS_BANDWIDTH = 0.8
 _ROWS_DATAPATH = 2.5
 _ROWS_WEIGHT_LINES = 3.3
 _ROWS_EFFICIENCY = 0.6
+# Computed radix-2 stages (kernels/ks_rows.stage_of): a twiddled stage reads d/DLO twiddles
+# per work item, neighbouring lanes neighbouring values (one line per use, not
+# _ROWS_WEIGHT_LINES), and does a complex multiply and two adds per pair of elements
+# (_STAGE_FLOPS multiply-adds' worth per element, against r for stored blocks); a Hadamard
+# stage reads nothing and adds. Estimates from the operation counts, not yet fitted.
+_STAGE_FLOPS = {1: 0.25, 2: 0.65}    # by stage (HADAMARD_STAGE, TWIDDLED_STAGE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,11 +284,19 @@ def rows_seconds(segment, batch: int, dtype, rates: DeviceRates) -> float:
     dram = 2 * isz * elements / (_ROWS_BANDWIDTH * sectors * rates.bandwidth)
     passes = segment.pass_patterns()
     tile = isz * elements * (2 * len(passes) + 2)
-    weights = sum(isz * elements * sum(p.b for p in pats) * _ROWS_WEIGHT_LINES / rg
-                  for pats, rg in passes)
-    datapath = (tile + weights) / (_ROWS_DATAPATH * rates.bandwidth)
-    radices = sum(p.b for p in segment.patterns)
-    compute = _flops_per_mac(dtype) * elements * radices / (_ROWS_EFFICIENCY * rates.peak(dtype))
+    weights, macs = 0.0, 0.0          # values read per element, multiply-adds per element
+    for pats, stages, rg in passes:
+        E = int(numpy.prod([p.b for p in pats]))
+        low = min(p.d for p in pats)
+        for p, (stage, _) in zip(pats, stages):
+            if stage == 0:                                   # STORED
+                weights += p.b * _ROWS_WEIGHT_LINES / rg
+                macs += p.b
+            else:
+                weights += (p.d // low) / E / rg if stage == 2 else 0.0
+                macs += _STAGE_FLOPS[stage]
+    datapath = (tile + isz * elements * weights) / (_ROWS_DATAPATH * rates.bandwidth)
+    compute = _flops_per_mac(dtype) * elements * macs / (_ROWS_EFFICIENCY * rates.peak(dtype))
     return max(dram, datapath, compute) + LAUNCH_SECONDS
 
 

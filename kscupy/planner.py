@@ -35,7 +35,7 @@ import numpy
 from . import _arrays, costs, dispatch, tuning
 from .factor import Factor
 from .kernels.ks_chain import make_segment
-from .kernels.ks_rows import make_row_segment
+from .kernels.ks_rows import make_row_segment, stage_of, STORED
 from .pattern import KSPattern, super_pattern
 from .problem import Problem
 from .shuffle import inverse_permutation
@@ -204,8 +204,20 @@ def plan(chain, layout: str, dtype, batch: int, *, fuse: str = "auto", merge: bo
         rates = costs.device_rates()
     dtype = numpy.dtype(dtype)
     factors = [K.factor.in_dtype(dtype) for K in reversed(chain.factors)]   # application order
+    options = [factors]
     if merge and fuse != "never":
-        factors = merge_all(factors[::-1])[::-1]        # merge() takes (left, right)
+        # merged factors have stored blocks: where ks_rows would compute DFT or Hadamard
+        # stages instead (see kernels/ks_rows.stage_of), the unmerged chain is planned too
+        options = [merge_all(factors[::-1])[::-1]]      # merge() takes (left, right)
+        if rows and any(stage_of(f)[0] != STORED for f in factors):
+            options.append(factors)
+    plans = [_plan_factors(chain, f, layout, dtype, batch, fuse, factor_backend, rates, rows)
+             for f in options]
+    return min(plans, key=lambda p: p.seconds)
+
+
+def _plan_factors(chain, factors, layout, dtype, batch, fuse, factor_backend, rates, rows):
+    """:func:`plan`'s dynamic program over ``factors`` (application order)."""
     src, out_perm = chain.input_permutation, chain.output_permutation
     # y = z[out]  <=>  y[inv[p]] = z[p]: the segment writes element p to column inv[p]
     dst = None if out_perm is None else inverse_permutation(out_perm, chain.xp)

@@ -132,6 +132,26 @@ def test_row_segments_compile(dtype):
     _compile("ks_rows.cu", names)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_stage_segments_compile(dtype):
+    """ks_rows with computed stages: Hadamard stages (scaled and not), and for complex
+    dtypes DFT stages with twiddles, in the chain's own, transposed and adjoint views,
+    mixed with stored factors."""
+    dtype = numpy.dtype(dtype)
+    chains = [ks.hadamard(256, dtype=dtype), ks.hadamard(64, normalized=True, dtype=dtype)]
+    if dtype.kind == "c":
+        F = ks.dft(512, dtype=dtype, norm="ortho")
+        chains += [F, F.T, F.H, ks.butterfly(64, dtype=dtype) @ ks.dft(64, dtype=dtype)]
+    names = set()
+    for chain in chains:
+        factors = [K.factor for K in reversed(chain.factors)]
+        assert any(ks_rows.stage_of(f)[0] != ks_rows.STORED for f in factors)
+        for layout, along in (("bsl", ks_rows.ALONG_ROW), ("bsf", ks_rows.ALONG_T)):
+            seg = ks_rows.make_row_segment(factors, dtype, layout, 4096)
+            names.add(seg.name(dtype, along, 1, 1))
+    _compile("ks_rows.cu", names)
+
+
 def test_a_broken_source_fails():
     """The check can fail: a template error is reported, not ignored."""
     ok, log = compile_source("template <int N> __global__ void k(int* x) { x[0] = N + ; }",

@@ -63,11 +63,39 @@ def test_super_pattern_and_lengths():
     assert super_group_lengths(ks.KSPattern(6, 3, 2, 4), 2, 2) == (12, 18)
 
 
+@pytest.mark.parametrize("n, passes", [(256, (4, 4)), (1024, (4, 4, 2)), (4096, (4, 4, 4))])
+def test_dft_plans_computed_stages(n, passes):
+    """A DFT from ks.dft declares its stages (DFTStage): up to 4096 complex64 features it is
+    one whole-vector launch of unmerged radix-2 stages computed from their twiddles, four to
+    a pass, the digit reversal folded into its loads."""
+    F = ks.dft(n, dtype=numpy.complex64)
+    plan = planner.plan(F, "bsf", numpy.complex64, 2**26 // n, rates=RATES)
+    assert plan.launches == 1 and isinstance(plan.steps[0], RowSegment), plan.describe()
+    seg = plan.steps[0]
+    assert seg.src is not None and seg.dst is None
+    assert seg.passes == passes
+    assert seg.stages[0] == (ks_rows.HADAMARD_STAGE, False)      # d = 1: all twiddles are 1
+    assert all(st == (ks_rows.TWIDDLED_STAGE, False) for st in seg.stages[1:])
+
+
+def test_hadamard_plans_computed_stages():
+    H = ks.hadamard(1024, normalized=True, dtype=numpy.float32)
+    seg = planner.plan(H, "bsl", numpy.float32, 65536, rates=RATES).steps[0]
+    assert isinstance(seg, RowSegment) and seg.passes == (4, 4, 2)
+    assert all(st == (ks_rows.HADAMARD_STAGE, True) for st in seg.stages)
+
+
+def _without_structure(chain):
+    return ks.KSChain([ks.KSMatrix(K.values) for K in chain.factors],
+                      input_permutation=chain.input_permutation)
+
+
 @pytest.mark.parametrize("n", [256, 1024])
 def test_dft_plans_whole_vectors(n):
-    """Up to 1024 complex64 features a DFT is one whole-vector launch: radix-4 stages,
-    nested two (or one) to a pass, the digit reversal folded into its loads."""
-    F = ks.dft(n, dtype=numpy.complex64)
+    """A DFT chain without declared stages, up to 1024 complex64 features: one whole-vector
+    launch of merged radix-4 stages, nested two (or one) to a pass, the digit reversal
+    folded into its loads."""
+    F = _without_structure(ks.dft(n, dtype=numpy.complex64))
     plan = planner.plan(F, "bsf", numpy.complex64, 2**26 // n, rates=RATES)
     assert plan.launches == 1 and isinstance(plan.steps[0], RowSegment), plan.describe()
     seg = plan.steps[0]

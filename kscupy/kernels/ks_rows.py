@@ -6,7 +6,9 @@ passes they are grouped into (:func:`group_passes`), the tile (``rows`` whole ve
 block; a work item walks several with its blocks in registers) and the folded gathers. It
 applies where every factor is square with blocks of at most :data:`MAX_RADIX` and a tile of
 one vector fits in shared memory (:func:`make_row_segment` returns None otherwise): FFT,
-Hadamard and butterfly chains up to a few thousand features.
+Hadamard and butterfly chains up to a few thousand features. Radix-2 factors whose values
+hold a declared :class:`~kscupy.structure.DFTStage` are computed (a butterfly, twiddles from
+a table of ``d`` values) instead of loaded (:func:`stage_of`).
 """
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ from . import nvrtc
 from .launcher import Launcher
 from .operands import copying_odd_strides, geometry, KernelRun
 
-__all__ = ["RowSegment", "make_row_segment", "group_passes", "rows_smem", "MAX_RADIX",
-           "ALONG_T", "ALONG_ROW"]
+__all__ = ["RowSegment", "make_row_segment", "group_passes", "rows_smem", "stage_of",
+           "MAX_RADIX", "ALONG_T", "ALONG_ROW", "STORED", "HADAMARD_STAGE", "TWIDDLED_STAGE"]
 
 #: Largest block (b = c) of a factor the family applies.
 MAX_RADIX = 16
@@ -42,13 +44,49 @@ WEIGHT_WORDS = 48
 MIN_BLOCKS = 3
 #: Shared memory of an SM available to blocks (H100/H200: 228 KiB, 1 KiB reserved per block).
 SM_SMEM = 224 * 1024
+#: 32-bit registers of an SM, and those a work item needs besides its elements and weights
+#: (addresses, indices, loop counters; from ptxas's counts for DFT and Hadamard passes).
+SM_REGISTERS = 65536
+REGISTER_OVERHEAD = 24
 #: ``Along`` in ks_rows.cu: the axis global accesses walk (t in a row, or the batch row).
 ALONG_T, ALONG_ROW = 0, 1
+#: ``META`` in ks_rows.cu: entries of the kernel's meta table per factor.
+_META = 3
 
 
 def _words(dtype) -> int:
     """32-bit registers per value in the kernel's compute type (float16 computes in float)."""
     return max(1, dtype.itemsize // 4)
+
+
+#: ``Stage`` in ks_rows.cu: how a factor's blocks are had.
+STORED, HADAMARD_STAGE, TWIDDLED_STAGE = 0, 1, 2
+
+
+def stage_of(factor) -> tuple:
+    """``(stage, scaled)``: how ks_rows has the blocks of ``factor`` (a Factor). A factor
+    whose values hold a radix-2 :class:`~kscupy.structure.DFTStage` (checked, see
+    :attr:`Factor.structure`) is computed: a Hadamard stage (no twiddles, or d = 1 where
+    all twiddles are 1) or a twiddled one; ``scaled`` when its scale is not 1. Any other
+    factor's blocks are loaded (STORED, False)."""
+    stage = factor.structure
+    if stage is None or factor.pattern.b != 2:
+        return STORED, False
+    kind = TWIDDLED_STAGE if stage.twiddled and factor.pattern.d > 1 else HADAMARD_STAGE
+    return kind, stage.scale != 1.0
+
+
+def _pass_weights(trial) -> int:
+    """``PassWeights::COUNT`` of ks_rows.cu for a pass of ``(r, d, (stage, scaled))``."""
+    elements = int(numpy.prod([r for r, _, _ in trial]))
+    low = min(d for _, d, _ in trial)
+    count = 0
+    for r, d, (stage, scaled) in trial:
+        if stage == STORED:
+            count += elements * r
+        else:
+            count += (d // low if stage == TWIDDLED_STAGE else 0) + int(scaled)
+    return count
 
 
 def _nests(radices_strides) -> bool:
@@ -68,19 +106,22 @@ def _nests(radices_strides) -> bool:
     return True
 
 
-def group_passes(patterns, max_elements: int, max_weights: int = 2**31) -> tuple:
+def group_passes(patterns, max_elements: int, max_weights: int = 2**31, stages=None) -> tuple:
     """Consecutive factors (patterns in application order) grouped into passes: a factor
     joins the current pass while the pass's digits still nest, the product E of its radices
-    stays at most ``max_elements`` and its weights (E times the sum of the radices) at most
-    ``max_weights``. Returns the number of factors of each pass."""
+    stays at most ``max_elements`` and the values a work item keeps (``PassWeights``: E
+    times the radix for stored blocks, the twiddles of a computed stage; ``stages[f]`` is
+    factor f's :func:`stage_of`, default stored) at most ``max_weights``. Returns the
+    number of factors of each pass."""
+    stages = stages or [(STORED, False)] * len(patterns)
     passes, current = [], []
-    for p in patterns:
-        trial = current + [(p.b, p.d)]
-        elements = int(numpy.prod([r for r, _ in trial]))
-        if current and (elements > max_elements or not _nests(trial)
-                        or elements * sum(r for r, _ in trial) > max_weights):
+    for p, stage in zip(patterns, stages):
+        trial = current + [(p.b, p.d, stage)]
+        elements = int(numpy.prod([r for r, _, _ in trial]))
+        if current and (elements > max_elements or not _nests([(r, d) for r, d, _ in trial])
+                        or _pass_weights(trial) > max_weights):
             passes.append(len(current))
-            trial = [(p.b, p.d)]
+            trial = [(p.b, p.d, stage)]
         current = trial
     passes.append(len(current))
     return tuple(passes)
@@ -115,7 +156,8 @@ class RowSegment:
     ``min_blocks``: blocks per SM the registers must allow; ``src`` / ``dst``: the folded
     permutations as the planner gives them (element t of the input is column ``src[t]``,
     element t of the output goes to column ``dst[t]``); ``vector_blocks[f]``: factor f's
-    blocks are read as 16-byte words. Building one touches no device memory (the planner
+    blocks are read as 16-byte words; ``stages[f]``: factor f's :func:`stage_of` (computed
+    radix-2 DFT and Hadamard stages). Building one touches no device memory (the planner
     prices many); the kernel's tables are made on the first launch.
     """
     factors: tuple
@@ -124,6 +166,7 @@ class RowSegment:
     threads: int
     min_blocks: int
     vector_blocks: tuple
+    stages: tuple
     src: object = None
     dst: object = None
 
@@ -138,11 +181,25 @@ class RowSegment:
         return None if self.dst is None else _int32_inverse(self.dst)
 
     @functools.cached_property
+    def _twiddle_tables(self):
+        """Each twiddled stage's table (``Factor.stage_twiddles``), else None; held here
+        so that the addresses in :attr:`meta` stay valid while the segment lives."""
+        return tuple(f.stage_twiddles() if stage == TWIDDLED_STAGE else None
+                     for f, (stage, _) in zip(self.factors, self.stages))
+
+    @functools.cached_property
     def meta(self):
-        """Per factor, its values' address and 1 to use their conjugates (int64)."""
-        table = numpy.zeros(2 * len(self.factors), dtype=numpy.int64)
-        for i, f in enumerate(self.factors):
-            table[2 * i], table[2 * i + 1] = f.address, int(f.conjugated)
+        """``META`` int64 entries per factor (``load_weights`` in ks_rows.cu): the address
+        of its values (or of its twiddle table, or 0 for a Hadamard stage), 1 to use their
+        conjugates (stored blocks), the bits of its scale as a float64 (stages)."""
+        table = numpy.zeros(_META * len(self.factors), dtype=numpy.int64)
+        for i, (f, (stage, _), tw) in enumerate(zip(self.factors, self.stages,
+                                                     self._twiddle_tables)):
+            if stage == STORED:
+                table[_META * i], table[_META * i + 1] = f.address, int(f.conjugated)
+            else:
+                table[_META * i] = 0 if tw is None else tw.data.ptr
+                table[_META * i + 2] = numpy.float64(f.structure.scale).view(numpy.int64)
         return self.factors[0].xp.asarray(table)
 
     @property
@@ -154,13 +211,15 @@ class RowSegment:
         return tuple(f.pattern for f in self.factors)
 
     def pass_patterns(self):
-        """The patterns of each pass, and the rows its work items walk."""
+        """Per pass: its factors' patterns, their :func:`stage_of`, and the rows its work
+        items walk."""
         out, f = [], 0
         for count in self.passes:
             pats = self.patterns[f:f + count]
-            f += count
             elements = int(numpy.prod([p.b for p in pats]))
-            out.append((pats, rows_per_item(self.rows, self.n // elements, self.threads)))
+            out.append((pats, self.stages[f:f + count],
+                        rows_per_item(self.rows, self.n // elements, self.threads)))
+            f += count
         return out
 
     def smem_bytes(self, itemsize: int) -> int:
@@ -175,8 +234,11 @@ class RowSegment:
         out, f = [], 0
         for count in self.passes:
             radices = ", ".join(
-                f"ks::Radix<{F.pattern.b}, {F.pattern.d}, {int(F.transposed)}, {int(v)}>"
-                for F, v in zip(self.factors[f:f + count], self.vector_blocks[f:f + count]))
+                f"ks::Radix<{F.pattern.b}, {F.pattern.d}, {int(F.transposed)}, {int(v)}, "
+                f"{stage}, {int(scaled)}>"
+                for F, v, (stage, scaled) in zip(self.factors[f:f + count],
+                                                 self.vector_blocks[f:f + count],
+                                                 self.stages[f:f + count]))
             out.append(f"ks::Pass<{radices}>")
             f += count
         return ", ".join(out)
@@ -201,8 +263,10 @@ class RowSegment:
         pats = " ".join(str(tuple(p)) for p in self.patterns)
         extras = "".join(f", {n}" for n, v in (("src", self.src), ("dst", self.dst))
                          if v is not None)
+        computed = sum(stage != STORED for stage, _ in self.stages)
+        stages = f" computed={computed}" if computed else ""
         return (f"rows {len(self.factors)} factors [{pats}] passes={list(self.passes)} "
-                f"rows={self.rows}{extras}")
+                f"rows={self.rows}{stages}{extras}")
 
 
 # -- configuration ------------------------------------------------------------------------------
@@ -212,12 +276,12 @@ def eligible(patterns) -> bool:
         len({p.shape[1] for p in patterns}) == 1
 
 
-def _configure(patterns, dtype, layout, batch):
+def _configure(patterns, stages, dtype, layout, batch):
     """``(passes, rows, threads, min_blocks)`` or None when one vector does not fit."""
     n, isz, words = patterns[0].shape[1], dtype.itemsize, _words(dtype)
     if rows_smem(n, 1, isz) > SMEM_MAX:
         return None
-    passes = group_passes(patterns, MAX_ELEMENTS, WEIGHT_WORDS // words)
+    passes = group_passes(patterns, MAX_ELEMENTS, WEIGHT_WORDS // words, stages)
     # Batch-size-last tiles want rows enough for 64-byte runs of a feature; either layout
     # wants rows enough for a pass's weights to serve several, and a few tiles per SM.
     wanted = max(4, 64 // isz) if layout == "bsl" else 16
@@ -227,13 +291,18 @@ def _configure(patterns, dtype, layout, batch):
     # 256 threads when several blocks share an SM (x 3 blocks leaves 85 registers a
     # thread), 512 for a lone block; fewer when no pass has that many work items.
     resident = max(1, min(MIN_BLOCKS, SM_SMEM // (rows_smem(n, rows, isz) + 1024)))
-    sizes, f = [], 0
+    sizes, need, f = [], 0, 0
     for count in passes:
-        sizes.append(int(numpy.prod([p.b for p in patterns[f:f + count]])))
+        trial = [(p.b, p.d, st) for p, st in zip(patterns[f:f + count], stages[f:f + count])]
+        sizes.append(int(numpy.prod([r for r, _, _ in trial])))
+        need = max(need, words * (sizes[-1] + _pass_weights(trial)) + REGISTER_OVERHEAD)
         f += count
     work = max(rows * (n // e) for e in sizes)
     threads = min(256 if resident > 1 else 512, max(64, -(-work // 32) * 32))
-    return passes, rows, threads, resident
+    # fewer blocks per SM where the registers a work item needs (its elements and weights)
+    # would not fit 3 blocks: spilling them costs more than the occupancy gives
+    min_blocks = max(1, min(resident, SM_REGISTERS // (threads * need)))
+    return passes, rows, threads, min_blocks
 
 
 def make_row_segment(factors, dtype, layout, batch, src=None, dst=None):
@@ -245,14 +314,16 @@ def make_row_segment(factors, dtype, layout, batch, src=None, dst=None):
     patterns = [f.pattern for f in factors]
     if not eligible(patterns):
         return None
-    config = _configure(patterns, dtype, layout, batch)
+    stages = tuple(stage_of(f) for f in factors)
+    config = _configure(patterns, stages, dtype, layout, batch)
     if config is None:
         return None
     passes, rows, threads, min_blocks = config
-    vector_blocks = tuple(not f.transposed and f.pattern.b * dtype.itemsize % 16 == 0
-                          and f.address % 16 == 0 for f in factors)
+    vector_blocks = tuple(stage == STORED and not f.transposed
+                          and f.pattern.b * dtype.itemsize % 16 == 0 and f.address % 16 == 0
+                          for f, (stage, _) in zip(factors, stages))
     return RowSegment(tuple(factors), passes, rows, threads, min_blocks, vector_blocks,
-                      src, dst)
+                      stages, src, dst)
 
 
 def _int32_inverse(perm):

@@ -160,6 +160,90 @@ def test_hadamard_rows(poisoned, rng, n):
         assert rel_err(H.matmul(cupy.asarray(X), layout=layout), ref) < 1e-5
 
 
+# -- computed stages (kscupy/structure.DFTStage): DFT and Hadamard factors from their
+# structure; oracles from the definitions, W[k, j] = exp(-2 pi i k j / n) and scipy's hadamard
+def _dft_matrix(n, inverse=False, norm=None):
+    k = numpy.arange(n)
+    W = numpy.exp((1 if inverse else -1) * 2j * numpy.pi * numpy.outer(k, k) / n)
+    scale = {None: 1 / n if inverse else 1.0, "ortho": 1 / numpy.sqrt(n)}[norm]
+    return W * scale
+
+
+def _computed(seg):
+    return sum(stage != ks_rows.STORED for stage, _ in seg.stages)
+
+
+STAGE_CASES = {   # name -> (chain builder(dtype), oracle matrix(n), n, dtypes)
+    "hadamard256": (lambda dt: ks.hadamard(256, dtype=dt, xp=cupy),
+                    lambda: scipy.linalg.hadamard(256), DTYPES),
+    "hadamard64_normalized": (lambda dt: ks.hadamard(64, normalized=True, dtype=dt, xp=cupy),
+                              lambda: scipy.linalg.hadamard(64) / 8.0, DTYPES),
+    "dft512": (lambda dt: ks.dft(512, dtype=dt, xp=cupy), lambda: _dft_matrix(512),
+               [numpy.complex64, numpy.complex128]),
+    "idft256_ortho": (lambda dt: ks.idft(256, dtype=dt, norm="ortho", xp=cupy),
+                      lambda: _dft_matrix(256, True, "ortho"), [numpy.complex64, numpy.complex128]),
+    "dft1024_T": (lambda dt: ks.dft(1024, dtype=dt, xp=cupy).T, lambda: _dft_matrix(1024).T,
+                  [numpy.complex64, numpy.complex128]),
+    "dft128_H": (lambda dt: ks.dft(128, dtype=dt, norm="ortho", xp=cupy).H,
+                 lambda: _dft_matrix(128, norm="ortho").conj().T,
+                 [numpy.complex64, numpy.complex128]),
+}
+
+
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", sorted(STAGE_CASES))
+def test_stages_against_oracle(poisoned, rng, name, dtype, layout):
+    """Radix-2 DFT and Hadamard stages computed from their structure (twiddles before or
+    after the butterfly, conjugated, scaled), every batch size, both layouts."""
+    build, oracle, dtypes = STAGE_CASES[name]
+    if dtype not in dtypes:
+        pytest.skip(f"{name} has no {numpy.dtype(dtype)} values")
+    chain = build(dtype)
+    D = oracle().astype(numpy.complex128)
+    N = chain.shape[1]
+    for B in BATCHES:
+        if B * N > 2**22:
+            B = 2**22 // N + 1
+        seg = _segment(chain, numpy.dtype(dtype), layout, B)
+        assert _computed(seg) == len(chain), seg.describe()
+        X = random_array(rng, (N, B) if layout == "bsl" else (B, N), dtype)
+        ref = D @ X if layout == "bsl" else X @ D.T
+        Y = seg(cupy.asarray(X), layout)
+        assert Y.dtype == dtype and Y.shape == ref.shape
+        assert rel_err(Y, ref) < _tol(dtype, chain), (B, seg.describe())
+
+
+@pytest.mark.parametrize("dtype", [numpy.complex64, numpy.complex128])
+def test_stages_beside_stored_factors(poisoned, rng, dtype):
+    """A random butterfly after a DFT: stored and computed factors in the same passes."""
+    chain = ks.butterfly(64, dtype=dtype, xp=cupy, seed=3) @ ks.dft(64, dtype=dtype, xp=cupy)
+    D = chain_oracle(chain)
+    for layout in ("bsl", "bsf"):
+        seg = _segment(chain, numpy.dtype(dtype), layout, 1000)
+        assert 0 < _computed(seg) < len(chain), seg.describe()
+        X = random_array(rng, (64, 1000) if layout == "bsl" else (1000, 64), dtype)
+        ref = D @ X if layout == "bsl" else X @ D.T
+        assert rel_err(seg(cupy.asarray(X), layout), ref) < _tol(dtype, chain)
+
+
+def test_written_values_drop_the_structure(poisoned, rng):
+    """The structure is checked, not trusted: after a factor's values are overwritten, it is
+    no longer computed, and products follow the new values."""
+    F = ks.dft(256, dtype=numpy.complex64, xp=cupy)
+    X = random_array(rng, (1000, 256), numpy.complex64)
+    assert rel_err(F.matmul(cupy.asarray(X), layout="bsf"),
+                   X @ _dft_matrix(256).T) < 2e-5         # plans (and keeps) computed stages
+    K = F.factors[3]
+    K.values = K.values * cupy.asarray(random_array(rng, tuple(K.pattern), numpy.complex64))
+    assert K.structure is None
+    seg = _segment(F, numpy.dtype(numpy.complex64), "bsf", 1000)
+    assert _computed(seg) == len(F) - 1, seg.describe()
+    ref = X @ chain_oracle(F).T
+    assert rel_err(seg(cupy.asarray(X), "bsf"), ref) < _tol(numpy.complex64, F)
+    assert rel_err(F.matmul(cupy.asarray(X), layout="bsf"), ref) < _tol(numpy.complex64, F)
+
+
 def test_rows_auto_plan_end_to_end(poisoned, rng):
     """A random butterfly under auto: the plan holds a RowSegment and the product matches."""
     chain = gpu_chain(CHAINS["butterfly512"], numpy.float32, seed=5)
@@ -202,5 +286,17 @@ def test_sanitizer_subset_rows(poisoned, rng, dtype):
         for layout in ("bsl", "bsf"):
             seg = _segment(chain, numpy.dtype(dtype), layout, 37)
             X = random_array(rng, (N, 37) if layout == "bsl" else (37, N), dtype)
+            ref = D @ X if layout == "bsl" else X @ D.T
+            assert rel_err(seg(cupy.asarray(X), layout), ref) < _tol(dtype, chain)
+    # computed stages: twiddle tables and scales read from the meta table
+    stages = [ks.hadamard(64, normalized=True, dtype=dtype, xp=cupy)]
+    if numpy.dtype(dtype).kind == "c":
+        stages += [ks.dft(64, dtype=dtype, norm="ortho", xp=cupy).H]
+    for chain in stages:
+        D = chain_oracle(chain)
+        for layout in ("bsl", "bsf"):
+            seg = _segment(chain, numpy.dtype(dtype), layout, 37)
+            assert _computed(seg) == len(chain)
+            X = random_array(rng, (64, 37) if layout == "bsl" else (37, 64), dtype)
             ref = D @ X if layout == "bsl" else X @ D.T
             assert rel_err(seg(cupy.asarray(X), layout), ref) < _tol(dtype, chain)

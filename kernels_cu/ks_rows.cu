@@ -26,7 +26,6 @@
 // several rows go by is what lets the tile, not the weights, set the pace. FFT, Hadamard
 // and butterfly chains nest, so a pass there does several stages per round trip through
 // shared memory.
-#include "ks_async.cuh"
 #include "ks_launch.cuh"
 #include "ks_scalar.cuh"
 
@@ -266,7 +265,7 @@ struct PassRun<T, N, RT, NT, Pass<Fs...>, FI0> {
       const int t0 = hi * (E * DLO) + lo;
       C wts[NW];
       Fc::load(wts, hi, lo, meta);
-#pragma unroll 1
+#pragma unroll 2
       for (int row = row0; row < row0 + RG; ++row) {
         C x[E];
 #pragma unroll
@@ -354,24 +353,6 @@ __device__ __forceinline__ void load_tile(T* tile, const T* __restrict__ X, long
   }
 }
 
-// Global -> shared without registers (the pipelined kernel): element (row, t) copied by
-// cp.async to where load_tile puts it, zero-filled past B. Neighbouring threads take
-// neighbouring elements along ALONG, so a warp's copies coalesce as load_tile's do.
-template <class T, int N, int RT, int NT, int ALONG>
-__device__ __forceinline__ void copy_tile_async(T* tile, const T* __restrict__ X, long long B,
-                                                long long row0, long long s_f, long long s_b,
-                                                const int* load_to) {
-  using L = RowsLayout<T, N, RT>;
-  for (int e = threadIdx.x; e < RT * N; e += NT) {
-    int row, t;
-    vector_origin<N, RT, 1, ALONG>(e, row, t);
-    const long long b = row0 + row;
-    const bool live = b < B;
-    cp_async<(int)sizeof(T)>(shared_address(&tile[L::at(row, load_to ? load_to[t] : t)]),
-                             live ? X + b * s_b + t * s_f : X, live);
-  }
-}
-
 // Shared -> global, the mirror image: column t of batch row row0 + row of Y is tile element
 // (row, store_from[t]) (t without an output gather).
 template <class T, int N, int RT, int NT, int V, int ALONG>
@@ -403,14 +384,6 @@ __device__ __forceinline__ void store_tile(const T* tile, T* __restrict__ Y, lon
   }
 }
 
-// A gather table (N ints, or null) copied to shared memory at `to`: null stays null.
-template <int N, int NT>
-__device__ __forceinline__ const int* stage_table(const int* __restrict__ table, int* to) {
-  if (!table) return nullptr;
-  for (int t = threadIdx.x; t < N; t += NT) to[t] = table[t];
-  return to;
-}
-
 // Y = K_F ... K_1 X on whole feature vectors of length N. Ps: the passes (Pass<Radix...>),
 // factors in the order they are applied. X: element (row, column) at row·sx_b + column·sx_f;
 // Y likewise with sy_*. VX / VY: elements per global load / store along ALONG (1 for any
@@ -419,14 +392,7 @@ __device__ __forceinline__ const int* stage_table(const int* __restrict__ table,
 // arithmetic). load_to /
 // store_from: the folded gathers (null: none). meta: META entries per factor (see
 // load_weights). Tiles: ceil(B / RT).
-//
-// PIPELINED (sizeof(T) >= 4: cp.async has no 2-byte copy): blocks are persistent and keep
-// two tiles, copying the next one in with cp.async while they apply the factors to the
-// current one and store it, so that the loads' latency hides behind the work instead of
-// stalling it; the gather tables are staged in shared memory after the two tiles. Shared
-// memory: 2 tiles + N ints per gather. Otherwise one tile, loaded through registers.
-template <class T, int N, int RT, int NT, int MINB, int ALONG, int VX, int VY, int PIPELINED,
-          class... Ps>
+template <class T, int N, int RT, int NT, int MINB, int ALONG, int VX, int VY, class... Ps>
 __global__ void __launch_bounds__(NT, MINB) ks_rows(
     const T* __restrict__ X, T* __restrict__ Y, const long long* __restrict__ meta,
     long long B, long long sx_f, long long sx_b, long long sy_f, long long sy_b,
@@ -434,35 +400,9 @@ __global__ void __launch_bounds__(NT, MINB) ks_rows(
   using L = RowsLayout<T, N, RT>;
   static_assert(ALONG == ALONG_T ? N % VX == 0 && N % VY == 0 : RT % VX == 0 && RT % VY == 0,
                 "vectors tile the walked axis");
-  static_assert(!PIPELINED || sizeof(T) >= 4, "cp.async copies 4, 8 or 16 bytes");
+  require_dynamic_smem<L::SMEM_BYTES>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* tile = reinterpret_cast<T*>(smem_raw);
-  if constexpr (PIPELINED) {
-    const unsigned need = 2 * L::SMEM_BYTES + 4 * N * ((load_to ? 1 : 0) + (store_from ? 1 : 0));
-    if (dynamic_smem_bytes() < need) __trap();     // see require_dynamic_smem
-    constexpr int TILE = L::SMEM_BYTES / sizeof(T);  // tile k of the two at tile + k·TILE
-    int* tables = reinterpret_cast<int*>(smem_raw + 2 * L::SMEM_BYTES);
-    const int* lt = stage_table<N, NT>(load_to, tables);
-    const int* st = stage_table<N, NT>(store_from, tables + (load_to ? N : 0));
-    __syncthreads();
-    long long it = blockIdx.x;
-    if (it < tiles) copy_tile_async<T, N, RT, NT, ALONG>(tile, X, B, it * RT, sx_f, sx_b, lt);
-    cp_async_commit();
-    for (int k = 0; it < tiles; it += gridDim.x, k ^= 1) {
-      const long long next = it + gridDim.x;        // its copies overlap this tile's work
-      if (next < tiles)
-        copy_tile_async<T, N, RT, NT, ALONG>(tile + (k ^ 1) * TILE, X, B, next * RT, sx_f,
-                                             sx_b, lt);
-      cp_async_commit();
-      cp_async_wait<1>();                            // this thread's copies of tile `it`
-      __syncthreads();                               // everyone's
-      Passes<T, N, RT, NT, 0, Ps...>::run(tile + k * TILE, meta);
-      store_tile<T, N, RT, NT, VY, ALONG>(tile + k * TILE, Y, B, it * RT, sy_f, sy_b, st);
-      __syncthreads();   // tile k is refilled by the next iteration's copies
-    }
-    return;
-  }
-  require_dynamic_smem<L::SMEM_BYTES>();
   for (long long it = blockIdx.x; it < tiles; it += gridDim.x) {
     const long long row0 = it * RT;
     load_tile<T, N, RT, NT, VX, ALONG>(tile, X, B, row0, sx_f, sx_b, load_to);

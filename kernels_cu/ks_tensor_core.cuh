@@ -24,7 +24,6 @@
 // product (exact products of the 11-bit values, FP32 accumulation).
 #pragma once
 
-#include "ks_async.cuh"
 #include "ks_scalar.cuh"
 
 namespace ks {
@@ -185,8 +184,13 @@ __device__ __forceinline__ void mma_term(float (&c)[4], const Operand<float16, P
       : "r"(a.v[0]), "r"(a.v[1]), "r"(a.v[2]), "r"(a.v[3]), "r"(b.v[0]), "r"(b.v[1]));
 }
 
-// Shared-memory operands below are 32-bit shared-window addresses (shared_address, in
-// ks_async.cuh): offsets
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+  unsigned r;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+  return r;
+}
+
+// Shared-memory operands below are 32-bit shared-window addresses (shared_address): offsets
 // from them are 32-bit arithmetic, where generic pointers would cost 64-bit adds.
 
 // Four 8x8 matrices of 16-bit pairs from shared memory (one 16-byte row address per lane:
@@ -206,11 +210,38 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned row
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(row));
 }
 
+// -- asynchronous global -> shared copies (cp.async, sm_80) --------------------------------------
+// Copy BYTES (2, 4, 8 or 16) from global `src` to shared `dst`; zero-fill instead when !ok
+// (the source is then not read). 16-byte copies bypass L1 (.cg): every tile is read once per
+// block. cp.async has no 2-byte form: single float16 values are copied synchronously
+// through a register (still ordered before the reads by the chunk's barrier).
+template <int BYTES>
+__device__ __forceinline__ void cp_async(unsigned dst, const void* src, bool ok) {
+  const int src_bytes = ok ? BYTES : 0;
+  if constexpr (BYTES == 2) {
+    const unsigned short v = ok ? *static_cast<const unsigned short*>(src) : 0;
+    asm volatile("st.shared.u16 [%0], %1;" :: "r"(dst), "h"(v) : "memory");
+  } else if constexpr (BYTES == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;"
+                 :: "r"(dst), "l"(src), "n"(BYTES), "r"(src_bytes) : "memory");
+  }
+}
+
 // Raw bits of BYTES (2, 4, 8 or 16) bytes: one vector load or store through registers.
 template <int BYTES> struct Bits;
 template <> struct Bits<2> { using type = unsigned short; };
 template <> struct Bits<4> { using type = unsigned; };
 template <> struct Bits<8> { using type = uint2; };
 template <> struct Bits<16> { using type = uint4; };
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" :: "n"(PENDING) : "memory");
+}
 
 }  // namespace ks

@@ -33,8 +33,6 @@ MAX_RADIX = 16
 SMEM_MAX = 200 * 1024
 #: Shared memory a block holding several vectors may use: three blocks per SM.
 SMEM_TARGET = 72 * 1024
-#: ... and a pipelined block (two tiles, and the gather tables): two blocks per SM.
-SMEM_TARGET_PIPELINED = 100 * 1024
 #: Most elements of a pass (the product of its radices).
 MAX_ELEMENTS = 16
 #: 32-bit registers a work item may give the weights of a pass (E times the sum of its
@@ -144,12 +142,6 @@ def rows_smem(n: int, rows: int, itemsize: int) -> int:
     return rows * _row_elements(n, itemsize) * itemsize
 
 
-def block_smem(n: int, rows: int, itemsize: int, pipelined: bool, gathers: int) -> int:
-    """Shared memory of a block: one tile, or two and ``gathers`` tables of ``n`` int32."""
-    tile = rows_smem(n, rows, itemsize)
-    return 2 * tile + 4 * n * gathers if pipelined else tile
-
-
 def _row_elements(n, itemsize):
     padq = max(1, 128 // itemsize)
     return -(-n // padq) * padq + 1
@@ -165,10 +157,8 @@ class RowSegment:
     permutations as the planner gives them (element t of the input is column ``src[t]``,
     element t of the output goes to column ``dst[t]``); ``vector_blocks[f]``: factor f's
     blocks are read as 16-byte words; ``stages[f]``: factor f's :func:`stage_of` (computed
-    radix-2 DFT and Hadamard stages); ``pipelined``: persistent blocks that copy the next
-    tile in (cp.async) while they work on this one (two tiles of shared memory, and the
-    gather tables). Building one touches no device memory (the planner prices many); the
-    kernel's tables are made on the first launch.
+    radix-2 DFT and Hadamard stages). Building one touches no device memory (the planner
+    prices many); the kernel's tables are made on the first launch.
     """
     factors: tuple
     passes: tuple
@@ -177,7 +167,6 @@ class RowSegment:
     min_blocks: int
     vector_blocks: tuple
     stages: tuple
-    pipelined: bool = False
     src: object = None
     dst: object = None
 
@@ -234,15 +223,11 @@ class RowSegment:
         return out
 
     def smem_bytes(self, itemsize: int) -> int:
-        """Dynamic shared memory of a launch: the tile, or for a pipelined segment two
-        tiles and the gather tables (``ks_rows`` in ks_rows.cu)."""
-        return block_smem(self.n, self.rows, itemsize, self.pipelined,
-                          (self.src is not None) + (self.dst is not None))
+        return rows_smem(self.n, self.rows, itemsize)
 
     def layout(self, itemsize: int) -> tuple:
-        """``(SMEM_BYTES, ROW, PADQ)`` of ``RowsLayout`` (one tile), as this module computes
-        them."""
-        return (rows_smem(self.n, self.rows, itemsize), _row_elements(self.n, itemsize),
+        """``(SMEM_BYTES, ROW, PADQ)`` of ``RowsLayout``, as this module computes them."""
+        return (self.smem_bytes(itemsize), _row_elements(self.n, itemsize),
                 max(1, 128 // itemsize))
 
     def _pass_arguments(self) -> str:
@@ -259,11 +244,10 @@ class RowSegment:
         return ", ".join(out)
 
     def name(self, dtype, along: int, vx: int, vy: int) -> str:
-        """The instantiation ``ks::ks_rows<T, N, RT, NT, MINB, ALONG, VX, VY, PIPELINED,
-        Pass<...>...>``."""
+        """The instantiation ``ks::ks_rows<T, N, RT, NT, MINB, ALONG, VX, VY, Pass<...>...>``."""
         return (f"ks::ks_rows<{nvrtc.scalar_name(dtype)}, {self.n}, {self.rows}, "
                 f"{self.threads}, {self.min_blocks}, {along}, {vx}, {vy}, "
-                f"{int(self.pipelined)}, {self._pass_arguments()}>")
+                f"{self._pass_arguments()}>")
 
     def layout_probe_name(self, dtype) -> str:
         return f"ks::ks_rows_layout<{nvrtc.scalar_name(dtype)}, {self.n}, {self.rows}>"
@@ -292,27 +276,21 @@ def eligible(patterns) -> bool:
         len({p.shape[1] for p in patterns}) == 1
 
 
-def _configure(patterns, stages, dtype, layout, batch, gathers):
-    """``(passes, rows, threads, min_blocks, pipelined)`` or None when one vector does not
-    fit."""
+def _configure(patterns, stages, dtype, layout, batch):
+    """``(passes, rows, threads, min_blocks)`` or None when one vector does not fit."""
     n, isz, words = patterns[0].shape[1], dtype.itemsize, _words(dtype)
     if rows_smem(n, 1, isz) > SMEM_MAX:
         return None
     passes = group_passes(patterns, MAX_ELEMENTS, WEIGHT_WORDS // words, stages)
-    # Pipelined where two tiles of one vector and the gather tables fit (cp.async copies 4
-    # bytes or more: not float16).
-    pipelined = isz >= 4 and block_smem(n, 1, isz, True, gathers) <= SMEM_MAX
-    target = SMEM_TARGET_PIPELINED if pipelined else SMEM_TARGET
     # Batch-size-last tiles want rows enough for 64-byte runs of a feature; either layout
     # wants rows enough for a pass's weights to serve several, and a few tiles per SM.
     wanted = max(4, 64 // isz) if layout == "bsl" else 16
     rows = min(wanted, pow2_at_least(batch))
-    while rows > 1 and block_smem(n, rows, isz, pipelined, gathers) > target:
+    while rows > 1 and rows_smem(n, rows, isz) > SMEM_TARGET:
         rows //= 2
     # 256 threads when several blocks share an SM (x 3 blocks leaves 85 registers a
     # thread), 512 for a lone block; fewer when no pass has that many work items.
-    smem = block_smem(n, rows, isz, pipelined, gathers)
-    resident = max(1, min(MIN_BLOCKS, SM_SMEM // (smem + 1024)))
+    resident = max(1, min(MIN_BLOCKS, SM_SMEM // (rows_smem(n, rows, isz) + 1024)))
     sizes, need, f = [], 0, 0
     for count in passes:
         trial = [(p.b, p.d, st) for p, st in zip(patterns[f:f + count], stages[f:f + count])]
@@ -324,7 +302,7 @@ def _configure(patterns, stages, dtype, layout, batch, gathers):
     # fewer blocks per SM where the registers a work item needs (its elements and weights)
     # would not fit 3 blocks: spilling them costs more than the occupancy gives
     min_blocks = max(1, min(resident, SM_REGISTERS // (threads * need)))
-    return passes, rows, threads, min_blocks, pipelined
+    return passes, rows, threads, min_blocks
 
 
 def make_row_segment(factors, dtype, layout, batch, src=None, dst=None):
@@ -337,16 +315,15 @@ def make_row_segment(factors, dtype, layout, batch, src=None, dst=None):
     if not eligible(patterns):
         return None
     stages = tuple(stage_of(f) for f in factors)
-    config = _configure(patterns, stages, dtype, layout, batch,
-                        (src is not None) + (dst is not None))
+    config = _configure(patterns, stages, dtype, layout, batch)
     if config is None:
         return None
-    passes, rows, threads, min_blocks, pipelined = config
+    passes, rows, threads, min_blocks = config
     vector_blocks = tuple(stage == STORED and not f.transposed
                           and f.pattern.b * dtype.itemsize % 16 == 0 and f.address % 16 == 0
                           for f, (stage, _) in zip(factors, stages))
     return RowSegment(tuple(factors), passes, rows, threads, min_blocks, vector_blocks,
-                      stages, pipelined, src, dst)
+                      stages, src, dst)
 
 
 def _int32_inverse(perm):
@@ -387,21 +364,13 @@ def prepare(segment: RowSegment, X, layout):
         along = ALONG_ROW
         vx = _vector_width(X.data.ptr, isz, sx_b == 1, sx_f, segment.rows)
         vy = _vector_width(0, isz, True, sy_f, segment.rows)
-    if segment.pipelined:
-        vx = 1                         # cp.async copies element by element
     smem = segment.smem_bytes(isz)
-    device = cupy.cuda.Device()
-    fn = nvrtc.function("ks_rows.cu", segment.name(dtype, along, vx, vy), smem, device.id,
-                        prefer_shared=True)
+    fn = nvrtc.function("ks_rows.cu", segment.name(dtype, along, vx, vy), smem,
+                        cupy.cuda.Device().id, prefer_shared=True)
     tiles = -(-B // segment.rows)
-    grid = tiles
-    if segment.pipelined:              # persistent blocks: as many as fit at once
-        per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
-            fn.kernel.ptr, segment.threads, smem)
-        grid = min(tiles, max(1, per_sm) * device.attributes["MultiProcessorCount"])
     i64, null = numpy.int64, numpy.uint64(0)
     table = lambda t: null if t is None else t  # noqa: E731
-    launch = Launcher(fn, (min(grid, 2**31 - 1),), (segment.threads,), smem,
+    launch = Launcher(fn, (min(tiles, 2**31 - 1),), (segment.threads,), smem,
                       (segment.meta, i64(B), i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b),
                        table(segment.load_to), table(segment.store_from), i64(tiles)))
     return KernelRun(launch, y_shape, dtype)

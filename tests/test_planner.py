@@ -63,11 +63,13 @@ def test_super_pattern_and_lengths():
     assert super_group_lengths(ks.KSPattern(6, 3, 2, 4), 2, 2) == (12, 18)
 
 
-@pytest.mark.parametrize("n, passes", [(256, (4, 4)), (1024, (4, 4, 2)), (4096, (4, 4, 4))])
+@pytest.mark.parametrize("n, passes", [(256, (3, 3, 2)), (1024, (3, 3, 3, 1)),
+                                      (4096, (3, 3, 3, 3)), (16384, (4, 4, 4, 2))])
 def test_dft_plans_computed_stages(n, passes):
-    """A DFT from ks.dft declares its stages (DFTStage): up to 4096 complex64 features it is
-    one whole-vector launch of unmerged radix-2 stages computed from their twiddles, four to
-    a pass, the digit reversal folded into its loads."""
+    """A DFT from ks.dft declares its stages (DFTStage): up to 16384 complex64 features it
+    is one whole-vector launch of unmerged radix-2 stages computed from their twiddles, the
+    digit reversal folded into its loads; three stages to a pass where three blocks share an
+    SM (their registers), four for a lone block."""
     F = ks.dft(n, dtype=numpy.complex64)
     plan = planner.plan(F, "bsf", numpy.complex64, 2**26 // n, rates=RATES)
     assert plan.launches == 1 and isinstance(plan.steps[0], RowSegment), plan.describe()

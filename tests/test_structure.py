@@ -122,10 +122,18 @@ def test_stage_twiddles_follow_the_view():
 
 
 def test_group_passes_counts_computed_weights():
-    """A pass's registers: stored blocks E·r values per factor, a twiddled stage d/DLO."""
+    """A pass's registers: its E elements, stored blocks E·r values per factor, a twiddled
+    stage d/DLO twiddles (complex: 2 registers each), plus the overhead."""
     pats = [ks.KSPattern(2**(9 - l), 2, 2, 2**l) for l in range(10)]   # DFT(1024), applied
     stored = [(ks_rows.STORED, False)] * 10
     twiddled = [(ks_rows.HADAMARD_STAGE, False)] + [(ks_rows.TWIDDLED_STAGE, False)] * 9
-    assert ks_rows.group_passes(pats, 16, 24, stored) == (2, 2, 2, 2, 2)
-    assert ks_rows.group_passes(pats, 16, 24, twiddled) == (4, 4, 2)
-    assert ks_rows.group_passes(pats, 16, 10, twiddled) == (3, 3, 3, 1)   # 0+1+2+4 = 7 <= 10
+    over = ks_rows.REGISTER_OVERHEAD
+    assert ks_rows.pass_registers([(2, 1, twiddled[0]), (2, 2, twiddled[1])], 2) == \
+        2 * (4 + 0 + 2) + over
+    assert ks_rows.pass_registers([(2, 4, stored[0]), (2, 8, stored[0])], 2) == \
+        2 * (4 + 4 * 2 + 4 * 2) + over
+    # E = 4 stored (2·(4 + 16) registers) fits 42 + overhead, E = 8 (2·(8 + 48)) does not
+    assert ks_rows.group_passes(pats, 16, 40 + over, stored, 2) == (2, 2, 2, 2, 2)
+    # twiddled: pass d = 1..8 needs 2·(16 + 0+2+4+8), d = 16..128 2·(16 + 1+2+4+8)
+    assert ks_rows.group_passes(pats, 16, 62 + over, twiddled, 2) == (4, 4, 2)
+    assert ks_rows.group_passes(pats, 16, 30 + over, twiddled, 2) == (3, 3, 3, 1)

@@ -24,7 +24,8 @@ from . import nvrtc
 from .launcher import Launcher
 from .operands import copying_odd_strides, geometry, KernelRun
 
-__all__ = ["RowSegment", "make_row_segment", "group_passes", "rows_smem", "stage_of",
+__all__ = ["RowSegment", "make_row_segment", "group_passes", "pass_registers", "rows_smem",
+           "stage_of",
            "MAX_RADIX", "ALONG_T", "ALONG_ROW", "STORED", "HADAMARD_STAGE", "TWIDDLED_STAGE"]
 
 #: Largest block (b = c) of a factor the family applies.
@@ -35,10 +36,6 @@ SMEM_MAX = 200 * 1024
 SMEM_TARGET = 72 * 1024
 #: Most elements of a pass (the product of its radices).
 MAX_ELEMENTS = 16
-#: 32-bit registers a work item may give the weights of a pass (E times the sum of its
-#: radices, times the words of a value): the pass's blocks stay in registers while the
-#: item walks its rows.
-WEIGHT_WORDS = 48
 #: Blocks per SM that a launch asks the registers to allow (at most; fewer when the shared
 #: memory of a block allows fewer): one block's loads overlap another's arithmetic.
 MIN_BLOCKS = 3
@@ -47,7 +44,7 @@ SM_SMEM = 224 * 1024
 #: 32-bit registers of an SM, and those a work item needs besides its elements and weights
 #: (addresses, indices, loop counters; from ptxas's counts for DFT and Hadamard passes).
 SM_REGISTERS = 65536
-REGISTER_OVERHEAD = 24
+REGISTER_OVERHEAD = 32
 #: ``Along`` in ks_rows.cu: the axis global accesses walk (t in a row, or the batch row).
 ALONG_T, ALONG_ROW = 0, 1
 #: ``META`` in ks_rows.cu: entries of the kernel's meta table per factor.
@@ -106,20 +103,30 @@ def _nests(radices_strides) -> bool:
     return True
 
 
-def group_passes(patterns, max_elements: int, max_weights: int = 2**31, stages=None) -> tuple:
+def pass_registers(trial, words: int) -> int:
+    """32-bit registers a work item of a pass of ``(r, d, stage)`` needs: its E elements and
+    the values it keeps (``PassWeights``), ``words`` each, plus REGISTER_OVERHEAD."""
+    elements = int(numpy.prod([r for r, _, _ in trial]))
+    return words * (elements + _pass_weights(trial)) + REGISTER_OVERHEAD
+
+
+def group_passes(patterns, max_elements: int, max_registers: int = 2**31, stages=None,
+                 words: int = 1) -> tuple:
     """Consecutive factors (patterns in application order) grouped into passes: a factor
     joins the current pass while the pass's digits still nest, the product E of its radices
-    stays at most ``max_elements`` and the values a work item keeps (``PassWeights``: E
-    times the radix for stored blocks, the twiddles of a computed stage; ``stages[f]`` is
-    factor f's :func:`stage_of`, default stored) at most ``max_weights``. Returns the
-    number of factors of each pass."""
+    stays at most ``max_elements`` and a work item's registers (:func:`pass_registers`:
+    its elements, and E times the radix for stored blocks or the twiddles of a computed
+    stage; ``stages[f]`` is factor f's :func:`stage_of`, default stored; values of
+    ``words`` registers) at most ``max_registers``: fewer stages per pass cost a round trip
+    through shared memory, spilled or fewer resident warps cost more (measured on DFTs).
+    Returns the number of factors of each pass."""
     stages = stages or [(STORED, False)] * len(patterns)
     passes, current = [], []
     for p, stage in zip(patterns, stages):
         trial = current + [(p.b, p.d, stage)]
         elements = int(numpy.prod([r for r, _, _ in trial]))
         if current and (elements > max_elements or not _nests([(r, d) for r, d, _ in trial])
-                        or _pass_weights(trial) > max_weights):
+                        or pass_registers(trial, words) > max_registers):
             passes.append(len(current))
             trial = [(p.b, p.d, stage)]
         current = trial
@@ -281,7 +288,6 @@ def _configure(patterns, stages, dtype, layout, batch):
     n, isz, words = patterns[0].shape[1], dtype.itemsize, _words(dtype)
     if rows_smem(n, 1, isz) > SMEM_MAX:
         return None
-    passes = group_passes(patterns, MAX_ELEMENTS, WEIGHT_WORDS // words, stages)
     # Batch-size-last tiles want rows enough for 64-byte runs of a feature; either layout
     # wants rows enough for a pass's weights to serve several, and a few tiles per SM.
     wanted = max(4, 64 // isz) if layout == "bsl" else 16
@@ -289,13 +295,17 @@ def _configure(patterns, stages, dtype, layout, batch):
     while rows > 1 and rows_smem(n, rows, isz) > SMEM_TARGET:
         rows //= 2
     # 256 threads when several blocks share an SM (x 3 blocks leaves 85 registers a
-    # thread), 512 for a lone block; fewer when no pass has that many work items.
+    # thread), 512 for a lone block; fewer when no pass has that many work items. Passes
+    # are grouped to the registers that leaves (DFT(1024): passes of 8 elements, 3 blocks
+    # per SM, 0.43 ms; of 16 elements, 2 blocks, 0.50 ms).
     resident = max(1, min(MIN_BLOCKS, SM_SMEM // (rows_smem(n, rows, isz) + 1024)))
+    budget = SM_REGISTERS // ((256 if resident > 1 else 512) * resident)
+    passes = group_passes(patterns, MAX_ELEMENTS, budget, stages, words)
     sizes, need, f = [], 0, 0
     for count in passes:
         trial = [(p.b, p.d, st) for p, st in zip(patterns[f:f + count], stages[f:f + count])]
         sizes.append(int(numpy.prod([r for r, _, _ in trial])))
-        need = max(need, words * (sizes[-1] + _pass_weights(trial)) + REGISTER_OVERHEAD)
+        need = max(need, pass_registers(trial, words))
         f += count
     work = max(rows * (n // e) for e in sizes)
     threads = min(256 if resident > 1 else 512, max(64, -(-work // 32) * 32))

@@ -97,7 +97,9 @@ class KSChain(KSOperator):
         if perm.ndim != 1 or perm.shape[0] != n or perm.dtype.kind not in "iu":
             raise ValueError(f"the {which} permutation must be an integer array of shape ({n},), "
                              f"got {perm.dtype} of shape {perm.shape}")
-        if not bool((xp.sort(perm) == xp.arange(n)).all()):
+        small = _arrays.on_host_if_small(perm)     # checked on the host when small
+        module = _arrays.array_module(small)
+        if not bool((module.sort(small) == module.arange(n)).all()):
             raise ValueError(f"the {which} permutation is not a permutation of range({n})")
         return perm
 

@@ -29,6 +29,9 @@ __all__ = ["Factor", "FactorCache", "DENSE_CACHE_BYTES"]
 #: A factor keeps its dense matrix (see :meth:`Factor.dense`) only up to this size.
 DENSE_CACHE_BYTES = 256 * 2**20
 
+#: The cache key of the verdict of :attr:`Factor.structure` (True or False).
+_STRUCTURE_HOLDS = "structure holds"
+
 
 class FactorCache(dict):
     """What is derived from one storage (dense and CSR matrices, converted copies, prepared
@@ -97,8 +100,13 @@ class Factor:
     def blocks(self):
         """The ``(a, d, b, c)`` dense group blocks of the operator (a view of the storage;
         a conjugated copy for a conjugated complex view)."""
-        blocks = self.tiles.swapaxes(-1, -2) if self.transposed else self.tiles
-        return self.xp.conj(blocks) if self.conjugated else blocks
+        return self.oriented(self.tiles)
+
+    def oriented(self, tiles):
+        """``tiles`` (this storage, or a copy of it in either array module) as this view's
+        ``(a, d, b, c)`` blocks."""
+        blocks = tiles.swapaxes(-1, -2) if self.transposed else tiles
+        return _arrays.array_module(tiles).conj(blocks) if self.conjugated else blocks
 
     @property
     def weight_strides(self) -> tuple:
@@ -127,6 +135,17 @@ class Factor:
         """A copy with values converted to ``dtype`` (a new storage and an empty cache)."""
         copy = Factor(self.tiles.astype(_arrays.check_dtype(dtype)), self.stored,
                       declared=self.declared)
+        return copy.view(self.transposed, self.conjugated)
+
+    def copy_to(self, xp) -> "Factor":
+        """A copy of this view with its storage in the array module ``xp`` (``numpy``, or
+        ``cupy``: on the current GPU). The copy's cache starts with the verdict on the
+        declared structure when this one has it, so values checked on the host are not
+        checked again on the GPU."""
+        tiles = _arrays.numpy_copy(self.tiles) if xp is numpy else xp.asarray(self.tiles)
+        copy = Factor(tiles, self.stored, declared=self.declared)
+        if _STRUCTURE_HOLDS in self.cache:
+            copy.cache[_STRUCTURE_HOLDS] = self.cache[_STRUCTURE_HOLDS]
         return copy.view(self.transposed, self.conjugated)
 
     def in_dtype(self, dtype) -> "Factor":
@@ -159,9 +178,9 @@ class Factor:
         in the cache, which a write clears), never assumed."""
         if self.declared is None:
             return None
-        holds = self.cache.get("structure holds")
+        holds = self.cache.get(_STRUCTURE_HOLDS)
         if holds is None:
-            holds = self.cache["structure holds"] = self.declared.holds_for(
+            holds = self.cache[_STRUCTURE_HOLDS] = self.declared.holds_for(
                 self.tiles.transpose(0, 2, 3, 1), self.stored)
         return self.declared if holds else None
 

@@ -84,7 +84,7 @@ def _gather_or_none(perm, xp):
 
 
 def _chain_of(values_list, dtype, xp, input_permutation, output_permutation):
-    factors = [KSMatrix(xp.asarray(numpy.ascontiguousarray(w), dtype=dtype)) for w in values_list]
+    factors = [KSMatrix(numpy.asarray(w, dtype=dtype), xp=xp) for w in values_list]
     return KSChain(factors, input_permutation=_gather_or_none(input_permutation, xp),
                    output_permutation=_gather_or_none(output_permutation, xp))
 

@@ -21,7 +21,10 @@ class KSMatrix(KSOperator):
     and stored *pre-tiled*: an array of shape ``(a, d, b, c)`` in which the dense ``b × c``
     block of every group ``(i, j)`` is contiguous, so multiplies never re-lay out weights.
     The array module of the values decides where the matrix lives: NumPy values give a
-    CPU matrix, CuPy values a GPU matrix.
+    CPU matrix, CuPy values a GPU matrix; ``xp=cupy`` (or ``xp=numpy``) stores them in the
+    other module instead, tiled (and checked against ``structure``) where they are given.
+    ``structure``: a declared structure of the values (:class:`kscupy.DFTStage`), checked
+    here (ValueError when the values do not have it).
 
     Multiplication (``M, N = K.shape``; ``B`` is the batch size):
 
@@ -53,20 +56,27 @@ class KSMatrix(KSOperator):
     ((30, 7), (7, 30))
     """
 
-    def __init__(self, values, structure=None):
-        xp = _arrays.array_module(values)
+    def __init__(self, values, structure=None, *, xp=None):
+        source = _arrays.array_module(values)
+        if xp is None:
+            xp = source
+        elif xp is not numpy and getattr(xp, "__name__", None) != "cupy":
+            raise TypeError(f"xp must be numpy or cupy, got {xp!r}")
         _arrays.check_dtype(values.dtype)
         if values.ndim != 4:
             raise ValueError("KSMatrix(values) takes canonical values of shape (a, b, c, d), "
                              f"got an array of shape {values.shape}")
         pattern = KSPattern.of(values.shape)   # also rejects empty axes
-        with _arrays.device_of(values):        # the tiles live where the values do
-            tiles = xp.ascontiguousarray(values.transpose(0, 3, 1, 2))
-        self._factor = Factor.of_blocks(tiles, pattern, declared=structure)
-        self._xp = xp
-        if structure is not None and self._factor.structure is None:
+        with _arrays.device_of(values):        # tiled (and checked) where the values are
+            tiles = source.ascontiguousarray(values.transpose(0, 3, 1, 2))
+        factor = Factor.of_blocks(tiles, pattern, declared=structure)
+        if structure is not None and factor.structure is None:
             raise ValueError(f"the values of pattern {tuple(pattern)} do not have the declared "
                              f"structure {structure!r} (to within rounding in {tiles.dtype})")
+        if xp is not source:                   # moved once tiled: no CuPy kernel runs here
+            factor = factor.copy_to(xp)
+        self._factor = factor
+        self._xp = xp
 
     @classmethod
     def of_factor(cls, factor: Factor) -> "KSMatrix":
@@ -81,15 +91,19 @@ class KSMatrix(KSOperator):
     def random(cls, pattern, dtype=numpy.float32, xp=numpy, seed=None) -> "KSMatrix":
         """Random values uniform in ``[-1/sqrt(c), 1/sqrt(c)]`` (real and imaginary parts).
 
-        ``xp`` is ``numpy`` (CPU) or ``cupy`` (GPU); ``seed`` seeds ``xp.random.default_rng``.
+        ``xp`` is ``numpy`` (CPU) or ``cupy`` (GPU); ``seed`` seeds
+        ``numpy.random.default_rng``, which draws the values on the host for either module
+        (the same seed gives the same matrix on the CPU and the GPU).
         """
         pattern = KSPattern.of(pattern)
         dtype = _arrays.check_dtype(dtype)
         if xp is not numpy and getattr(xp, "__name__", None) != "cupy":
             raise TypeError(f"xp must be numpy or cupy, got {xp!r}")
-        memory.check_fits(3 * pattern.nnz * dtype.itemsize, xp,   # draws, sum, stored tiles
-                          f"KSMatrix.random({tuple(pattern)}, {dtype})")
-        rng = xp.random.default_rng(seed)
+        # drawn on the host, where the same seed gives the same values for either module
+        memory.check_fits_with_host(pattern.nnz * dtype.itemsize,    # stored tiles
+                                    3 * pattern.nnz * dtype.itemsize,   # draws, sum, tiles
+                                    xp, f"KSMatrix.random({tuple(pattern)}, {dtype})")
+        rng = numpy.random.default_rng(seed)
         scale = 1.0 / numpy.sqrt(pattern.c)
         real = numpy.float32 if dtype in (numpy.float32, numpy.complex64) else numpy.float64
 
@@ -97,7 +111,7 @@ class KSMatrix(KSOperator):
             return (rng.random(tuple(pattern), dtype=real) * 2 - 1) * real(scale)
 
         values = draw() if dtype.kind == "f" else draw() + 1j * draw()
-        return cls(values.astype(dtype, copy=False))
+        return cls(values.astype(dtype, copy=False), xp=xp)
 
     @classmethod
     def from_dense(cls, D, pattern) -> "KSMatrix":

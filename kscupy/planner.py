@@ -53,13 +53,14 @@ MERGE_MAX_BLOCK = 16
 
 
 # -- merging ------------------------------------------------------------------------------------
-def _restricted_blocks(factor: Factor, AS: int, DS: int):
-    """The factor as ``I_AS ⊗ D ⊗ I_DS``: the dense blocks D, shape ``(AS, DS, M/(AS DS),
-    N/(AS DS))``."""
-    xp = factor.xp
-    a, b, c, d = factor.pattern
+def _restricted_blocks(blocks, pattern: KSPattern, AS: int, DS: int):
+    """A factor of ``pattern`` with ``(a, d, b, c)`` ``blocks`` as ``I_AS ⊗ D ⊗ I_DS``: the
+    dense blocks D, shape ``(AS, DS, M/(AS DS), N/(AS DS))``, in the array module of
+    ``blocks``."""
+    xp = _arrays.array_module(blocks)
+    a, b, c, d = pattern
     af, df = a // AS, d // DS
-    blocks = factor.blocks.reshape(AS, af, df, DS, b, c)      # group (i'·af + i_s, j_s·DS + j')
+    blocks = blocks.reshape(AS, af, df, DS, b, c)      # group (i'·af + i_s, j_s·DS + j')
     # D[i', j'][i_s·b·df + k·df + j_s, i_s2·c·df + l·df + j_s2] = block[k, l] on i_s = i_s2,
     # j_s = j_s2
     D = xp.einsum("xsyzkl,st,yu->xzskytlu", blocks, xp.eye(af, dtype=blocks.dtype),
@@ -83,8 +84,16 @@ def merge(left: Factor, right: Factor):
         return None
     dtype = numpy.result_type(left.dtype, right.dtype)
     wide = numpy.complex128 if dtype.kind == "c" else numpy.float64
-    P = _restricted_blocks(left.astype(wide), AS, DS) @ _restricted_blocks(right.astype(wide), AS, DS)
-    return Factor.of_blocks(left.xp.ascontiguousarray(P.astype(dtype)), KSPattern(AS, b, c, DS))
+
+    elements = left.tiles.size + right.tiles.size
+
+    def restricted(factor):      # small factors are multiplied on the host
+        blocks = factor.oriented(_arrays.on_host_if_small(factor.tiles, elements))
+        return _restricted_blocks(blocks.astype(wide), factor.pattern, AS, DS)
+    P = restricted(left) @ restricted(right)
+    module = _arrays.array_module(P)
+    P = module.ascontiguousarray(P.astype(dtype))
+    return Factor.of_blocks(left.xp.asarray(P), KSPattern(AS, b, c, DS))
 
 
 def merge_all(factors):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy
 
+from . import _arrays
 from .pattern import KSPattern
 
 __all__ = ["perfect_shuffle", "inverse_perfect_shuffle", "inverse_permutation", "perfect_shuffle_matrix",
@@ -33,10 +34,14 @@ def _check_positive(**sizes):
 
 
 def inverse_permutation(perm, xp=numpy):
-    """Gather indices of the inverse of the gather ``perm``: ``x[perm][inv] == x``."""
-    inv = xp.empty_like(perm)
-    inv[perm] = xp.arange(perm.shape[0], dtype=perm.dtype)
-    return inv
+    """Gather indices of the inverse of the gather ``perm``: ``x[perm][inv] == x``, in the
+    array module ``xp`` and the dtype of ``perm`` (a small CuPy permutation is inverted on
+    the host, see :data:`kscupy._arrays.HOST_ELEMENTS`)."""
+    perm = _arrays.on_host_if_small(perm)
+    module = _arrays.array_module(perm)
+    inv = module.empty_like(perm)
+    inv[perm] = module.arange(perm.shape[0], dtype=perm.dtype)
+    return xp.asarray(inv)
 
 
 def perfect_shuffle(p: int, q: int, xp=numpy):

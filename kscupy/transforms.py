@@ -145,8 +145,7 @@ def dft(n: int, dtype=numpy.complex128, norm=None, xp=numpy, *, inverse=False, m
         # normalisation goes on the first-applied factor
         stage = DFTStage(int(sign), True, scale if level == len(radices) - 1 else 1.0)
         w = stage.values((a, r, r, d))
-        factors.append(KSMatrix(xp.asarray(numpy.ascontiguousarray(w), dtype=dtype),
-                                structure=stage))
+        factors.append(KSMatrix(w.astype(dtype), structure=stage, xp=xp))
         # this level's input split: I_a ⊗ P_{d, r} (decimation by r within each of a blocks)
         split = (numpy.arange(a)[:, None] * (r * d) + perfect_shuffle(d, r)[None, :]).ravel()
         perm = perm[split]
@@ -185,7 +184,8 @@ def _factor_chain(patterns, values_of, dtype, xp, structure=None):
     dtype = _arrays.check_dtype(dtype)
     _check_xp(xp)
     _check_chain_fits(patterns, dtype, xp, temporaries=1)
-    return KSChain([KSMatrix(xp.asarray(values_of(i, KSPattern(*p)), dtype=dtype), structure)
+    return KSChain([KSMatrix(numpy.asarray(values_of(i, KSPattern(*p)), dtype=dtype), structure,
+                             xp=xp)
                     for i, p in enumerate(patterns)])
 
 

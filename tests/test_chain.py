@@ -270,3 +270,19 @@ def test_chain_todense_refuses_what_cannot_fit():
     C = ks.KSChain([ks.KSMatrix(numpy.ones((2**16, 1, 1, 2**4), dtype=numpy.float32))] * 2)
     with pytest.raises(MemoryError, match="GiB of host memory"):
         C.todense()
+
+
+@pytest.mark.parametrize("host_elements", [0, 1 << 16], ids=["on_device", "on_host"])
+def test_permutations_checked_on_either_side(xp, rng, monkeypatch, host_elements):
+    # small CuPy permutations are checked on the host, larger ones with CuPy: both refuse
+    # what is no permutation and keep what is one
+    from kscupy import _arrays
+    monkeypatch.setattr(_arrays, "HOST_ELEMENTS", host_elements)
+    K = ks.KSMatrix.random((2, 4, 4, 8), xp=xp, seed=0)
+    perm = rng.permutation(64)
+    C = ks.KSChain([K], input_permutation=xp.asarray(perm))
+    numpy.testing.assert_array_equal(to_numpy(C.input_permutation), perm)
+    bad = perm.copy()
+    bad[3] = bad[4]
+    with pytest.raises(ValueError, match="not a permutation"):
+        ks.KSChain([K], input_permutation=xp.asarray(bad))

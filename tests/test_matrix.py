@@ -53,6 +53,31 @@ def test_random(xp, dtype):
     numpy.testing.assert_array_equal(to_numpy(again.values), v)
 
 
+def test_random_is_the_same_on_either_module(xp):
+    # drawn by NumPy's generator on the host for either module
+    K = ks.KSMatrix.random((2, 3, 4, 5), dtype=numpy.complex64, xp=xp, seed=11)
+    ref = ks.KSMatrix.random((2, 3, 4, 5), dtype=numpy.complex64, seed=11)
+    numpy.testing.assert_array_equal(to_numpy(K.values), ref.values)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_values_stored_in_the_module_asked_for(xp, rng, dtype):
+    w = random_array(rng, (2, 3, 4, 5), dtype)           # NumPy values, stored with xp
+    K = ks.KSMatrix(w, xp=xp)
+    assert K.xp is xp and K.dtype == dtype
+    numpy.testing.assert_array_equal(to_numpy(K.values), w)
+    numpy.testing.assert_array_equal(to_numpy(K.todense()).astype(numpy.complex128), dense_oracle(w))
+    back = ks.KSMatrix(K.values, xp=numpy)                # and back to the host
+    assert back.xp is numpy
+    numpy.testing.assert_array_equal(back.values, w)
+
+
+def test_bad_module_raises(rng):
+    import math
+    with pytest.raises(TypeError, match="xp must be numpy or cupy"):
+        ks.KSMatrix(random_array(rng, (1, 2, 2, 1), numpy.float32), xp=math)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_from_dense_projects_onto_support(xp, rng, dtype):
     pattern = ks.KSPattern(2, 3, 2, 3)

@@ -3,7 +3,7 @@ import numpy
 import pytest
 
 import kscupy as ks
-from conftest import dense_oracle
+from conftest import dense_oracle, to_numpy
 from kscupy.pattern import super_group_lengths, super_pattern
 from kscupy import costs, planner
 from kscupy.kernels import ks_rows
@@ -32,6 +32,20 @@ def test_merge_equals_the_product(pair, dtype):
     ref = dense_oracle(left.values) @ dense_oracle(right.values)
     tol = 1e-6 if dtype == numpy.float32 else 1e-13
     assert numpy.abs(merged.todense() - ref).max() <= tol * numpy.abs(ref).max()
+
+
+@pytest.mark.parametrize("host_elements", [0, 1 << 16], ids=["on_device", "on_host"])
+def test_merge_on_either_side(xp, monkeypatch, host_elements):
+    # small factors are merged on the host, larger ones in their own module: both give the
+    # product, in the factors' module
+    from kscupy import _arrays
+    monkeypatch.setattr(_arrays, "HOST_ELEMENTS", host_elements)
+    left = ks.KSMatrix.random((1, 2, 2, 8), dtype=numpy.complex64, xp=xp, seed=1).H
+    right = ks.KSMatrix.random((2, 2, 2, 4), dtype=numpy.complex64, xp=xp, seed=2)
+    merged = ks.KSMatrix.of_factor(planner.merge(left.factor, right.factor))
+    assert merged.xp is xp and merged.dtype == numpy.complex64
+    ref = dense_oracle(to_numpy(left.values)) @ dense_oracle(to_numpy(right.values))
+    assert numpy.abs(to_numpy(merged.todense()) - ref).max() < 1e-5
 
 
 def test_merge_of_views():

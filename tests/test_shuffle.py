@@ -82,3 +82,16 @@ def test_block_diagonalize_cupy_and_errors(xp):
                                      to_numpy(K.values).transpose(0, 3, 1, 2).reshape(4, 3, 4))
     with pytest.raises(ValueError, match="does not match pattern"):
         ks.block_diagonalize(K.todense()[1:], K.pattern)
+
+
+@pytest.mark.parametrize("host_elements", [0, 1 << 16], ids=["on_device", "on_host"])
+def test_inverse_permutation(xp, rng, monkeypatch, host_elements):
+    # small CuPy permutations are inverted on the host, larger ones with CuPy: both paths
+    from kscupy import _arrays
+    monkeypatch.setattr(_arrays, "HOST_ELEMENTS", host_elements)
+    for dtype in (numpy.int32, numpy.int64):
+        perm = rng.permutation(1000).astype(dtype)
+        inv = ks.inverse_permutation(xp.asarray(perm), xp)
+        assert type(inv) is type(xp.asarray(perm)) and inv.dtype == dtype
+        expected = numpy.argsort(perm)                # an independent inverse
+        numpy.testing.assert_array_equal(to_numpy(inv), expected)

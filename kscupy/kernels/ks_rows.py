@@ -338,7 +338,9 @@ def make_row_segment(factors, dtype, layout, batch, src=None, dst=None):
 
 def _int32_inverse(perm):
     xp = _arrays.array_module(perm)
-    return inverse_permutation(xp.asarray(perm, dtype=xp.int32), xp)
+    small = _arrays.on_host_if_small(perm)    # no CuPy cast kernel for a small permutation
+    module = _arrays.array_module(small)
+    return inverse_permutation(module.asarray(small, dtype=module.int32), xp)
 
 
 # -- launch -------------------------------------------------------------------------------------

@@ -228,7 +228,8 @@ def warmup(args) -> int:
     split = lambda text, kind: [kind(v) for v in text.split(",") if v]  # noqa: E731
     dfts = [kscupy.dft(n, dtype=numpy.complex64, xp=cupy) for n in args.dft]
     report = kscupy.warmup(args.pattern, operators=dfts, dtypes=split(args.dtypes, str),
-                           layouts=split(args.layouts, str), batches=split(args.batches, int))
+                           layouts=split(args.layouts, str), batches=split(args.batches, int),
+                           threads=args.threads)
     print(f"{report.products} products, {report.kernels_loaded} kernels compiled or loaded, "
           f"{report.seconds:.1f} s")
     return 0
@@ -270,6 +271,8 @@ def main(argv=None) -> int:
     p_warm.add_argument("--layouts", default="bsl,bsf")
     p_warm.add_argument("--batches", default="1,64,4096",
                         help="comma-separated batch sizes (the tile choice follows them)")
+    p_warm.add_argument("--threads", type=int, default=None,
+                        help="products run (and compiled) at once (default: CPU count, at most 8)")
     p_warm.set_defaults(func=warmup)
     args = parser.parse_args(argv)
     return args.func(args)

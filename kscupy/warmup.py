@@ -4,16 +4,17 @@ A kernel instantiation is compiled by NVRTC the first time a product needs it (0
 each, kept afterwards in CuPy's disk cache, see :mod:`kscupy.kernels.nvrtc`). Which
 instantiations a product needs depends on its pattern, dtype, layout and batch size (the
 tile configuration follows the batch bucket). :func:`warmup` runs one product of each
-combination it is given on random data, so that a later script or solver loop finds every
-kernel compiled (and, in the same process, every decision of ``auto`` made).
+combination it is given, so that a later script or solver loop finds every kernel compiled
+(and, in the same process, every decision of ``auto`` made). The products run from a pool
+of threads: NVRTC compiles without holding the GIL, so their kernels compile in parallel.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import itertools
+import os
 import time
-
-import numpy
 
 from . import _arrays
 from .pattern import KSPattern
@@ -32,7 +33,7 @@ class WarmupReport:
 
 
 def warmup(patterns=(), *, operators=(), dtypes=("float32",), layouts=("bsl", "bsf"),
-           batches=(1, 64, 4096), backend="auto") -> WarmupReport:
+           batches=(1, 64, 4096), backend="auto", threads=None) -> WarmupReport:
     """Run one product per (pattern or operator, dtype, layout, batch) on the current GPU.
 
     Parameters
@@ -46,9 +47,12 @@ def warmup(patterns=(), *, operators=(), dtypes=("float32",), layouts=("bsl", "b
     batches : batch sizes; a kernel's tile configuration depends on the batch size bucket,
         so give the sizes the program will use.
     backend : the backend to warm up (default ``"auto"``: what ``K @ X`` runs).
+    threads : products run at once, each compiling its kernels (default: the CPU count, at
+        most 8). Their operands and results are in GPU memory at the same time.
 
-    Returns a :class:`WarmupReport`. Raises RuntimeError without a GPU, ValueError or
-    TypeError for bad arguments.
+    The operands are zeros (their values do not matter to what is compiled). Returns a
+    :class:`WarmupReport`. Raises RuntimeError without a GPU, ValueError or TypeError for
+    bad arguments, and the first error a product raised.
 
     Examples
     --------
@@ -56,11 +60,6 @@ def warmup(patterns=(), *, operators=(), dtypes=("float32",), layouts=("bsl", "b
     >>> kscupy.warmup([(4, 64, 64, 8)], dtypes=("float32", "float64"), batches=(1, 256))
     ... # doctest: +SKIP
     """
-    cupy, why = _arrays.gpu_module()
-    if cupy is None:
-        raise RuntimeError(f"kscupy.warmup compiles GPU kernels and needs a GPU: {why}")
-    from .kernels import nvrtc
-    from .matrix import KSMatrix
     patterns = [KSPattern.of(p) for p in patterns]
     dtypes = [_arrays.check_dtype(t) for t in dtypes]
     for layout in layouts:
@@ -69,23 +68,35 @@ def warmup(patterns=(), *, operators=(), dtypes=("float32",), layouts=("bsl", "b
     batches = [int(B) for B in batches]
     if any(B < 1 for B in batches):
         raise ValueError(f"batch sizes must be positive, got {batches}")
+    if threads is None:
+        threads = min(8, os.cpu_count() or 1)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    cupy, why = _arrays.gpu_module()
+    if cupy is None:
+        raise RuntimeError(f"kscupy.warmup compiles GPU kernels and needs a GPU: {why}")
+    from .kernels import nvrtc
+    from .matrix import KSMatrix
     for op in operators:
         if op.xp is not cupy:
             raise TypeError(f"warmup operators must hold CuPy values, got {op!r}")
     work = [KSMatrix.random(p, dtype=t, xp=cupy, seed=0) for p, t in itertools.product(patterns, dtypes)]
     work += list(operators)
-    rng = cupy.random.default_rng(0)
-    compiled_before = nvrtc.function.cache_info().misses
-    start = time.perf_counter()
-    products = 0
-    for op, layout, B in itertools.product(work, layouts, batches):
+    tasks = list(itertools.product(work, layouts, batches))
+    device = cupy.cuda.Device()         # the caller's device, current in every thread
+
+    def product(task):
+        op, layout, B = task
         N = op.shape[1]
-        shape = (N, B) if layout == "bsl" else (B, N)
-        real = numpy.float32 if op.dtype in (numpy.float16, numpy.float32, numpy.complex64) \
-            else numpy.float64
-        X = rng.standard_normal(shape, dtype=real).astype(op.dtype)
-        op.matmul(X, layout=layout, backend=backend)
-        products += 1
-    cupy.cuda.get_current_stream().synchronize()
-    return WarmupReport(products, nvrtc.function.cache_info().misses - compiled_before,
+        with device:
+            X = cupy.zeros((N, B) if layout == "bsl" else (B, N), dtype=op.dtype)
+            op.matmul(X, layout=layout, backend=backend)
+            cupy.cuda.get_current_stream().synchronize()
+
+    loaded_before = nvrtc.kernels_loaded()
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=threads) as pool:
+        for _ in pool.map(product, tasks):      # re-raises a product's error
+            pass
+    return WarmupReport(len(tasks), nvrtc.kernels_loaded() - loaded_before,
                         time.perf_counter() - start)

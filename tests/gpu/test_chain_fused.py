@@ -65,8 +65,10 @@ def test_fused_chain_against_oracle(poisoned, rng, name, dtype, layout):
         ref = D @ X if layout == "bsl" else X @ D.T
         Xd = cupy.asarray(X)
         _check(chain, Xd, layout, "fused", ref, dtype)
-        # without merging: every original factor is a stage of the fused kernel
-        unmerged = planner.plan(chain, layout, numpy.dtype(dtype), B, fuse="always", merge=False)
+        # without merging: every original factor is a stage of the fused kernel (rows=False:
+        # the whole-vector kernel, tested in test_chain_rows.py, would take small chains)
+        unmerged = planner.plan(chain, layout, numpy.dtype(dtype), B, fuse="always", merge=False,
+                                rows=False)
         assert any(isinstance(s, FusedSegment) for s in unmerged.steps)
         assert rel_err(unmerged(Xd, layout), ref) < 20 * RTOL[numpy.dtype(dtype)] * len(chain)
         # per-factor path: an independent route through the same factors

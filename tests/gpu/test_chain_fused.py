@@ -14,7 +14,7 @@ import kscupy as ks
 from conftest import (DTYPES, RTOL, chain_oracle, gpu_available, gpu_chain, random_array,
                       rel_err)
 from kscupy import planner
-from kscupy.kernels import ks_chain
+from kscupy.kernels import ks_chain, ks_rows
 from kscupy.kernels.ks_chain import FusedSegment
 
 pytestmark = pytest.mark.gpu
@@ -129,12 +129,20 @@ def test_dft_against_numpy_fft(poisoned, rng, monkeypatch, n, dtype, budget):
 
 
 def test_dft_plan_fuses_and_merges():
-    """The auto plan of DFT(1024) in BSF is one launch of merged radix-4 stages."""
+    """The auto plan of DFT(1024) in BSF is one launch: of its ten radix-2 stages computed
+    from their declared structure, or, for the same values declared as nothing, of five
+    merged radix-4 factors."""
     F = ks.dft(1024, dtype=numpy.complex64, xp=cupy)
     plan = F.plan("bsf", numpy.complex64, 65536)
     assert plan.launches == 1, plan.describe()
     seg = plan.steps[0]
-    assert [p.b for p in seg.patterns] == [4] * 5 and seg.src is not None
+    assert [p.b for p in seg.patterns] == [2] * 10 and seg.src is not None
+    assert all(stage != ks_rows.STORED for stage, _ in seg.stages)
+    stored = ks.KSChain([ks.KSMatrix(K.values) for K in F.factors],
+                        input_permutation=F.input_permutation)
+    plan = stored.plan("bsf", numpy.complex64, 65536)
+    assert plan.launches == 1, plan.describe()
+    assert [p.b for p in plan.steps[0].patterns] == [4] * 5
 
 
 @pytest.mark.parametrize("n", [2, 64, 1024])

@@ -13,7 +13,7 @@ import numpy
 
 __all__ = ["SUPPORTED_DTYPES", "array_module", "cupy_or_none", "gpu_module", "check_dtype", "result_dtype",
            "is_scalar", "numpy_copy", "device_of", "read_only", "device_mover", "HOST_ELEMENTS",
-           "on_host_if_small"]
+           "on_host_if_small", "check_module"]
 
 #: The value dtypes a KS matrix may hold and products return. float16 is storage and result
 #: precision: its products accumulate in float32 and are rounded to float16 once (on the
@@ -54,6 +54,13 @@ def array_module(x):
         if isinstance(x, cupy.ndarray):
             return cupy
     raise TypeError(f"expected a numpy.ndarray or cupy.ndarray, got {type(x).__name__}")
+
+
+def check_module(xp):
+    """Raise TypeError unless ``xp`` (an ``xp=`` argument) is the ``numpy`` or ``cupy``
+    module."""
+    if xp is not numpy and getattr(xp, "__name__", None) != "cupy":
+        raise TypeError(f"xp must be numpy or cupy, got {xp!r}")
 
 
 def check_dtype(dtype) -> numpy.dtype:

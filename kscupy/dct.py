@@ -64,7 +64,7 @@ _COMPLEX_OF = {numpy.dtype(numpy.float32): numpy.complex64,
 
 
 def _checked(n, type, norm, dtype, xp):
-    from .transforms import _check_size, _check_xp
+    from .transforms import _check_size
     n = _check_size("n", n)
     if isinstance(type, bool) or type not in (1, 2, 3, 4):
         raise ValueError(f"type must be 1, 2, 3 or 4, got {type!r}")
@@ -74,7 +74,7 @@ def _checked(n, type, norm, dtype, xp):
     if dtype.kind != "f":
         raise TypeError(f"the DCT and DST are real matrices: dtype must be float32 or float64, "
                         f"got {dtype}")
-    _check_xp(xp)
+    _arrays.check_module(xp)
     return n, dtype
 
 

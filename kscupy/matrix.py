@@ -60,8 +60,7 @@ class KSMatrix(KSOperator):
         source = _arrays.array_module(values)
         if xp is None:
             xp = source
-        elif xp is not numpy and getattr(xp, "__name__", None) != "cupy":
-            raise TypeError(f"xp must be numpy or cupy, got {xp!r}")
+        _arrays.check_module(xp)
         _arrays.check_dtype(values.dtype)
         if values.ndim != 4:
             raise ValueError("KSMatrix(values) takes canonical values of shape (a, b, c, d), "
@@ -97,8 +96,7 @@ class KSMatrix(KSOperator):
         """
         pattern = KSPattern.of(pattern)
         dtype = _arrays.check_dtype(dtype)
-        if xp is not numpy and getattr(xp, "__name__", None) != "cupy":
-            raise TypeError(f"xp must be numpy or cupy, got {xp!r}")
+        _arrays.check_module(xp)
         # drawn on the host, where the same seed gives the same values for either module
         memory.check_fits_with_host(pattern.nnz * dtype.itemsize,    # stored tiles
                                     3 * pattern.nnz * dtype.itemsize,   # draws, sum, tiles

@@ -74,8 +74,7 @@ def load(path, xp=numpy):
     or inconsistent entries) or that a newer kscupy wrote (format version above
     :data:`FORMAT_VERSION`).
     """
-    if xp is not numpy and getattr(xp, "__name__", None) != "cupy":
-        raise TypeError(f"xp must be numpy or cupy, got {xp!r}")
+    _arrays.check_module(xp)
     with numpy.load(path, allow_pickle=False) as data:
         entries = {name: data[name] for name in data.files}
     if "kscupy_format" not in entries or "kscupy_kind" not in entries:

@@ -37,11 +37,6 @@ __all__ = ["dft", "idft", "hadamard", "butterfly", "block_butterfly", "monarch",
            "choose_pattern", "radix_factors"]
 
 
-def _check_xp(xp):
-    if xp is not numpy and getattr(xp, "__name__", None) != "cupy":
-        raise TypeError(f"xp must be numpy or cupy, got {xp!r}")
-
-
 def _check_size(name, n):
     if isinstance(n, bool) or not isinstance(n, (int, numpy.integer)) or n < 1:
         raise ValueError(f"{name} must be a positive integer, got {n!r}")
@@ -127,7 +122,7 @@ def dft(n: int, dtype=numpy.complex128, norm=None, xp=numpy, *, inverse=False, m
         raise TypeError(f"a DFT chain needs a complex dtype (complex64 or complex128), got {dtype}")
     if norm not in (None, "backward", "ortho", "forward"):
         raise ValueError(f'norm must be None, "backward", "ortho" or "forward", got {norm!r}')
-    _check_xp(xp)
+    _arrays.check_module(xp)
     scale = {None: 1.0, "backward": 1.0, "ortho": 1 / math.sqrt(n), "forward": 1.0 / n}[norm]
     if inverse:   # numpy's ifft scales by 1/n for "backward" and 1 for "forward"
         scale = {None: 1.0 / n, "backward": 1.0 / n, "ortho": 1 / math.sqrt(n), "forward": 1.0}[norm]
@@ -182,7 +177,7 @@ def _check_chain_fits(patterns, dtype, xp, temporaries):
 
 def _factor_chain(patterns, values_of, dtype, xp, structure=None):
     dtype = _arrays.check_dtype(dtype)
-    _check_xp(xp)
+    _arrays.check_module(xp)
     _check_chain_fits(patterns, dtype, xp, temporaries=1)
     return KSChain([KSMatrix(numpy.asarray(values_of(i, KSPattern(*p)), dtype=dtype), structure,
                              xp=xp)
@@ -209,7 +204,7 @@ def hadamard(n: int, normalized=False, dtype=numpy.float64, xp=numpy):
 def _random_chain(patterns, dtype, xp, seed):
     rng = numpy.random.default_rng(seed)
     seeds = rng.integers(0, 2**63, size=len(patterns))
-    _check_xp(xp)
+    _arrays.check_module(xp)
     _check_chain_fits(patterns, _arrays.check_dtype(dtype), xp, temporaries=3)
     return KSChain([KSMatrix.random(p, dtype=dtype, xp=xp, seed=int(s)) for p, s in zip(patterns, seeds)])
 

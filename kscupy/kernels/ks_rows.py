@@ -337,10 +337,8 @@ def make_row_segment(factors, dtype, layout, batch, src=None, dst=None):
 
 
 def _int32_inverse(perm):
-    xp = _arrays.array_module(perm)
     small = _arrays.on_host_if_small(perm)    # no CuPy cast kernel for a small permutation
-    module = _arrays.array_module(small)
-    return inverse_permutation(module.asarray(small, dtype=module.int32), xp)
+    return inverse_permutation(small.astype(numpy.int32), _arrays.array_module(perm))
 
 
 # -- launch -------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ import numpy
 
 from . import _reference, costs
 from .factor import DENSE_CACHE_BYTES
-from .kernels import gemm, ks_matmul, ks_mma, ks_skinny
+from .kernels import gemm, ks_direct, ks_matmul, ks_mma, ks_skinny
 
 __all__ = ["Backend", "REGISTRY", "names", "get", "AUTO", "FUSED"]
 
@@ -172,6 +172,10 @@ REGISTRY = {b.name: b for b in (
             doc="the fused kernel for small batches (kernels_cu/ks_skinny.cu): streams each "
                 "weight once in 16-byte loads, FMA units, any dtype (float16 summed in "
                 "float32); slow for wide batches, which it runs in passes of 8 columns"),
+    Backend("direct", frozenset({"gpu"}), ks_direct.launch, prepare=ks_direct.prepare,
+            doc="one thread per output element (kernels_cu/ks_direct.cu), any dtype: "
+                "compiles in about 0.1 s, slow for wide blocks and batches; what auto runs "
+                "while a tuned kernel compiles in the background, never auto's choice"),
     Backend("bmm", _BOTH, _half_in_single(_run_reference(_reference.bmm), {"cpu"}),
             costs.bmm_seconds, in_auto=True, cpu_seconds=_cpu_model("bmm"),
             doc="permute / batched matmul / permute (cuBLAS batched GEMM on the GPU)"),

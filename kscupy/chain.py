@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy
 
-from . import _arrays, backends, dispatch, planner, tuning
+from . import _arrays, backends, costs, dispatch, planner, tuning
+from .kernels import nvrtc
 from .factor import Factor
 from .operator import KSOperator
 from .problem import batch_bucket
@@ -202,6 +203,15 @@ class KSChain(KSOperator):
         B = X.shape[1] if layout == "bsl" else X.shape[0]
 
         def prepared(X):
+            if backend == backends.AUTO and planner.direct_seconds(
+                    self, layout, X.dtype, B) <= costs.DIRECT_MAX_SECONDS:
+                # while a kernel of the plan compiles in the background (kernels/nvrtc.py),
+                # the factors one by one on the direct kernel (as dispatch.prepare does)
+                try:
+                    with nvrtc.unless_compiled():
+                        return self.plan(layout, X.dtype, B, backend).prepare(X, layout)
+                except nvrtc.StillCompiling:
+                    return planner.factor_by_factor(self, dispatch.DIRECT).prepare(X, layout)
             if backend in (backends.AUTO, backends.FUSED):
                 return self.plan(layout, X.dtype, B, backend).prepare(X, layout)
             return planner.factor_by_factor(self, backend).prepare(X, layout)

@@ -58,6 +58,11 @@ _HALF_TENSOR_RATIO = 8            # float16 tensor-core flop/s over the FP32 FMA
 # takes ~15 small launches.
 _BMM_FIXED_SECONDS = 65e-6
 _DENSE_FIXED_SECONDS = {"kept": 20e-6, "formed": 300e-6}
+# The direct kernel (what auto runs while a tuned kernel compiles in the background): its
+# fraction of the FMA rate, and the longest call for which auto runs it rather than wait
+# for the compile (a tuned instantiation takes NVRTC 0.2 to 1.5 s).
+_DIRECT_EFFICIENCY = 0.05
+DIRECT_MAX_SECONDS = 0.1
 # The single-factor kernel walks the reduction in chunks one after the other: at least this
 # long per chunk (a global-memory round trip), whatever the size. It dominates thin batches
 # with long reductions (B = 1, c = 1024: 128 chunks, 0.17 ms measured).
@@ -221,6 +226,13 @@ def skinny_seconds(problem: Problem, rates: DeviceRates) -> float:
                + rereads / (_L2_FACTOR * rates.bandwidth),
                x_loads / (_SKINNY_X_RATE * rates.bandwidth),
                flops / (_SKINNY_EFFICIENCY * rates.peak(problem.dtype))) + LAUNCH_SECONDS
+
+
+def direct_seconds(problem: Problem, rates: DeviceRates) -> float:
+    """The direct kernel (``kernels_cu/ks_direct.cu``): every multiply-add loads its weight
+    and operand element (from L1 and L2), at :data:`_DIRECT_EFFICIENCY` of the FMA rate."""
+    flops = _flops_per_mac(problem.dtype) * problem.batch * problem.pattern.nnz
+    return flops / (_DIRECT_EFFICIENCY * rates.peak(problem.dtype)) + LAUNCH_SECONDS
 
 
 def bmm_seconds(problem: Problem, rates: DeviceRates) -> float:

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import numpy
 
-from . import backends, tuning
+from . import backends, costs, tuning
+from .kernels import nvrtc
 from .problem import problem_of
 
 __all__ = ["prepare", "apply"]
 
 _OTHER_LAYOUT = {"bsl": "bsf", "bsf": "bsl"}
+#: What auto runs while its kernel compiles.
+DIRECT = "direct"
 
 
 def prepare(factor, X, layout, backend):
@@ -25,13 +28,27 @@ def prepare(factor, X, layout, backend):
     (converted once and kept, see :meth:`~kscupy.factor.Factor.in_dtype`), ``"auto"``'s
     choice, the configuration, and for kernel backends the kernel, grid and arguments
     (their ``prepare``). ``backend`` is a registry name or ``"auto"``.
+
+    On the GPU ``"auto"`` does not wait for its kernel to compile: while the instantiation
+    it chose compiles in the background (:mod:`kscupy.kernels.nvrtc`), the run it returns
+    is the direct kernel's (``backend="direct"``), unless the model prices that above
+    :data:`kscupy.costs.DIRECT_MAX_SECONDS` per call; the caller's next preparation (a
+    prepared run's key changes when a compile finishes) finds the tuned kernel.
     """
     factor = factor.in_dtype(X.dtype)
     gpu = factor.xp is not numpy
     if backend == backends.AUTO:
         if gpu:
-            choice = tuning.choose(problem_of(factor, X, layout))
-            return _prepared(backends.get(choice.backend), factor, X, layout, choice.config)
+            problem = problem_of(factor, X, layout)
+            choice = tuning.choose(problem)
+            entry = backends.get(choice.backend)
+            if costs.direct_seconds(problem, costs.device_rates()) > costs.DIRECT_MAX_SECONDS:
+                return _prepared(entry, factor, X, layout, choice.config)
+            try:
+                with nvrtc.unless_compiled():
+                    return _prepared(entry, factor, X, layout, choice.config)
+            except nvrtc.StillCompiling:
+                return _prepared(backends.get(DIRECT), factor, X, layout, None)
         if _stored_in_other_layout(X, layout):
             # (B, N) with the batch contiguous is an (N, B) batch in C order, transposed (a
             # bsf chain passes one on after a sparse step): the NumPy algorithms run fastest

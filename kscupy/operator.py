@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy
 
 from . import _arrays, memory, tuning
+from .kernels import nvrtc
 from .kernels.operands import KernelRun
 from .dask import is_dask_array, matmul as dask_matmul
 
@@ -92,8 +93,10 @@ class KSOperator:
 
         On the GPU, a product repeated with an operand of the same shape, strides, dtype and
         alignment reuses every decision of the first (``auto``'s choice, the kernel and its
-        launch), until the values change, ``clear_cache()`` is called, or ``kscupy.tune`` /
-        ``kscupy.tuning.clear_cache`` forget the tuning decisions. (Pointing
+        launch), until the values change, ``clear_cache()`` is called, ``kscupy.tune`` /
+        ``kscupy.tuning.clear_cache`` forget the tuning decisions, or a kernel finishes
+        compiling in the background (``auto`` runs the direct kernel until the one it
+        chose is compiled, see :mod:`kscupy.kernels.nvrtc`). (Pointing
         ``KSCUPY_CACHE_DIR`` elsewhere during a run does not reach shapes already seen.)
         """
         xp = self._xp
@@ -104,7 +107,7 @@ class KSOperator:
         # layout, backend, device and tuning decisions) costs a dictionary lookup and the
         # launch: every check and decision below was made for the first one.
         key = (X.shape, X.strides, X.dtype, X.data.ptr & 15, layout, backend, tuning.epoch,
-               xp.cuda.runtime.getDevice())
+               nvrtc.compiles_finished, xp.cuda.runtime.getDevice())
         run = runs.get(key)
         if run is None:
             if len(runs) >= MAX_PREPARED_RUNS:

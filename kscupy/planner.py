@@ -189,12 +189,23 @@ def factor_by_factor(chain, backend: str) -> ChainPlan:
     return ChainPlan(tuple(steps), math.nan)
 
 
+def direct_seconds(chain, layout: str, dtype, batch: int) -> float:
+    """The model's time for the chain's factors one by one on the direct kernel (what
+    ``auto`` runs while a kernel of its plan compiles; see :func:`kscupy.dispatch.prepare`)."""
+    rates = costs.device_rates()
+    return sum(costs.direct_seconds(_factor_problem(K.factor, batch, dtype, layout), rates)
+               for K in chain.factors)
+
+
 # -- planning ------------------------------------------------------------------------------------
+def _factor_problem(factor, batch, dtype, layout):
+    return Problem(pattern=factor.pattern, batch=batch, dtype=numpy.dtype(dtype), layout=layout,
+                   batch_contiguous=(layout == "bsl" or batch == 1),
+                   transposed=factor.transposed)
+
+
 def _factor_seconds(factor, batch, dtype, layout, rates, backend):
-    problem = Problem(pattern=factor.pattern, batch=batch, dtype=dtype, layout=layout,
-                      batch_contiguous=(layout == "bsl" or batch == 1),
-                      transposed=factor.transposed)
-    return tuning.seconds(problem, backend, rates)
+    return tuning.seconds(_factor_problem(factor, batch, dtype, layout), backend, rates)
 
 
 def plan(chain, layout: str, dtype, batch: int, *, fuse: str = "auto", merge: bool = True,

@@ -1,12 +1,14 @@
 """Compile ahead: ``kscupy.warmup`` and ``python -m kscupy warmup``.
 
 A kernel instantiation is compiled by NVRTC the first time a product needs it (0.2 to 1.5 s
-each, kept afterwards in CuPy's disk cache, see :mod:`kscupy.kernels.nvrtc`). Which
+each, kept afterwards in CuPy's disk cache, see :mod:`kscupy.kernels.nvrtc`); ``auto`` runs
+the slower direct kernel until it is compiled. Which
 instantiations a product needs depends on its pattern, dtype, layout and batch size (the
 tile configuration follows the batch bucket). :func:`warmup` runs one product of each
 combination it is given, so that a later script or solver loop finds every kernel compiled
 (and, in the same process, every decision of ``auto`` made). The products run from a pool
-of threads: NVRTC compiles without holding the GIL, so their kernels compile in parallel.
+of threads and wait for their kernels: NVRTC compiles without holding the GIL, so their
+kernels compile in parallel.
 """
 from __future__ import annotations
 
@@ -88,7 +90,7 @@ def warmup(patterns=(), *, operators=(), dtypes=("float32",), layouts=("bsl", "b
     def product(task):
         op, layout, B = task
         N = op.shape[1]
-        with device:
+        with device, nvrtc.waiting():
             X = cupy.zeros((N, B) if layout == "bsl" else (B, N), dtype=op.dtype)
             op.matmul(X, layout=layout, backend=backend)
             cupy.cuda.get_current_stream().synchronize()

@@ -4,8 +4,15 @@ The oracle builds a dense KS matrix from canonical values straight from the defi
 ``K = sum_{i,k,l,j} w[i,k,l,j] (e_i e_i^T) ⊗ (e_k e_l^T) ⊗ (e_j e_j^T)`` — an einsum with two
 identity matrices — and never calls kscupy.
 """
+import os
+
 import numpy
 import pytest
+
+# Every test (and CLI subprocess) waits for the kernel auto chose: with compiles in the
+# background the first call of each new kernel would run, and check, the direct kernel
+# instead (kscupy/kernels/nvrtc.py). The tests of the background path switch it on.
+os.environ["KSCUPY_BACKGROUND_COMPILE"] = "0"
 
 # float16: one rounding of each result (unit roundoff 2^-11 = 4.9e-4), sums in float32
 RTOL = {numpy.dtype(numpy.float16): 2e-3,

@@ -90,42 +90,6 @@ def test_warmup_rejects_bad_thread_counts(bad):
         __import__("kscupy").warmup([(2, 32, 32, 4)], threads=bad)
 
 
-def test_kernels_compile_once_when_threads_race(monkeypatch):
-    """nvrtc.function from many threads: each instantiation is loaded once (the others wait
-    for it), different instantiations load at the same time."""
-    import threading
-    import time
-    from kscupy.kernels import nvrtc
-    monkeypatch.setattr(nvrtc, "_functions", {})
-    calls, running, most = [], [0], [0]
-    guard = threading.Lock()
-
-    def fake_load(filename, name, smem, device_id, prefer_shared):
-        with guard:
-            calls.append(name)
-            running[0] += 1
-            most[0] = max(most[0], running[0])
-        time.sleep(0.05)                  # a compile that leaves the GIL free
-        with guard:
-            running[0] -= 1
-        return ("function", name)
-    monkeypatch.setattr(nvrtc, "_load", fake_load)
-    names = [f"k<{i % 4}>" for i in range(16)]
-    results = [None] * len(names)
-
-    def ask(i):
-        results[i] = nvrtc.function("ks_rows.cu", names[i])
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(names))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(calls) == sorted(set(names))            # each name loaded once
-    assert results == [("function", n) for n in names]
-    assert most[0] > 1                                    # and not one after the other
-    assert nvrtc.kernels_loaded() == 4
-
-
 @pytest.mark.gpu
 def test_warmup_compiles_what_later_products_use():
     """After warmup, the same products in a fresh process load no new kernel instantiation

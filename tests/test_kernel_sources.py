@@ -7,7 +7,7 @@ import pytest
 
 import kscupy as ks
 from kscupy import costs, planner
-from kscupy.kernels import ks_matmul, ks_mma, ks_rows, ks_skinny, nvrtc
+from kscupy.kernels import ks_direct, ks_matmul, ks_mma, ks_rows, ks_skinny, nvrtc
 from kscupy.kernels.ks_chain import FusedSegment
 from kscupy.problem import Problem
 from nvrtc_program import LIBRARY, compile_source
@@ -65,6 +65,11 @@ def test_mma_instantiations_compile(dtype):
                                                               vx, vector))
         names.add(cfg.layout_probe_name(dtype, transposed))
     _compile("ks_mma.cu", names)
+
+
+def test_direct_instantiations_compile():
+    """The direct kernel, one instantiation per dtype."""
+    _compile("ks_direct.cu", {ks_direct.name(dtype) for dtype in DTYPES})
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

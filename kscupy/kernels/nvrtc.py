@@ -7,17 +7,40 @@ CuPy's kernel cache. The source text handed to NVRTC starts with a digest of eve
 Threads may ask for kernels at the same time (:func:`kscupy.warmup` prepares its products in
 a thread pool): NVRTC runs without the GIL, so different instantiations compile in parallel,
 and one instantiation asked for twice is compiled once (a lock per instantiation).
+
+**Compiling in the background.** A tuned instantiation takes NVRTC 0.2 to 1.5 s; ``auto``
+does not wait for one. Inside :func:`unless_compiled`, asking for an instantiation that is
+not loaded yet submits its compile to a pool of background threads (once) and raises
+:class:`StillCompiling`; the caller (:func:`kscupy.dispatch.prepare`, a chain's prepare) then
+runs the direct kernel (``kernels_cu/ks_direct.cu``, compiled in about 0.1 s) for this call.
+When a background compile finishes, :data:`compiles_finished` grows, which is part of the key
+of every prepared run (:meth:`kscupy.operator.KSOperator.matmul`), so the next call prepares
+again and finds the tuned kernel. ``KSCUPY_BACKGROUND_COMPILE=0`` in the environment (or
+:func:`waiting`) makes every call wait instead: each call then runs the same kernels, bit for
+bit, from the first one on. A compile that failed in the background raises its error in the
+next call that asks for it. The process waits for compiles still running when it exits, so
+that they land in the disk cache.
 """
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import functools
 import hashlib
+import os
 import threading
 from pathlib import Path
 
 import numpy
 
-__all__ = ["source_dir", "scalar_name", "function", "kernels_loaded"]
+__all__ = ["source_dir", "scalar_name", "function", "kernels_loaded", "StillCompiling",
+           "unless_compiled", "waiting", "finish_background_compiles", "compiles_finished"]
+
+#: Whether :func:`unless_compiled` compiles in the background (``KSCUPY_BACKGROUND_COMPILE=0``
+#: turns it off: every call then waits for its kernel).
+BACKGROUND = os.environ.get("KSCUPY_BACKGROUND_COMPILE", "1") != "0"
+#: Background compiles at once (NVRTC runs without the GIL; each uses one core).
+BACKGROUND_THREADS = min(8, os.cpu_count() or 1)
 
 _SCALAR = {numpy.dtype(numpy.float16): "ks::float16", numpy.dtype(numpy.float32): "float",
            numpy.dtype(numpy.float64): "double",
@@ -48,6 +71,52 @@ def _source(filename: str) -> str:
 _functions: dict = {}        # (filename, name, smem, device_id, prefer_shared) -> function
 _key_locks: dict = {}
 _key_locks_lock = threading.Lock()
+_pending: dict = {}          # key -> Future of a background compile
+_pending_lock = threading.Lock()
+_pool = None
+_mode = threading.local()    # .background: depth of unless_compiled; .waiting: of waiting
+#: Background compiles finished in this process (successful or not).
+compiles_finished = 0
+
+
+class StillCompiling(Exception):
+    """Raised inside :func:`unless_compiled` for an instantiation whose compile is running in
+    the background (``key``: what :func:`function` was asked for)."""
+
+    def __init__(self, key):
+        super().__init__(f"{key[1]} is compiling in the background")
+        self.key = key
+
+
+@contextlib.contextmanager
+def unless_compiled():
+    """Within: :func:`function` does not wait for an instantiation that is not loaded; it
+    starts its compile in the background and raises :class:`StillCompiling` (unless
+    :data:`BACKGROUND` is off or :func:`waiting` is active)."""
+    _mode.background = getattr(_mode, "background", 0) + 1
+    try:
+        yield
+    finally:
+        _mode.background -= 1
+
+
+@contextlib.contextmanager
+def waiting():
+    """Within (this thread): every :func:`function` call waits for its kernel, also inside
+    :func:`unless_compiled` (the tuner and warmup want the tuned kernels themselves)."""
+    _mode.waiting = getattr(_mode, "waiting", 0) + 1
+    try:
+        yield
+    finally:
+        _mode.waiting -= 1
+
+
+def finish_background_compiles():
+    """Wait for every background compile submitted so far (their errors are raised by the
+    calls that ask for those kernels)."""
+    with _pending_lock:
+        futures = list(_pending.values())
+    concurrent.futures.wait(futures)
 
 
 def function(filename: str, name: str, smem: int = 0, device_id: int = 0,
@@ -62,6 +131,9 @@ def function(filename: str, name: str, smem: int = 0, device_id: int = 0,
     """
     key = (filename, name, smem, device_id, prefer_shared)
     fn = _functions.get(key)
+    if fn is None and BACKGROUND and getattr(_mode, "background", 0) \
+            and not getattr(_mode, "waiting", 0):
+        return _from_background(key)
     if fn is None:
         with _key_locks_lock:
             lock = _key_locks.setdefault(key, threading.Lock())
@@ -70,6 +142,36 @@ def function(filename: str, name: str, smem: int = 0, device_id: int = 0,
             if fn is None:
                 fn = _functions[key] = _load(*key)
     return fn
+
+
+def _from_background(key):
+    """The function of ``key`` if its background compile has finished (its error if it
+    failed); else the compile is submitted (once) and StillCompiling raised."""
+    global _pool
+    with _pending_lock:
+        future = _pending.get(key)
+        if future is None:
+            if _pool is None:
+                _pool = concurrent.futures.ThreadPoolExecutor(
+                    BACKGROUND_THREADS, thread_name_prefix="kscupy-nvrtc")
+            future = _pending[key] = _pool.submit(_compile_in_background, key)
+            future.add_done_callback(_count_finished)
+    if not future.done():
+        raise StillCompiling(key)
+    future.result()                       # re-raises the compile's error
+    return function(*key)                 # loaded by the background thread
+
+
+def _compile_in_background(key):
+    import cupy
+    with cupy.cuda.Device(key[3]):        # a new thread's current device is 0
+        function(*key)
+
+
+def _count_finished(future):
+    global compiles_finished
+    with _pending_lock:
+        compiles_finished += 1
 
 
 def kernels_loaded() -> int:

@@ -17,9 +17,10 @@ if not gpu_available():
 
 import cupy  # noqa: E402
 
-#: The fused kernels: on the tensor cores (default precision), on the FMA units, and the
-#: small-batch kernel (any batch: wide ones run in passes).
-KERNELS = ["kernel", "kernel_fma", "kernel_skinny"]
+#: The fused kernels: on the tensor cores (default precision), on the FMA units, the
+#: small-batch kernel (any batch: wide ones run in passes), and the direct kernel (what auto
+#: runs while one of the others compiles).
+KERNELS = ["kernel", "kernel_fma", "kernel_skinny", "direct"]
 kernels = pytest.mark.parametrize("backend", KERNELS)
 BATCHES = [1, 3, 127, 1000, 100003]
 EDGE_PATTERNS = [(1, 1, 1, 1), (1, 2, 2, 1), (8, 2, 2, 8), (1, 2, 2, 4096), (4096, 2, 2, 1),

@@ -18,12 +18,18 @@
 // X and Y are addressed through element strides (feature f, batch n) as in ks_matmul.cu;
 // the block element (k, l) is at W[g*b*c + k*w_sk + l*w_sl] (a transposed view swaps the
 // strides); `conjugate` conjugates the weights. Offsets are 64-bit.
+//
+// A chain's permutations fold into the first and last factor (kscupy/planner.py,
+// DirectStep): with `x_rows` the input feature f is read from row x_rows[f] of X (a
+// gather), with `y_rows` output feature r is written to row y_rows[r] of Y (a scatter);
+// either may be null.
 #include "ks_scalar.cuh"
 
 namespace ks {
 
 template <class T>
 __global__ void ks_direct(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
+                          const int* __restrict__ x_rows, const int* __restrict__ y_rows,
                           int b, int c, int d, long long M, long long B,
                           long long sx_f, long long sx_b, long long sy_f, long long sy_b,
                           int w_sk, int w_sl, int conjugate, int batch_fastest) {
@@ -36,15 +42,16 @@ __global__ void ks_direct(const T* __restrict__ X, T* __restrict__ Y, const T* _
     const unsigned ru = (unsigned)r, ik = ru / d, j = ru - ik * d;
     const unsigned i = ik / b, k = ik - i * b;
     const T* w = W + (long long)(i * d + j) * b * c + (long long)k * w_sk;
-    const T* x = X + ((long long)i * c * d + j) * sx_f + n * sx_b;
-    const long long x_l = d * sx_f;
+    const long long f0 = (long long)i * c * d + j;        // the feature of l = 0
+    const T* x = X + n * sx_b;
     C acc = zero(C());
 #pragma unroll 1
     for (int l = 0; l < c; ++l) {
+      const long long f = f0 + (long long)l * d;
       const T wl = conjugate ? conj(w[l * w_sl]) : w[l * w_sl];
-      acc = fma(widen(wl), widen(x[l * x_l]), acc);
+      acc = fma(widen(wl), widen(x[(x_rows ? x_rows[f] : f) * sx_f]), acc);
     }
-    Y[r * sy_f + n * sy_b] = narrow<T>(acc);
+    Y[(y_rows ? y_rows[r] : r) * sy_f + n * sy_b] = narrow<T>(acc);
   }
 }
 

@@ -206,12 +206,12 @@ class KSChain(KSOperator):
             if backend == backends.AUTO and planner.direct_seconds(
                     self, layout, X.dtype, B) <= costs.DIRECT_MAX_SECONDS:
                 # while a kernel of the plan compiles in the background (kernels/nvrtc.py),
-                # the factors one by one on the direct kernel (as dispatch.prepare does)
+                # the factors one by one on the direct kernel (planner.direct_plan; as dispatch does)
                 try:
                     with nvrtc.unless_compiled():
                         return self.plan(layout, X.dtype, B, backend).prepare(X, layout)
                 except nvrtc.StillCompiling:
-                    return planner.factor_by_factor(self, dispatch.DIRECT).prepare(X, layout)
+                    return planner.direct_plan(self).prepare(X, layout)
             if backend in (backends.AUTO, backends.FUSED):
                 return self.plan(layout, X.dtype, B, backend).prepare(X, layout)
             return planner.factor_by_factor(self, backend).prepare(X, layout)

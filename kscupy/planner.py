@@ -34,13 +34,14 @@ import numpy
 
 from . import _arrays, costs, dispatch, tuning
 from .factor import Factor
+from .kernels import ks_direct
 from .kernels.ks_chain import make_segment
 from .kernels.ks_rows import make_row_segment, stage_of, STORED
 from .pattern import KSPattern, super_pattern
 from .problem import Problem
-from .shuffle import inverse_permutation
+from .shuffle import int32_indices, inverse_permutation
 
-__all__ = ["FactorStep", "Gather", "ChainPlan", "plan", "merge", "merge_all", "MERGE_MAX_BLOCK"]
+__all__ = ["FactorStep", "Gather", "DirectStep", "ChainPlan", "direct_plan", "plan", "merge", "merge_all", "MERGE_MAX_BLOCK"]
 
 #: Largest block (b·c) a merge may produce: merging is for small FFT-like blocks.
 MERGE_MAX_BLOCK = 16
@@ -186,6 +187,43 @@ def factor_by_factor(chain, backend: str) -> ChainPlan:
     steps = (gathers(chain.input_permutation)
              + [FactorStep(K.factor, backend) for K in reversed(chain.factors)]
              + gathers(chain.output_permutation))
+    return ChainPlan(tuple(steps), math.nan)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DirectStep:
+    """One factor on the direct kernel (``kernels_cu/ks_direct.cu``), with a chain
+    permutation next to it folded into its reads (``x_rows``: int32 gather of the input
+    features) or its writes (``y_rows``: int32 scatter of the output features)."""
+    factor: Factor
+    x_rows: object = None
+    y_rows: object = None
+
+    def __call__(self, X, layout):
+        return self.prepare(X, layout)(X)
+
+    def prepare(self, X, layout):
+        return ks_direct.prepare(self.factor.in_dtype(X.dtype), X, layout,
+                                 x_rows=self.x_rows, y_rows=self.y_rows)
+
+    def describe(self):
+        folded = " with " + " and ".join(
+            w for w, t in (("input gather", self.x_rows), ("output scatter", self.y_rows))
+            if t is not None) if self.x_rows is not None or self.y_rows is not None else ""
+        return f"factor {tuple(self.factor.pattern)} (direct{folded})"
+
+
+def direct_plan(chain) -> ChainPlan:
+    """The chain's factors one by one on the direct kernel, its permutations folded into the
+    first and last (no gather pass, no CuPy kernel to compile): what ``auto`` runs while a
+    kernel of its plan compiles (see :func:`kscupy.dispatch.prepare`). Not priced."""
+    factors = [K.factor for K in reversed(chain.factors)]
+    steps = [DirectStep(f) for f in factors]
+    if chain.input_permutation is not None:
+        steps[0] = dataclasses.replace(steps[0], x_rows=int32_indices(chain.input_permutation))
+    if chain.output_permutation is not None:
+        steps[-1] = dataclasses.replace(
+            steps[-1], y_rows=int32_indices(chain.output_permutation, inverse=True))
     return ChainPlan(tuple(steps), math.nan)
 
 

@@ -44,6 +44,15 @@ def inverse_permutation(perm, xp=numpy):
     return xp.asarray(inv)
 
 
+def int32_indices(perm, inverse: bool = False):
+    """The gather ``perm`` (or with ``inverse``, its inverse) as int32 indices for a kernel,
+    in ``perm``'s array module (a small CuPy permutation is cast on the host: no CuPy cast
+    kernel to compile on first use)."""
+    table = _arrays.on_host_if_small(perm).astype(numpy.int32)
+    xp = _arrays.array_module(perm)
+    return inverse_permutation(table, xp) if inverse else xp.asarray(table)
+
+
 def perfect_shuffle(p: int, q: int, xp=numpy):
     """Gather indices of ``P_{p,q}``: ``x[perfect_shuffle(p, q)] == x.reshape(p, q).T.ravel()``.
 

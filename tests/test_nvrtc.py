@@ -14,7 +14,15 @@ from kscupy.kernels import nvrtc
 
 
 @pytest.fixture
-def fake_nvrtc(monkeypatch):
+def markers(monkeypatch, tmp_path):
+    """The compiled-before markers in a temporary folder (the real ones sit beside CuPy's
+    disk cache); returns the folder."""
+    monkeypatch.setattr(nvrtc, "_marker", lambda key: str(tmp_path / "markers" / key[1]))
+    return tmp_path / "markers"
+
+
+@pytest.fixture
+def fake_nvrtc(monkeypatch, markers):
     """Empty kernel tables, background compiles on, and a fake ``_load`` whose compiles
     block until ``release`` is set (``fail`` names compile errors). Yields the state."""
     monkeypatch.setattr(nvrtc, "_functions", {})
@@ -36,7 +44,7 @@ def fake_nvrtc(monkeypatch):
     nvrtc.finish_background_compiles()
 
 
-def test_kernels_compile_once_when_threads_race(monkeypatch):
+def test_kernels_compile_once_when_threads_race(monkeypatch, markers):
     """nvrtc.function from many threads: each instantiation is loaded once (the others wait
     for it), different instantiations load at the same time."""
     monkeypatch.setattr(nvrtc, "_functions", {})
@@ -131,3 +139,15 @@ def test_the_context_is_per_thread(fake_nvrtc):
     assert nvrtc.function("ks_rows.cu", "r<2>") == ("function", "r<2>")
     done.set()
     t.join()
+
+
+def test_a_kernel_compiled_by_an_earlier_process_loads_in_the_caller(fake_nvrtc, markers):
+    """A successful compile leaves a marker; with it, a later process (here: emptied tables)
+    loads the kernel from CuPy's disk cache in the calling thread, background or not."""
+    fake_nvrtc["release"].set()
+    assert nvrtc.function("ks_mma.cu", "k<3>") == ("function", "k<3>")
+    assert (markers / "k<3>").exists()
+    nvrtc._functions.clear()
+    with nvrtc.unless_compiled():
+        assert nvrtc.function("ks_mma.cu", "k<3>") == ("function", "k<3>")
+    assert nvrtc._pending == {} and fake_nvrtc["calls"] == ["k<3>", "k<3>"]

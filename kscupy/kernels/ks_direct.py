@@ -30,12 +30,16 @@ def name(dtype) -> str:
 
 
 @copying_odd_strides
-def prepare(factor, X, layout, config=None):
+def prepare(factor, X, layout, config=None, *, x_rows=None, y_rows=None):
     """``run(X) -> Y`` computing ``K @ X`` (``layout="bsl"``, X ``(N, B)``) or ``X @ K.T``
     (``"bsf"``, X ``(B, N)``) for the :class:`~kscupy.factor.Factor` ``factor`` and operands
     with ``X``'s shape, strides and dtype (``factor.dtype == X.dtype``). ``config`` is unused
     (the kernel has no tiles). ``run`` launches on CuPy's current stream and returns a new
-    C-contiguous result without synchronising."""
+    C-contiguous result without synchronising.
+
+    ``x_rows`` (int32, ``N``): read input feature ``f`` from feature ``x_rows[f]`` of X (a
+    gather folded into the reads); ``y_rows`` (int32, ``M``): write output feature ``r`` to
+    feature ``y_rows[r]`` of Y (a scatter folded into the writes); CuPy arrays or None."""
     import cupy
     dtype = X.dtype
     if factor.dtype != dtype:
@@ -47,8 +51,9 @@ def prepare(factor, X, layout, config=None):
     fn = nvrtc.function("ks_direct.cu", name(dtype), 0, cupy.cuda.Device().id)
     blocks = min(-(-M * B // THREADS), MAX_BLOCKS)
     i32, i64 = numpy.int32, numpy.int64
+    table = lambda t: numpy.uint64(0) if t is None else t    # noqa: E731  (null pointer)
     launch = Launcher(fn, (blocks,), (THREADS,), 0,
-                      (factor.tiles, i32(b), i32(c), i32(d), i64(M), i64(B), i64(sx_f),
+                      (factor.tiles, table(x_rows), table(y_rows), i32(b), i32(c), i32(d), i64(M), i64(B), i64(sx_f),
                        i64(sx_b), i64(sy_f), i64(sy_b), i32(w_sk), i32(w_sl),
                        i32(factor.conjugated), i32(sy_b == 1)))
     return KernelRun(launch, y_shape, dtype)

@@ -17,9 +17,8 @@ import functools
 
 import numpy
 
-from .. import _arrays
 from ..problem import pow2_at_least
-from ..shuffle import inverse_permutation
+from ..shuffle import int32_indices
 from . import nvrtc
 from .launcher import Launcher
 from .operands import copying_odd_strides, geometry, KernelRun
@@ -180,12 +179,12 @@ class RowSegment:
     @functools.cached_property
     def load_to(self):
         """Where input column t lands in the tile: the inverse of ``src`` (int32)."""
-        return None if self.src is None else _int32_inverse(self.src)
+        return None if self.src is None else int32_indices(self.src, inverse=True)
 
     @functools.cached_property
     def store_from(self):
         """Which tile element output column t takes: the inverse of ``dst`` (int32)."""
-        return None if self.dst is None else _int32_inverse(self.dst)
+        return None if self.dst is None else int32_indices(self.dst, inverse=True)
 
     @functools.cached_property
     def _twiddle_tables(self):
@@ -334,11 +333,6 @@ def make_row_segment(factors, dtype, layout, batch, src=None, dst=None):
                           for f, (stage, _) in zip(factors, stages))
     return RowSegment(tuple(factors), passes, rows, threads, min_blocks, vector_blocks,
                       stages, src, dst)
-
-
-def _int32_inverse(perm):
-    small = _arrays.on_host_if_small(perm)    # no CuPy cast kernel for a small permutation
-    return inverse_permutation(small.astype(numpy.int32), _arrays.array_module(perm))
 
 
 # -- launch -------------------------------------------------------------------------------------

@@ -15,7 +15,9 @@ not loaded yet submits its compile to a pool of background threads (once) and ra
 runs the direct kernel (``kernels_cu/ks_direct.cu``, compiled in about 0.1 s) for this call.
 When a background compile finishes, :data:`compiles_finished` grows, which is part of the key
 of every prepared run (:meth:`kscupy.operator.KSOperator.matmul`), so the next call prepares
-again and finds the tuned kernel. ``KSCUPY_BACKGROUND_COMPILE=0`` in the environment (or
+again and finds the tuned kernel. An instantiation that an earlier process compiled (a marker
+file beside CuPy's disk cache says so) loads from that cache in milliseconds, in the
+calling thread. ``KSCUPY_BACKGROUND_COMPILE=0`` in the environment (or
 :func:`waiting`) makes every call wait instead: each call then runs the same kernels, bit for
 bit, from the first one on. A compile that failed in the background raises its error in the
 next call that asks for it. The process waits for compiles still running when it exits, so
@@ -132,7 +134,7 @@ def function(filename: str, name: str, smem: int = 0, device_id: int = 0,
     key = (filename, name, smem, device_id, prefer_shared)
     fn = _functions.get(key)
     if fn is None and BACKGROUND and getattr(_mode, "background", 0) \
-            and not getattr(_mode, "waiting", 0):
+            and not getattr(_mode, "waiting", 0) and not _compiled_before(key):
         return _from_background(key)
     if fn is None:
         with _key_locks_lock:
@@ -141,6 +143,7 @@ def function(filename: str, name: str, smem: int = 0, device_id: int = 0,
             fn = _functions.get(key)
             if fn is None:
                 fn = _functions[key] = _load(*key)
+                _leave_marker(key)
     return fn
 
 
@@ -160,6 +163,30 @@ def _from_background(key):
         raise StillCompiling(key)
     future.result()                       # re-raises the compile's error
     return function(*key)                 # loaded by the background thread
+
+
+def _marker(key) -> str:
+    """A file in CuPy's kernel cache directory that says an earlier process compiled this
+    instantiation (this source, this GPU architecture): it is then in that cache, loads in
+    milliseconds, and is not worth a trip through the background."""
+    import cupy
+    filename, name, _, device_id, _ = key
+    arch = cupy.cuda.Device(device_id).compute_capability
+    tag = hashlib.sha256(f"{_source(filename)[:120]}|{name}|{arch}".encode()).hexdigest()
+    return os.path.join(cupy.cuda.compiler.get_cache_dir(), "kscupy-compiled", tag)
+
+
+def _compiled_before(key) -> bool:
+    return os.path.exists(_marker(key))
+
+
+def _leave_marker(key):
+    path = _marker(key)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "a").close()
+    except OSError:        # a read-only cache: the next process compiles in the background
+        pass
 
 
 def _compile_in_background(key):

@@ -39,6 +39,7 @@ def gate(monkeypatch):
     monkeypatch.setattr(nvrtc, "BACKGROUND", True)
     monkeypatch.setattr(nvrtc, "_functions", {})
     monkeypatch.setattr(nvrtc, "_pending", {})
+    monkeypatch.setattr(nvrtc, "_compiled_before", lambda key: False)   # as if never compiled
     event = threading.Event()
     compile_in_background = nvrtc._compile_in_background
 
@@ -103,20 +104,46 @@ def test_a_long_direct_call_waits_for_the_kernel(poisoned, gate, rng, monkeypatc
     assert "ks_direct.cu" not in _files_loaded() and nvrtc._pending == {}
 
 
-def test_a_fresh_process_answers_and_exits_cleanly(tmp_path):
+def test_fresh_processes_answer_and_exit_cleanly(tmp_path):
     """Empty caches, background on: the products are right, and the process waits at exit
-    for the compiles it started (they land in the disk cache)."""
-    code = ("import numpy, cupy, kscupy as ks; from kscupy.kernels import nvrtc; "
+    for the compiles it started (they land in the disk cache). A second process on the same
+    cache loads the kernel in the calling thread: nothing goes to the background."""
+    code = ("import sys, numpy, cupy, kscupy as ks; from kscupy.kernels import nvrtc; "
             f"K = ks.KSMatrix.random({PATTERN}, dtype=numpy.float32, xp=cupy, seed=5); "
             f"X = cupy.random.default_rng(0).standard_normal((K.shape[1], {BATCH}), dtype=numpy.float32); "
             "D = K.todense().get().astype(numpy.float64); "
             "ref = D @ X.get().astype(numpy.float64); "
             "Y = (K @ X).get(); err = numpy.linalg.norm(Y - ref) / numpy.linalg.norm(ref); "
-            "assert err < 1e-5, err; assert nvrtc._pending, 'nothing compiled in the background'; "
+            "assert err < 1e-5, err; "
+            "assert bool(nvrtc._pending) == (sys.argv[1] == 'empty'), nvrtc._pending; "
             "print('ok')")
     env = dict(os.environ, KSCUPY_BACKGROUND_COMPILE="1", CUPY_CACHE_DIR=str(tmp_path / "cupy"),
                KSCUPY_CACHE_DIR=str(tmp_path / "kscupy"))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=env, timeout=300)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
-    assert len(list((tmp_path / "cupy").glob("*.cubin"))) >= 2     # direct and the kernel
+    for cache in ("empty", "warm"):
+        out = subprocess.run([sys.executable, "-c", code, cache], capture_output=True,
+                             text=True, env=env, timeout=300)
+        assert out.returncode == 0 and out.stdout.strip() == "ok", (cache, out.stderr)
+        assert len(list((tmp_path / "cupy").glob("*.cubin"))) >= 2   # direct and the kernel
+
+
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex128],
+                         ids=lambda t: numpy.dtype(t).name)
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+@pytest.mark.parametrize("B", [1, 3, 1000])
+def test_direct_plan_folds_the_chain_permutations(poisoned, rng, dtype, layout, B):
+    """planner.direct_plan: the chain's input gather in the first factor's reads, its output
+    gather (as a scatter) in the last factor's writes, against the chain's float64 oracle."""
+    from conftest import chain_oracle, gpu_chain
+    from kscupy import planner
+    patterns = [(2, 3, 5, 4), (1, 10, 6, 4), (3, 4, 2, 2)]      # 24 x 40, 40 x 24, 24 x 12
+    n_out, n_in = 24, 12
+    perms = {"output_permutation": cupy.asarray(rng.permutation(n_out)),
+             "input_permutation": cupy.asarray(rng.permutation(n_in))}
+    for given in ({}, perms, {"input_permutation": perms["input_permutation"]}):
+        chain = gpu_chain(patterns, dtype, seed=7, **given)
+        X = cupy.asarray(random_array(rng, (n_in, B) if layout == "bsl" else (B, n_in), dtype))
+        Y = planner.direct_plan(chain).prepare(X, layout)(X)
+        D = chain_oracle(chain)
+        ref = D @ cupy.asnumpy(X) if layout == "bsl" else cupy.asnumpy(X) @ D.T
+        err = numpy.linalg.norm(cupy.asnumpy(Y) - ref) / numpy.linalg.norm(ref)
+        assert Y.dtype == dtype and err < (1e-5 if dtype == numpy.float32 else 1e-12), err

@@ -173,7 +173,9 @@ def _marker(key) -> str:
     filename, name, _, device_id, _ = key
     arch = cupy.cuda.Device(device_id).compute_capability
     tag = hashlib.sha256(f"{_source(filename)[:120]}|{name}|{arch}".encode()).hexdigest()
-    return os.path.join(cupy.cuda.compiler.get_cache_dir(), "kscupy-compiled", tag)
+    # CuPy's documented cache location
+    cache = os.environ.get("CUPY_CACHE_DIR") or os.path.expanduser("~/.cupy/kernel_cache")
+    return os.path.join(cache, "kscupy-compiled", tag)
 
 
 def _compiled_before(key) -> bool:

@@ -5,6 +5,7 @@ import numpy
 
 from . import _arrays, _reference, backends, dispatch, memory
 from .factor import Factor
+from .kernels import ks_direct
 from .operator import KSOperator
 from .pattern import KSPattern
 
@@ -76,6 +77,10 @@ class KSMatrix(KSOperator):
             factor = factor.copy_to(xp)
         self._factor = factor
         self._xp = xp
+        if xp is not numpy:
+            # what auto runs while the kernel it chooses compiles (kernels/nvrtc.py), started
+            # now so that the first product rarely waits for it either
+            ks_direct.compile_ahead(factor.dtype, factor.tiles.device.id)
 
     @classmethod
     def of_factor(cls, factor: Factor) -> "KSMatrix":

@@ -151,3 +151,18 @@ def test_a_kernel_compiled_by_an_earlier_process_loads_in_the_caller(fake_nvrtc,
     with nvrtc.unless_compiled():
         assert nvrtc.function("ks_mma.cu", "k<3>") == ("function", "k<3>")
     assert nvrtc._pending == {} and fake_nvrtc["calls"] == ["k<3>", "k<3>"]
+
+
+def test_compile_ahead_submits_once_and_only_what_is_missing(fake_nvrtc, markers, monkeypatch):
+    nvrtc.compile_ahead("ks_direct.cu", "d<1>")
+    nvrtc.compile_ahead("ks_direct.cu", "d<1>")          # already compiling
+    fake_nvrtc["release"].set()
+    nvrtc.finish_background_compiles()
+    assert fake_nvrtc["calls"] == ["d<1>"] and nvrtc.kernels_loaded() == 1
+    nvrtc.compile_ahead("ks_direct.cu", "d<1>")          # loaded
+    nvrtc._functions.clear()
+    nvrtc.compile_ahead("ks_direct.cu", "d<1>")          # compiled by an earlier process
+    monkeypatch.setattr(nvrtc, "BACKGROUND", False)
+    nvrtc.compile_ahead("ks_direct.cu", "d<2>")          # switched off
+    nvrtc.finish_background_compiles()
+    assert fake_nvrtc["calls"] == ["d<1>"]

@@ -15,6 +15,7 @@ import numpy
 
 from ..pattern import super_group_lengths, super_pattern
 from ..problem import pow2_at_least
+from ..shuffle import int32_indices
 from . import nvrtc
 from .launcher import Launcher
 from .operands import copying_odd_strides, geometry, KernelRun
@@ -205,7 +206,8 @@ def make_segment(factors, dtype, layout, batch, src=None, dst=None):
     xp = factors[0].xp
     AS, DS = super_pattern(patterns)
     nin = super_group_lengths(patterns[0], AS, DS)[0]
-    as_int32 = lambda p: None if p is None else xp.asarray(p, dtype=xp.int32)  # noqa: E731
+    # (cast on the host when small: a CuPy cast kernel took 0.3 s to compile on first use)
+    as_int32 = lambda p: None if p is None else int32_indices(p)  # noqa: E731
     gorder = _gorder(src, AS, DS, nin, xp) if src is not None and AS * DS > 1 else None
     reads = tuple((int(f.transposed), int(_vector_readable(f, tm, dtype.itemsize)))
                   for f, (tm, _) in zip(factors, config["work"]))

@@ -16,7 +16,7 @@ from . import nvrtc
 from .launcher import Launcher
 from .operands import copying_odd_strides, geometry, KernelRun
 
-__all__ = ["prepare", "launch", "THREADS", "name"]
+__all__ = ["prepare", "launch", "compile_ahead", "THREADS", "name"]
 
 #: Threads per block.
 THREADS = 256
@@ -27,6 +27,13 @@ MAX_BLOCKS = 65536
 def name(dtype) -> str:
     """The instantiation for ``dtype``."""
     return f"ks::ks_direct<{nvrtc.scalar_name(dtype)}>"
+
+
+def compile_ahead(dtype, device_id: int):
+    """Start compiling the instantiation for ``dtype`` in the background (see
+    :func:`kscupy.kernels.nvrtc.compile_ahead`): a KSMatrix on the GPU asks for it when it is
+    made, so that the first product of a new kernel rarely waits for the direct one."""
+    nvrtc.compile_ahead("ks_direct.cu", name(dtype), 0, device_id)
 
 
 @copying_odd_strides

@@ -35,7 +35,8 @@ from pathlib import Path
 
 import numpy
 
-__all__ = ["source_dir", "scalar_name", "function", "kernels_loaded", "StillCompiling",
+__all__ = ["source_dir", "scalar_name", "function", "compile_ahead", "kernels_loaded",
+           "StillCompiling",
            "unless_compiled", "waiting", "finish_background_compiles", "compiles_finished"]
 
 #: Whether :func:`unless_compiled` compiles in the background (``KSCUPY_BACKGROUND_COMPILE=0``
@@ -147,9 +148,18 @@ def function(filename: str, name: str, smem: int = 0, device_id: int = 0,
     return fn
 
 
-def _from_background(key):
-    """The function of ``key`` if its background compile has finished (its error if it
-    failed); else the compile is submitted (once) and StillCompiling raised."""
+def compile_ahead(filename: str, name: str, smem: int = 0, device_id: int = 0,
+                  prefer_shared: bool = False):
+    """Start compiling an instantiation in the background (the arguments of
+    :func:`function`), unless it is loaded, compiling, compiled by an earlier process, or
+    :data:`BACKGROUND` is off. Returns at once."""
+    key = (filename, name, smem, device_id, prefer_shared)
+    if BACKGROUND and key not in _functions and key not in _pending and not _compiled_before(key):
+        _submitted(key)
+
+
+def _submitted(key):
+    """The Future of ``key``'s background compile, submitted now if it was not."""
     global _pool
     with _pending_lock:
         future = _pending.get(key)
@@ -159,6 +169,13 @@ def _from_background(key):
                     BACKGROUND_THREADS, thread_name_prefix="kscupy-nvrtc")
             future = _pending[key] = _pool.submit(_compile_in_background, key)
             future.add_done_callback(_count_finished)
+    return future
+
+
+def _from_background(key):
+    """The function of ``key`` if its background compile has finished (its error if it
+    failed); else the compile is submitted (once) and StillCompiling raised."""
+    future = _submitted(key)
     if not future.done():
         raise StillCompiling(key)
     future.result()                       # re-raises the compile's error

@@ -59,9 +59,12 @@ _HALF_TENSOR_RATIO = 8            # float16 tensor-core flop/s over the FP32 FMA
 _BMM_FIXED_SECONDS = 65e-6
 _DENSE_FIXED_SECONDS = {"kept": 20e-6, "formed": 300e-6}
 # The direct kernel (what auto runs while a tuned kernel compiles in the background): its
-# fraction of the FMA rate, and the longest call for which auto runs it rather than wait
-# for the compile (a tuned instantiation takes NVRTC 0.2 to 1.5 s).
-_DIRECT_EFFICIENCY = 0.05
+# multiply-adds per byte of DRAM bandwidth, by layout, and the longest call for which auto
+# runs it rather than wait for the compile (a tuned instantiation takes NVRTC 0.2 to 1.5 s).
+# Each multiply-add loads its operands from L1/L2, so the rate hardly depends on the dtype:
+# on an H200, 0.8-0.9e12 multiply-adds/s in bsl and 0.18-0.24e12 in bsf (float32, float64,
+# complex64; patterns (1, 1024, 1024, 1) and (4, 256, 256, 4) at B = 4096).
+_DIRECT_MACS_PER_BYTE = {"bsl": 0.18, "bsf": 0.04}
 DIRECT_MAX_SECONDS = 0.1
 # The single-factor kernel walks the reduction in chunks one after the other: at least this
 # long per chunk (a global-memory round trip), whatever the size. It dominates thin batches
@@ -230,9 +233,9 @@ def skinny_seconds(problem: Problem, rates: DeviceRates) -> float:
 
 def direct_seconds(problem: Problem, rates: DeviceRates) -> float:
     """The direct kernel (``kernels_cu/ks_direct.cu``): every multiply-add loads its weight
-    and operand element (from L1 and L2), at :data:`_DIRECT_EFFICIENCY` of the FMA rate."""
-    flops = _flops_per_mac(problem.dtype) * problem.batch * problem.pattern.nnz
-    return flops / (_DIRECT_EFFICIENCY * rates.peak(problem.dtype)) + LAUNCH_SECONDS
+    and operand element (from L1 and L2), at a rate proportional to the bandwidth."""
+    macs = problem.batch * problem.pattern.nnz
+    return macs / (_DIRECT_MACS_PER_BYTE[problem.layout] * rates.bandwidth) + LAUNCH_SECONDS
 
 
 def bmm_seconds(problem: Problem, rates: DeviceRates) -> float:

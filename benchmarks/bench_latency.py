@@ -29,7 +29,9 @@ Four parts (``--parts``, all by default; ``--quick`` for a smoke run of about a 
     Host time of one repeated call on a tiny problem (pattern (1, 4, 4, 1)): ``K @ x`` for a
     vector (the headline, ``host_overhead_us``), the same in BSF, and ``dft(1024) @ v``; the
     median over ``--host-loops`` loops of ``--host-calls`` calls without a synchronization
-    inside (the GPU drains between loops, off the clock).
+    inside (the GPU drains between loops, off the clock). ``floor_us``: the same for the two
+    things any such call does, allocating its result (CuPy's pool) and launching the
+    prepared kernel, whose sum no call that returns a new array can go under.
 ``solver``
     cupyx's ``cg`` on ``K^H K + I`` and ``gmres`` on ``K`` (``K = 10 * monarch(n)``, float32,
     through ``kscupy.aslinearoperator``) and ``gmres`` on the circulant ``F^H diag(h) F``
@@ -39,7 +41,8 @@ Four parts (``--parts``, all by default; ``--quick`` for a smoke run of about a 
     otherwise). Tolerances are zero, so every solve runs its ``maxiter``; ``seconds_per_iter``
     is the median solve's wall time (synchronized) over the operator applications it made
     (one per cg iteration or Arnoldi step, plus the residuals'), counted in an untimed first
-    solve that also warms up.
+    solve that also warms up. ``floor_diagonal``: the solver's own time per iteration, with a
+    diagonal operator (one elementwise product per application).
 
 The summary compares each part with issue 10's targets (:data:`ROW_TARGETS` and the
 constants below) and says whether each is met; a short table is printed last.
@@ -234,9 +237,17 @@ def run_host(loops, calls):
     cases = {"matrix_vector": lambda: K @ x,
              "matrix_bsf_row": lambda: K.matmul(x_row, layout="bsf"),
              f"dft{HOST_DFT_SIZE}_vector": lambda: F @ v}
+    # what any call that returns a new CuPy array from one launch costs on this host: the
+    # allocation (CuPy's memory pool) and the launch of the prepared kernel K @ x runs
+    run = ks.dispatch.prepare(K.factor, x.reshape(-1, 1), "bsl", "auto")
+    y = run(x.reshape(-1, 1))
+    floors = {"allocate_result": lambda: cupy.ndarray((K.shape[0],), numpy.float32),
+              "prepared_launch": lambda: run.launch(x.data.ptr, y.data.ptr)}
     return {"pattern": list(TINY_PATTERN), "loops": loops, "calls": calls,
             "us": {name: 1e6 * host_seconds_per_call(fn, loops, calls)
-                   for name, fn in cases.items()}}
+                   for name, fn in cases.items()},
+            "floor_us": {name: 1e6 * host_seconds_per_call(fn, loops, calls)
+                         for name, fn in floors.items()}}
 
 
 # -- solvers --------------------------------------------------------------------------------------
@@ -336,6 +347,14 @@ def solver_row(solver, operator, dtype, build, n, args):
     row["iterations"]["auto"] = applications(solve, A, b)
     wall, solutions["auto"] = solve_wall_seconds(solve, A, b, args.solver_repeat)
     row["seconds_per_iter"]["auto"] = wall / row["iterations"]["auto"]
+    # the solver's own time per iteration: the same solve with a diagonal operator (one
+    # elementwise product per application), under which no operator can go
+    from cupyx.scipy.sparse.linalg import LinearOperator
+    diagonal = 1 + cupy.random.default_rng(3).random(n, dtype=numpy.float32).astype(dtype)
+    D_op = LinearOperator((n, n), matvec=lambda x: diagonal * x, dtype=dtype)
+    applied = applications(solve, D_op, b)
+    wall, _ = solve_wall_seconds(solve, D_op, b, args.solver_repeat)
+    row["seconds_per_iter"]["floor_diagonal"] = wall / applied
     itemsize = numpy.dtype(dtype).itemsize
     dense_bytes = itemsize * n * n
     block = min(n, 4096)

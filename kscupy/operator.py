@@ -78,7 +78,9 @@ class KSOperator:
             kernel on the tensor cores at float32-grade accuracy, CuPy only;
             ``"kernel_tf32"``: the same with one TF32 product, about 1e-3 relative error,
             float32/complex64, opt-in only; ``"kernel_fma"``: the fused kernel on the FMA
-            units; ``"bmm"``, ``"einsum"``: the permutation-based algorithms of
+            units; ``"kernel_skinny"``: the small-batch kernel; ``"direct"``: one thread per
+            output, fast to compile, slow to run (what ``auto`` runs while its kernel
+            compiles in the background); ``"bmm"``, ``"einsum"``: the permutation-based algorithms of
             the paper's Appendix A; ``"dense"``: GEMM on the dense matrix, kept when small;
             ``"sparse"``: a CSR product, the CSR matrix kept); a chain applies every factor
             with it, and also takes ``"fused"`` (CuPy only: as many factors per launch as

@@ -41,7 +41,8 @@ from .pattern import KSPattern, super_pattern
 from .problem import Problem
 from .shuffle import int32_indices, inverse_permutation
 
-__all__ = ["FactorStep", "Gather", "DirectStep", "ChainPlan", "direct_plan", "plan", "merge", "merge_all", "MERGE_MAX_BLOCK"]
+__all__ = ["FactorStep", "Gather", "DirectStep", "ChainPlan", "direct_plan", "plan", "merge",
+           "merge_all", "MERGE_MAX_BLOCK"]
 
 #: Largest block (b·c) a merge may produce: merging is for small FFT-like blocks.
 MERGE_MAX_BLOCK = 16
@@ -207,10 +208,10 @@ class DirectStep:
                                  x_rows=self.x_rows, y_rows=self.y_rows)
 
     def describe(self):
-        folded = " with " + " and ".join(
-            w for w, t in (("input gather", self.x_rows), ("output scatter", self.y_rows))
-            if t is not None) if self.x_rows is not None or self.y_rows is not None else ""
-        return f"factor {tuple(self.factor.pattern)} (direct{folded})"
+        folded = [what for what, table in (("input gather", self.x_rows),
+                                           ("output scatter", self.y_rows)) if table is not None]
+        with_folded = f" with {' and '.join(folded)}" if folded else ""
+        return f"factor {tuple(self.factor.pattern)} (direct{with_folded})"
 
 
 def direct_plan(chain) -> ChainPlan:

@@ -244,13 +244,11 @@ def prepare(segment: FusedSegment, X, layout):
                         prefer_shared=True)
     tiles = -(-B // segment.rows) * (AS * DS // segment.slots)
     i32, i64 = numpy.int32, numpy.int64
-    null = numpy.uint64(0)
-    table = lambda t: null if t is None else t  # noqa: E731
     # column offsets within a row fit in 32 bits: the kernel's cheap addressing applies
     narrow = max(abs(sx_f) * X.shape[1 if layout == "bsf" else 0], abs(sy_f) * M) < 2**31
     launch = Launcher(fn, (min(tiles, 2**31 - 1),), (segment.threads,), smem,
                       (segment.meta, i64(B), i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b),
-                       table(segment.src), table(segment.dst), table(segment.gorder),
+                       segment.src, segment.dst, segment.gorder,
                        i32(segment.load_order), i32(segment.store_order), i32(narrow),
                        i64(tiles)))
     return KernelRun(launch, y_shape, dtype)

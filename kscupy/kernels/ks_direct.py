@@ -58,10 +58,9 @@ def prepare(factor, X, layout, config=None, *, x_rows=None, y_rows=None):
     fn = nvrtc.function("ks_direct.cu", name(dtype), 0, cupy.cuda.Device().id)
     blocks = min(-(-M * B // THREADS), MAX_BLOCKS)
     i32, i64 = numpy.int32, numpy.int64
-    table = lambda t: numpy.uint64(0) if t is None else t    # noqa: E731  (null pointer)
     launch = Launcher(fn, (blocks,), (THREADS,), 0,
-                      (factor.tiles, table(x_rows), table(y_rows), i32(b), i32(c), i32(d), i64(M), i64(B), i64(sx_f),
-                       i64(sx_b), i64(sy_f), i64(sy_b), i32(w_sk), i32(w_sl),
+                      (factor.tiles, x_rows, y_rows, i32(b), i32(c), i32(d), i64(M), i64(B),
+                       i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b), i32(w_sk), i32(w_sl),
                        i32(factor.conjugated), i32(sy_b == 1)))
     return KernelRun(launch, y_shape, dtype)
 

@@ -372,9 +372,8 @@ def prepare(segment: RowSegment, X, layout):
     fn = nvrtc.function("ks_rows.cu", segment.name(dtype, along, vx, vy), smem,
                         cupy.cuda.Device().id, prefer_shared=True)
     tiles = -(-B // segment.rows)
-    i64, null = numpy.int64, numpy.uint64(0)
-    table = lambda t: null if t is None else t  # noqa: E731
+    i64 = numpy.int64
     launch = Launcher(fn, (min(tiles, 2**31 - 1),), (segment.threads,), smem,
                       (segment.meta, i64(B), i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b),
-                       table(segment.load_to), table(segment.store_from), i64(tiles)))
+                       segment.load_to, segment.store_from, i64(tiles)))
     return KernelRun(launch, y_shape, dtype)

@@ -28,8 +28,8 @@ class Launcher:
 
     ``fn`` is a compiled ``cupy.RawKernel`` (loaded on the current device, which every
     launch must run on); ``arguments`` are CuPy arrays (passed by address and kept alive
-    here) and NumPy scalars of the kernel's parameter types (int32, int64, float32, float64;
-    uint64 for a null pointer).
+    here), None (a null pointer: an optional table the kernel does without) and NumPy
+    scalars of the kernel's parameter types (int32, int64, uint64, float32, float64).
     """
 
     def __init__(self, fn, grid, block, smem, arguments):
@@ -55,12 +55,15 @@ class Launcher:
         return self._grid
 
     def _cell(self, argument):
+        if argument is None:
+            return ctypes.c_void_p(None)
         if isinstance(argument, self._cupy.ndarray):
             return ctypes.c_void_p(argument.data.ptr)
         if isinstance(argument, numpy.generic) and argument.dtype in _CELLS:
             return _CELLS[argument.dtype](argument.item())
-        raise TypeError(f"a kernel argument must be a CuPy array or a NumPy int32, int64, "
-                        f"uint64, float32 or float64 scalar, got {type(argument).__name__}")
+        raise TypeError(f"a kernel argument must be a CuPy array, None or a NumPy int32, "
+                        f"int64, uint64, float32 or float64 scalar, got "
+                        f"{type(argument).__name__}")
 
     def __call__(self, x_ptr: int, y_ptr: int):
         (gx, gy, gz), (bx, by, bz) = self._grid, self._block

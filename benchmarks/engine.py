@@ -9,8 +9,8 @@ Baselines (``base_`` prefix, timed in the same run): ``base_torch_bmm`` (the pap
 permute / ``torch.bmm`` / permute, when torch imports), ``base_cupy_bmm`` (the same with
 ``cupy.matmul``), ``base_dense`` (cuBLAS on the dense matrix where it fits); for the TF32
 opt-in ``base_torch_bmm_tf32`` and ``base_dense_tf32`` (PyTorch with TF32 allowed). kscupy
-methods: ``auto``, ``kernel`` (tensor cores), ``kernel_fma``, ``bmm``; ``kernel_tf32`` for
-the opt-in. Each row's ``floor_s`` is max(bytes / bandwidth, flops / ceiling) with the ceiling
+methods: ``auto``, ``kernel`` (tensor cores), ``kernel_fma``, ``bmm``, in batch-size-first
+also ``kernel_bsl`` (the kernel between two transposes); ``kernel_tf32`` for the opt-in. Each row's ``floor_s`` is max(bytes / bandwidth, flops / ceiling) with the ceiling
 of the dtype's arithmetic measured in the same run (SGEMM for float32 and complex64, the TF32
 GEMM for the opt-in, DGEMM for float64, cuBLAS's float16 GEMM for float16). ``--append``
 adds rows to an existing file, so that a long run can be split across calls; the held-out
@@ -42,6 +42,8 @@ from timing import measure_ceilings as copy_and_sgemm
 #: Batch size per dtype (the issue's benchmark).
 BATCH = {"float32": 25088, "float16": 25088, "float64": 8192, "complex64": 8192}
 KSCUPY = {"default": ("auto", "kernel", "kernel_fma", "bmm"), "tf32": ("kernel_tf32",)}
+#: ... and in batch-size-first, at default precision: the kernel between two transposes.
+KSCUPY_BSF = ("kernel_bsl",)
 ORACLE_COLUMNS = 256
 
 
@@ -127,7 +129,8 @@ def bench_row(pattern, layout, dtype, precision, sample, args, ceilings, *, batc
             X = X + 1j * rng.standard_normal(shape, dtype=numpy.float64)
         inputs.append(X.astype(dtype))
     methods = {m: (lambda m: lambda x: K.matmul(x, layout=layout, backend=m))(m)
-               for m in KSCUPY[precision] + tuple(extra_methods)}
+               for m in KSCUPY[precision] + tuple(extra_methods)
+               + (KSCUPY_BSF if layout == "bsf" and precision == "default" else ())}
     blocks = K.blocks
     tf32 = precision == "tf32"
     suffix = "_tf32" if tf32 else ""

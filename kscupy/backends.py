@@ -122,6 +122,26 @@ def _mma_kernel_seconds(problem, rates):
     return costs.mma_kernel_seconds(problem, rates, ks_mma.heuristic_config(problem))
 
 
+def _prepare_batch_last(factor, X, layout, config):
+    return ks_mma.prepare_batch_last(factor, X, layout, config)
+
+
+def _batch_last_fits(problem, rates):
+    """Batch-size-first operands only (in batch-size-last it is ``kernel``), with room for
+    the transposed copies of X and Y beside them (at most a quarter of the device memory)."""
+    M, N = problem.pattern.shape
+    return (problem.layout == "bsf" and ks_mma.supports(problem.dtype)
+            and problem.itemsize * problem.batch * (M + N) <= rates.memory // 4)
+
+
+def _batch_last_config(problem):
+    return ks_mma.heuristic_config(problem.in_batch_last())
+
+
+def _batch_last_seconds(problem, rates):
+    return costs.mma_batch_last_seconds(problem, rates, _batch_last_config(problem))
+
+
 def _dense_fits(problem, rates):
     """The dense matrix must take at most a quarter of the device memory."""
     M, N = problem.pattern.shape
@@ -152,6 +172,16 @@ REGISTRY = {b.name: b for b in (
                 "(kernels_cu/ks_mma.cu): 3xTF32 for float32 and complex64 (float32-grade "
                 "accuracy), DMMA for float64 and complex128, float16 products summed in "
                 "float32"),
+    Backend("kernel_bsl", frozenset({"gpu"}),
+            lambda factor, X, layout, config: _prepare_batch_last(factor, X, layout, config)(X),
+            prepare=_prepare_batch_last, seconds=_batch_last_seconds, in_auto=True,
+            fits=_batch_last_fits, heuristic=_batch_last_config,
+            candidates=lambda problem: ks_mma.candidate_configs(problem.in_batch_last()),
+            config_type=ks_mma.MmaConfig,
+            doc="the tensor-core kernel in its batch order: a batch-size-first operand is "
+                "transposed to (N, B) (kernels_cu/transpose.cu), multiplied batch-size-last "
+                "and the result transposed back; two extra passes over X and Y that pay for "
+                "large blocks. In batch-size-last it is kernel"),
     Backend("kernel_tf32", frozenset({"gpu"}), _run_mma_kernel("tf32"),
             prepare=_prepare_mma_kernel("tf32"),
             fits=_mma_fits("tf32"), heuristic=ks_mma.heuristic_config,

@@ -19,7 +19,7 @@ import numpy
 from .problem import Problem
 
 __all__ = ["DeviceRates", "device_rates", "LAUNCH_SECONDS", "kernel_seconds", "bmm_seconds",
-           "dense_seconds", "mma_kernel_seconds", "skinny_seconds", "segment_seconds",
+           "dense_seconds", "mma_kernel_seconds", "mma_batch_last_seconds", "skinny_seconds", "segment_seconds",
            "rows_seconds", "gather_seconds", "KERNEL_MARGIN", "cpu_terms", "cpu_seconds"]
 
 #: One kernel launch with its Python dispatch, measured at B = 1 on an H200.
@@ -74,6 +74,10 @@ _CHUNK_SECONDS = 1.2e-6
 # The tensor-core kernel's chunks are longer (a cp.async round trip, then four k-steps of
 # dependent MMAs): at least this long per chunk. An estimate, not yet fitted at small B.
 _MMA_CHUNK_SECONDS = 3e-6
+
+# The tiled transpose (kernels_cu/transpose.cu): bytes read and written per second, as a
+# fraction of the device's bandwidth. An estimate, not yet fitted.
+_TRANSPOSE_BANDWIDTH = 0.75
 
 # The small-batch kernel (kernels_cu/ks_skinny.cu) streams the weights once, at up to
 # _SKINNY_BANDWIDTH of the device's. Its SIMT loop loads one X element per multiply-add
@@ -211,6 +215,16 @@ def mma_kernel_seconds(problem: Problem, rates: DeviceRates, config) -> float:
     compute = _single_factor(problem, rates, "mma", peak=rates.tensor_peak(problem.dtype),
                              variant=mma_variant(problem, config))
     return max(compute, chunks * _MMA_CHUNK_SECONDS) + LAUNCH_SECONDS
+
+
+def mma_batch_last_seconds(problem: Problem, rates: DeviceRates, config) -> float:
+    """The tensor-core kernel in its batch order between two transposes
+    (``ks_mma.prepare_batch_last``): the batch-size-last product in ``config``, plus reading
+    and writing X and Y once more at _TRANSPOSE_BANDWIDTH of the device's bandwidth."""
+    M, N = problem.pattern.shape
+    moved = 2 * problem.itemsize * problem.batch * (M + N)
+    return (mma_kernel_seconds(problem.in_batch_last(), rates, config)
+            + moved / (_TRANSPOSE_BANDWIDTH * rates.bandwidth) + 2 * LAUNCH_SECONDS)
 
 
 def skinny_seconds(problem: Problem, rates: DeviceRates) -> float:

@@ -45,6 +45,12 @@ class Problem:
         """"bsl" when the batch is contiguous (threads can walk it), else "bsf"."""
         return "bsl" if self.layout == "bsl" and self.batch_contiguous else "bsf"
 
+    def in_batch_last(self) -> "Problem":
+        """The same product with the operand batch-size-last and its batch contiguous: what
+        a batch-size-first product becomes between two transposes
+        (:func:`kscupy.kernels.ks_mma.prepare_batch_last`)."""
+        return dataclasses.replace(self, layout="bsl", batch_contiguous=True)
+
     def key(self) -> str:
         """The problem's name in the tuning cache (batch sizes bucketed)."""
         a, b, c, d = self.pattern

@@ -7,7 +7,7 @@ import pytest
 
 import kscupy as ks
 from kscupy import costs, planner
-from kscupy.kernels import ks_direct, ks_matmul, ks_mma, ks_rows, ks_skinny, nvrtc
+from kscupy.kernels import ks_direct, ks_matmul, ks_mma, ks_rows, ks_skinny, nvrtc, transpose
 from kscupy.kernels.ks_chain import FusedSegment
 from kscupy.problem import Problem
 from nvrtc_program import LIBRARY, compile_source
@@ -70,6 +70,12 @@ def test_mma_instantiations_compile(dtype):
 def test_direct_instantiations_compile():
     """The direct kernel, one instantiation per dtype."""
     _compile("ks_direct.cu", {ks_direct.name(dtype) for dtype in DTYPES})
+
+
+def test_transpose_instantiations_compile():
+    """The tiled transpose, element by element for every dtype and in pairs for float16."""
+    names = {transpose.name(dtype, 1) for dtype in DTYPES} | {transpose.name(numpy.float16, 2)}
+    _compile("transpose.cu", names)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

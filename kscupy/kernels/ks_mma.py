@@ -24,7 +24,8 @@ from . import nvrtc
 from .operands import copying_odd_strides, geometry, tile_launcher
 
 __all__ = ["MmaConfig", "PRECISIONS", "ORDER_BATCH", "ORDER_GROUP", "ORDER_INGROUP",
-           "ORDER_NAMES", "heuristic_config", "candidate_configs", "launch", "SMEM_LIMIT", "supports"]
+           "ORDER_NAMES", "heuristic_config", "candidate_configs", "prepare", "prepare_batch_last",
+           "launch", "SMEM_LIMIT", "supports"]
 
 #: ORDER in ks_mma.cu: the axis the global copies walk (see the kernel's header).
 ORDER_BATCH, ORDER_GROUP, ORDER_INGROUP = 0, 1, 2
@@ -359,6 +360,27 @@ def prepare(factor, X, layout, config: MmaConfig, precision: str = "default"):
     return tile_launcher(fn, factor, B, strides, y_shape, dtype, bm=config.bm, bn=config.bn,
                          slots=config.slots, threads=config.threads, smem=smem,
                          runs=config.order == ORDER_BATCH)
+
+
+@copying_odd_strides
+def prepare_batch_last(factor, X, layout, config: MmaConfig, precision: str = "default"):
+    """``run(X) -> Y`` as :func:`prepare`, with the kernel in its batch order whatever the
+    layout: a batch-size-first ``X`` ``(B, N)`` is transposed to ``(N, B)``
+    (:mod:`~kscupy.kernels.transpose`), multiplied batch-size-last, and the ``(M, B)`` result
+    transposed back, two extra passes over X and Y that pay where the batch order's speed
+    outweighs them (large blocks). ``config`` is a configuration for the batch-size-last
+    problem (:meth:`~kscupy.problem.Problem.in_batch_last`). Batch-size-last operands run
+    :func:`prepare` as they are."""
+    import cupy
+    from . import transpose
+    if layout == "bsl":
+        return prepare(factor, X, layout, config, precision)
+    B = X.shape[0]
+    M, N = factor.shape
+    to_features_first = transpose.prepare(X)
+    product = prepare(factor, cupy.empty((N, B), X.dtype), "bsl", config, precision)
+    to_batch_first = transpose.prepare(cupy.empty((M, B), X.dtype))
+    return lambda X: to_batch_first(product(to_features_first(X)))
 
 
 def launch(factor, X, layout, config: MmaConfig, precision: str = "default"):

@@ -1,0 +1,63 @@
+// Out-of-place matrix transpose: Y = X^T, Y (C x R) a new C-order array, X (R x C) addressed
+// by element strides (s_r, s_c).
+//
+// What it is for: the tensor-core kernel runs fastest in its batch order (ks_mma.cu, ORDER
+// 0), where X and Y are (features x batch) with the batch contiguous. A batch-size-first
+// product (X and Y are (batch x features)) can run there between two transposes
+// (kscupy/kernels/ks_mma.py, prepare_batch_last), which pays where the product costs more
+// than moving X and Y twice (large blocks, d > 1).
+//
+// A block moves TILE x TILE tiles (TILE = 32 * V) through shared memory. Reading, lane tx
+// of warp ty takes V adjacent elements of a row of X (one 4-byte access for V = 2 float16s,
+// coalesced along the row where s_c == 1); writing, it takes V adjacent elements of a row
+// of Y, which are V adjacent rows of the tile at one column. A tile row is padded by one
+// element, so that a warp reading a tile column, rows V*tx + u, hits distinct banks:
+// element (V*tx + u, col) sits at (V*tx + u) * (TILE + 1) + col, which for V = 2 and
+// 2-byte elements is word 65*tx + (u + col) / 2, i.e. bank tx + const (mod 32); for V = 1 and
+// 4-, 8- or 16-byte elements the rows start 1, 2 or 4 banks apart, the width of one access.
+//
+// Vectors (V > 1) need s_c == 1, V | C, V | R, V | s_r and X, Y aligned to V elements (the
+// caller checks; kscupy/kernels/transpose.py). Offsets are 64-bit; the grid strides over
+// the tiles, column tiles fastest.
+#include "ks_scalar.cuh"
+
+namespace ks {
+
+template <class T, int V>
+__global__ void __launch_bounds__(256) transpose(const T* __restrict__ X, T* __restrict__ Y,
+                                                 long long R, long long C, long long s_r,
+                                                 long long s_c, long long col_tiles,
+                                                 long long tiles) {
+  constexpr int TILE = 32 * V, WARPS = 8;
+  __shared__ T tile[TILE][TILE + 1];
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const long long r0 = t / col_tiles * TILE, c0 = t % col_tiles * TILE;
+    const long long c = c0 + V * tx;           // this lane's first column of X
+#pragma unroll
+    for (int r = ty; r < TILE; r += WARPS) {
+      if (r0 + r >= R || c >= C) continue;
+      const T* x = X + (r0 + r) * s_r + c * s_c;
+      if constexpr (V > 1) {
+        const vec<T, V> v = *reinterpret_cast<const vec<T, V>*>(x);
+#pragma unroll
+        for (int u = 0; u < V; ++u) tile[r][V * tx + u] = v.v[u];
+      } else {
+        tile[r][tx] = *x;
+      }
+    }
+    __syncthreads();
+    const long long r = r0 + V * tx;           // this lane's first row of X: column of Y
+#pragma unroll
+    for (int col = ty; col < TILE; col += WARPS) {
+      if (c0 + col >= C || r >= R) continue;
+      vec<T, V> v;
+#pragma unroll
+      for (int u = 0; u < V; ++u) v.v[u] = tile[V * tx + u][col];
+      *reinterpret_cast<vec<T, V>*>(Y + (c0 + col) * R + r) = v;
+    }
+    __syncthreads();   // the tile is free for the next one
+  }
+}
+
+}  // namespace ks

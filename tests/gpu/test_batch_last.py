@@ -1,0 +1,75 @@
+"""The tiled transpose and ``backend="kernel_bsl"`` (the tensor-core kernel in its batch order
+between two transposes) on the GPU, against NumPy's transpose and the float64 oracle
+(run with ``pytest -m gpu``). Outputs are NaN-poisoned (the ``poisoned`` fixture)."""
+import numpy
+import pytest
+
+import kscupy as ks
+from conftest import DTYPES, gpu_available, random_array
+
+pytestmark = pytest.mark.gpu
+if not gpu_available():
+    pytest.skip("needs CuPy and a CUDA device", allow_module_level=True)
+
+import cupy  # noqa: E402
+from kscupy.kernels import transpose  # noqa: E402
+from test_kernel import check, oracle  # noqa: E402
+
+dtypes = pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
+
+# Tile multiples and tails of 32 and 64 (the tiles), odd and even extents (the 2-element
+# vectors of float16 need even ones), a single row or column.
+SHAPES = [(1, 1), (1, 37), (37, 1), (64, 64), (65, 63), (2, 130), (130, 2), (96, 1000),
+          (1000, 96), (257, 33)]
+
+
+@dtypes
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_transpose(poisoned, rng, dtype, shape):
+    A = random_array(rng, shape, dtype)
+    At = transpose.transpose(cupy.asarray(A))
+    assert At.flags.c_contiguous and At.shape == shape[::-1] and At.dtype == dtype
+    numpy.testing.assert_array_equal(cupy.asnumpy(At), A.T)
+
+
+@dtypes
+@pytest.mark.parametrize("view", ["fortran", "column_step", "reversed", "offset",
+                                  "misaligned"])
+def test_transpose_of_views(poisoned, rng, dtype, view):
+    """Strided, reversed and misaligned operands (the vector path needs aligned, contiguous
+    rows; the rest goes element by element)."""
+    base = cupy.asarray(random_array(rng, (70, 132), dtype))
+    A = {"fortran": lambda: cupy.asfortranarray(base), "column_step": lambda: base[:, ::3],
+         "reversed": lambda: base[::-1, ::-1],
+         # the first element one element past a 16-byte boundary: odd extents, then even
+         # ones (float16's 4-byte vectors refused for the address alone)
+         "offset": lambda: base[1:, 1:], "misaligned": lambda: base[2:, 1:131]}[view]()
+    numpy.testing.assert_array_equal(cupy.asnumpy(transpose.transpose(A)), cupy.asnumpy(A).T)
+
+
+@dtypes
+@pytest.mark.parametrize("pattern", [(1, 48, 192, 3), (4, 64, 32, 4), (2, 128, 128, 1),
+                                     (3, 16, 80, 5), (1, 1, 7, 3), (2, 96, 48, 16)], ids=str)
+@pytest.mark.parametrize("B", [1, 3, 1000, 65537])
+def test_kernel_bsl(poisoned, rng, dtype, pattern, B):
+    """Batch-size-first products through the batch order, every dtype and batch size."""
+    M, N = ks.KSPattern(*pattern).shape
+    if (M + N) * B * numpy.dtype(dtype).itemsize > 2**27:
+        pytest.skip("operands above 128 MiB")
+    K = ks.KSMatrix.random(pattern, dtype=dtype, xp=cupy, seed=5)
+    X = cupy.asarray(random_array(rng, (B, N), dtype))
+    check(K.matmul(X, layout="bsf", backend="kernel_bsl"), oracle(K.values, X, "bsf"), dtype)
+
+
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_kernel_bsl_views(poisoned, rng, layout):
+    """Transposed and conjugated views, a strided operand, and batch-size-last (where
+    kernel_bsl is the plain kernel)."""
+    K = ks.KSMatrix.random((2, 48, 32, 3), dtype=numpy.complex64, xp=cupy, seed=6)
+    for op in (K, K.T, K.H):
+        M, N = op.shape
+        shape = (N, 2 * 300) if layout == "bsl" else (2 * 300, N)
+        X = cupy.asarray(random_array(rng, shape, numpy.complex64))
+        X = X[:, ::2] if layout == "bsl" else X[::2]
+        check(op.matmul(X, layout=layout, backend="kernel_bsl"),
+              oracle(op.values, X, layout), numpy.complex64)

@@ -8,17 +8,20 @@
 // than moving X and Y twice (large blocks, d > 1).
 //
 // A block moves TILE x TILE tiles (TILE = 32 * V) through shared memory. Reading, lane tx
-// of warp ty takes V adjacent elements of a row of X (one 4-byte access for V = 2 float16s,
-// coalesced along the row where s_c == 1); writing, it takes V adjacent elements of a row
-// of Y, which are V adjacent rows of the tile at one column. A tile row is padded by one
-// element, so that a warp reading a tile column, rows V*tx + u, hits distinct banks:
-// element (V*tx + u, col) sits at (V*tx + u) * (TILE + 1) + col, which for V = 2 and
-// 2-byte elements is word 65*tx + (u + col) / 2, i.e. bank tx + const (mod 32); for V = 1 and
-// 4-, 8- or 16-byte elements the rows start 1, 2 or 4 banks apart, the width of one access.
+// of warp ty takes V adjacent elements of a row of X (one 8-byte access for V = 4 float16s
+// or 2 floats: coalesced along the row where s_c == 1, and twice the bytes per instruction
+// of single floats, which moved 2.5 TB/s on an H200 where 8-byte elements moved 3.6); writing,
+// it takes V adjacent elements of a row of Y, which are V adjacent rows of the tile at one
+// column. A tile row is padded by one element, so that the rows of a warp's column reads
+// start 1 (V = 1, 4-byte elements), 2 (8-byte) or 4 (16-byte) banks apart, the width of
+// one access: conflict-free. With V > 1 the lanes' rows V*tx + u start V*(TILE + 1)
+// elements apart, 2 words for V = 2 floats and V = 4 float16s: two lanes share a bank
+// (tx and tx + 16), a two-way conflict on the shared-memory side, which has bandwidth to
+// spare against the DRAM traffic this kernel waits on.
 //
-// Vectors (V > 1) need s_c == 1, V | C, V | R, V | s_r and X, Y aligned to V elements (the
-// caller checks; kscupy/kernels/transpose.py). Offsets are 64-bit; the grid strides over
-// the tiles, column tiles fastest.
+// Vectors (V > 1) need s_c == 1, V | C, V | R, V | s_r and X aligned to V elements (the
+// caller checks; kscupy/kernels/transpose.py; Y is a new array). Offsets are 64-bit; the
+// grid strides over the tiles, column tiles fastest.
 #include "ks_scalar.cuh"
 
 namespace ks {

@@ -73,8 +73,9 @@ def test_direct_instantiations_compile():
 
 
 def test_transpose_instantiations_compile():
-    """The tiled transpose, element by element for every dtype and in pairs for float16."""
-    names = {transpose.name(dtype, 1) for dtype in DTYPES} | {transpose.name(numpy.float16, 2)}
+    """The tiled transpose at every vector width of every dtype (up to 8 bytes)."""
+    names = {transpose.name(dtype, v) for dtype in DTYPES
+             for v in (1, 2, 4) if v * numpy.dtype(dtype).itemsize <= 8 or v == 1}
     _compile("transpose.cu", names)
 
 

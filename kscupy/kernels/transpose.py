@@ -28,14 +28,15 @@ def name(dtype, vector: int) -> str:
 
 
 def _vector(A, s_r, s_c) -> int:
-    """Elements per access: two for 2-byte dtypes (4-byte accesses) where the rows are
-    contiguous and both extents, the row stride and the address are even; else one."""
-    v = max(1, 4 // A.dtype.itemsize)
+    """Elements per access: up to 8 bytes' worth (4 float16s, 2 floats), the most that
+    divides both extents and the row stride and keeps the address aligned, where the rows
+    are contiguous; else one."""
     R, C = A.shape
-    aligned = A.data.ptr % (v * A.dtype.itemsize) == 0
-    if v > 1 and s_c == 1 and aligned and R % v == 0 and C % v == 0 and s_r % v == 0:
-        return v
-    return 1
+    v = max(1, 8 // A.dtype.itemsize)
+    while v > 1 and (s_c != 1 or A.data.ptr % (v * A.dtype.itemsize)
+                     or R % v or C % v or s_r % v):
+        v //= 2
+    return v
 
 
 def prepare(A):

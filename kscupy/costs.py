@@ -34,16 +34,18 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
     ("kernel", "bsl"): (1.515, 0.424, 40.1), ("kernel", "bsf"): (0.835, 0.206, 25.8),
     ("bmm", "bsl"): (2.432, 0.883, 244.7), ("bmm", "bsf"): (3.237, 1.123, 670.7),
     # the tensor-core kernel, keyed by its copy order (ks_mma.heuristic_config) instead of
-    # the access; efficiency against tensor_peak (benchmarks/fit_costs.py on engine.json)
-    ("mma", "batch"): (2.035, 0.906, 30.7), ("mma", "ingroup"): (2.1, 0.6, 40.0),
-    ("mma", "group"): (2.118, 0.641, 27.4),
+    # the access; efficiency against tensor_peak (benchmarks/fit_costs.py on engine.json;
+    # batch and group refitted on the float32 rows of 37e38f1's run)
+    ("mma", "batch"): (1.153, 0.908, 11.9), ("mma", "ingroup"): (2.1, 0.6, 40.0),
+    ("mma", "group"): (1.381, 0.533, 18.5),
     # ... on the FP64 tensor cores (DMMA m16n8k8: float64, complex128), fitted on the float64
     # rows of the first m16n8k8 engine run (the in-group order from a single row)
     ("mma", "batch_dmma"): (2.774, 0.867, 82.9), ("mma", "group_dmma"): (2.374, 0.609, 115.1),
     ("mma", "ingroup_dmma"): (1.891, 0.680, 61.4),
     # ... float16 (m16n8k16 products, efficiency against _HALF_TENSOR_RATIO x the FP32 rate),
-    # fitted on engine_f16.json (the in-group order from a single row)
-    ("mma", "batch_hmma"): (3.620, 0.604, 221.8), ("mma", "group_hmma"): (2.254, 0.180, 93.0),
+    # fitted on engine_f16.json (the in-group order from a single row; batch and group
+    # refitted on 37e38f1's kernel)
+    ("mma", "batch_hmma"): (1.297, 0.511, 15.8), ("mma", "group_hmma"): (1.813, 0.165, 59.9),
     ("mma", "ingroup_hmma"): (2.282, 0.480, 189.3),
 }
 #: ``auto`` picks the FMA kernel over other backends only when predicted faster by this factor.
@@ -76,9 +78,10 @@ _CHUNK_SECONDS = 1.2e-6
 _MMA_CHUNK_SECONDS = 3e-6
 
 # The tiled transpose (kernels_cu/transpose.cu): bytes read and written per second, as a
-# fraction of the device's bandwidth (DeviceRates.bandwidth, the datasheet's). With 8-byte
-# accesses an H200 moved 3.4-3.65 TB/s of 8-byte elements, 0.70-0.76 of its 4.8.
-_TRANSPOSE_BANDWIDTH = 0.7
+# fraction of the device's bandwidth (DeviceRates.bandwidth, the datasheet's), by itemsize.
+# An H200 (4.8 TB/s) moved 2.1-2.6 TB/s of float16, 3.1-3.45 of float32, 3.4-3.65 of 8-byte
+# and 3.7-4.0 of 16-byte elements (operands of 8192 x 4096 to 25088 x 16384).
+_TRANSPOSE_BANDWIDTH = {2: 0.5, 4: 0.68, 8: 0.73, 16: 0.8}
 
 # The small-batch kernel (kernels_cu/ks_skinny.cu) streams the weights once, at up to
 # _SKINNY_BANDWIDTH of the device's. Its SIMT loop loads one X element per multiply-add
@@ -221,11 +224,12 @@ def mma_kernel_seconds(problem: Problem, rates: DeviceRates, config) -> float:
 def mma_batch_last_seconds(problem: Problem, rates: DeviceRates, config) -> float:
     """The tensor-core kernel in its batch order between two transposes
     (``ks_mma.prepare_batch_last``): the batch-size-last product in ``config``, plus reading
-    and writing X and Y once more at _TRANSPOSE_BANDWIDTH of the device's bandwidth."""
+    and writing X and Y once more at the transpose's bandwidth."""
     M, N = problem.pattern.shape
     moved = 2 * problem.itemsize * problem.batch * (M + N)
     return (mma_kernel_seconds(problem.in_batch_last(), rates, config)
-            + moved / (_TRANSPOSE_BANDWIDTH * rates.bandwidth) + 2 * LAUNCH_SECONDS)
+            + moved / (_TRANSPOSE_BANDWIDTH[problem.itemsize] * rates.bandwidth)
+            + 2 * LAUNCH_SECONDS)
 
 
 def skinny_seconds(problem: Problem, rates: DeviceRates) -> float:

@@ -166,3 +166,18 @@ def test_compile_ahead_submits_once_and_only_what_is_missing(fake_nvrtc, markers
     nvrtc.compile_ahead("ks_direct.cu", "d<2>")          # switched off
     nvrtc.finish_background_compiles()
     assert fake_nvrtc["calls"] == ["d<1>"]
+
+
+def test_a_run_of_several_kernels_submits_them_all_at_once(fake_nvrtc):
+    """prepare_all: every missing kernel of a run starts compiling in the first call (not
+    one per call), StillCompiling is raised after them, and once all are loaded their
+    results come back in order."""
+    ask = [lambda name=name: nvrtc.function("transpose.cu", name) for name in ("t<1>", "m<2>")]
+    with nvrtc.unless_compiled():
+        with pytest.raises(nvrtc.StillCompiling):
+            nvrtc.prepare_all(*ask)
+    assert set(nvrtc._pending) == {("transpose.cu", n, 0, 0, False) for n in ("t<1>", "m<2>")}
+    fake_nvrtc["release"].set()
+    nvrtc.finish_background_compiles()
+    with nvrtc.unless_compiled():
+        assert nvrtc.prepare_all(*ask) == [("function", "t<1>"), ("function", "m<2>")]

@@ -377,9 +377,10 @@ def prepare_batch_last(factor, X, layout, config: MmaConfig, precision: str = "d
         return prepare(factor, X, layout, config, precision)
     B = X.shape[0]
     M, N = factor.shape
-    to_features_first = transpose.prepare(X)
-    product = prepare(factor, cupy.empty((N, B), X.dtype), "bsl", config, precision)
-    to_batch_first = transpose.prepare(cupy.empty((M, B), X.dtype))
+    to_features_first, product, to_batch_first = nvrtc.prepare_all(
+        lambda: transpose.prepare(X),
+        lambda: prepare(factor, cupy.empty((N, B), X.dtype), "bsl", config, precision),
+        lambda: transpose.prepare(cupy.empty((M, B), X.dtype)))
     return lambda X: to_batch_first(product(to_features_first(X)))
 
 

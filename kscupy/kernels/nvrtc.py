@@ -114,6 +114,22 @@ def waiting():
         _mode.waiting -= 1
 
 
+def prepare_all(*makers) -> list:
+    """``[make() for make in makers]`` for the kernels of one run (each ``make`` asks
+    :func:`function` for one): inside :func:`unless_compiled` a maker that raises
+    :class:`StillCompiling` does not stop the later ones, so all the run's missing kernels
+    start compiling in this one call, and the first StillCompiling is raised after them."""
+    results, pending = [], None
+    for make in makers:
+        try:
+            results.append(make())
+        except StillCompiling as error:
+            pending = pending or error
+    if pending is not None:
+        raise pending
+    return results
+
+
 def finish_background_compiles():
     """Wait for every background compile submitted so far (their errors are raised by the
     calls that ask for those kernels)."""

@@ -246,7 +246,7 @@ def test_tune_and_cache(tmp_path, monkeypatch):
     from kscupy.problem import problem_of
     K = ks.KSMatrix.random((4, 32, 32, 4), dtype=numpy.float32, xp=cupy, seed=2)
     choice = tuning.tune(K, 4096, layout="bsl", progress=False, n_repeat=3)
-    assert choice.backend in ("kernel", "kernel_fma", "kernel_skinny", "bmm", "dense")
+    assert choice.backend in ("kernel", "kernel_bsl", "kernel_fma", "kernel_skinny", "bmm", "dense")
     assert (tmp_path / "tuning.json").exists()
     X = cupy.random.default_rng(1).standard_normal((K.shape[1], 4096), dtype=numpy.float32)
     problem = problem_of(K.factor, X, "bsl")

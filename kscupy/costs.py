@@ -39,8 +39,9 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
     ("mma", "batch"): (1.153, 0.908, 11.9), ("mma", "ingroup"): (2.1, 0.6, 40.0),
     ("mma", "group"): (1.381, 0.533, 18.5),
     # ... on the FP64 tensor cores (DMMA m16n8k8: float64, complex128), fitted on the float64
-    # rows of the first m16n8k8 engine run (the in-group order from a single row)
-    ("mma", "batch_dmma"): (2.774, 0.867, 82.9), ("mma", "group_dmma"): (2.374, 0.609, 115.1),
+    # rows of 61cf817's engine run (the in-group order from a single row of the first
+    # m16n8k8 run)
+    ("mma", "batch_dmma"): (1.044, 0.609, 15.7), ("mma", "group_dmma"): (2.132, 0.453, 61.9),
     ("mma", "ingroup_dmma"): (1.891, 0.680, 61.4),
     # ... float16 (m16n8k16 products, efficiency against _HALF_TENSOR_RATIO x the FP32 rate),
     # fitted on engine_f16.json (the in-group order from a single row; batch and group

@@ -10,8 +10,9 @@ permute / ``torch.bmm`` / permute, when torch imports), ``base_cupy_bmm`` (the s
 ``cupy.matmul``), ``base_dense`` (cuBLAS on the dense matrix where it fits); for the TF32
 opt-in ``base_torch_bmm_tf32`` and ``base_dense_tf32`` (PyTorch with TF32 allowed). kscupy
 methods: ``auto``, ``kernel`` (tensor cores), ``kernel_fma``, ``bmm``, in batch-size-first
-also ``kernel_bsl`` (the kernel between two transposes); ``kernel_tf32`` for the opt-in. Each row's ``floor_s`` is max(bytes / bandwidth, flops / ceiling) with the ceiling
-of the dtype's arithmetic measured in the same run (SGEMM for float32 and complex64, the TF32
+also ``kernel_bsl`` (the kernel between two transposes); ``kernel_tf32`` for the opt-in.
+Each row's ``floor_s`` is max(bytes / bandwidth, flops / ceiling) with the ceiling of the
+dtype's arithmetic measured in the same run (SGEMM for float32 and complex64, the TF32
 GEMM for the opt-in, DGEMM for float64, cuBLAS's float16 GEMM for float16). ``--append``
 adds rows to an existing file, so that a long run can be split across calls; the held-out
 sample's seed is drawn at run time and recorded.

@@ -122,10 +122,6 @@ def _mma_kernel_seconds(problem, rates):
     return costs.mma_kernel_seconds(problem, rates, ks_mma.heuristic_config(problem))
 
 
-def _prepare_batch_last(factor, X, layout, config):
-    return ks_mma.prepare_batch_last(factor, X, layout, config)
-
-
 def _batch_last_fits(problem, rates):
     """Batch-size-first operands only (in batch-size-last it is ``kernel``), with room for
     the transposed copies of X and Y beside them (at most a quarter of the device memory)."""
@@ -173,8 +169,9 @@ REGISTRY = {b.name: b for b in (
                 "accuracy), DMMA for float64 and complex128, float16 products summed in "
                 "float32"),
     Backend("kernel_bsl", frozenset({"gpu"}),
-            lambda factor, X, layout, config: _prepare_batch_last(factor, X, layout, config)(X),
-            prepare=_prepare_batch_last, seconds=_batch_last_seconds, in_auto=True,
+            lambda factor, X, layout, config: ks_mma.prepare_batch_last(factor, X, layout,
+                                                                         config)(X),
+            prepare=ks_mma.prepare_batch_last, seconds=_batch_last_seconds, in_auto=True,
             fits=_batch_last_fits, heuristic=_batch_last_config,
             candidates=lambda problem: ks_mma.candidate_configs(problem.in_batch_last()),
             config_type=ks_mma.MmaConfig,

@@ -19,8 +19,9 @@ import numpy
 from .problem import Problem
 
 __all__ = ["DeviceRates", "device_rates", "LAUNCH_SECONDS", "kernel_seconds", "bmm_seconds",
-           "dense_seconds", "mma_kernel_seconds", "mma_batch_last_seconds", "skinny_seconds", "segment_seconds",
-           "rows_seconds", "gather_seconds", "KERNEL_MARGIN", "cpu_terms", "cpu_seconds"]
+           "dense_seconds", "mma_kernel_seconds", "mma_batch_last_seconds", "skinny_seconds",
+           "segment_seconds", "rows_seconds", "gather_seconds", "KERNEL_MARGIN", "cpu_terms",
+           "cpu_seconds"]
 
 #: One kernel launch with its Python dispatch, measured at B = 1 on an H200.
 LAUNCH_SECONDS = 10e-6

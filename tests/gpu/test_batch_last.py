@@ -17,8 +17,8 @@ from test_kernel import check, oracle  # noqa: E402
 
 dtypes = pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
 
-# Tile multiples and tails of 32 and 64 (the tiles), odd and even extents (the 2-element
-# vectors of float16 need even ones), a single row or column.
+# Tile multiples and tails of 32, 64 and 128 (the tiles), extents that allow 8-byte vectors,
+# only 2-element ones, or none (odd), a single row or column.
 SHAPES = [(1, 1), (1, 37), (37, 1), (64, 64), (65, 63), (2, 130), (130, 2), (96, 1000),
           (1000, 96), (257, 33)]
 
@@ -42,7 +42,7 @@ def test_transpose_of_views(poisoned, rng, dtype, view):
     A = {"fortran": lambda: cupy.asfortranarray(base), "column_step": lambda: base[:, ::3],
          "reversed": lambda: base[::-1, ::-1],
          # the first element one element past a 16-byte boundary: odd extents, then even
-         # ones (float16's 4-byte vectors refused for the address alone)
+         # ones (vectors refused for the address alone)
          "offset": lambda: base[1:, 1:], "misaligned": lambda: base[2:, 1:131]}[view]()
     numpy.testing.assert_array_equal(cupy.asnumpy(transpose.transpose(A)), cupy.asnumpy(A).T)
 

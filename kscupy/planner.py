@@ -13,15 +13,19 @@ A plan is a list of steps, each reading the batch once and writing it once:
   through shared memory per pass instead of per factor.
 * :class:`FactorStep` — one factor through :func:`kscupy.dispatch.apply` (the
   single-factor kernel, BMM or cuBLAS dense, as ``auto`` or the caller chose).
+* :class:`ProductStep` — a run of factors applied as their product (:func:`product`, formed
+  once when the plan is made): a chain through a wide middle (``96 -> 384 -> 96``) is
+  cheaper as its ``96 x 96`` matrix. A dense product absorbs the chain's permutations.
 * :class:`Gather` — a chain permutation that no segment absorbed.
 
 :func:`plan` chooses the steps. Adjacent factors whose product is again KS with small
 blocks (two radix-2 FFT stages make one radix-4 stage) are first merged, when that does not
 add arithmetic (``merge=True``). Then a dynamic program over the factors, in the order they
 are applied, picks the cheapest split into fused segments and per-factor steps under the
-cost model (:mod:`kscupy.costs`; a per-factor step is priced as the backend ``auto`` picks
-for it, :func:`kscupy.tuning.seconds`), and fuses only factors with small blocks
-(SMALL_BLOCKS_ONLY below). ``fuse="always"`` instead uses as few launches as the shared
+cost model (:mod:`kscupy.costs`; a per-factor step, and a product, is priced as the backend
+``auto`` picks for it, :func:`kscupy.tuning.seconds`), and fuses only factors with small
+blocks (SMALL_BLOCKS_ONLY below); products up to :data:`PRODUCT_MAX_ENTRIES` are weighed
+under ``fuse="auto"`` only. ``fuse="always"`` instead uses as few launches as the shared
 memory allows, whatever the blocks. :class:`~kscupy.KSChain` caches plans per layout, dtype
 and batch bucket.
 """
@@ -41,11 +45,16 @@ from .pattern import KSPattern, super_pattern
 from .problem import Problem
 from .shuffle import int32_indices, inverse_permutation
 
-__all__ = ["FactorStep", "Gather", "DirectStep", "ChainPlan", "direct_plan", "plan", "merge",
-           "merge_all", "MERGE_MAX_BLOCK"]
+__all__ = ["FactorStep", "ProductStep", "Gather", "DirectStep", "ChainPlan", "direct_plan",
+           "plan", "merge", "merge_all", "product", "product_pattern", "MERGE_MAX_BLOCK",
+           "PRODUCT_MAX_ENTRIES"]
 
 #: Largest block (b·c) a merge may produce: merging is for small FFT-like blocks.
 MERGE_MAX_BLOCK = 16
+
+#: Largest product (entries of its super-group blocks) a plan may form of a run of factors:
+#: the product is formed once per plan (see :func:`product`), in double precision.
+PRODUCT_MAX_ENTRIES = 1 << 22
 
 # SMALL_BLOCKS_ONLY: under fuse="auto" a segment is fused only when every factor's blocks are
 # small enough for a work item to hold whole (16-byte loads, at most 256 bytes: FFT, Hadamard,
@@ -79,23 +88,50 @@ def merge(left: Factor, right: Factor):
     factor does no more arithmetic). Computed in double precision, returned in the dtype of
     the factors.
     """
-    AS, DS = super_pattern([left.pattern, right.pattern])
-    M, N = left.shape[0], right.shape[1]
-    b, c = M // (AS * DS), N // (AS * DS)
-    if b * c > MERGE_MAX_BLOCK or AS * DS * b * c > left.pattern.nnz + right.pattern.nnz:
+    pattern = product_pattern([left, right])
+    if (pattern.b * pattern.c > MERGE_MAX_BLOCK
+            or pattern.nnz > left.pattern.nnz + right.pattern.nnz):
         return None
-    dtype = numpy.result_type(left.dtype, right.dtype)
-    wide = numpy.complex128 if dtype.kind == "c" else numpy.float64
+    return product([left, right])
 
-    elements = left.tiles.size + right.tiles.size
+
+def product_pattern(factors) -> KSPattern:
+    """The KS pattern of the product of ``factors`` (written left to right): their
+    super-groups' pattern ``(AS, M/(AS DS), N/(AS DS), DS)``."""
+    AS, DS = super_pattern([f.pattern for f in factors])
+    M, N = factors[0].shape[0], factors[-1].shape[1]
+    return KSPattern(AS, M // (AS * DS), N // (AS * DS), DS)
+
+
+def product(factors) -> Factor:
+    """The product of ``factors`` (written left to right) as one Factor of
+    :func:`product_pattern`, computed in double precision and returned in their common
+    dtype; each factor is restricted to the super-groups, so the work is that of the dense
+    super-group blocks (see :data:`PRODUCT_MAX_ENTRIES`)."""
+    AS, DS = super_pattern([f.pattern for f in factors])
+    dtype = numpy.result_type(*[f.dtype for f in factors])
+    wide = numpy.complex128 if dtype.kind == "c" else numpy.float64
+    elements = sum(f.tiles.size for f in factors)
 
     def restricted(factor):      # small factors are multiplied on the host
         blocks = factor.oriented(_arrays.on_host_if_small(factor.tiles, elements))
         return _restricted_blocks(blocks.astype(wide), factor.pattern, AS, DS)
-    P = restricted(left) @ restricted(right)
+    P = restricted(factors[0])
+    for factor in factors[1:]:
+        P = P @ restricted(factor)
     module = _arrays.array_module(P)
     P = module.ascontiguousarray(P.astype(dtype))
-    return Factor.of_blocks(left.xp.asarray(P), KSPattern(AS, b, c, DS))
+    return Factor.of_blocks(factors[0].xp.asarray(P), product_pattern(factors))
+
+
+def _product_fits(factors) -> bool:
+    """Whether :func:`plan` may form the product of ``factors``: its blocks and every
+    factor restricted to the super-groups have at most :data:`PRODUCT_MAX_ENTRIES`
+    entries."""
+    AS, DS = super_pattern([f.pattern for f in factors])
+    sizes = [f.shape[0] * f.shape[1] for f in factors] + [factors[0].shape[0]
+                                                           * factors[-1].shape[1]]
+    return max(sizes) // (AS * DS) <= PRODUCT_MAX_ENTRIES
 
 
 def merge_all(factors):
@@ -236,6 +272,57 @@ def direct_seconds(chain, layout: str, dtype, batch: int) -> float:
                for K in chain.factors)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class ProductStep(FactorStep):
+    """Several consecutive factors applied as their product (:func:`product`), formed once
+    when the plan is made: what a run of factors whose product is small (a bottleneck such
+    as ``96 -> 384 -> 96``) costs less as."""
+    count: int = 2
+
+    def describe(self):
+        return (f"product of {self.count} factors: {tuple(self.factor.pattern)} "
+                f"({self.backend})")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _PlannedProduct:
+    """A :class:`ProductStep` the dynamic program chose, formed only then (``formed``).
+    ``factors`` in application order; ``src``/``out_perm``: chain permutations folded into a
+    dense product's columns / rows."""
+    factors: tuple
+    backend: str
+    src: object = None
+    out_perm: object = None
+
+    def formed(self) -> ProductStep:
+        factor = product(self.factors[::-1])          # product() takes them left to right
+        if self.src is not None or self.out_perm is not None:
+            # dense (1, 1, M, N): y = (P x[src])[out] = P[out][:, inverse(src)] x
+            xp = factor.xp
+            P = factor.tiles[0, 0]
+            if self.out_perm is not None:
+                P = P[xp.asarray(self.out_perm)]
+            if self.src is not None:
+                P = P[:, inverse_permutation(xp.asarray(self.src), xp)]
+            factor = Factor.of_blocks(xp.ascontiguousarray(P)[None, None], factor.pattern)
+        return ProductStep(factor, self.backend, count=len(self.factors))
+
+
+def _product_candidate(factors, src, out_perm, with_gathers, batch, dtype, layout, rates,
+                       backend):
+    """``(steps, seconds)`` of applying ``factors`` (application order) as their product; a
+    dense product absorbs the chain permutations pending at its ends (``src``, ``out_perm``;
+    None where none is), any other product gathers them (``with_gathers``)."""
+    pattern = product_pattern(factors[::-1])
+    problem = Problem(pattern=pattern, batch=batch, dtype=numpy.dtype(dtype), layout=layout,
+                      batch_contiguous=(layout == "bsl" or batch == 1), transposed=False)
+    seconds = tuning.seconds(problem, backend, rates)
+    if pattern.a == pattern.d == 1:
+        return (_PlannedProduct(tuple(factors), backend, src, out_perm),), seconds
+    return with_gathers(_PlannedProduct(tuple(factors), backend), seconds,
+                        src is not None, out_perm is not None)
+
+
 # -- planning ------------------------------------------------------------------------------------
 def _factor_problem(factor, batch, dtype, layout):
     return Problem(pattern=factor.pattern, batch=batch, dtype=numpy.dtype(dtype), layout=layout,
@@ -282,6 +369,18 @@ def _plan_factors(chain, factors, layout, dtype, batch, fuse, factor_backend, ra
     dst = None if out_perm is None else inverse_permutation(out_perm, chain.xp)
     L = len(factors)
 
+    def with_gathers(step, seconds, first, last):
+        """``(steps, seconds)``: ``step`` with a gather before it for a pending input
+        permutation and after it for the output permutation, and their price."""
+        steps = (step,)
+        if first and src is not None:
+            seconds += costs.gather_seconds(chain.shape[1], batch, dtype, rates)
+            steps = (Gather(src),) + steps
+        if last and dst is not None:
+            seconds += costs.gather_seconds(chain.shape[0], batch, dtype, rates)
+            steps = steps + (Gather(out_perm),)
+        return steps, seconds
+
     # best[i]: (seconds, steps) applying factors[:i]; the input permutation is pending at 0.
     INF = (math.inf, ())
     best = [INF] * (L + 1)
@@ -291,15 +390,10 @@ def _plan_factors(chain, factors, layout, dtype, batch, fuse, factor_backend, ra
             continue
         base_s, base_steps = best[i]
         first = i == 0
-        # per-factor step (with gathers for pending permutations)
-        s = _factor_seconds(factors[i], batch, dtype, layout, rates, factor_backend)
-        steps = (FactorStep(factors[i], factor_backend),)
-        if first and src is not None:
-            s += costs.gather_seconds(chain.shape[1], batch, dtype, rates)
-            steps = (Gather(src),) + steps
-        if i + 1 == L and dst is not None:
-            s += costs.gather_seconds(chain.shape[0], batch, dtype, rates)
-            steps = steps + (Gather(out_perm),)
+        steps, s = with_gathers(
+            FactorStep(factors[i], factor_backend),
+            _factor_seconds(factors[i], batch, dtype, layout, rates, factor_backend),
+            first, i + 1 == L)
         if fuse == "always":
             s = len(steps) + s * 1e-9             # count launches, break ties by the model
         if base_s + s < best[i + 1][0]:
@@ -311,25 +405,31 @@ def _plan_factors(chain, factors, layout, dtype, batch, fuse, factor_backend, ra
             last = j == L
             folds = dict(src=src if first else None, dst=dst if last else None)
             candidates = []
+            if fuse == "auto" and j - i > 1 and _product_fits(factors[i:j]):
+                candidates.append(_product_candidate(
+                    factors[i:j], folds["src"], out_perm if last else None, with_gathers,
+                    batch, dtype, layout, rates, factor_backend))
             if rows_fit:
                 row_segment = make_row_segment(factors[i:j], dtype, layout, batch, **folds)
                 rows_fit = row_segment is not None     # longer runs hold the same factors
                 if rows_fit:
-                    candidates.append((row_segment, costs.rows_seconds(row_segment, batch,
-                                                                        dtype, rates)))
+                    candidates.append(((row_segment,), costs.rows_seconds(
+                        row_segment, batch, dtype, rates)))
             lone = j - i == 1 and folds["src"] is None and folds["dst"] is None
             if segments_fit and not lone:        # a lone factor: the single-factor path
                 seg = make_segment(factors[i:j], dtype, layout, batch, **folds)
                 segments_fit = seg is not None   # longer segments only need more memory
                 if seg is not None and (fuse == "always" or all(vec for _, vec in seg.reads)):
                     # under auto, large blocks are never fused: see SMALL_BLOCKS_ONLY
-                    candidates.append((seg, costs.segment_seconds(seg, batch, dtype, rates)))
-            if not (rows_fit or segments_fit):
-                break
-            for step, s in candidates:
+                    candidates.append(((seg,), costs.segment_seconds(seg, batch, dtype,
+                                                                     rates)))
+            if not (rows_fit or segments_fit) and fuse != "auto":
+                break                            # (a longer run's product may be smaller)
+            for new_steps, s in candidates:
                 if fuse == "always":
                     s = 1.0 + s * 1e-9            # count launches, break ties by the model
                 if base_s + s < best[j][0]:
-                    best[j] = (base_s + s, base_steps + (step,))
+                    best[j] = (base_s + s, base_steps + new_steps)
     seconds, steps = best[L]
-    return ChainPlan(steps, seconds)
+    return ChainPlan(tuple(step.formed() if isinstance(step, _PlannedProduct) else step
+                           for step in steps), seconds)

@@ -162,6 +162,79 @@ def test_big_blocks_stay_per_factor_under_auto(patterns):
         assert forced.launches == 1
 
 
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex128])
+def test_product_of_three_factors(dtype):
+    """planner.product of a run (left to right) against the product of dense oracles,
+    for a product that keeps super-groups (AS = 2, DS = 2) and for a dense one."""
+    for patterns in [((2, 3, 4, 2), (4, 2, 2, 2), (2, 2, 3, 4)),
+                     ((2, 5, 6, 1), (1, 6, 3, 2), (2, 3, 7, 1))]:
+        factors = [ks.KSMatrix.random(p, dtype=dtype, seed=i) for i, p in enumerate(patterns)]
+        P = planner.product([K.factor for K in factors])
+        assert P.dtype == dtype and P.pattern == planner.product_pattern(
+            [K.factor for K in factors])
+        ref = _dense(factors)
+        tol = 1e-6 if dtype == numpy.float32 else 1e-13
+        assert numpy.abs(P.todense() - ref).max() <= tol * numpy.abs(ref).max()
+
+
+def _chain_oracle(chain, perms=(None, None)):
+    """The chain's dense matrix by its definition: y = (K1 ... KL x[src])[out], columns by
+    applying it to the identity."""
+    src, out = perms
+    K = _dense(list(chain.factors))
+    X = numpy.eye(chain.shape[1])
+    Z = K @ (X if src is None else X[src])
+    return Z if out is None else Z[out]
+
+
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_bottleneck_chain_is_applied_as_its_dense_product(layout):
+    """(2,48,192,1)·(1,192,48,2) maps 96 features through 384 back to 96: its 96 x 96
+    product costs cuBLAS less than the two factors, and the plan forms it, the chain's
+    permutations folded into its rows and columns (no gather left)."""
+    rng = numpy.random.default_rng(5)
+    base = [ks.KSMatrix.random(p, seed=i) for i, p in enumerate([(2, 48, 192, 1),
+                                                                 (1, 192, 48, 2)])]
+    src, out = rng.permutation(96), rng.permutation(96)
+    for perms in [(None, None), (src, out), (src, None)]:
+        C = ks.KSChain(base, input_permutation=perms[0], output_permutation=perms[1])
+        plan = planner.plan(C, layout, numpy.float32, 25088, rates=RATES)
+        assert len(plan.steps) == 1 and isinstance(plan.steps[0], planner.ProductStep), \
+            plan.describe()
+        step = plan.steps[0]
+        assert step.count == 2 and tuple(step.factor.pattern) == (1, 96, 96, 1)
+        ref = _chain_oracle(C, perms)
+        assert numpy.abs(step.factor.todense() - ref).max() <= 1e-5 * numpy.abs(ref).max()
+        # only auto forms products
+        for fuse in ("never", "always"):
+            assert not any(isinstance(s, planner.ProductStep) for s in planner.plan(
+                C, layout, numpy.float32, 25088, fuse=fuse, rates=RATES).steps)
+
+
+def test_product_keeps_gathers_where_not_dense():
+    """A product with super-groups (here AS = 4) cannot absorb a permutation: the plan
+    gathers before it, and the steps still give the chain."""
+    rng = numpy.random.default_rng(2)
+    base = [ks.KSMatrix.random(p, seed=i) for i, p in enumerate([(4, 16, 64, 1),
+                                                                 (4, 64, 16, 1)])]
+    src = rng.permutation(64)
+    C = ks.KSChain(base, input_permutation=src)
+    plan = planner.plan(C, "bsf", numpy.float32, 25088, rates=RATES)
+    assert [type(s) for s in plan.steps] == [planner.Gather, planner.ProductStep], \
+        plan.describe()
+    X = rng.standard_normal((3, 64))
+    Y = X[:, src] @ plan.steps[1].factor.todense().T
+    ref = X @ _chain_oracle(C, (src, None)).T
+    assert numpy.abs(Y - ref).max() <= 1e-5 * numpy.abs(ref).max()
+
+
+def test_no_product_larger_than_the_limit(monkeypatch):
+    C = ks.KSChain([ks.KSMatrix.random(p) for p in [(2, 48, 192, 1), (1, 192, 48, 2)]])
+    monkeypatch.setattr(planner, "PRODUCT_MAX_ENTRIES", 96 * 384 - 1)
+    plan = planner.plan(C, "bsl", numpy.float32, 25088, rates=RATES)
+    assert not any(isinstance(s, planner.ProductStep) for s in plan.steps)
+
+
 def test_output_permutation_becomes_a_scatter_table():
     rng = numpy.random.default_rng(0)
     base = ks.hadamard(16, dtype=numpy.float32)

@@ -1,0 +1,63 @@
+"""Chains applied as their product (planner.ProductStep) against float64 oracles on the GPU.
+
+The oracle is the product of dense float64 factors built from the canonical values by the
+definition, with the chain's permutations as a column scatter and a row gather
+(conftest.chain_oracle); it runs no kscupy code. Each test checks that the plan really holds
+a product, so a planner that stopped forming it would fail here. Outputs are NaN-poisoned.
+"""
+import numpy
+import pytest
+
+import kscupy as ks
+from conftest import DTYPES, RTOL, chain_oracle, gpu_available, gpu_chain, random_array, rel_err
+from kscupy import planner
+
+pytestmark = pytest.mark.gpu
+if not gpu_available():
+    pytest.skip("needs CuPy and a CUDA device", allow_module_level=True)
+
+import cupy  # noqa: E402
+
+BATCHES = [1, 3, 1000, 65537]
+BOTTLENECK = [(2, 48, 192, 1), (1, 192, 48, 2)]       # 96 -> 384 -> 96: a 96 x 96 product
+
+
+def _products(chain, layout, dtype, batch):
+    return [s for s in chain.plan(layout, dtype, batch).steps
+            if isinstance(s, planner.ProductStep)]
+
+
+@pytest.mark.parametrize("permuted", [False, True])
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_bottleneck_chain_as_its_product(poisoned, rng, dtype, layout, permuted):
+    base = gpu_chain(BOTTLENECK, dtype, seed=7)
+    N = base.shape[1]
+    perms = dict(input_permutation=cupy.asarray(rng.permutation(N)),
+                 output_permutation=cupy.asarray(rng.permutation(N))) if permuted else {}
+    chain = ks.KSChain(base.factors, **perms)
+    D = chain_oracle(chain)
+    tol = 20 * RTOL[numpy.dtype(dtype)] * len(chain)
+    for B in BATCHES:
+        X = random_array(rng, (N, B) if layout == "bsl" else (B, N), dtype)
+        ref = D @ X if layout == "bsl" else X @ D.T
+        Y = chain.matmul(cupy.asarray(X), layout=layout)
+        assert Y.dtype == dtype and rel_err(Y, ref) < tol, B
+        if B == BATCHES[-1]:
+            steps = chain.plan(layout, numpy.dtype(dtype), B).steps
+            assert len(steps) == 1 and isinstance(steps[0], planner.ProductStep), \
+                chain.plan(layout, numpy.dtype(dtype), B).describe()
+
+
+def test_product_follows_a_write(poisoned, rng):
+    """The product is formed from the factors' values when the plan is made: writing a
+    factor makes a new plan with the new product."""
+    dtype = numpy.float32
+    chain = gpu_chain(BOTTLENECK, dtype, seed=3)
+    X = cupy.asarray(random_array(rng, (1000, 96), dtype))
+    chain.matmul(X, layout="bsf")
+    assert _products(chain, "bsf", numpy.dtype(dtype), 1000)
+    K = chain.factors[0]
+    K.values = cupy.asarray(random_array(rng, K.values.shape, dtype))
+    ref = X.get().astype(numpy.float64) @ chain_oracle(chain).T
+    assert rel_err(chain.matmul(X, layout="bsf"), ref) < 40 * RTOL[numpy.dtype(dtype)]

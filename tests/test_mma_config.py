@@ -40,6 +40,12 @@ def test_heuristic_walks_the_contiguous_axis():
     # rows per tile waste the fewest padded rows
     assert ks_mma.heuristic_config(_problem((1, 48, 48, 1), 25088, "float32")).bm == 48
     assert ks_mma.heuristic_config(_problem((1, 1024, 1024, 1), 25088, "float32")).bm == 128
+    # float64 takes one 48-row warp where it saves tiles (b = 48: one tile, not three of 16),
+    # never where 64-row tiles waste nothing
+    tall = ks_mma.heuristic_config(_problem((1, 48, 192, 128), 8192, "float64"))
+    assert (tall.bm, tall.wm, tall.wn) == (48, 1, 4)
+    assert ks_mma.heuristic_config(_problem((1, 192, 768, 4), 8192, "float64")).bm == 64
+    assert ks_mma.heuristic_config(_problem((1, 48, 192, 128), 8192, "complex128")).bm == 16
 
 
 def test_config_validation_and_names():

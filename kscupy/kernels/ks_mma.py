@@ -171,14 +171,24 @@ def _chunk(dtype) -> int:
     return 128 // numpy.dtype(dtype).itemsize
 
 
-def _row_tile(b: int, wtm: int, mma_m: int, max_warps: int = 2) -> tuple:
+def _row_tile(b: int, wtm: int, mma_m: int, max_warps: int = 2, lone_rows: int = 0) -> tuple:
     """``(bm, wm)``: rows per tile and warps along them, wasting the fewest padded rows of
-    ``b`` (larger tiles on ties); a warp covers at most ``wtm`` rows."""
-    options = []
+    ``b`` (larger tiles on ties); a warp covers at most ``wtm`` rows, or ``lone_rows`` when
+    it is the tile's only warp along them."""
+    options = [(lone_rows, 1)] if lone_rows else []
     for wm in range(1, max_warps + 1):
         for rows in range(mma_m, wtm + 1, mma_m):
             options.append((wm * rows, wm))
     return min(options, key=lambda o: (-(-b // o[0]) * o[0], -o[0], o[1]))
+
+
+def _lone_warp_rows(dtype) -> int:
+    """Taller warp pieces a tile of one warp along its rows may take: 48 rows for float64,
+    so that ``b = 48`` or ``96`` is one or two tiles instead of three of 16 or 32 rows (each
+    re-reads X). Probe (H200, bsl, B = 8192): (1, 48, 192, 128) 1.26 -> 0.82 ms,
+    (1, 96, 384, 12) 0.39 -> 0.37 ms. Not for complex128 (twice the accumulator
+    registers)."""
+    return 48 if numpy.dtype(dtype) == numpy.float64 else 0
 
 
 def heuristic_config(problem: Problem) -> MmaConfig:
@@ -216,15 +226,17 @@ def heuristic_config(problem: Problem) -> MmaConfig:
         slots = min(1 << (d.bit_length() - 1), pow2_at_least(a * d))
     if order == ORDER_GROUP and (b < 128 or short):
         slots = min(slots, 8)
-        bm, wm = _row_tile(b, wtm, mma_m, max_warps=1)
+        bm, wm = _row_tile(b, wtm, mma_m, max_warps=1, lone_rows=_lone_warp_rows(dtype))
         wn = max(1, 8 // slots)
     elif order == ORDER_GROUP:
         slots = min(slots, 4 if dmma and dtype.kind != "c" else 2)
-        bm, wm = _row_tile(b, wtm, mma_m)
+        bm, wm = _row_tile(b, wtm, mma_m, lone_rows=_lone_warp_rows(dtype))
         wn = 2
     else:
-        bm, wm = _row_tile(b, wtm, mma_m)
-        wn = max(1, (4 if short else 8) // wm)
+        bm, wm = _row_tile(b, wtm, mma_m, lone_rows=_lone_warp_rows(dtype))
+        # tall lone warps hold 1.5x the accumulators: four along the batch (probe: 0.72 ms
+        # against 0.82 with eight for (1, 48, 192, 128))
+        wn = max(1, (4 if short or bm // wm > wtm else 8) // wm)
     bn = wn * wtn
     while bn > max(wtn, pow2_at_least(problem.batch)) and wn > 1:   # thin batch: narrower
         wn //= 2

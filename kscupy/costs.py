@@ -37,18 +37,20 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
     # the tensor-core kernel, keyed by its copy order (ks_mma.heuristic_config) instead of
     # the access; efficiency against tensor_peak (benchmarks/fit_costs.py on engine.json;
     # batch and group refitted on the float32 rows of 37e38f1's run)
-    ("mma", "batch"): (1.153, 0.908, 11.9), ("mma", "ingroup"): (2.1, 0.6, 40.0),
+    ("mma", "batch"): (1.153, 0.908, 11.9), ("mma", "ingroup"): (2.235, 1.050, 35.0),
     ("mma", "group"): (1.381, 0.533, 18.5),
     # ... on the FP64 tensor cores (DMMA m16n8k8: float64, complex128), fitted on the float64
-    # rows of 61cf817's engine run (the in-group order from a single row of the first
-    # m16n8k8 run)
+    # rows of 61cf817's engine run. Every in-group key (bsf, d = 1) is fitted on 16 random
+    # d = 1 patterns per dtype timed on the H200 at 5b1b730+ (the engine grid has one such
+    # row): before, it priced the kernel up to 1.75x too high, and auto sent (128, 128,
+    # 128, 1) to kernel_bsl (4.4 ms) instead of kernel (2.8 ms)
     ("mma", "batch_dmma"): (1.044, 0.609, 15.7), ("mma", "group_dmma"): (2.132, 0.453, 61.9),
-    ("mma", "ingroup_dmma"): (1.891, 0.680, 61.4),
+    ("mma", "ingroup_dmma"): (0.746, 0.606, 4.9),
     # ... float16 (m16n8k16 products, efficiency against _HALF_TENSOR_RATIO x the FP32 rate),
-    # fitted on engine_f16.json (the in-group order from a single row; batch and group
-    # refitted on 37e38f1's kernel)
+    # fitted on engine_f16.json (batch and group refitted on 37e38f1's kernel; the in-group
+    # order as above)
     ("mma", "batch_hmma"): (1.297, 0.511, 15.8), ("mma", "group_hmma"): (1.813, 0.165, 59.9),
-    ("mma", "ingroup_hmma"): (2.282, 0.480, 189.3),
+    ("mma", "ingroup_hmma"): (3.131, 0.675, 166.3),
 }
 #: ``auto`` picks the FMA kernel over other backends only when predicted faster by this factor.
 #: In BSL the model is unbiased (median predicted/measured 1.02) and any margin above 1 gave

@@ -39,12 +39,13 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
     # batch and group refitted on the float32 rows of 37e38f1's run)
     ("mma", "batch"): (1.153, 0.908, 11.9), ("mma", "ingroup"): (2.235, 1.050, 35.0),
     ("mma", "group"): (1.381, 0.533, 18.5),
-    # ... on the FP64 tensor cores (DMMA m16n8k8: float64, complex128), fitted on the float64
-    # rows of 61cf817's engine run. Every in-group key (bsf, d = 1) is fitted on 16 random
+    # ... on the FP64 tensor cores (DMMA m16n8k8: float64, complex128), batch and group
+    # fitted on the float64 rows of the engine run with 48-row warp tiles (engine_f64.json,
+    # RMS log error 0.08 / 0.11). Every in-group key (bsf, d = 1) is fitted on 16 random
     # d = 1 patterns per dtype timed on the H200 at 5b1b730+ (the engine grid has one such
     # row): before, it priced the kernel up to 1.75x too high, and auto sent (128, 128,
     # 128, 1) to kernel_bsl (4.4 ms) instead of kernel (2.8 ms)
-    ("mma", "batch_dmma"): (1.044, 0.609, 15.7), ("mma", "group_dmma"): (2.132, 0.453, 61.9),
+    ("mma", "batch_dmma"): (0.625, 0.535, 2.8), ("mma", "group_dmma"): (1.837, 0.365, 0.2),
     ("mma", "ingroup_dmma"): (0.746, 0.606, 4.9),
     # ... float16 (m16n8k16 products, efficiency against _HALF_TENSOR_RATIO x the FP32 rate),
     # fitted on engine_f16.json (batch and group refitted on 37e38f1's kernel; the in-group

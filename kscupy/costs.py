@@ -20,7 +20,8 @@ from .problem import Problem
 
 __all__ = ["DeviceRates", "device_rates", "LAUNCH_SECONDS", "kernel_seconds", "bmm_seconds",
            "dense_seconds", "mma_kernel_seconds", "mma_batch_last_seconds", "skinny_seconds",
-           "segment_seconds", "rows_seconds", "gather_seconds", "KERNEL_MARGIN", "cpu_terms",
+           "segment_seconds", "rows_seconds", "gather_seconds", "transpose_seconds",
+           "KERNEL_MARGIN", "RELAYOUT_MARGIN", "cpu_terms",
            "cpu_seconds"]
 
 #: One kernel launch with its Python dispatch, measured at B = 1 on an H200.
@@ -53,6 +54,11 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
     ("mma", "batch_hmma"): (1.297, 0.511, 15.8), ("mma", "group_hmma"): (1.813, 0.165, 59.9),
     ("mma", "ingroup_hmma"): (3.131, 0.675, 166.3),
 }
+#: A chain is planned in the other layout between two transposes (``planner.Relayout``)
+#: only when the model finds that faster by this factor: the model's error on a whole
+#: per-factor chain is of this order, and the plans it wins by more (whole-vector segments
+#: of long vectors in batch-size-last: 2x and more) do not depend on it.
+RELAYOUT_MARGIN = 0.75
 #: ``auto`` picks the FMA kernel over other backends only when predicted faster by this factor.
 #: In BSL the model is unbiased (median predicted/measured 1.02) and any margin above 1 gave
 #: away the kernel's wins; in BSF a wrong pick of the kernel costs up to 2x.
@@ -113,6 +119,11 @@ _FUSED_EFFICIENCY = 0.1
 # _ROWS_EFFICIENCY of peak. Fitted by hand to ten DFT, Hadamard and butterfly probes at
 # 2^26 elements on an H200 (within about 30%, benchmarks/results/chains.json).
 _ROWS_BANDWIDTH = 0.8
+# ... in batch-size-last, with tiles of so few vectors that each feature's run is shorter
+# than a 32-byte sector (n >= 4096 float32): the share of _ROWS_BANDWIDTH reached. Hadamard
+# 4096 and 8192 (runs of 16 and 8 bytes) and the float32 butterfly 4096 reached 0.09-0.10
+# of the floor on the H200 (chains.json at f4ef67e), not the sector share (0.5, 0.25)
+_ROWS_THIN_RUNS = 0.125
 _ROWS_DATAPATH = 2.5
 _ROWS_WEIGHT_LINES = 3.3
 _ROWS_EFFICIENCY = 0.6
@@ -231,10 +242,16 @@ def mma_batch_last_seconds(problem: Problem, rates: DeviceRates, config) -> floa
     (``ks_mma.prepare_batch_last``): the batch-size-last product in ``config``, plus reading
     and writing X and Y once more at the transpose's bandwidth."""
     M, N = problem.pattern.shape
-    moved = 2 * problem.itemsize * problem.batch * (M + N)
     return (mma_kernel_seconds(problem.in_batch_last(), rates, config)
-            + moved / (_TRANSPOSE_BANDWIDTH[problem.itemsize] * rates.bandwidth)
-            + 2 * LAUNCH_SECONDS)
+            + transpose_seconds(N, problem.batch, problem.itemsize, rates)
+            + transpose_seconds(M, problem.batch, problem.itemsize, rates))
+
+
+def transpose_seconds(n: int, batch: int, itemsize: int, rates: DeviceRates) -> float:
+    """The tiled transpose (``kernels/transpose.py``) of ``batch`` vectors of length ``n``:
+    read and write once at its measured share of the bandwidth, plus a launch."""
+    moved = 2 * itemsize * n * batch
+    return moved / (_TRANSPOSE_BANDWIDTH[itemsize] * rates.bandwidth) + LAUNCH_SECONDS
 
 
 def skinny_seconds(problem: Problem, rates: DeviceRates) -> float:
@@ -311,15 +328,16 @@ def segment_seconds(segment, batch: int, dtype, rates: DeviceRates) -> float:
     return max(dram, l2, compute) + LAUNCH_SECONDS
 
 
-def rows_seconds(segment, batch: int, dtype, rates: DeviceRates) -> float:
-    """A whole-vector segment (:class:`kscupy.kernels.ks_rows.RowSegment`): the slowest of
-    DRAM traffic (the batch in and out once), the SM's load/store path (the tile through
-    shared memory per pass, the blocks per work item) and SIMT arithmetic, plus a launch."""
+def rows_seconds(segment, batch: int, dtype, rates: DeviceRates, layout: str) -> float:
+    """A whole-vector segment (:class:`kscupy.kernels.ks_rows.RowSegment`) in ``layout``:
+    the slowest of DRAM traffic (the batch in and out once), the SM's load/store path (the
+    tile through shared memory per pass, the blocks per work item) and SIMT arithmetic,
+    plus a launch."""
     isz = numpy.dtype(dtype).itemsize
     elements = batch * segment.n
     sectors = 1.0
-    if segment.rows * isz < 32 and batch > 1:
-        sectors = segment.rows * isz / 32          # bsl rows: part of each sector used
+    if layout == "bsl" and segment.rows * isz < 32 and batch > 1:
+        sectors = _ROWS_THIN_RUNS                  # runs of a feature shorter than a sector
     dram = 2 * isz * elements / (_ROWS_BANDWIDTH * sectors * rates.bandwidth)
     passes = segment.pass_patterns()
     tile = isz * elements * (2 * len(passes) + 2)

@@ -17,6 +17,7 @@ A plan is a list of steps, each reading the batch once and writing it once:
   once when the plan is made): a chain through a wide middle (``96 -> 384 -> 96``) is
   cheaper as its ``96 x 96`` matrix. A dense product absorbs the chain's permutations.
 * :class:`Gather` — a chain permutation that no segment absorbed.
+* :class:`Relayout` — a whole plan made for the other layout, between two tiled transposes.
 
 :func:`plan` chooses the steps. Adjacent factors whose product is again KS with small
 blocks (two radix-2 FFT stages make one radix-4 stage) are first merged, when that does not
@@ -45,7 +46,8 @@ from .pattern import KSPattern, super_pattern
 from .problem import Problem
 from .shuffle import int32_indices, inverse_permutation
 
-__all__ = ["FactorStep", "ProductStep", "Gather", "DirectStep", "ChainPlan", "direct_plan",
+__all__ = ["FactorStep", "ProductStep", "Gather", "DirectStep", "Relayout", "ChainPlan",
+           "direct_plan",
            "plan", "merge", "merge_all", "product", "product_pattern", "MERGE_MAX_BLOCK",
            "PRODUCT_MAX_ENTRIES"]
 
@@ -213,7 +215,42 @@ class ChainPlan:
 
     @property
     def launches(self) -> int:
-        return len(self.steps)
+        return sum(getattr(step, "launches", 1) for step in self.steps)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Relayout:
+    """A plan made for the other layout (``layout``), between two tiled transposes
+    (:mod:`kscupy.kernels.transpose`): a batch-size-last batch ``(N, B)`` runs a
+    batch-size-first plan as ``(B, N)`` and comes back as ``(M, B)``, or the other way
+    round. Planned where the model finds the other layout cheaper by more than the two
+    passes (whole-vector segments of long vectors read runs shorter than a sector in
+    batch-size-last). ``shape``: the chain's ``(M, N)``."""
+    plan: ChainPlan
+    layout: str
+    shape: tuple
+
+    def __call__(self, X, layout):
+        return self.prepare(X, layout)(X)
+
+    def prepare(self, X, layout):
+        import cupy
+        from .kernels import nvrtc, transpose
+        M = self.shape[0]
+        B = X.shape[1] if layout == "bsl" else X.shape[0]
+        result = (B, M) if self.layout == "bsf" else (M, B)      # the inner plan's result
+        there, back = nvrtc.prepare_all(lambda: transpose.prepare(X),
+                                        lambda: transpose.prepare(cupy.empty(result, X.dtype)))
+        inner = self.plan.prepare(there(X), self.layout)
+        return lambda X: back(inner(there(X)))
+
+    def describe(self):
+        inner = "\n".join("  " + line for line in self.plan.describe().splitlines())
+        return f"transpose to {self.layout}\n{inner}\ntranspose back"
+
+    @property
+    def launches(self) -> int:
+        return self.plan.launches + 2
 
 
 def factor_by_factor(chain, backend: str) -> ChainPlan:
@@ -342,7 +379,10 @@ def plan(chain, layout: str, dtype, batch: int, *, fuse: str = "auto", merge: bo
     (per-factor steps with ``factor_backend``, a backend with a cost model or ``"auto"``).
     ``merge``: merge adjacent small-block factors first. ``rows``: runs of small square
     factors may go to the whole-vector kernel (:class:`RowSegment`) as well as to the
-    segment kernel (:class:`FusedSegment`); the cost model chooses.
+    segment kernel (:class:`FusedSegment`); the cost model chooses. Under ``fuse="auto"``
+    (with ``rows``) the plan for the other layout between two transposes
+    (:class:`Relayout`) is weighed as well, and taken when the model finds it faster by
+    ``costs.RELAYOUT_MARGIN``.
     """
     if fuse not in ("auto", "always", "never"):
         raise ValueError(f'fuse must be "auto", "always" or "never", got {fuse!r}')
@@ -357,9 +397,20 @@ def plan(chain, layout: str, dtype, batch: int, *, fuse: str = "auto", merge: bo
         options = [merge_all(factors[::-1])[::-1]]      # merge() takes (left, right)
         if rows and any(stage_of(f)[0] != STORED for f in factors):
             options.append(factors)
-    plans = [_plan_factors(chain, f, layout, dtype, batch, fuse, factor_backend, rates, rows)
-             for f in options]
-    return min(plans, key=lambda p: p.seconds)
+    def best_in(layout):
+        return min((_plan_factors(chain, f, layout, dtype, batch, fuse, factor_backend, rates,
+                                  rows) for f in options), key=lambda p: p.seconds)
+    best = best_in(layout)
+    if fuse == "auto" and rows and batch > 1:
+        other = "bsf" if layout == "bsl" else "bsl"
+        there = best_in(other)
+        M, N = chain.shape
+        itemsize = dtype.itemsize
+        seconds = (there.seconds + costs.transpose_seconds(N, batch, itemsize, rates)
+                   + costs.transpose_seconds(M, batch, itemsize, rates))
+        if seconds < costs.RELAYOUT_MARGIN * best.seconds:
+            best = ChainPlan((Relayout(there, other, (M, N)),), seconds)
+    return best
 
 
 def _plan_factors(chain, factors, layout, dtype, batch, fuse, factor_backend, rates, rows):
@@ -414,7 +465,7 @@ def _plan_factors(chain, factors, layout, dtype, batch, fuse, factor_backend, ra
                 rows_fit = row_segment is not None     # longer runs hold the same factors
                 if rows_fit:
                     candidates.append(((row_segment,), costs.rows_seconds(
-                        row_segment, batch, dtype, rates)))
+                        row_segment, batch, dtype, rates, layout)))
             lone = j - i == 1 and folds["src"] is None and folds["dst"] is None
             if segments_fit and not lone:        # a lone factor: the single-factor path
                 seg = make_segment(factors[i:j], dtype, layout, batch, **folds)

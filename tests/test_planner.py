@@ -235,6 +235,22 @@ def test_no_product_larger_than_the_limit(monkeypatch):
     assert not any(isinstance(s, planner.ProductStep) for s in plan.steps)
 
 
+def test_long_dft_in_batch_size_last_is_planned_batch_size_first():
+    """DFT(16384) in bsl: tiles of two vectors read 16-byte runs of each feature; the plan
+    runs the bsf whole-vector launch between two transposes (Relayout), never under
+    fuse="never"."""
+    F = ks.dft(16384, dtype=numpy.complex64)
+    plan = planner.plan(F, "bsl", numpy.complex64, 4096, rates=RATES)
+    assert len(plan.steps) == 1 and isinstance(plan.steps[0], planner.Relayout), \
+        plan.describe()
+    step = plan.steps[0]
+    assert step.layout == "bsf" and step.shape == (16384, 16384) and plan.launches == 3
+    assert isinstance(step.plan.steps[0], RowSegment)
+    assert plan.describe().startswith("transpose to bsf")
+    never = planner.plan(F, "bsl", numpy.complex64, 4096, fuse="never", rates=RATES)
+    assert not any(isinstance(s, planner.Relayout) for s in never.steps)
+
+
 def test_output_permutation_becomes_a_scatter_table():
     rng = numpy.random.default_rng(0)
     base = ks.hadamard(16, dtype=numpy.float32)

@@ -1,9 +1,12 @@
-"""Chains applied as their product (planner.ProductStep) against float64 oracles on the GPU.
+"""Plan steps that rewrite a chain, against float64 oracles on the GPU: a run of factors
+applied as its product (planner.ProductStep) and a plan run in the other layout between two
+transposes (planner.Relayout).
 
 The oracle is the product of dense float64 factors built from the canonical values by the
 definition, with the chain's permutations as a column scatter and a row gather
-(conftest.chain_oracle); it runs no kscupy code. Each test checks that the plan really holds
-a product, so a planner that stopped forming it would fail here. Outputs are NaN-poisoned.
+(conftest.chain_oracle), or numpy.fft; neither runs kscupy code. Each auto test checks that
+the plan really holds the step, so a planner that stopped choosing it would fail here.
+Outputs are NaN-poisoned.
 """
 import numpy
 import pytest
@@ -61,3 +64,43 @@ def test_product_follows_a_write(poisoned, rng):
     K.values = cupy.asarray(random_array(rng, K.values.shape, dtype))
     ref = X.get().astype(numpy.float64) @ chain_oracle(chain).T
     assert rel_err(chain.matmul(X, layout="bsf"), ref) < 40 * RTOL[numpy.dtype(dtype)]
+
+
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_relayout_against_oracle(poisoned, rng, dtype, layout):
+    """A chain with permutations through the other layout's plan: every dtype, both
+    directions, the batch sizes of the suite and a strided operand."""
+    base = gpu_chain([(1, 2, 2, 8), (2, 2, 2, 4), (4, 2, 2, 2), (8, 4, 2, 1)], dtype, seed=9)
+    M, N = base.shape
+    chain = ks.KSChain(base.factors, input_permutation=cupy.asarray(rng.permutation(N)),
+                       output_permutation=cupy.asarray(rng.permutation(M)))
+    other = "bsf" if layout == "bsl" else "bsl"
+    D = chain_oracle(chain)
+    tol = 20 * RTOL[numpy.dtype(dtype)] * len(chain)
+    for B in BATCHES:
+        step = planner.Relayout(planner.plan(chain, other, numpy.dtype(dtype), B), other,
+                                chain.shape)
+        X = random_array(rng, (N, B) if layout == "bsl" else (B, N), dtype)
+        ref = D @ X if layout == "bsl" else X @ D.T
+        Y = step(cupy.asarray(X), layout)
+        assert Y.shape == ref.shape and Y.dtype == dtype and rel_err(Y, ref) < tol, B
+    wide = random_array(rng, (N, 2 * 999) if layout == "bsl" else (999, 2 * N), dtype)
+    view = cupy.asarray(wide)[:, ::2]
+    ref = D @ view.get() if layout == "bsl" else view.get() @ D.T
+    assert rel_err(step(view, layout), ref) < tol
+
+
+def test_long_dft_in_batch_size_last_runs_batch_size_first(poisoned, rng):
+    """DFT(16384), complex64, batch-size-last: the plan transposes to the batch-size-first
+    whole-vector launch and back, and matches numpy.fft."""
+    n, B = 16384, 4096
+    F = ks.dft(n, dtype=numpy.complex64, xp=cupy)
+    plan = F.plan("bsl", numpy.complex64, B)
+    assert isinstance(plan.steps[0], planner.Relayout), plan.describe()
+    assert plan.launches == 3
+    X = cupy.asarray(random_array(rng, (n, B), numpy.complex64))
+    Y = F.matmul(X, layout="bsl")
+    cols = slice(0, B, 97)                   # a sample of columns keeps the oracle cheap
+    ref = numpy.fft.fft(X[:, cols].get().astype(numpy.complex128), axis=0)
+    assert rel_err(Y[:, cols], ref) < 2e-5

@@ -32,7 +32,7 @@ def _products(chain, layout, dtype, batch):
 
 @pytest.mark.parametrize("permuted", [False, True])
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
 def test_bottleneck_chain_as_its_product(poisoned, rng, dtype, layout, permuted):
     base = gpu_chain(BOTTLENECK, dtype, seed=7)
     N = base.shape[1]
@@ -67,11 +67,11 @@ def test_product_follows_a_write(poisoned, rng):
 
 
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
 def test_relayout_against_oracle(poisoned, rng, dtype, layout):
     """A chain with permutations through the other layout's plan: every dtype, both
     directions, the batch sizes of the suite and a strided operand."""
-    base = gpu_chain([(1, 2, 2, 8), (2, 2, 2, 4), (4, 2, 2, 2), (8, 4, 2, 1)], dtype, seed=9)
+    base = gpu_chain([(1, 2, 2, 8), (2, 2, 2, 4), (4, 2, 2, 2), (8, 2, 4, 1)], dtype, seed=9)
     M, N = base.shape
     chain = ks.KSChain(base.factors, input_permutation=cupy.asarray(rng.permutation(N)),
                        output_permutation=cupy.asarray(rng.permutation(M)))

@@ -44,8 +44,9 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
     # fitted on the float64 rows of the engine run with 48-row warp tiles (engine_f64.json,
     # RMS log error 0.08 / 0.11). Every in-group key (bsf, d = 1) is fitted on 16 random
     # d = 1 patterns per dtype timed on the H200 at 70d76f6 (benchmarks/probe_ingroup.py,
-    # results/ingroup_h200.json; the engine grid has one such row): before, it priced the kernel up to 1.75x too high, and auto sent (128, 128,
-    # 128, 1) to kernel_bsl (4.4 ms) instead of kernel (2.8 ms)
+    # results/ingroup_h200.json; the engine grid has one such row): the guesses before
+    # priced the kernel up to 1.75x too high, and auto sent (128, 128, 128, 1) to
+    # kernel_bsl (4.4 ms) instead of kernel (2.8 ms)
     ("mma", "batch_dmma"): (0.625, 0.535, 2.8), ("mma", "group_dmma"): (1.837, 0.365, 0.2),
     ("mma", "ingroup_dmma"): (0.746, 0.606, 4.9),
     # ... float16 (m16n8k16 products, efficiency against _HALF_TENSOR_RATIO x the FP32 rate),

@@ -234,15 +234,11 @@ class Relayout:
         return self.prepare(X, layout)(X)
 
     def prepare(self, X, layout):
-        import cupy
-        from .kernels import nvrtc, transpose
+        from .kernels import transpose
         M = self.shape[0]
         B = X.shape[1] if layout == "bsl" else X.shape[0]
         result = (B, M) if self.layout == "bsf" else (M, B)      # the inner plan's result
-        there, back = nvrtc.prepare_all(lambda: transpose.prepare(X),
-                                        lambda: transpose.prepare(cupy.empty(result, X.dtype)))
-        inner = self.plan.prepare(there(X), self.layout)
-        return lambda X: back(inner(there(X)))
+        return transpose.around(X, lambda XT: self.plan.prepare(XT, self.layout), result)
 
     def describe(self):
         inner = "\n".join("  " + line for line in self.plan.describe().splitlines())
@@ -351,9 +347,7 @@ def _product_candidate(factors, src, out_perm, with_gathers, batch, dtype, layou
     dense product absorbs the chain permutations pending at its ends (``src``, ``out_perm``;
     None where none is), any other product gathers them (``with_gathers``)."""
     pattern = product_pattern(factors[::-1])
-    problem = Problem(pattern=pattern, batch=batch, dtype=numpy.dtype(dtype), layout=layout,
-                      batch_contiguous=(layout == "bsl" or batch == 1), transposed=False)
-    seconds = tuning.seconds(problem, backend, rates)
+    seconds = tuning.seconds(_problem(pattern, False, batch, dtype, layout), backend, rates)
     if pattern.a == pattern.d == 1:
         return (_PlannedProduct(tuple(factors), backend, src, out_perm),), seconds
     return with_gathers(_PlannedProduct(tuple(factors), backend), seconds,
@@ -361,10 +355,14 @@ def _product_candidate(factors, src, out_perm, with_gathers, batch, dtype, layou
 
 
 # -- planning ------------------------------------------------------------------------------------
+def _problem(pattern, transposed, batch, dtype, layout):
+    """The single-factor problem of a step whose operand is a new C-contiguous array."""
+    return Problem(pattern=pattern, batch=batch, dtype=numpy.dtype(dtype), layout=layout,
+                   batch_contiguous=(layout == "bsl" or batch == 1), transposed=transposed)
+
+
 def _factor_problem(factor, batch, dtype, layout):
-    return Problem(pattern=factor.pattern, batch=batch, dtype=numpy.dtype(dtype), layout=layout,
-                   batch_contiguous=(layout == "bsl" or batch == 1),
-                   transposed=factor.transposed)
+    return _problem(factor.pattern, factor.transposed, batch, dtype, layout)
 
 
 def _factor_seconds(factor, batch, dtype, layout, rates, backend):

@@ -383,17 +383,12 @@ def prepare_batch_last(factor, X, layout, config: MmaConfig, precision: str = "d
     outweighs them (large blocks). ``config`` is a configuration for the batch-size-last
     problem (:meth:`~kscupy.problem.Problem.in_batch_last`). Batch-size-last operands run
     :func:`prepare` as they are."""
-    import cupy
     from . import transpose
     if layout == "bsl":
         return prepare(factor, X, layout, config, precision)
-    B = X.shape[0]
-    M, N = factor.shape
-    to_features_first, product, to_batch_first = nvrtc.prepare_all(
-        lambda: transpose.prepare(X),
-        lambda: prepare(factor, cupy.empty((N, B), X.dtype), "bsl", config, precision),
-        lambda: transpose.prepare(cupy.empty((M, B), X.dtype)))
-    return lambda X: to_batch_first(product(to_features_first(X)))
+    return transpose.around(
+        X, lambda XT: prepare(factor, XT, "bsl", config, precision),
+        (factor.shape[0], X.shape[0]))
 
 
 def launch(factor, X, layout, config: MmaConfig, precision: str = "default"):

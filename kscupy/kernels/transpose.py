@@ -4,7 +4,8 @@
 CuPy's ``cupy.ascontiguousarray(A.T)`` is an elementwise copy whose reads or writes stride
 across rows; on an H200 it moved 0.6 TB/s of float16 where a copy moves 4.2. The tensor-core
 kernel's batch-size-first path through the batch order (:func:`kscupy.kernels.ks_mma.
-prepare_batch_last`) transposes X and Y with this one.
+prepare_batch_last`) and a chain planned in the other layout (``planner.Relayout``) run
+between two of them (:func:`around`).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from . import nvrtc
 from .launcher import Launcher
 from .operands import KernelRun
 
-__all__ = ["prepare", "transpose", "name"]
+__all__ = ["prepare", "transpose", "around", "name"]
 
 #: Threads per block (8 warps; the kernel's WARPS).
 THREADS = 256
@@ -64,3 +65,17 @@ def prepare(A):
 def transpose(A):
     """``A.T`` as a new C-contiguous array (:func:`prepare`, run once)."""
     return prepare(A)(A)
+
+
+def around(X, prepare_inner, result_shape):
+    """``run(X) -> inner(X.T).T`` for operands like the 2-D ``X``: X transposed, the run that
+    ``prepare_inner(XT)`` returns for the transposed operand (its result of shape
+    ``result_shape``), the result transposed back. The three compile together
+    (:func:`kscupy.kernels.nvrtc.prepare_all`); ``prepare_inner`` sees a new, uninitialised
+    array shaped, strided and aligned like the transposes it will get."""
+    import cupy
+    there, inner, back = nvrtc.prepare_all(
+        lambda: prepare(X),
+        lambda: prepare_inner(cupy.empty(X.shape[::-1], X.dtype)),
+        lambda: prepare(cupy.empty(result_shape, X.dtype)))
+    return lambda X: back(inner(there(X)))

@@ -87,13 +87,19 @@ struct Pass {
   static_assert(nest(rs, ds, NF), "a pass's factors must nest (see ks_rows.cu)");
 };
 
-// The shared-memory tile: element t of tile row `row` at row·ROW + (t ^ (SKEW·line % PADQ)),
-// line = t / PADQ the 128-byte line of t: the lines' elements are XOR-swizzled, each line by
-// a different multiple of SKEW, so that the strided accesses of the passes (DLO = 1, 4, 16:
-// a warp's elements E·DLO apart) and the digit-reversed landing places of a gathered load
-// spread over the banks. SKEW = 5 came out best of the pads and swizzles tried on the
-// access patterns of DFT, Hadamard and butterfly tiles in a bank-conflict model (within 10%
-// of conflict-free where plain padding was 1.6x over). A row holds whole lines, plus one
+// log2 of a power of two.
+__host__ __device__ constexpr int log2_of(int x) { return x > 1 ? 1 + log2_of(x / 2) : 0; }
+
+// The shared-memory tile: element t of tile row `row` at row·ROW + (t ^ swizzle(line)),
+// line = t / PADQ the 128-byte line of t: the lines' elements are XOR-swizzled (a bijection
+// within each line) by SKEW times the XOR of the line number's log2(PADQ)-bit digits, so that
+// both the strided accesses of the passes (DLO = 1, 4, 16: a warp's elements E·DLO apart)
+// and the digit-reversed landing places of a gathered load (a warp's elements N/32 or more
+// apart: lines that differ only in their high digits) spread over the banks. In a model of
+// the banks (half-warps for 8-byte elements, which matched Nsight's counts), the gathered
+// loads of DFT(4096) and DFT(16384) complex64 take 1x and 1x the conflict-free wavefronts
+// where SKEW times the line alone took 8x and 16x (Nsight: shared stores 6-way conflicted);
+// the passes are unchanged, within 12% of conflict-free. A row holds whole lines, plus one
 // element, so that rows start on different banks.
 template <class T, int N, int RT>
 struct RowsLayout {
@@ -101,8 +107,16 @@ struct RowsLayout {
   static constexpr int SKEW = 5;
   static constexpr int ROW = (N + PADQ - 1) / PADQ * PADQ + 1;
   static constexpr int SMEM_BYTES = RT * ROW * (int)sizeof(T);
+  static constexpr int DIGIT = log2_of(PADQ) > 0 ? log2_of(PADQ) : 1;
+  static constexpr int DIGITS = (log2_of(ROW / PADQ) + DIGIT) / DIGIT;   // covers every line
+  __device__ __forceinline__ static int swizzle(int line) {
+    int folded = 0;
+#pragma unroll
+    for (int k = 0; k < DIGITS; ++k) folded ^= (line >> (k * DIGIT)) & (PADQ - 1);
+    return SKEW * folded % PADQ;
+  }
   __device__ __forceinline__ static int at(int row, int t) {
-    return row * ROW + (t ^ (SKEW * (t / PADQ) % PADQ));
+    return row * ROW + (t ^ swizzle(t / PADQ));
   }
 };
 
@@ -240,13 +254,49 @@ __host__ __device__ constexpr int rows_per_item(int rt, int q, int nt) {
   return rg;
 }
 
+// Y and what addresses it, for a last pass that writes Y itself (see the kernel).
+template <class T>
+struct Edges {
+  T* __restrict__ Y;
+  long long B, row0, sy_f, sy_b;
+};
+
+// either<B, A, C>::type: A when B, else C.
+template <bool B, class A, class C> struct either { using type = A; };
+template <class A, class C> struct either<false, A, C> { using type = C; };
+
+// Where a pass writes its elements (each side is made from the tile and the launch's Edges,
+// and uses what it needs). The shared-memory tile: element u of the item whose first
+// element is t0 at tile (row, t0 + u·DLO).
+template <class T, class L, int DLO>
+struct TileSide {
+  T* tile;
+  __device__ __forceinline__ TileSide(T* tile_, const Edges<T>&) : tile(tile_) {}
+  __device__ __forceinline__ void write(int t0, int row, int u, T v) const {
+    tile[L::at(row, t0 + u * DLO)] = v;
+  }
+};
+
+// Y as the last pass's destination (no output gather): element u of the item whose first
+// element is t0 goes to column t0 + u·DLO of batch row row0 + row, rows past B not at all.
+template <class T, int DLO>
+struct GlobalOut {
+  const Edges<T>& g;
+  __device__ __forceinline__ GlobalOut(T*, const Edges<T>& g_) : g(g_) {}
+  __device__ __forceinline__ void write(int t0, int row, int u, T v) const {
+    const long long b = g.row0 + row;
+    if (b < g.B) g.Y[b * g.sy_b + (long long)(t0 + u * DLO) * g.sy_f] = v;
+  }
+};
+
 // One pass over the tile. Work item = (q, rows): q = hi·DLO + lo (neighbouring lanes take
-// neighbouring lo, adjacent elements where DLO allows), and RG tile rows that it walks one
-// at a time with the pass's weights in registers, so that each block is read once per RG
-// vectors (rows_per_item).
-template <class T, int N, int RT, int NT, class P, int FI0> struct PassRun;
-template <class T, int N, int RT, int NT, int FI0, class... Fs>
-struct PassRun<T, N, RT, NT, Pass<Fs...>, FI0> {
+// neighbouring lo, adjacent elements where DLO allows), and RG tile rows that it walks, RU at
+// a time (their loads in flight together), with the pass's weights in registers, so that each
+// block is read once per RG vectors (rows_per_item). TO_Y: the pass writes Y instead of the
+// tile (the last pass of a launch, where ks_rows.py found a warp's stores whole sectors).
+template <class T, int N, int RT, int NT, class P, int FI0, bool TO_Y> struct PassRun;
+template <class T, int N, int RT, int NT, int FI0, bool TO_Y, class... Fs>
+struct PassRun<T, N, RT, NT, Pass<Fs...>, FI0, TO_Y> {
   using P = Pass<Fs...>;
   using L = RowsLayout<T, N, RT>;
   using C = typename compute_of<T>::type;
@@ -255,39 +305,52 @@ struct PassRun<T, N, RT, NT, Pass<Fs...>, FI0> {
   using Fc = Factors<T, C, P, FI0, 0, NW, Fs...>;
   static constexpr int E = P::E, DLO = P::DLO, Q = N / E;
   static constexpr int RG = rows_per_item(RT, Q, NT);
+  static constexpr int RU = RG < 2 ? RG : 2;
   static constexpr int WORK = (RT / RG) * Q;
   static_assert(N % (E * DLO) == 0, "a pass's element sets tile the vector");
   static_assert(RT % RG == 0, "rows of a work item tile the rows of the tile");
-  __device__ __forceinline__ static void run(T* tile, const long long* meta) {
+  using Out = typename either<TO_Y, GlobalOut<T, DLO>, TileSide<T, L, DLO>>::type;
+
+  __device__ __forceinline__ static void run(T* tile, const long long* meta, const Edges<T>& g) {
+    const Out out{tile, g};
     for (int w = threadIdx.x; w < WORK; w += NT) {
       const int q = w % Q, row0 = (w / Q) * RG;
       const int lo = q % DLO, hi = q / DLO;
       const int t0 = hi * (E * DLO) + lo;
       C wts[NW];
       Fc::load(wts, hi, lo, meta);
-#pragma unroll 2
-      for (int row = row0; row < row0 + RG; ++row) {
-        C x[E];
+      for (int row = row0; row < row0 + RG; row += RU) {
+        C x[RU][E];
 #pragma unroll
-        for (int u = 0; u < E; ++u) x[u] = widen(tile[L::at(row, t0 + u * DLO)]);
-        Fc::apply(x, wts);
+        for (int r = 0; r < RU; ++r)
 #pragma unroll
-        for (int u = 0; u < E; ++u) tile[L::at(row, t0 + u * DLO)] = narrow<T>(x[u]);
+          for (int u = 0; u < E; ++u) x[r][u] = widen(tile[L::at(row + r, t0 + u * DLO)]);
+#pragma unroll
+        for (int r = 0; r < RU; ++r) Fc::apply(x[r], wts);
+#pragma unroll
+        for (int r = 0; r < RU; ++r)
+#pragma unroll
+          for (int u = 0; u < E; ++u) out.write(t0, row + r, u, narrow<T>(x[r][u]));
       }
     }
   }
 };
 
-template <class T, int N, int RT, int NT, int FI, class... Ps>
+// The passes in order, a barrier between two (the next reads what the last wrote); the last
+// writes Y when TO_Y (see PassRun).
+template <class T, int N, int RT, int NT, int FI, bool TO_Y, class... Ps>
 struct Passes {
-  __device__ __forceinline__ static void run(T*, const long long*) {}
+  __device__ __forceinline__ static void run(T*, const long long*, const Edges<T>&) {}
 };
-template <class T, int N, int RT, int NT, int FI, class P, class... Rest>
-struct Passes<T, N, RT, NT, FI, P, Rest...> {
-  __device__ __forceinline__ static void run(T* tile, const long long* meta) {
-    PassRun<T, N, RT, NT, P, FI>::run(tile, meta);
-    __syncthreads();
-    Passes<T, N, RT, NT, FI + P::NF, Rest...>::run(tile, meta);
+template <class T, int N, int RT, int NT, int FI, bool TO_Y, class P, class... Rest>
+struct Passes<T, N, RT, NT, FI, TO_Y, P, Rest...> {
+  static constexpr bool LAST = sizeof...(Rest) == 0;
+  __device__ __forceinline__ static void run(T* tile, const long long* meta, const Edges<T>& g) {
+    PassRun<T, N, RT, NT, P, FI, TO_Y && LAST>::run(tile, meta, g);
+    if constexpr (!LAST) {
+      __syncthreads();
+      Passes<T, N, RT, NT, FI + P::NF, TO_Y, Rest...>::run(tile, meta, g);
+    }
   }
 };
 
@@ -309,10 +372,19 @@ __device__ __forceinline__ void vector_origin(int e, int& row, int& t) {
 // shared-memory writes.
 constexpr int ROUND = 4;
 
+// t with its log2(N) bits in reverse order (N a power of two).
+template <int N>
+__device__ __forceinline__ int bit_reversed(int t) {
+  static_assert(N > 1 && (N & (N - 1)) == 0, "bit reversal needs a power of two");
+  return (int)(__brev((unsigned)t) >> (32 - log2_of(N)));
+}
+
 // Global -> shared: tile row `row` is batch row row0 + row; element (row, t) is read from
-// column t of X and lands at position load_to[t] (t without an input gather). Rows past B
+// column t of X and lands at position load_to[t] (t without an input gather; REVERSED: at the
+// bit reversal of t, N a power of two, the digit reversal of a radix-2 FFT computed instead
+// of read from a table: DFT(4096) complex64 0.43 -> 0.39 ms on an H200). Rows past B
 // are zero-filled (computed, never stored).
-template <class T, int N, int RT, int NT, int V, int ALONG>
+template <class T, int N, int RT, int NT, int V, int ALONG, bool REVERSED>
 __device__ __forceinline__ void load_tile(T* tile, const T* __restrict__ X, long long B,
                                           long long row0, long long s_f, long long s_b,
                                           const int* __restrict__ load_to) {
@@ -347,7 +419,9 @@ __device__ __forceinline__ void load_tile(T* tile, const T* __restrict__ X, long
 #pragma unroll
       for (int m = 0; m < V; ++m) {
         const int tm = ALONG == ALONG_T ? t + m : t, rm = ALONG == ALONG_T ? row : row + m;
-        tile[L::at(rm, load_to ? load_to[tm] : tm)] = v[i].v[m];
+        int to = load_to ? load_to[tm] : tm;
+        if constexpr (REVERSED) to = bit_reversed<N>(tm);
+        tile[L::at(rm, to)] = v[i].v[m];
       }
     }
   }
@@ -389,10 +463,15 @@ __device__ __forceinline__ void store_tile(const T* tile, T* __restrict__ Y, lon
 // Y likewise with sy_*. VX / VY: elements per global load / store along ALONG (1 for any
 // strides; more only where the host checked contiguity and alignment). MINB: blocks per SM
 // the registers must allow (several blocks per SM overlap one's loads with another's
-// arithmetic). load_to /
-// store_from: the folded gathers (null: none). meta: META entries per factor (see
-// load_weights). Tiles: ceil(B / RT).
-template <class T, int N, int RT, int NT, int MINB, int ALONG, int VX, int VY, class... Ps>
+// arithmetic). load_to / store_from: the folded gathers (null: none); REVERSED: the input
+// gather is the bit reversal, computed (load_tile). TO_Y
+// (batch-size-first, no output gather): the last pass writes Y itself instead of
+// store_tile, which saves a round trip of the tile through shared memory, the kernel's
+// busiest path (DFT(1024) 0.42 -> 0.38 ms on an H200). Reading X in the first pass the same
+// way was slower (0.47 ms: scalar loads, the gather's columns per element, exposed latency).
+// meta: META entries per factor (see load_weights). Tiles: ceil(B / RT).
+template <class T, int N, int RT, int NT, int MINB, int ALONG, int VX, int VY, bool REVERSED,
+          bool TO_Y, class... Ps>
 __global__ void __launch_bounds__(NT, MINB) ks_rows(
     const T* __restrict__ X, T* __restrict__ Y, const long long* __restrict__ meta,
     long long B, long long sx_f, long long sx_b, long long sy_f, long long sy_b,
@@ -400,15 +479,19 @@ __global__ void __launch_bounds__(NT, MINB) ks_rows(
   using L = RowsLayout<T, N, RT>;
   static_assert(ALONG == ALONG_T ? N % VX == 0 && N % VY == 0 : RT % VX == 0 && RT % VY == 0,
                 "vectors tile the walked axis");
+  static_assert(ALONG == ALONG_T || !TO_Y, "a pass writes Y itself in batch-size-first only");
   require_dynamic_smem<L::SMEM_BYTES>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* tile = reinterpret_cast<T*>(smem_raw);
   for (long long it = blockIdx.x; it < tiles; it += gridDim.x) {
     const long long row0 = it * RT;
-    load_tile<T, N, RT, NT, VX, ALONG>(tile, X, B, row0, sx_f, sx_b, load_to);
+    load_tile<T, N, RT, NT, VX, ALONG, REVERSED>(tile, X, B, row0, sx_f, sx_b, load_to);
     __syncthreads();
-    Passes<T, N, RT, NT, 0, Ps...>::run(tile, meta);
-    store_tile<T, N, RT, NT, VY, ALONG>(tile, Y, B, row0, sy_f, sy_b, store_from);
+    Passes<T, N, RT, NT, 0, TO_Y, Ps...>::run(tile, meta, Edges<T>{Y, B, row0, sy_f, sy_b});
+    if constexpr (!TO_Y) {
+      __syncthreads();
+      store_tile<T, N, RT, NT, VY, ALONG>(tile, Y, B, row0, sy_f, sy_b, store_from);
+    }
     __syncthreads();   // the next tile overwrites the shared memory
   }
 }

@@ -332,8 +332,8 @@ def segment_seconds(segment, batch: int, dtype, rates: DeviceRates) -> float:
 def rows_seconds(segment, batch: int, dtype, rates: DeviceRates, layout: str) -> float:
     """A whole-vector segment (:class:`kscupy.kernels.ks_rows.RowSegment`) in ``layout``:
     the slowest of DRAM traffic (the batch in and out once), the SM's load/store path (the
-    tile through shared memory per pass, the blocks per work item) and SIMT arithmetic,
-    plus a launch."""
+    tile's round trips through shared memory, the blocks per work item) and SIMT
+    arithmetic, plus a launch."""
     isz = numpy.dtype(dtype).itemsize
     elements = batch * segment.n
     sectors = 1.0
@@ -341,7 +341,7 @@ def rows_seconds(segment, batch: int, dtype, rates: DeviceRates, layout: str) ->
         sectors = _ROWS_THIN_RUNS                  # runs of a feature shorter than a sector
     dram = 2 * isz * elements / (_ROWS_BANDWIDTH * sectors * rates.bandwidth)
     passes = segment.pass_patterns()
-    tile = isz * elements * (2 * len(passes) + 2)
+    tile = 2 * isz * elements * segment.tile_round_trips
     weights, macs = 0.0, 0.0          # values read per element, multiply-adds per element
     for pats, stages, rg in passes:
         E = int(numpy.prod([p.b for p in pats]))

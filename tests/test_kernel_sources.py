@@ -143,6 +143,9 @@ def test_row_segments_compile(dtype):
                 v = max(w for w in (1, 2, 4, 8, 16) if w <= vector and walked % w == 0)
                 names |= {seg.name(dtype, along, 1, 1), seg.name(dtype, along, v, v),
                           seg.layout_probe_name(dtype)}
+                if layout == "bsf":          # the last pass writing Y, or the tile
+                    names |= {dataclasses.replace(seg, to_y=to_y).name(dtype, along, 1, 1)
+                              for to_y in (False, True)}
     _compile("ks_rows.cu", names)
 
 

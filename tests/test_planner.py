@@ -1,4 +1,6 @@
 """Chain planning on the CPU: merging against dense products and plan structure."""
+import dataclasses
+
 import numpy
 import pytest
 
@@ -288,3 +290,28 @@ def test_fused_backend_needs_the_gpu():
         F.matmul(numpy.ones((8, 2), dtype=numpy.complex128), backend="fused")
     with pytest.raises(ValueError, match="backend"):
         ks.KSMatrix.random((1, 2, 2, 1)).matmul(numpy.ones((2, 1)), backend="fused")
+
+
+@pytest.mark.parametrize("n", [256, 1024, 4096])
+def test_last_pass_writes_y_where_its_stores_are_whole_sectors(n):
+    """bsf DFT and Hadamard segments (last pass: the largest strides) write Y from their
+    last pass, one round trip through shared memory less; bsl and an output gather keep
+    store_tile; so does a last pass whose runs are shorter than a sector."""
+    F = ks.dft(n, dtype=numpy.complex64)
+    factors = [K.factor for K in reversed(F.factors)]
+    bsf = ks_rows.make_row_segment(factors, numpy.complex64, "bsf", 4096, src=F.input_permutation)
+    assert bsf.to_y and bsf.tile_round_trips == len(bsf.passes)
+    bsl = ks_rows.make_row_segment(factors, numpy.complex64, "bsl", 4096, src=F.input_permutation)
+    assert not bsl.to_y and bsl.tile_round_trips == len(bsl.passes) + 1
+    perm = numpy.random.default_rng(n).permutation(n)
+    scattered = ks_rows.make_row_segment(factors, numpy.complex64, "bsf", 4096, dst=perm)
+    assert not scattered.to_y
+    H = ks.hadamard(n, dtype=numpy.float32)
+    assert ks_rows.make_row_segment([K.factor for K in reversed(H.factors)], numpy.float32,
+                                    "bsf", 4096).to_y
+    reversed_order = ks_rows.make_row_segment(factors[::-1], numpy.complex64, "bsf", 4096)
+    assert not reversed_order.to_y                     # its last pass has d = 1: 8-byte runs
+    assert ks_rows.writes_whole_sectors([ks.KSPattern(1, 2, 2, 4)], 8)
+    assert not ks_rows.writes_whole_sectors([ks.KSPattern(1, 2, 2, 4)], 4)
+    with pytest.raises(ValueError, match="output gather"):
+        dataclasses.replace(scattered, to_y=True)

@@ -17,8 +17,9 @@ import functools
 
 import numpy
 
+from .. import _arrays
 from ..problem import pow2_at_least
-from ..shuffle import int32_indices
+from ..shuffle import bit_reversal, int32_indices
 from . import nvrtc
 from .launcher import Launcher
 from .operands import copying_odd_strides, geometry, KernelRun
@@ -38,6 +39,10 @@ MAX_ELEMENTS = 16
 #: Blocks per SM that a launch asks the registers to allow (at most; fewer when the shared
 #: memory of a block allows fewer): one block's loads overlap another's arithmetic.
 MIN_BLOCKS = 3
+#: Blocks per SM, of 128 threads, for segments of computed stages whose tiles keep enough
+#: rows (at least MIN_SMALL_ROWS in bsf: :func:`_configure`).
+SMALL_BLOCKS = 6
+MIN_SMALL_ROWS = 4
 #: Shared memory of an SM available to blocks (H100/H200: 228 KiB, 1 KiB reserved per block).
 SM_SMEM = 224 * 1024
 #: 32-bit registers of an SM, and those a work item needs besides its elements and weights
@@ -163,8 +168,11 @@ class RowSegment:
     permutations as the planner gives them (element t of the input is column ``src[t]``,
     element t of the output goes to column ``dst[t]``); ``vector_blocks[f]``: factor f's
     blocks are read as 16-byte words; ``stages[f]``: factor f's :func:`stage_of` (computed
-    radix-2 DFT and Hadamard stages). Building one touches no device memory (the planner
-    prices many); the kernel's tables are made on the first launch.
+    radix-2 DFT and Hadamard stages); ``to_y``: the last pass writes Y itself, saving a
+    round trip of the tile through shared memory (batch-size-first without an output
+    gather, where its stores are whole sectors: :func:`writes_whole_sectors`).
+    Building one touches no device memory (the planner prices many); the kernel's tables
+    are made on the first launch.
     """
     factors: tuple
     passes: tuple
@@ -175,11 +183,30 @@ class RowSegment:
     stages: tuple
     src: object = None
     dst: object = None
+    to_y: bool = False
+
+    def __post_init__(self):
+        if self.to_y and self.dst is not None:
+            raise ValueError("a last pass that writes Y itself has no output gather to fold")
+
+    @property
+    def tile_round_trips(self) -> int:
+        """Times the tile goes through shared memory (written, then read): one per pass and
+        one more, less one when the last pass writes Y itself."""
+        return len(self.passes) + 1 - int(self.to_y)
+
+    @functools.cached_property
+    def reversed_input(self) -> bool:
+        """Whether ``src`` is the bit reversal, which the kernel computes instead of reading
+        a table (:func:`is_bit_reversal`)."""
+        return is_bit_reversal(self.src)
 
     @functools.cached_property
     def load_to(self):
         """Where input column t lands in the tile: the inverse of ``src`` (int32)."""
-        return None if self.src is None else int32_indices(self.src, inverse=True)
+        if self.src is None or self.reversed_input:
+            return None
+        return int32_indices(self.src, inverse=True)
 
     @functools.cached_property
     def store_from(self):
@@ -250,10 +277,12 @@ class RowSegment:
         return ", ".join(out)
 
     def name(self, dtype, along: int, vx: int, vy: int) -> str:
-        """The instantiation ``ks::ks_rows<T, N, RT, NT, MINB, ALONG, VX, VY, Pass<...>...>``."""
+        """The instantiation ``ks::ks_rows<T, N, RT, NT, MINB, ALONG, VX, VY, REVERSED, TO_Y,
+        Pass<...>...>``."""
+        flag = lambda b: "true" if b else "false"  # noqa: E731
         return (f"ks::ks_rows<{nvrtc.scalar_name(dtype)}, {self.n}, {self.rows}, "
                 f"{self.threads}, {self.min_blocks}, {along}, {vx}, {vy}, "
-                f"{self._pass_arguments()}>")
+                f"{flag(self.reversed_input)}, {flag(self.to_y)}, {self._pass_arguments()}>")
 
     def layout_probe_name(self, dtype) -> str:
         return f"ks::ks_rows_layout<{nvrtc.scalar_name(dtype)}, {self.n}, {self.rows}>"
@@ -272,7 +301,24 @@ class RowSegment:
         computed = sum(stage != STORED for stage, _ in self.stages)
         stages = f" computed={computed}" if computed else ""
         return (f"rows {len(self.factors)} factors [{pats}] passes={list(self.passes)} "
-                f"rows={self.rows}{stages}{extras}")
+                f"rows={self.rows}{stages}{extras}{' to Y' if self.to_y else ''}")
+
+
+def is_bit_reversal(src) -> bool:
+    """Whether the gather ``src`` (NumPy or CuPy) is the bit reversal of its length, a power
+    of two above 1 (the input order of a radix-2 decimation-in-time FFT)."""
+    if src is None or len(src) < 2 or len(src) & (len(src) - 1):
+        return False
+    return bool((_arrays.numpy_copy(src) == bit_reversal(len(src))).all())
+
+
+def writes_whole_sectors(patterns, itemsize: int) -> bool:
+    """Whether a pass of these factors can write Y itself (``TO_Y`` in ks_rows.cu) in whole
+    32-byte sectors: a warp's lanes take neighbouring items, whose elements ``t0 + u·DLO``
+    form runs of DLO columns starting at multiples of DLO (DLO the pass's smallest d), so a
+    run of ``DLO·itemsize`` bytes that is a multiple of 32 fills its sectors (Y is new,
+    C-ordered and 256-byte aligned)."""
+    return min(p.d for p in patterns) * itemsize % 32 == 0
 
 
 # -- configuration ------------------------------------------------------------------------------
@@ -291,14 +337,31 @@ def _configure(patterns, stages, dtype, layout, batch):
     # wants rows enough for a pass's weights to serve several, and a few tiles per SM.
     wanted = max(4, 64 // isz) if layout == "bsl" else 16
     rows = min(wanted, pow2_at_least(batch))
-    while rows > 1 and rows_smem(n, rows, isz) > SMEM_TARGET:
-        rows //= 2
-    # 256 threads when several blocks share an SM (x 3 blocks leaves 85 registers a
-    # thread), 512 for a lone block; fewer when no pass has that many work items. Passes
-    # are grouped to the registers that leaves (DFT(1024): passes of 8 elements, 3 blocks
-    # per SM, 0.43 ms; of 16 elements, 2 blocks, 0.50 ms).
-    resident = max(1, min(MIN_BLOCKS, SM_SMEM // (rows_smem(n, rows, isz) + 1024)))
-    budget = SM_REGISTERS // ((256 if resident > 1 else 512) * resident)
+    # Computed stages (DFT, Hadamard) run SMALL_BLOCKS blocks per SM of 128 threads while a
+    # tile keeps MIN_SMALL_ROWS rows (bsf) or all the rows wanted (bsl, whose runs are rows):
+    # the warps and registers of three 256-thread blocks, in groups that wait less at their
+    # barriers (H200: bsf DFT(256) 0.331 -> 0.324 ms, Hadamard(1024) 0.177 -> 0.167, bsl
+    # DFT(256) 0.558 -> 0.487). Slower with 1 or 2 rows (bsf DFT(4096)), with fewer rows in
+    # bsl (DFT(1024): 8 -> 4 rows, 0.516 -> 0.649) and for stored blocks (butterfly(1024)
+    # float32 0.248 -> 0.260).
+    small = all(stage != STORED for stage, _ in stages)
+    small_rows = rows
+    while small_rows > 1 and rows_smem(n, small_rows, isz) + 1024 > SM_SMEM // SMALL_BLOCKS:
+        small_rows //= 2
+    enough = small_rows == rows if layout == "bsl" else small_rows >= min(rows, MIN_SMALL_ROWS)
+    if small and enough:
+        rows, resident, threads_max = small_rows, SMALL_BLOCKS, 128
+    else:
+        while rows > 1 and rows_smem(n, rows, isz) > SMEM_TARGET:
+            rows //= 2
+        # 256 threads when several blocks share an SM (x 3 blocks leaves 85 registers a
+        # thread), 512 for a lone block
+        resident = max(1, min(MIN_BLOCKS, SM_SMEM // (rows_smem(n, rows, isz) + 1024)))
+        threads_max = 256 if resident > 1 else 512
+    # Passes are grouped to the registers that leaves (DFT(1024): passes of 8 elements,
+    # 3 blocks per SM, 0.43 ms; of 16 elements, 2 blocks, 0.50 ms); fewer threads when no
+    # pass has that many work items.
+    budget = SM_REGISTERS // (threads_max * resident)
     passes = group_passes(patterns, MAX_ELEMENTS, budget, stages, words)
     sizes, need, f = [], 0, 0
     for count in passes:
@@ -307,9 +370,9 @@ def _configure(patterns, stages, dtype, layout, batch):
         need = max(need, pass_registers(trial, words))
         f += count
     work = max(rows * (n // e) for e in sizes)
-    threads = min(256 if resident > 1 else 512, max(64, -(-work // 32) * 32))
+    threads = min(threads_max, max(64, -(-work // 32) * 32))
     # fewer blocks per SM where the registers a work item needs (its elements and weights)
-    # would not fit 3 blocks: spilling them costs more than the occupancy gives
+    # would not fit: spilling them costs more than the occupancy gives
     min_blocks = max(1, min(resident, SM_REGISTERS // (threads * need)))
     return passes, rows, threads, min_blocks
 
@@ -331,8 +394,11 @@ def make_row_segment(factors, dtype, layout, batch, src=None, dst=None):
     vector_blocks = tuple(stage == STORED and not f.transposed
                           and f.pattern.b * dtype.itemsize % 16 == 0 and f.address % 16 == 0
                           for f, (stage, _) in zip(factors, stages))
+    # the last pass writes Y itself where it can (bsf, no output gather, whole sectors)
+    to_y = layout == "bsf" and dst is None and writes_whole_sectors(
+        patterns[len(patterns) - passes[-1]:], dtype.itemsize)
     return RowSegment(tuple(factors), passes, rows, threads, min_blocks, vector_blocks,
-                      stages, src, dst)
+                      stages, src, dst, to_y)
 
 
 # -- launch -------------------------------------------------------------------------------------
@@ -363,8 +429,10 @@ def prepare(segment: RowSegment, X, layout):
     if layout == "bsf":
         along = ALONG_T
         vx = _vector_width(X.data.ptr, isz, sx_f == 1, sx_b, n)
-        vy = _vector_width(0, isz, True, sy_b, n)
+        vy = 1 if segment.to_y else _vector_width(0, isz, True, sy_b, n)
     else:
+        if segment.to_y:
+            raise ValueError("a RowSegment whose last pass writes Y is batch-size-first")
         along = ALONG_ROW
         vx = _vector_width(X.data.ptr, isz, sx_b == 1, sx_f, segment.rows)
         vy = _vector_width(0, isz, True, sy_f, segment.rows)

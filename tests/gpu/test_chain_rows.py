@@ -91,6 +91,38 @@ def test_rows_permutations_folded(poisoned, rng, dtype, layout):
         assert rel_err(seg(cupy.asarray(X), layout), ref) < _tol(dtype, chain)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("gather", [False, True])
+@pytest.mark.parametrize("name", ["butterfly_desc", "butterfly512", "mixed12", "radix16", "odd"])
+def test_rows_last_pass_writes_y(poisoned, rng, name, gather, dtype):
+    """Batch-size-first segments whose last pass writes Y itself, and the same through
+    store_tile, whether or not make_row_segment would choose it (the kernel is correct
+    either way; the choice is about whole sectors), with and without an input gather."""
+    import dataclasses
+    pats = CHAINS[name]
+    N = ks.KSPattern(*pats[0]).shape[1]
+    src = cupy.asarray(rng.permutation(N)) if gather else None
+    chain = gpu_chain(pats, dtype, seed=5, input_permutation=src)
+    D = chain_oracle(chain)
+    for B in BATCHES:
+        B = min(B, 2**20 // N + 1)
+        base = _segment(chain, numpy.dtype(dtype), "bsf", B)
+        X = random_array(rng, (B, N), dtype)
+        ref = X @ D.T
+        for to_y in (False, True):
+            seg = dataclasses.replace(base, to_y=to_y)
+            assert seg.tile_round_trips == len(seg.passes) + 1 - to_y
+            got = seg(cupy.asarray(X), "bsf")
+            assert rel_err(got, ref) < _tol(dtype, chain), (B, seg.describe())
+
+
+def test_dft_last_pass_writes_y():
+    """The DFT's last pass (its largest strides) writes Y in bsf, not in bsl."""
+    F = ks.dft(1024, dtype=numpy.complex64, xp=cupy)
+    assert _segment(F, numpy.dtype(numpy.complex64), "bsf", 65536).to_y
+    assert not _segment(F, numpy.dtype(numpy.complex64), "bsl", 65536).to_y
+
+
 @pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex128])
 @pytest.mark.parametrize("view", ["T", "H", "conj"])
 def test_rows_views(poisoned, rng, dtype, view):

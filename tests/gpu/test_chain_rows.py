@@ -321,9 +321,11 @@ def test_sanitizer_subset_rows(poisoned, rng, dtype):
             ref = D @ X if layout == "bsl" else X @ D.T
             assert rel_err(seg(cupy.asarray(X), layout), ref) < _tol(dtype, chain)
     # computed stages: twiddle tables and scales read from the meta table
+    # (the forward DFT: the computed bit reversal and, in bsf, the last pass writing Y)
     stages = [ks.hadamard(64, normalized=True, dtype=dtype, xp=cupy)]
     if numpy.dtype(dtype).kind == "c":
-        stages += [ks.dft(64, dtype=dtype, norm="ortho", xp=cupy).H]
+        stages += [ks.dft(64, dtype=dtype, norm="ortho", xp=cupy).H,
+                   ks.dft(64, dtype=dtype, xp=cupy)]
     for chain in stages:
         D = chain_oracle(chain)
         for layout in ("bsl", "bsf"):

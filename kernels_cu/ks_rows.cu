@@ -40,9 +40,9 @@ enum Stage { STORED = 0, HADAMARD_STAGE = 1, TWIDDLED_STAGE = 2 };
 
 // One factor: radix R (its b = c), stride D (its d); TR: a transposed view (element (k, l)
 // of a block stored at l·R + k instead of k·R + l; a stage's twiddles then come after its
-// butterfly, (F_2 diag(t))^T = diag(t) F_2); VEC: its block rows are read with 16-byte loads
-// (not transposed, R·sizeof(T) a multiple of 16, the storage 16-byte aligned); STAGE: see
-// Stage; SCALED: a stage whose scale is not 1.
+// butterfly, (F_2 diag(t))^T = diag(t) F_2); VEC: its blocks are read as 16-byte words from
+// a copy interleaved by word (not transposed, R·R·sizeof(T) a multiple of 16; see
+// load_weights); STAGE: see Stage; SCALED: a stage whose scale is not 1.
 template <int R_, int D_, int TR_ = 0, int VEC_ = 0, int STAGE_ = STORED, int SCALED_ = 0>
 struct Radix {
   static constexpr int r = R_, d = D_, stage = STAGE_;
@@ -142,13 +142,13 @@ constexpr int META = 3;
 
 // Factor F's blocks for the work item (hi, lo) of pass P into w[OFF ...], conjugated when
 // asked, widened to C: for each value o of the other digits of u, the block of the group
-// of the elements u0 + m·s (m < r). 16-byte loads where VEC (rows of whole 16-byte words,
-// the storage aligned), else element by element through the view's strides.
+// of the elements u0 + m·s (m < r), N the vector's length. 16-byte words where VEC (from the
+// interleaved copy), else element by element through the view's strides.
 //
 // A twiddled stage needs t_j, j = t0 mod d for the elements t0 of block o. Since d = s·DLO
 // divides E·DLO, t0 mod d = (u0 mod s)·DLO + lo = (o mod s)·DLO + lo: the item's blocks
 // share s twiddles, twiddle m at w[OFF + m]. Neighbouring lanes read neighbouring j.
-template <class T, class C, class P, class F, int FI, int OFF, int NW>
+template <class T, class C, int N, class P, class F, int FI, int OFF, int NW>
 __device__ __forceinline__ void load_weights(C (&w)[NW], int hi, int lo,
                                              const long long* __restrict__ meta) {
   constexpr int r = F::r, d = F::d, E = P::E, s = F::d / P::DLO;
@@ -171,15 +171,21 @@ __device__ __forceinline__ void load_weights(C (&w)[NW], int hi, int lo,
     const int u0 = (o / s) * (s * r) + o % s;           // u with F's digit zero
     const int t0 = hi * (E * P::DLO) + u0 * P::DLO + lo;
     const int g = (t0 / (r * d)) * d + t0 % d;           // group (i, j) of t0
-    const T* __restrict__ wg = W + (long long)g * (r * r);
     T raw[r * r];
     if constexpr (F::vec) {
-      static_assert(r * sizeof(T) % 16 == 0 && !F::transposed, "vector rows are 16-byte words");
-      const uint4* __restrict__ src = reinterpret_cast<const uint4*>(wg);
+      // Word m of group g's block at m·G + g (G = N / r groups; ks_rows.py,
+      // Factor.interleaved_words): neighbouring lanes, which take neighbouring groups, read
+      // neighbouring words. Read in place, a block of 128 bytes (complex64 radix 4) put
+      // every lane of a load on its own cache line; butterfly(1024) complex64 ran 1.5x
+      // slower merged to radix 4 than as radix-2 pairs.
+      static_assert(r * r * sizeof(T) % 16 == 0 && !F::transposed, "blocks of 16-byte words");
+      constexpr int WORDS = r * r * (int)sizeof(T) / 16, G = N / r;
+      const uint4* __restrict__ src = reinterpret_cast<const uint4*>(W) + g;
       uint4* dst = reinterpret_cast<uint4*>(raw);
 #pragma unroll
-      for (int i = 0; i < r * r * (int)sizeof(T) / 16; ++i) dst[i] = __ldg(src + i);
+      for (int m = 0; m < WORDS; ++m) dst[m] = __ldg(src + (long long)m * G);
     } else {
+      const T* __restrict__ wg = W + (long long)g * (r * r);
 #pragma unroll
       for (int k = 0; k < r; ++k)
 #pragma unroll
@@ -228,16 +234,16 @@ __device__ __forceinline__ void apply_factor(C (&x)[P::E], const C (&w)[NW]) {
 }
 
 // The pass's factors in order: load all their weights, or apply them all to one vector.
-template <class T, class C, class P, int FI, int OFF, int NW, class... Fs>
+template <class T, class C, int N, class P, int FI, int OFF, int NW, class... Fs>
 struct Factors {
   __device__ __forceinline__ static void load(C (&)[NW], int, int, const long long*) {}
   __device__ __forceinline__ static void apply(C (&)[P::E], const C (&)[NW]) {}
 };
-template <class T, class C, class P, int FI, int OFF, int NW, class F, class... Rest>
-struct Factors<T, C, P, FI, OFF, NW, F, Rest...> {
-  using Tail = Factors<T, C, P, FI + 1, OFF + F::weights(P::E, P::DLO), NW, Rest...>;
+template <class T, class C, int N, class P, int FI, int OFF, int NW, class F, class... Rest>
+struct Factors<T, C, N, P, FI, OFF, NW, F, Rest...> {
+  using Tail = Factors<T, C, N, P, FI + 1, OFF + F::weights(P::E, P::DLO), NW, Rest...>;
   __device__ __forceinline__ static void load(C (&w)[NW], int hi, int lo, const long long* meta) {
-    load_weights<T, C, P, F, FI, OFF, NW>(w, hi, lo, meta);
+    load_weights<T, C, N, P, F, FI, OFF, NW>(w, hi, lo, meta);
     Tail::load(w, hi, lo, meta);
   }
   __device__ __forceinline__ static void apply(C (&x)[P::E], const C (&w)[NW]) {
@@ -302,7 +308,7 @@ struct PassRun<T, N, RT, NT, Pass<Fs...>, FI0, TO_Y> {
   using C = typename compute_of<T>::type;
   // NW: the weights' registers (one unused where a pass has none: Hadamard stages)
   static constexpr int NW = PassWeights<P, Fs...>::COUNT > 0 ? PassWeights<P, Fs...>::COUNT : 1;
-  using Fc = Factors<T, C, P, FI0, 0, NW, Fs...>;
+  using Fc = Factors<T, C, N, P, FI0, 0, NW, Fs...>;
   static constexpr int E = P::E, DLO = P::DLO, Q = N / E;
   static constexpr int RG = rows_per_item(RT, Q, NT);
   static constexpr int RU = RG < 2 ? RG : 2;

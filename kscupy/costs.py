@@ -115,10 +115,14 @@ _FUSED_EFFICIENCY = 0.1
 # the device's (times the fraction of each 32-byte sector a batch-size-last tile row uses);
 # the SM's load/store path carries two shared-memory round trips of the tile per pass, the
 # staging of the tile, and each factor's blocks once per work item (r values per element,
-# shared by the rows the item walks, each lane's block its own cache lines: weighted by
-# _ROWS_WEIGHT_LINES), at _ROWS_DATAPATH times the device bandwidth; the FMA units at
-# _ROWS_EFFICIENCY of peak. Fitted by hand to ten DFT, Hadamard and butterfly probes at
-# 2^26 elements on an H200 (within about 30%, benchmarks/results/chains.json).
+# shared by the rows the item walks: weighted by _ROWS_WEIGHT_WORDS where neighbouring lanes
+# read neighbouring 16-byte words of the interleaved copy, Factor.interleaved_words, and by
+# _ROWS_WEIGHT_LINES where each lane reads its own block's cache lines), at _ROWS_DATAPATH
+# times the device bandwidth; the FMA units at _ROWS_EFFICIENCY of peak. Fitted by hand to
+# ten DFT, Hadamard and butterfly probes at 2^26 elements on an H200 (within about 30%,
+# benchmarks/results/chains.json); _ROWS_WEIGHT_WORDS to the 24 segments of random
+# butterflies (n = 256, 1024, 4096, float32 and complex64, both layouts, merged to radix 4
+# and not) of a probe on an H200 (RMS error of log time 0.10; 0.59 with _ROWS_WEIGHT_LINES).
 _ROWS_BANDWIDTH = 0.8
 # ... in batch-size-last, with tiles of so few vectors that each feature's run is shorter
 # than a 32-byte sector (n >= 4096 float32): the share of _ROWS_BANDWIDTH reached. Hadamard
@@ -127,6 +131,7 @@ _ROWS_BANDWIDTH = 0.8
 _ROWS_THIN_RUNS = 0.125
 _ROWS_DATAPATH = 2.5
 _ROWS_WEIGHT_LINES = 3.3
+_ROWS_WEIGHT_WORDS = 0.5
 _ROWS_EFFICIENCY = 0.6
 # Computed radix-2 stages (kernels/ks_rows.stage_of): a twiddled stage reads d/DLO twiddles
 # per work item, neighbouring lanes neighbouring values (one line per use, not
@@ -343,12 +348,14 @@ def rows_seconds(segment, batch: int, dtype, rates: DeviceRates, layout: str) ->
     passes = segment.pass_patterns()
     tile = 2 * isz * elements * segment.tile_round_trips
     weights, macs = 0.0, 0.0          # values read per element, multiply-adds per element
+    vector = iter(segment.vector_blocks)
     for pats, stages, rg in passes:
         E = int(numpy.prod([p.b for p in pats]))
         low = min(p.d for p in pats)
-        for p, (stage, _) in zip(pats, stages):
+        for p, (stage, _), words in zip(pats, stages, vector):
             if stage == 0:                                   # STORED
-                weights += p.b * _ROWS_WEIGHT_LINES / rg
+                lines = _ROWS_WEIGHT_WORDS if words else _ROWS_WEIGHT_LINES
+                weights += p.b * lines / rg
                 macs += p.b
             else:
                 weights += (p.d // low) / E / rg if stage == 2 else 0.0

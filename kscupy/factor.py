@@ -199,6 +199,23 @@ class Factor:
             table = self.cache[key] = self.xp.asarray(t.astype(self.dtype))
         return table
 
+    def interleaved_words(self):
+        """The stored blocks as 16-byte words interleaved across groups, kept in the cache:
+        ``(W, a·d, 16 / itemsize)`` with word m of group g's block (row-major, ``b·c``
+        values, ``W = b·c·itemsize / 16``) at ``[m, g]``, for kernels whose neighbouring
+        threads read neighbouring groups' blocks (``kernels_cu/ks_rows.cu``). Needs
+        ``b·c·itemsize`` to be a multiple of 16; the view's flags are not applied."""
+        b, c, isz = self.stored.b, self.stored.c, self.dtype.itemsize
+        if b * c * isz % 16:
+            raise ValueError(f"blocks of {b * c * isz} bytes are not whole 16-byte words")
+        words = self.cache.get("interleaved words")
+        if words is None:
+            per_word = 16 // isz
+            groups = self.tiles.reshape(-1, b * c * isz // 16, per_word)
+            words = self.cache["interleaved words"] = self.xp.ascontiguousarray(
+                groups.transpose(1, 0, 2))
+        return words
+
     def todense(self):
         """The dense ``(M, N)`` matrix, formed now."""
         return todense(self.blocks, self.xp)

@@ -464,3 +464,27 @@ def test_tuning_decisions_forgotten_reach_prepared_runs(rng):
     assert tuning.epoch == before + 1
     assert rel_err(K @ X, oracle_of(K) @ to_numpy(X)) < 1e-4
     assert len(K._prepared_runs()) == 2       # a second run, under the new epoch
+
+
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64, numpy.complex128])
+@pytest.mark.parametrize("pattern", [(3, 2, 2, 5), (2, 4, 4, 3), (1, 4, 2, 1)])
+def test_interleaved_words_hold_each_block_word_by_word(pattern, dtype):
+    """Word m of group g's block is at [m, g], and a write drops the kept copy."""
+    K = ks.KSMatrix.random(pattern, dtype=dtype)
+    f = K.factor
+    a, b, c, d = pattern
+    isz = numpy.dtype(dtype).itemsize
+    if b * c * isz % 16:
+        with pytest.raises(ValueError, match="16-byte"):
+            f.interleaved_words()
+        return
+    words = f.interleaved_words()
+    per_word = 16 // isz
+    assert words.shape == (b * c * isz // 16, a * d, per_word)
+    blocks = f.tiles.reshape(a * d, b * c)
+    for g in range(a * d):
+        assert (words[:, g].reshape(-1) == blocks[g]).all()
+    assert f.interleaved_words() is words                    # kept
+    f.write(2 * f.blocks)
+    assert f.interleaved_words() is not words
+    assert (f.interleaved_words()[:, 0].reshape(-1) == f.tiles.reshape(a * d, b * c)[0]).all()

@@ -167,8 +167,9 @@ class RowSegment:
     ``min_blocks``: blocks per SM the registers must allow; ``src`` / ``dst``: the folded
     permutations as the planner gives them (element t of the input is column ``src[t]``,
     element t of the output goes to column ``dst[t]``); ``vector_blocks[f]``: factor f's
-    blocks are read as 16-byte words; ``stages[f]``: factor f's :func:`stage_of` (computed
-    radix-2 DFT and Hadamard stages); ``to_y``: the last pass writes Y itself, saving a
+    blocks are read as 16-byte words from ``Factor.interleaved_words``; ``stages[f]``:
+    factor f's :func:`stage_of` (computed radix-2 DFT and Hadamard stages); ``to_y``: the
+    last pass writes Y itself, saving a
     round trip of the tile through shared memory (batch-size-first without an output
     gather, where its stores are whole sectors: :func:`writes_whole_sectors`).
     Building one touches no device memory (the planner prices many); the kernel's tables
@@ -221,15 +222,25 @@ class RowSegment:
                      for f, (stage, _) in zip(self.factors, self.stages))
 
     @functools.cached_property
+    def _interleaved(self):
+        """Each factor read as 16-byte words (``vector_blocks``): its blocks interleaved by
+        word (``Factor.interleaved_words``), else None; held here so that the addresses in
+        :attr:`meta` stay valid while the segment lives."""
+        return tuple(f.interleaved_words() if vec else None
+                     for f, vec in zip(self.factors, self.vector_blocks))
+
+    @functools.cached_property
     def meta(self):
         """``META`` int64 entries per factor (``load_weights`` in ks_rows.cu): the address
-        of its values (or of its twiddle table, or 0 for a Hadamard stage), 1 to use their
-        conjugates (stored blocks), the bits of its scale as a float64 (stages)."""
+        of its values (their interleaved copy for ``vector_blocks``, its twiddle table, or 0
+        for a Hadamard stage), 1 to use their conjugates (stored blocks), the bits of its
+        scale as a float64 (stages)."""
         table = numpy.zeros(_META * len(self.factors), dtype=numpy.int64)
-        for i, (f, (stage, _), tw) in enumerate(zip(self.factors, self.stages,
-                                                     self._twiddle_tables)):
+        for i, (f, (stage, _), tw, words) in enumerate(zip(
+                self.factors, self.stages, self._twiddle_tables, self._interleaved)):
             if stage == STORED:
-                table[_META * i], table[_META * i + 1] = f.address, int(f.conjugated)
+                table[_META * i] = f.address if words is None else words.data.ptr
+                table[_META * i + 1] = int(f.conjugated)
             else:
                 table[_META * i] = 0 if tw is None else tw.data.ptr
                 table[_META * i + 2] = numpy.float64(f.structure.scale).view(numpy.int64)
@@ -391,8 +402,9 @@ def make_row_segment(factors, dtype, layout, batch, src=None, dst=None):
     if config is None:
         return None
     passes, rows, threads, min_blocks = config
+    # stored blocks of whole 16-byte words are read from their interleaved copy
     vector_blocks = tuple(stage == STORED and not f.transposed
-                          and f.pattern.b * dtype.itemsize % 16 == 0 and f.address % 16 == 0
+                          and f.pattern.b * f.pattern.c * dtype.itemsize % 16 == 0
                           for f, (stage, _) in zip(factors, stages))
     # the last pass writes Y itself where it can (bsf, no output gather, whole sectors)
     to_y = layout == "bsf" and dst is None and writes_whole_sectors(

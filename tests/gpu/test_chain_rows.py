@@ -12,7 +12,7 @@ import scipy.linalg
 
 import kscupy as ks
 from conftest import (DTYPES, RTOL, chain_oracle, gpu_available, gpu_chain, random_array,
-                      rel_err)
+                      rel_err, to_numpy)
 from kscupy.kernels import ks_rows
 from kscupy.kernels.ks_rows import RowSegment, make_row_segment
 from kscupy.shuffle import inverse_permutation
@@ -274,6 +274,23 @@ def test_written_values_drop_the_structure(poisoned, rng):
     ref = X @ chain_oracle(F).T
     assert rel_err(seg(cupy.asarray(X), "bsf"), ref) < _tol(numpy.complex64, F)
     assert rel_err(F.matmul(cupy.asarray(X), layout="bsf"), ref) < _tol(numpy.complex64, F)
+
+
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64])
+def test_interleaved_blocks_follow_writes(poisoned, rng, dtype):
+    """Stored blocks are read from their interleaved copy (Factor.interleaved_words): a
+    product planned before a factor is overwritten follows the new values after it."""
+    C = ks.butterfly(1024, dtype=dtype, xp=cupy, seed=7)
+    X = cupy.asarray(random_array(rng, (1000, 1024), dtype))
+    seg = _segment(C, numpy.dtype(dtype), "bsf", 1000)
+    assert any(seg.vector_blocks), seg.describe()
+    assert rel_err(C.matmul(X, layout="bsf"), to_numpy(X) @ chain_oracle(C).T) \
+        < _tol(dtype, C)
+    K = C.factors[4]
+    K.values = K.values * cupy.asarray(random_array(rng, tuple(K.pattern), dtype))
+    ref = to_numpy(X) @ chain_oracle(C).T
+    assert rel_err(C.matmul(X, layout="bsf"), ref) < _tol(dtype, C)
+    assert rel_err(_segment(C, numpy.dtype(dtype), "bsf", 1000)(X, "bsf"), ref) < _tol(dtype, C)
 
 
 def test_rows_auto_plan_end_to_end(poisoned, rng):

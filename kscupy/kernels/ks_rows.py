@@ -39,8 +39,8 @@ MAX_ELEMENTS = 16
 #: Blocks per SM that a launch asks the registers to allow (at most; fewer when the shared
 #: memory of a block allows fewer): one block's loads overlap another's arithmetic.
 MIN_BLOCKS = 3
-#: Blocks per SM, of 128 threads, for segments of computed stages whose tiles keep enough
-#: rows (at least MIN_SMALL_ROWS in bsf: :func:`_configure`).
+#: Blocks per SM, of 128 threads, for segments whose tiles keep enough rows (all those
+#: wanted, or MIN_SMALL_ROWS for computed stages in bsf: :func:`_configure`).
 SMALL_BLOCKS = 6
 MIN_SMALL_ROWS = 4
 #: Shared memory of an SM available to blocks (H100/H200: 228 KiB, 1 KiB reserved per block).
@@ -348,19 +348,19 @@ def _configure(patterns, stages, dtype, layout, batch):
     # wants rows enough for a pass's weights to serve several, and a few tiles per SM.
     wanted = max(4, 64 // isz) if layout == "bsl" else 16
     rows = min(wanted, pow2_at_least(batch))
-    # Computed stages (DFT, Hadamard) run SMALL_BLOCKS blocks per SM of 128 threads while a
-    # tile keeps MIN_SMALL_ROWS rows (bsf) or all the rows wanted (bsl, whose runs are rows):
-    # the warps and registers of three 256-thread blocks, in groups that wait less at their
-    # barriers (H200: bsf DFT(256) 0.331 -> 0.324 ms, Hadamard(1024) 0.177 -> 0.167, bsl
-    # DFT(256) 0.558 -> 0.487). Slower with 1 or 2 rows (bsf DFT(4096)), with fewer rows in
-    # bsl (DFT(1024): 8 -> 4 rows, 0.516 -> 0.649) and for stored blocks (butterfly(1024)
-    # float32 0.248 -> 0.260).
-    small = all(stage != STORED for stage, _ in stages)
+    # SMALL_BLOCKS blocks per SM of 128 threads: the warps and registers of three 256-thread
+    # blocks, in groups that wait less at their barriers. Taken where the tile keeps all the
+    # rows wanted, and for computed stages (DFT, Hadamard) in bsf while it keeps
+    # MIN_SMALL_ROWS (H200: bsf DFT(256) 0.331 -> 0.324 ms, Hadamard(1024) 0.177 -> 0.167,
+    # butterfly(256) float32 0.235 -> 0.190; bsl DFT(256) 0.558 -> 0.487). Slower with 1 or 2
+    # rows (bsf DFT(4096)), with fewer rows in bsl (DFT(1024): 8 -> 4 rows, 0.516 -> 0.649)
+    # and for stored blocks with fewer rows (butterfly(1024) complex64: 8 -> 4, 0.49 -> 0.50).
+    computed = all(stage != STORED for stage, _ in stages)
     small_rows = rows
     while small_rows > 1 and rows_smem(n, small_rows, isz) + 1024 > SM_SMEM // SMALL_BLOCKS:
         small_rows //= 2
-    enough = small_rows == rows if layout == "bsl" else small_rows >= min(rows, MIN_SMALL_ROWS)
-    if small and enough:
+    if small_rows == rows or (computed and layout == "bsf"
+                              and small_rows >= min(rows, MIN_SMALL_ROWS)):
         rows, resident, threads_max = small_rows, SMALL_BLOCKS, 128
     else:
         while rows > 1 and rows_smem(n, rows, isz) > SMEM_TARGET:

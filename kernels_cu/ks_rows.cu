@@ -135,9 +135,9 @@ template <class P, class... Fs> struct PassWeights {
 };
 
 // Per factor FI, three entries of the kernel's meta table: the address of its values (block
-// of group g at g·r·r; a twiddled stage: its table of d twiddles, already conjugated for a
-// conjugated view), 1 to use conj(w) (stored blocks), the bits of its scale as a double
-// (stages).
+// of group g at g·r·r; for VEC, their copy interleaved by 16-byte word; a twiddled stage:
+// its table of d twiddles, already conjugated for a conjugated view), 1 to use conj(w)
+// (stored blocks), the bits of its scale as a double (stages).
 constexpr int META = 3;
 
 // Factor F's blocks for the work item (hi, lo) of pass P into w[OFF ...], conjugated when
@@ -260,9 +260,9 @@ __host__ __device__ constexpr int rows_per_item(int rt, int q, int nt) {
   return rg;
 }
 
-// Y and what addresses it, for a last pass that writes Y itself (see the kernel).
+// The tile's rows of Y, where a last pass that writes Y itself stores (see the kernel).
 template <class T>
-struct Edges {
+struct YTile {
   T* __restrict__ Y;
   long long B, row0, sy_f, sy_b;
 };
@@ -271,13 +271,13 @@ struct Edges {
 template <bool B, class A, class C> struct either { using type = A; };
 template <class A, class C> struct either<false, A, C> { using type = C; };
 
-// Where a pass writes its elements (each side is made from the tile and the launch's Edges,
+// Where a pass writes its elements (each side is made from the tile and the launch's YTile,
 // and uses what it needs). The shared-memory tile: element u of the item whose first
 // element is t0 at tile (row, t0 + u·DLO).
 template <class T, class L, int DLO>
 struct TileSide {
   T* tile;
-  __device__ __forceinline__ TileSide(T* tile_, const Edges<T>&) : tile(tile_) {}
+  __device__ __forceinline__ TileSide(T* tile_, const YTile<T>&) : tile(tile_) {}
   __device__ __forceinline__ void write(int t0, int row, int u, T v) const {
     tile[L::at(row, t0 + u * DLO)] = v;
   }
@@ -287,11 +287,11 @@ struct TileSide {
 // element is t0 goes to column t0 + u·DLO of batch row row0 + row, rows past B not at all.
 template <class T, int DLO>
 struct GlobalOut {
-  const Edges<T>& g;
-  __device__ __forceinline__ GlobalOut(T*, const Edges<T>& g_) : g(g_) {}
+  const YTile<T>& y;
+  __device__ __forceinline__ GlobalOut(T*, const YTile<T>& y_) : y(y_) {}
   __device__ __forceinline__ void write(int t0, int row, int u, T v) const {
-    const long long b = g.row0 + row;
-    if (b < g.B) g.Y[b * g.sy_b + (long long)(t0 + u * DLO) * g.sy_f] = v;
+    const long long b = y.row0 + row;
+    if (b < y.B) y.Y[b * y.sy_b + (long long)(t0 + u * DLO) * y.sy_f] = v;
   }
 };
 
@@ -317,8 +317,8 @@ struct PassRun<T, N, RT, NT, Pass<Fs...>, FI0, TO_Y> {
   static_assert(RT % RG == 0, "rows of a work item tile the rows of the tile");
   using Out = typename either<TO_Y, GlobalOut<T, DLO>, TileSide<T, L, DLO>>::type;
 
-  __device__ __forceinline__ static void run(T* tile, const long long* meta, const Edges<T>& g) {
-    const Out out{tile, g};
+  __device__ __forceinline__ static void run(T* tile, const long long* meta, const YTile<T>& y) {
+    const Out out{tile, y};
     for (int w = threadIdx.x; w < WORK; w += NT) {
       const int q = w % Q, row0 = (w / Q) * RG;
       const int lo = q % DLO, hi = q / DLO;
@@ -346,16 +346,16 @@ struct PassRun<T, N, RT, NT, Pass<Fs...>, FI0, TO_Y> {
 // writes Y when TO_Y (see PassRun).
 template <class T, int N, int RT, int NT, int FI, bool TO_Y, class... Ps>
 struct Passes {
-  __device__ __forceinline__ static void run(T*, const long long*, const Edges<T>&) {}
+  __device__ __forceinline__ static void run(T*, const long long*, const YTile<T>&) {}
 };
 template <class T, int N, int RT, int NT, int FI, bool TO_Y, class P, class... Rest>
 struct Passes<T, N, RT, NT, FI, TO_Y, P, Rest...> {
   static constexpr bool LAST = sizeof...(Rest) == 0;
-  __device__ __forceinline__ static void run(T* tile, const long long* meta, const Edges<T>& g) {
-    PassRun<T, N, RT, NT, P, FI, TO_Y && LAST>::run(tile, meta, g);
+  __device__ __forceinline__ static void run(T* tile, const long long* meta, const YTile<T>& y) {
+    PassRun<T, N, RT, NT, P, FI, TO_Y && LAST>::run(tile, meta, y);
     if constexpr (!LAST) {
       __syncthreads();
-      Passes<T, N, RT, NT, FI + P::NF, TO_Y, Rest...>::run(tile, meta, g);
+      Passes<T, N, RT, NT, FI + P::NF, TO_Y, Rest...>::run(tile, meta, y);
     }
   }
 };
@@ -493,7 +493,7 @@ __global__ void __launch_bounds__(NT, MINB) ks_rows(
     const long long row0 = it * RT;
     load_tile<T, N, RT, NT, VX, ALONG, REVERSED>(tile, X, B, row0, sx_f, sx_b, load_to);
     __syncthreads();
-    Passes<T, N, RT, NT, 0, TO_Y, Ps...>::run(tile, meta, Edges<T>{Y, B, row0, sy_f, sy_b});
+    Passes<T, N, RT, NT, 0, TO_Y, Ps...>::run(tile, meta, YTile<T>{Y, B, row0, sy_f, sy_b});
     if constexpr (!TO_Y) {
       __syncthreads();
       store_tile<T, N, RT, NT, VY, ALONG>(tile, Y, B, row0, sy_f, sy_b, store_from);

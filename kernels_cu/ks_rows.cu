@@ -470,11 +470,11 @@ __device__ __forceinline__ void store_tile(const T* tile, T* __restrict__ Y, lon
 // strides; more only where the host checked contiguity and alignment). MINB: blocks per SM
 // the registers must allow (several blocks per SM overlap one's loads with another's
 // arithmetic). load_to / store_from: the folded gathers (null: none); REVERSED: the input
-// gather is the bit reversal, computed (load_tile). TO_Y
-// (batch-size-first, no output gather): the last pass writes Y itself instead of
-// store_tile, which saves a round trip of the tile through shared memory, the kernel's
-// busiest path (DFT(1024) 0.42 -> 0.38 ms on an H200). Reading X in the first pass the same
-// way was slower (0.47 ms: scalar loads, the gather's columns per element, exposed latency).
+// gather is the bit reversal, computed (load_tile). TO_Y (batch-size-first, no output
+// gather): the last pass writes Y itself instead of store_tile, which saves a round trip of
+// the tile through shared memory, the kernel's busiest path (DFT(1024) 0.42 -> 0.38 ms on
+// an H200). Reading X in the first pass the same way was slower (0.47 ms: scalar loads, the
+// gather's columns per element, exposed latency).
 // meta: META entries per factor (see load_weights). Tiles: ceil(B / RT).
 template <class T, int N, int RT, int NT, int MINB, int ALONG, int VX, int VY, bool REVERSED,
           bool TO_Y, class... Ps>

@@ -21,8 +21,7 @@ from .problem import Problem
 __all__ = ["DeviceRates", "device_rates", "LAUNCH_SECONDS", "kernel_seconds", "bmm_seconds",
            "dense_seconds", "mma_kernel_seconds", "mma_batch_last_seconds", "skinny_seconds",
            "segment_seconds", "rows_seconds", "gather_seconds", "transpose_seconds",
-           "KERNEL_MARGIN", "RELAYOUT_MARGIN", "cpu_terms",
-           "cpu_seconds"]
+           "KERNEL_MARGIN", "RELAYOUT_MARGIN", "cpu_terms", "cpu_seconds"]
 
 #: One kernel launch with its Python dispatch, measured at B = 1 on an H200.
 LAUNCH_SECONDS = 10e-6
@@ -354,8 +353,8 @@ def rows_seconds(segment, batch: int, dtype, rates: DeviceRates, layout: str) ->
         low = min(p.d for p in pats)
         for p, (stage, _), words in zip(pats, stages, vector):
             if stage == 0:                                   # STORED
-                lines = _ROWS_WEIGHT_WORDS if words else _ROWS_WEIGHT_LINES
-                weights += p.b * lines / rg
+                per_value = _ROWS_WEIGHT_WORDS if words else _ROWS_WEIGHT_LINES
+                weights += p.b * per_value / rg
                 macs += p.b
             else:
                 weights += (p.d // low) / E / rg if stage == 2 else 0.0

@@ -47,9 +47,8 @@ from .problem import Problem
 from .shuffle import int32_indices, inverse_permutation
 
 __all__ = ["FactorStep", "ProductStep", "Gather", "DirectStep", "Relayout", "ChainPlan",
-           "direct_plan",
-           "plan", "merge", "merge_all", "product", "product_pattern", "MERGE_MAX_BLOCK",
-           "PRODUCT_MAX_ENTRIES"]
+           "direct_plan", "plan", "merge", "merge_all", "product", "product_pattern",
+           "MERGE_MAX_BLOCK", "PRODUCT_MAX_ENTRIES"]
 
 #: Largest block (b·c) a merge may produce: merging is for small FFT-like blocks.
 MERGE_MAX_BLOCK = 16

@@ -169,11 +169,10 @@ class RowSegment:
     element t of the output goes to column ``dst[t]``); ``vector_blocks[f]``: factor f's
     blocks are read as 16-byte words from ``Factor.interleaved_words``; ``stages[f]``:
     factor f's :func:`stage_of` (computed radix-2 DFT and Hadamard stages); ``to_y``: the
-    last pass writes Y itself, saving a
-    round trip of the tile through shared memory (batch-size-first without an output
-    gather, where its stores are whole sectors: :func:`writes_whole_sectors`).
-    Building one touches no device memory (the planner prices many); the kernel's tables
-    are made on the first launch.
+    last pass writes Y itself, saving a round trip of the tile through shared memory
+    (batch-size-first without an output gather, where its stores are whole sectors:
+    :func:`writes_whole_sectors`). Building one touches no device memory (the planner
+    prices many); the kernel's tables are made on the first launch.
     """
     factors: tuple
     passes: tuple

@@ -5,11 +5,11 @@
 // vector. Factor f maps input t' = i·r·d + l·d + j to output t = i·r·d + k·d + j through the
 // r × r block of group g = i·d + j (k < r output row, l < r reduction index, as everywhere).
 //
-// A block owns a tile of RT batch rows, each a whole feature vector: it loads the tile into
-// shared memory once (the chain's input gather folded into where each element lands),
-// applies every factor there and stores it once (the output gather folded into where each
-// element is read from). Global accesses are V-element vectors along whichever axis is
-// contiguous: t within a row (batch-size-first) or the row (batch-size-last).
+// A block owns a tile of RT batch rows, each a whole feature vector, and applies every factor
+// to it in shared memory, the chain's gathers folded into where elements are read and
+// written. Batch-size-first, it loads the tile once (V-element vectors along t) and stores it
+// once, or lets the last pass write Y; batch-size-last, where a feature's rows are contiguous,
+// the first pass reads X and the last writes Y themselves, lanes along the rows.
 //
 // Passes. Consecutive factors whose digits nest are applied in one pass from registers:
 // with DLO the smallest d of the pass and E the product of its radices, when each factor's
@@ -19,13 +19,14 @@
 //     t = hi·(E·DLO) + u·DLO + lo          (u < E, lo < DLO, hi < N / (E·DLO))
 //
 // of one (hi, lo) are closed under every factor of the pass: factor f mixes the digit of u
-// at stride s_f = d_f / DLO. A work item reads the blocks its (hi, lo) needs into registers
-// once, then walks its rows: the E elements of a row into registers, the pass's factors one
-// after the other, back where they came from; a barrier separates passes. The blocks are
-// the kernel's heaviest traffic (r values per element per factor), so keeping them while
-// several rows go by is what lets the tile, not the weights, set the pace. FFT, Hadamard
-// and butterfly chains nest, so a pass there does several stages per round trip through
-// shared memory.
+// at stride s_f = d_f / DLO. A work item reads the blocks its (hi, lo) needs into registers,
+// then applies them to its rows: the E elements of a row into registers, the pass's factors
+// one after the other, back where they came from; a barrier separates passes. The blocks
+// are the kernel's heaviest traffic (r values per element per factor), so each load of them
+// serves several rows: batch-size-first, an item keeps them while it walks several rows;
+// batch-size-last, the lanes of one (hi, lo) take neighbouring rows and read the same
+// addresses. FFT, Hadamard and butterfly chains nest, so a pass there does several stages
+// per round trip through shared memory.
 #include "ks_launch.cuh"
 #include "ks_scalar.cuh"
 
@@ -87,10 +88,14 @@ struct Pass {
   static_assert(nest(rs, ds, NF), "a pass's factors must nest (see ks_rows.cu)");
 };
 
+// either<B, A, C>::type: A when B, else C.
+template <bool B, class A, class C> struct either { using type = A; };
+template <class A, class C> struct either<false, A, C> { using type = C; };
+
 // log2 of a power of two.
 __host__ __device__ constexpr int log2_of(int x) { return x > 1 ? 1 + log2_of(x / 2) : 0; }
 
-// The shared-memory tile: element t of tile row `row` at row·ROW + (t ^ swizzle(line)),
+// The batch-size-first tile: element t of tile row `row` at row·ROW + (t ^ swizzle(line)),
 // line = t / PADQ the 128-byte line of t: the lines' elements are XOR-swizzled (a bijection
 // within each line) by SKEW times the XOR of the line number's log2(PADQ)-bit digits, so that
 // both the strided accesses of the passes (DLO = 1, 4, 16: a warp's elements E·DLO apart)
@@ -118,13 +123,75 @@ struct RowsLayout {
   __device__ __forceinline__ static int at(int row, int t) {
     return row * ROW + (t ^ swizzle(t / PADQ));
   }
+  template <bool DISJOINT>
+  __device__ __forceinline__ static int at(int row, int t0, int du) { return at(row, t0 + du); }
 };
 
-// Reports the layout of one instantiation: out = {SMEM_BYTES, ROW, PADQ}.
+// 2^K for ColsLayout: the features a 128-byte wavefront covers with runs of RUN bytes, at
+// most what divides N (so that slot stays below N).
+__host__ __device__ constexpr int spread_of(int n, int run) {
+  int s = run >= 128 ? 1 : 128 / run;
+  while (n % s) s /= 2;
+  return s;
+}
+
+// The bits of a 32-bit word at positions j, j + k, j + 2k, ...
+__host__ __device__ constexpr unsigned every_kth_bit(int j, int k) {
+  unsigned m = 0;
+  for (int p = j; p < 32; p += k) m |= 1u << p;
+  return m;
+}
+
+// The batch-size-last tile: element (row, t) at slot(t)·RT + row, the tile's RT rows of a
+// feature side by side as they are in X and Y. A pass's lanes take neighbouring rows (see
+// PassRun), so one access of a warp covers SPREAD = 2^K features' runs of RT·sizeof(T)
+// bytes in a 128-byte wavefront, and they fall on distinct banks when their slots differ in
+// the low K bits. slot(t) XORs t's low K bits with the XOR of its higher K-bit digits (a
+// bijection on [0, N)): the features of a wavefront differ in K consecutive bits of t (the
+// low ones where they are neighbouring lo, DLO >= SPREAD; K bits from log2(E) up where
+// DLO = 1 and they are neighbouring hi), and K consecutive bits fold onto K distinct ones.
+// Bit j of the fold is the parity of t's bits j + K, j + 2K, ... (one popc each).
 template <class T, int N, int RT>
+struct ColsLayout {
+  static constexpr int SPREAD = spread_of(N, RT * (int)sizeof(T));
+  static constexpr int K = log2_of(SPREAD);
+  static constexpr int SMEM_BYTES = RT * N * (int)sizeof(T);
+  __device__ __forceinline__ static int slot(int t) {
+    int folded = 0;
+#pragma unroll
+    for (int j = 0; j < K; ++j)
+      folded |= (__popc((unsigned)t & (every_kth_bit(j, K) << K)) & 1) << j;
+    return t ^ folded;
+  }
+  // Element t0 + du of tile row `row`, t0 an item's first element, du = u·DLO < E·DLO.
+  // DISJOINT (E and DLO powers of two): t0's bits and du's do not overlap, t0 + du =
+  // t0 ^ du, and slot, linear over XOR, splits into slot(t0), once per item, and slot(du),
+  // a constant of the unrolled loop over u.
+  template <bool DISJOINT>
+  __device__ __forceinline__ static int at(int row, int t0, int du) {
+    return (DISJOINT ? slot(t0) ^ slot(du) : slot(t0 + du)) * RT + row;
+  }
+};
+
+// Which axis a tile's global accesses walk: t within a row (the rows are batch-size-first
+// feature vectors; RowsLayout) or the batch row (batch-size-last; ColsLayout).
+enum Along { ALONG_T = 0, ALONG_ROW = 1 };
+
+template <class T, int N, int RT, int ALONG>
+using TileLayout = typename either<ALONG == ALONG_T, RowsLayout<T, N, RT>,
+                                   ColsLayout<T, N, RT>>::type;
+
+// Reports the layout of one instantiation: out = {SMEM_BYTES, ROW, PADQ} (ALONG_T) or
+// {SMEM_BYTES, RT, SPREAD} (ALONG_ROW).
+template <class T, int N, int RT, int ALONG>
 __global__ void ks_rows_layout(long long* out) {
-  using L = RowsLayout<T, N, RT>;
-  out[0] = L::SMEM_BYTES; out[1] = L::ROW; out[2] = L::PADQ;
+  using L = TileLayout<T, N, RT, ALONG>;
+  out[0] = L::SMEM_BYTES;
+  if constexpr (ALONG == ALONG_T) {
+    out[1] = L::ROW; out[2] = L::PADQ;
+  } else {
+    out[1] = RT; out[2] = L::SPREAD;
+  }
 }
 
 // The weights of a pass that one work item holds in registers: each factor's
@@ -252,131 +319,13 @@ struct Factors<T, C, N, P, FI, OFF, NW, F, Rest...> {
   }
 };
 
-// Rows a work item of a pass with q items per row walks: doubled while the RT / RG row
-// groups times q items still give each of the NT threads one.
+// Rows a work item of a batch-size-first pass with q items per row walks: doubled while the
+// RT / RG row groups times q items still give each of the NT threads one.
 __host__ __device__ constexpr int rows_per_item(int rt, int q, int nt) {
   int rg = 1;
   while (rt % (2 * rg) == 0 && (rt / (2 * rg)) * q >= nt) rg *= 2;
   return rg;
 }
-
-// The tile's rows of Y, where a last pass that writes Y itself stores (see the kernel).
-template <class T>
-struct YTile {
-  T* __restrict__ Y;
-  long long B, row0, sy_f, sy_b;
-};
-
-// either<B, A, C>::type: A when B, else C.
-template <bool B, class A, class C> struct either { using type = A; };
-template <class A, class C> struct either<false, A, C> { using type = C; };
-
-// Where a pass writes its elements (each side is made from the tile and the launch's YTile,
-// and uses what it needs). The shared-memory tile: element u of the item whose first
-// element is t0 at tile (row, t0 + u·DLO).
-template <class T, class L, int DLO>
-struct TileSide {
-  T* tile;
-  __device__ __forceinline__ TileSide(T* tile_, const YTile<T>&) : tile(tile_) {}
-  __device__ __forceinline__ void write(int t0, int row, int u, T v) const {
-    tile[L::at(row, t0 + u * DLO)] = v;
-  }
-};
-
-// Y as the last pass's destination (no output gather): element u of the item whose first
-// element is t0 goes to column t0 + u·DLO of batch row row0 + row, rows past B not at all.
-template <class T, int DLO>
-struct GlobalOut {
-  const YTile<T>& y;
-  __device__ __forceinline__ GlobalOut(T*, const YTile<T>& y_) : y(y_) {}
-  __device__ __forceinline__ void write(int t0, int row, int u, T v) const {
-    const long long b = y.row0 + row;
-    if (b < y.B) y.Y[b * y.sy_b + (long long)(t0 + u * DLO) * y.sy_f] = v;
-  }
-};
-
-// One pass over the tile. Work item = (q, rows): q = hi·DLO + lo (neighbouring lanes take
-// neighbouring lo, adjacent elements where DLO allows), and RG tile rows that it walks, RU at
-// a time (their loads in flight together), with the pass's weights in registers, so that each
-// block is read once per RG vectors (rows_per_item). TO_Y: the pass writes Y instead of the
-// tile (the last pass of a launch, where ks_rows.py found a warp's stores whole sectors).
-template <class T, int N, int RT, int NT, class P, int FI0, bool TO_Y> struct PassRun;
-template <class T, int N, int RT, int NT, int FI0, bool TO_Y, class... Fs>
-struct PassRun<T, N, RT, NT, Pass<Fs...>, FI0, TO_Y> {
-  using P = Pass<Fs...>;
-  using L = RowsLayout<T, N, RT>;
-  using C = typename compute_of<T>::type;
-  // NW: the weights' registers (one unused where a pass has none: Hadamard stages)
-  static constexpr int NW = PassWeights<P, Fs...>::COUNT > 0 ? PassWeights<P, Fs...>::COUNT : 1;
-  using Fc = Factors<T, C, N, P, FI0, 0, NW, Fs...>;
-  static constexpr int E = P::E, DLO = P::DLO, Q = N / E;
-  static constexpr int RG = rows_per_item(RT, Q, NT);
-  static constexpr int RU = RG < 2 ? RG : 2;
-  static constexpr int WORK = (RT / RG) * Q;
-  static_assert(N % (E * DLO) == 0, "a pass's element sets tile the vector");
-  static_assert(RT % RG == 0, "rows of a work item tile the rows of the tile");
-  using Out = typename either<TO_Y, GlobalOut<T, DLO>, TileSide<T, L, DLO>>::type;
-
-  __device__ __forceinline__ static void run(T* tile, const long long* meta, const YTile<T>& y) {
-    const Out out{tile, y};
-    for (int w = threadIdx.x; w < WORK; w += NT) {
-      const int q = w % Q, row0 = (w / Q) * RG;
-      const int lo = q % DLO, hi = q / DLO;
-      const int t0 = hi * (E * DLO) + lo;
-      C wts[NW];
-      Fc::load(wts, hi, lo, meta);
-      for (int row = row0; row < row0 + RG; row += RU) {
-        C x[RU][E];
-#pragma unroll
-        for (int r = 0; r < RU; ++r)
-#pragma unroll
-          for (int u = 0; u < E; ++u) x[r][u] = widen(tile[L::at(row + r, t0 + u * DLO)]);
-#pragma unroll
-        for (int r = 0; r < RU; ++r) Fc::apply(x[r], wts);
-#pragma unroll
-        for (int r = 0; r < RU; ++r)
-#pragma unroll
-          for (int u = 0; u < E; ++u) out.write(t0, row + r, u, narrow<T>(x[r][u]));
-      }
-    }
-  }
-};
-
-// The passes in order, a barrier between two (the next reads what the last wrote); the last
-// writes Y when TO_Y (see PassRun).
-template <class T, int N, int RT, int NT, int FI, bool TO_Y, class... Ps>
-struct Passes {
-  __device__ __forceinline__ static void run(T*, const long long*, const YTile<T>&) {}
-};
-template <class T, int N, int RT, int NT, int FI, bool TO_Y, class P, class... Rest>
-struct Passes<T, N, RT, NT, FI, TO_Y, P, Rest...> {
-  static constexpr bool LAST = sizeof...(Rest) == 0;
-  __device__ __forceinline__ static void run(T* tile, const long long* meta, const YTile<T>& y) {
-    PassRun<T, N, RT, NT, P, FI, TO_Y && LAST>::run(tile, meta, y);
-    if constexpr (!LAST) {
-      __syncthreads();
-      Passes<T, N, RT, NT, FI + P::NF, TO_Y, Rest...>::run(tile, meta, y);
-    }
-  }
-};
-
-// Which axis a tile's global accesses walk, V elements per access: t within a row (the rows
-// are batch-size-first feature vectors) or the batch row (batch-size-last).
-enum Along { ALONG_T = 0, ALONG_ROW = 1 };
-
-// Vector e of the tile -> (row, t) of its first element; its V elements follow along ALONG.
-template <int N, int RT, int V, int ALONG>
-__device__ __forceinline__ void vector_origin(int e, int& row, int& t) {
-  if constexpr (ALONG == ALONG_T) {
-    row = e / (N / V); t = (e % (N / V)) * V;
-  } else {
-    t = e / (RT / V); row = (e % (RT / V)) * V;
-  }
-}
-
-// Elements each thread moves per round of a load or store: loads in flight before the
-// shared-memory writes.
-constexpr int ROUND = 4;
 
 // t with its log2(N) bits in reverse order (N a power of two).
 template <int N>
@@ -385,12 +334,281 @@ __device__ __forceinline__ int bit_reversed(int t) {
   return (int)(__brev((unsigned)t) >> (32 - log2_of(N)));
 }
 
-// Global -> shared: tile row `row` is batch row row0 + row; element (row, t) is read from
-// column t of X and lands at position load_to[t] (t without an input gather; REVERSED: at the
-// bit reversal of t, N a power of two, the digit reversal of a radix-2 FFT computed instead
-// of read from a table: DFT(4096) complex64 0.43 -> 0.39 ms on an H200). Rows past B
-// are zero-filled (computed, never stored).
-template <class T, int N, int RT, int NT, int V, int ALONG, bool REVERSED>
+// 32-bit registers a thread has when MINB blocks of NT threads share an SM's 65536 (at most
+// 255, in the allocation's steps of 8), and those a work item needs besides its elements and
+// weights (ks_rows.py's REGISTER_OVERHEAD).
+__host__ __device__ constexpr int registers_per_thread(int nt, int minb) {
+  const int r = 65536 / (nt * minb) / 8 * 8;
+  return r < 255 ? r : 255;
+}
+constexpr int REGISTER_OVERHEAD = 32;
+
+// 32-bit registers a value of the compute type C takes.
+template <class C>
+__host__ __device__ constexpr int words_of() { return (int)(sizeof(C) + 3) / 4; }
+
+// Batch-size-last rows a work item takes as one vector: the most, a power of two up to vmax
+// (what the launch's alignment allows), whose e elements each (values of `words` registers)
+// come to at most ITEM_WORDS registers and, with the pass's nw weights, fit the registers a
+// thread has. More rows per item serve more rows per load of the weights and move more
+// bytes per access (H200 butterfly(256) float32, radix-4 passes: 1, 2, 4 rows 0.36, 0.29,
+// 0.25 ms), but past 16 registers of elements the loads in flight no longer grow
+// (Hadamard(256), passes of 16 elements: 1 row 0.19 ms, 2 rows 0.27).
+constexpr int ITEM_WORDS = 16;
+__host__ __device__ constexpr int rows_per_lane(int vmax, int words, int e, int nw,
+                                                int registers) {
+  int rv = vmax;
+  while (rv > 1 && (words * e * rv > ITEM_WORDS ||
+                    words * (e * rv + nw) + REGISTER_OVERHEAD > registers))
+    rv /= 2;
+  return rv;
+}
+
+// What the passes of one launch share: storage type T, vector length N, RT rows a tile, NT
+// threads, MINB blocks per SM (so the registers a thread has), the axis global accesses walk
+// (ALONG) and so the tile's layout, V (batch-size-last: the most rows an access may move as
+// one vector), REVERSED (the input gather is the bit reversal) and TO_Y (the last pass
+// writes Y).
+template <class T_, int N_, int RT_, int NT_, int MINB_, int ALONG_, int V_, bool REVERSED_,
+          bool TO_Y_>
+struct Launch {
+  using T = T_;
+  using C = typename compute_of<T>::type;
+  static constexpr int N = N_, RT = RT_, NT = NT_, ALONG = ALONG_, V = V_;
+  static constexpr int REGISTERS = registers_per_thread(NT_, MINB_);
+  static constexpr bool REVERSED = REVERSED_, TO_Y = TO_Y_;
+  using L = TileLayout<T, N, RT, ALONG>;
+};
+
+// The operands of the tile of batch rows row0 ... row0 + RT - 1: X and Y, element (row,
+// column) at row·s_b + column·s_f; in batch-size-last, the folded gathers as the first pass
+// reads and the last writes them (element t of the input is column src[t] of X, element t
+// of the output goes to column dst[t] of Y; null: t).
+template <class T>
+struct Ends {
+  const T* __restrict__ X;
+  T* __restrict__ Y;
+  long long B, row0, sx_f, sx_b, sy_f, sy_b;
+  const int* __restrict__ src;
+  const int* __restrict__ dst;
+};
+
+// Where a pass reads and writes the elements of its work items (each side is made from the
+// tile and the launch's Ends, and uses what it needs): element u of the item whose first
+// element is t0, of tile row `row`, is element t0 + u·DLO of that row.
+// (DISJOINT: the pass's E and DLO are powers of two; see ColsLayout::at.)
+template <class Lc, int DLO, bool DISJOINT>
+struct TileSide {
+  using T = typename Lc::T;
+  T* tile;
+  __device__ __forceinline__ TileSide(T* tile_, const Ends<T>&) : tile(tile_) {}
+  __device__ __forceinline__ T read(int t0, int row, int u) const {
+    return tile[Lc::L::template at<DISJOINT>(row, t0, u * DLO)];
+  }
+  __device__ __forceinline__ void write(int t0, int row, int u, T v) const {
+    tile[Lc::L::template at<DISJOINT>(row, t0, u * DLO)] = v;
+  }
+  // Rows row ... row + RV - 1 of element u as one vector (batch-size-last: adjacent in
+  // ColsLayout, row a multiple of RV).
+  template <int RV>
+  __device__ __forceinline__ vec<T, RV> read_rows(int t0, int row, int u) const {
+    return *reinterpret_cast<const vec<T, RV>*>(tile + Lc::L::template at<DISJOINT>(row, t0, u * DLO));
+  }
+  template <int RV>
+  __device__ __forceinline__ void write_rows(int t0, int row, int u, const vec<T, RV>& v) const {
+    *reinterpret_cast<vec<T, RV>*>(tile + Lc::L::template at<DISJOINT>(row, t0, u * DLO)) = v;
+  }
+};
+
+// X as the first pass's source (batch-size-last): element t of batch rows row0 + row ...
+// row0 + row + RV - 1 is column src[t] (REVERSED: the bit reversal of t, computed), read as
+// one vector where they are all below B (the host checked alignment and contiguity for
+// RV > 1); rows past B read as zeros (computed, never stored). A warp's lanes take
+// neighbouring rows of a few features (see PassRun), so each access reads runs of
+// RT·sizeof(T) contiguous bytes. The reads stream
+// (evict first), so that they do not push the pass's blocks, read by every item, out of
+// L1 (butterfly(256) float32: 40% of the blocks' reads missed L1).
+template <class Lc, int DLO>
+struct XSide {
+  using T = typename Lc::T;
+  const Ends<T>& e;
+  __device__ __forceinline__ XSide(T*, const Ends<T>& e_) : e(e_) {}
+  template <int RV>
+  __device__ __forceinline__ vec<T, RV> read_rows(int t0, int row, int u) const {
+    const long long b = e.row0 + row;
+    const int t = t0 + u * DLO;
+    int col = t;
+    if constexpr (Lc::REVERSED) col = bit_reversed<Lc::N>(t);
+    else if (e.src) col = e.src[t];
+    const T* p = e.X + b * e.sx_b + (long long)col * e.sx_f;
+    vec<T, RV> v;
+    if (b + RV - 1 < e.B) {
+      v = load_streaming(reinterpret_cast<const vec<T, RV>*>(p));
+    } else {
+#pragma unroll
+      for (int r = 0; r < RV; ++r) v.v[r] = b + r < e.B ? p[r * e.sx_b] : zero(T());
+    }
+    return v;
+  }
+};
+
+// Y as the last pass's destination: element t of batch row row0 + row goes to column dst[t]
+// (batch-size-first: never a gather, ks_rows.py), rows past B not at all; batch-size-last,
+// rows row ... row + RV - 1 as one vector where they are all below B.
+template <class Lc, int DLO>
+struct YSide {
+  using T = typename Lc::T;
+  const Ends<T>& e;
+  __device__ __forceinline__ YSide(T*, const Ends<T>& e_) : e(e_) {}
+  __device__ __forceinline__ void write(int t0, int row, int u, T v) const {
+    const long long b = e.row0 + row;
+    const int t = t0 + u * DLO;
+    if (b < e.B) e.Y[b * e.sy_b + (long long)(e.dst ? e.dst[t] : t) * e.sy_f] = v;
+  }
+  template <int RV>
+  __device__ __forceinline__ void write_rows(int t0, int row, int u, const vec<T, RV>& v) const {
+    const long long b = e.row0 + row;
+    const int t = t0 + u * DLO;
+    T* p = e.Y + b * e.sy_b + (long long)(e.dst ? e.dst[t] : t) * e.sy_f;
+    if (b + RV - 1 < e.B) {
+      *reinterpret_cast<vec<T, RV>*>(p) = v;
+    } else {
+#pragma unroll
+      for (int r = 0; r < RV; ++r)
+        if (b + r < e.B) p[r * e.sy_b] = v.v[r];
+    }
+  }
+};
+
+// One pass over the tile, reading X where FROM_X and writing Y where TO_Y, else the tile.
+// Work item = (q, rows), q = hi·DLO + lo, which reads the pass's weights for its (hi, lo)
+// into registers (Factors::load) and applies them to the E elements of each of its rows.
+//  - Batch-size-first (ALONG_T): neighbouring lanes take neighbouring q (adjacent elements
+//    of a row where DLO allows); an item walks RG tile rows, RU at a time (their loads in
+//    flight together), so that each block is read once per RG vectors (rows_per_item).
+//  - Batch-size-last (ALONG_ROW): an item is RV adjacent rows, moved as vectors, and
+//    neighbouring lanes take neighbouring items of one q, so the first pass reads X and the
+//    last writes Y in runs of RT·sizeof(T) bytes, without the tile's loads and stores of
+//    batch-size-first (the lanes of a q read the same weights, served by one load). RV:
+//    rows_per_lane; U items in flight together (2 where an item has fewer than 8 elements
+//    and two items' elements and weights fit the registers).
+template <class Lc, class P, int FI0, bool FROM_X, bool TO_Y> struct PassRun;
+template <class Lc, int FI0, bool FROM_X, bool TO_Y, class... Fs>
+struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
+  using T = typename Lc::T;
+  using C = typename Lc::C;
+  using P = Pass<Fs...>;
+  static constexpr int N = Lc::N, RT = Lc::RT, NT = Lc::NT;
+  // NW: the weights' registers (one unused where a pass has none: Hadamard stages)
+  static constexpr int NW = PassWeights<P, Fs...>::COUNT > 0 ? PassWeights<P, Fs...>::COUNT : 1;
+  using Fc = Factors<T, C, N, P, FI0, 0, NW, Fs...>;
+  static constexpr int E = P::E, DLO = P::DLO, Q = N / E;
+  static constexpr bool BSL = Lc::ALONG == ALONG_ROW;
+  static constexpr int RG = BSL ? 1 : rows_per_item(RT, Q, NT);
+  static constexpr int RU = RG < 2 ? RG : 2;
+  static constexpr int RV = BSL ? rows_per_lane(Lc::V, words_of<C>(), E, NW, Lc::REGISTERS) : 1;
+  static constexpr int U = BSL && E * RV < 8 &&
+      2 * words_of<C>() * (E * RV + NW) + REGISTER_OVERHEAD <= Lc::REGISTERS ? 2 : 1;
+  static constexpr int WORK = (RT / RG / RV) * Q;
+  static_assert(N % (E * DLO) == 0, "a pass's element sets tile the vector");
+  static_assert(RT % RG == 0, "rows of a work item tile the rows of the tile");
+  static constexpr bool DISJOINT = (E & (E - 1)) == 0 && (DLO & (DLO - 1)) == 0;
+  using In = typename either<FROM_X, XSide<Lc, DLO>, TileSide<Lc, DLO, DISJOINT>>::type;
+  using Out = typename either<TO_Y, YSide<Lc, DLO>, TileSide<Lc, DLO, DISJOINT>>::type;
+
+  __device__ __forceinline__ static void run(T* tile, const long long* meta, const Ends<T>& e) {
+    const In in{tile, e};
+    const Out out{tile, e};
+    if constexpr (Lc::ALONG == ALONG_T) {
+      for (int w = threadIdx.x; w < WORK; w += NT) {
+        const int q = w % Q, row0 = (w / Q) * RG;
+        const int lo = q % DLO, hi = q / DLO;
+        const int t0 = hi * (E * DLO) + lo;
+        C wts[NW];
+        Fc::load(wts, hi, lo, meta);
+        for (int row = row0; row < row0 + RG; row += RU) {
+          C x[RU][E];
+#pragma unroll
+          for (int r = 0; r < RU; ++r)
+#pragma unroll
+            for (int u = 0; u < E; ++u) x[r][u] = widen(in.read(t0, row + r, u));
+#pragma unroll
+          for (int r = 0; r < RU; ++r) Fc::apply(x[r], wts);
+#pragma unroll
+          for (int r = 0; r < RU; ++r)
+#pragma unroll
+            for (int u = 0; u < E; ++u) out.write(t0, row + r, u, narrow<T>(x[r][u]));
+        }
+      }
+    } else {
+      constexpr int LANES = RT / RV;              // items, so lanes, of one q
+      for (int w0 = threadIdx.x; w0 < WORK; w0 += NT * U) {
+        C wts[U][NW], x[U][RV][E];
+        int t0[U], row[U];
+#pragma unroll
+        for (int i = 0; i < U; ++i) {
+          const int w = w0 + i * NT;
+          if (w >= WORK) break;
+          const int q = w / LANES, lo = q % DLO, hi = q / DLO;
+          row[i] = (w % LANES) * RV;
+          t0[i] = hi * (E * DLO) + lo;
+          Fc::load(wts[i], hi, lo, meta);
+#pragma unroll
+          for (int u = 0; u < E; ++u) {
+            const vec<T, RV> v = in.template read_rows<RV>(t0[i], row[i], u);
+#pragma unroll
+            for (int r = 0; r < RV; ++r) x[i][r][u] = widen(v.v[r]);
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < U; ++i) {
+          if (w0 + i * NT >= WORK) break;
+#pragma unroll
+          for (int r = 0; r < RV; ++r) Fc::apply(x[i][r], wts[i]);
+#pragma unroll
+          for (int u = 0; u < E; ++u) {
+            vec<T, RV> v;
+#pragma unroll
+            for (int r = 0; r < RV; ++r) v.v[r] = narrow<T>(x[i][r][u]);
+            out.template write_rows<RV>(t0[i], row[i], u, v);
+          }
+        }
+      }
+    }
+  }
+};
+
+// The passes in order, a barrier between two (the next reads what the last wrote). In
+// batch-size-last the first reads X; the last writes Y where the launch's TO_Y says so.
+template <class Lc, int FI, class... Ps>
+struct Passes {
+  __device__ __forceinline__ static void run(typename Lc::T*, const long long*,
+                                             const Ends<typename Lc::T>&) {}
+};
+template <class Lc, int FI, class P, class... Rest>
+struct Passes<Lc, FI, P, Rest...> {
+  static constexpr bool FIRST = FI == 0, LAST = sizeof...(Rest) == 0;
+  using T = typename Lc::T;
+  __device__ __forceinline__ static void run(T* tile, const long long* meta, const Ends<T>& e) {
+    PassRun<Lc, P, FI, FIRST && Lc::ALONG == ALONG_ROW, LAST && Lc::TO_Y>::run(tile, meta, e);
+    if constexpr (!LAST) {
+      __syncthreads();
+      Passes<Lc, FI + P::NF, Rest...>::run(tile, meta, e);
+    }
+  }
+};
+
+// Elements each thread moves per round of a load or store: loads in flight before the
+// shared-memory writes.
+constexpr int ROUND = 4;
+
+// Batch-size-first, global -> shared: tile row `row` is batch row row0 + row; element (row,
+// t) is read from column t of X, V elements along t per load, and lands at position
+// load_to[t] (t without an input gather; REVERSED: at the bit reversal of t, N a power of
+// two, the digit reversal of a radix-2 FFT computed instead of read from a table: DFT(4096)
+// complex64 0.43 -> 0.39 ms on an H200). Rows past B are zero-filled (computed, never
+// stored).
+template <class T, int N, int RT, int NT, int V, bool REVERSED>
 __device__ __forceinline__ void load_tile(T* tile, const T* __restrict__ X, long long B,
                                           long long row0, long long s_f, long long s_b,
                                           const int* __restrict__ load_to) {
@@ -401,41 +619,32 @@ __device__ __forceinline__ void load_tile(T* tile, const T* __restrict__ X, long
     Vec v[ROUND];
 #pragma unroll
     for (int i = 0; i < ROUND; ++i) {
-      const int e = e0 + i * NT;
-      int row = 0, t = 0;
-      if (e < VECS) vector_origin<N, RT, V, ALONG>(e, row, t);
+      const int e = e0 + i * NT, row = e / (N / V), t = (e % (N / V)) * V;
       const long long b = row0 + row;
-      const T* src = X + b * s_b + t * s_f;
-      if (e < VECS && b + (ALONG == ALONG_ROW ? V - 1 : 0) < B) {
-        v[i] = *reinterpret_cast<const Vec*>(src);
+      if (e < VECS && b < B) {
+        v[i] = *reinterpret_cast<const Vec*>(X + b * s_b + t * s_f);
       } else {
 #pragma unroll
-        for (int m = 0; m < V; ++m) {
-          const bool live = e < VECS && b + (ALONG == ALONG_ROW ? m : 0) < B;
-          v[i].v[m] = live ? src[ALONG == ALONG_T ? m : m * s_b] : zero(T());
-        }
+        for (int m = 0; m < V; ++m) v[i].v[m] = zero(T());
       }
     }
 #pragma unroll
     for (int i = 0; i < ROUND; ++i) {
-      const int e = e0 + i * NT;
+      const int e = e0 + i * NT, row = e / (N / V), t = (e % (N / V)) * V;
       if (e >= VECS) break;
-      int row, t;
-      vector_origin<N, RT, V, ALONG>(e, row, t);
 #pragma unroll
       for (int m = 0; m < V; ++m) {
-        const int tm = ALONG == ALONG_T ? t + m : t, rm = ALONG == ALONG_T ? row : row + m;
-        int to = load_to ? load_to[tm] : tm;
-        if constexpr (REVERSED) to = bit_reversed<N>(tm);
-        tile[L::at(rm, to)] = v[i].v[m];
+        int to = load_to ? load_to[t + m] : t + m;
+        if constexpr (REVERSED) to = bit_reversed<N>(t + m);
+        tile[L::at(row, to)] = v[i].v[m];
       }
     }
   }
 }
 
-// Shared -> global, the mirror image: column t of batch row row0 + row of Y is tile element
-// (row, store_from[t]) (t without an output gather).
-template <class T, int N, int RT, int NT, int V, int ALONG>
+// Batch-size-first, shared -> global, the mirror image: column t of batch row row0 + row of
+// Y is tile element (row, store_from[t]) (t without an output gather).
+template <class T, int N, int RT, int NT, int V>
 __device__ __forceinline__ void store_tile(const T* tile, T* __restrict__ Y, long long B,
                                            long long row0, long long s_f, long long s_b,
                                            const int* __restrict__ store_from) {
@@ -443,60 +652,59 @@ __device__ __forceinline__ void store_tile(const T* tile, T* __restrict__ Y, lon
   using Vec = vec<T, V>;
   constexpr int VECS = RT * N / V;
   for (int e = threadIdx.x; e < VECS; e += NT) {
-    int row, t;
-    vector_origin<N, RT, V, ALONG>(e, row, t);
+    const int row = e / (N / V), t = (e % (N / V)) * V;
     const long long b = row0 + row;
     if (b >= B) continue;
     Vec v;
 #pragma unroll
-    for (int m = 0; m < V; ++m) {
-      const int tm = ALONG == ALONG_T ? t + m : t, rm = ALONG == ALONG_T ? row : row + m;
-      v.v[m] = tile[L::at(rm, store_from ? store_from[tm] : tm)];
-    }
-    T* dst = Y + b * s_b + t * s_f;
-    if (b + (ALONG == ALONG_ROW ? V - 1 : 0) < B) {
-      *reinterpret_cast<Vec*>(dst) = v;
-    } else {
-#pragma unroll
-      for (int m = 0; m < V; ++m)
-        if (b + m < B) dst[m * s_b] = v.v[m];     // ALONG_ROW only: a ragged last vector
-    }
+    for (int m = 0; m < V; ++m) v.v[m] = tile[L::at(row, store_from ? store_from[t + m] : t + m)];
+    *reinterpret_cast<Vec*>(Y + b * s_b + t * s_f) = v;
   }
 }
 
 // Y = K_F ... K_1 X on whole feature vectors of length N. Ps: the passes (Pass<Radix...>),
 // factors in the order they are applied. X: element (row, column) at row·sx_b + column·sx_f;
-// Y likewise with sy_*. VX / VY: elements per global load / store along ALONG (1 for any
-// strides; more only where the host checked contiguity and alignment). MINB: blocks per SM
-// the registers must allow (several blocks per SM overlap one's loads with another's
-// arithmetic). load_to / store_from: the folded gathers (null: none); REVERSED: the input
-// gather is the bit reversal, computed (load_tile). TO_Y (batch-size-first, no output
-// gather): the last pass writes Y itself instead of store_tile, which saves a round trip of
-// the tile through shared memory, the kernel's busiest path (DFT(1024) 0.42 -> 0.38 ms on
-// an H200). Reading X in the first pass the same way was slower (0.47 ms: scalar loads, the
-// gather's columns per element, exposed latency).
-// meta: META entries per factor (see load_weights). Tiles: ceil(B / RT).
+// Y likewise with sy_*. MINB: blocks per SM the registers must allow (several blocks per SM
+// overlap one's loads with another's arithmetic). meta: META entries per factor (see
+// load_weights). Tiles: ceil(B / RT).
+//  - Batch-size-first (ALONG_T): the tile is loaded (load_tile, VX elements along t per
+//    load, 1 for any strides, more only where the host checked contiguity and alignment),
+//    the passes run on it, and it is stored (store_tile, VY). in_map / out_map: the folded
+//    gathers as load_to / store_from (null: none); REVERSED: the input gather is the bit
+//    reversal, computed. TO_Y (no output gather): the last pass writes Y itself instead of
+//    store_tile, which saves a round trip of the tile through shared memory, the kernel's
+//    busiest path (DFT(1024) 0.42 -> 0.38 ms on an H200). Reading X in the first pass the
+//    same way was slower (0.47 ms: a row's elements are scattered over the lanes' loads).
+//  - Batch-size-last (ALONG_ROW; TO_Y, VX = VY): the first pass reads X and the last writes
+//    Y (XSide, YSide: a warp's lanes walk the contiguous batch rows, up to VX rows an access
+//    where the host checked contiguity and alignment), so the tile goes through shared
+//    memory once per pass after the first. in_map / out_map: the gathers as src / dst (null:
+//    none; REVERSED: src is the bit reversal, computed).
 template <class T, int N, int RT, int NT, int MINB, int ALONG, int VX, int VY, bool REVERSED,
           bool TO_Y, class... Ps>
 __global__ void __launch_bounds__(NT, MINB) ks_rows(
     const T* __restrict__ X, T* __restrict__ Y, const long long* __restrict__ meta,
     long long B, long long sx_f, long long sx_b, long long sy_f, long long sy_b,
-    const int* __restrict__ load_to, const int* __restrict__ store_from, long long tiles) {
-  using L = RowsLayout<T, N, RT>;
-  static_assert(ALONG == ALONG_T ? N % VX == 0 && N % VY == 0 : RT % VX == 0 && RT % VY == 0,
-                "vectors tile the walked axis");
-  static_assert(ALONG == ALONG_T || !TO_Y, "a pass writes Y itself in batch-size-first only");
-  require_dynamic_smem<L::SMEM_BYTES>();
+    const int* __restrict__ in_map, const int* __restrict__ out_map, long long tiles) {
+  using Lc = Launch<T, N, RT, NT, MINB, ALONG, VX, REVERSED, TO_Y>;
+  static_assert(ALONG == ALONG_T ? N % VX == 0 && N % VY == 0 : TO_Y && VX == VY && RT % VX == 0,
+                "batch-size-first vectors tile a row; batch-size-last passes read X, write Y");
+  require_dynamic_smem<Lc::L::SMEM_BYTES>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* tile = reinterpret_cast<T*>(smem_raw);
+  constexpr bool bsl = ALONG == ALONG_ROW;
   for (long long it = blockIdx.x; it < tiles; it += gridDim.x) {
     const long long row0 = it * RT;
-    load_tile<T, N, RT, NT, VX, ALONG, REVERSED>(tile, X, B, row0, sx_f, sx_b, load_to);
-    __syncthreads();
-    Passes<T, N, RT, NT, 0, TO_Y, Ps...>::run(tile, meta, YTile<T>{Y, B, row0, sy_f, sy_b});
+    const Ends<T> ends{X, Y, B, row0, sx_f, sx_b, sy_f, sy_b,
+                       bsl ? in_map : nullptr, bsl ? out_map : nullptr};
+    if constexpr (!bsl) {
+      load_tile<T, N, RT, NT, VX, REVERSED>(tile, X, B, row0, sx_f, sx_b, in_map);
+      __syncthreads();
+    }
+    Passes<Lc, 0, Ps...>::run(tile, meta, ends);
     if constexpr (!TO_Y) {
       __syncthreads();
-      store_tile<T, N, RT, NT, VY, ALONG>(tile, Y, B, row0, sy_f, sy_b, store_from);
+      store_tile<T, N, RT, NT, VY>(tile, Y, B, row0, sy_f, sy_b, out_map);
     }
     __syncthreads();   // the next tile overwrites the shared memory
   }

@@ -132,6 +132,17 @@ _ROWS_DATAPATH = 2.5
 _ROWS_WEIGHT_LINES = 3.3
 _ROWS_WEIGHT_WORDS = 0.5
 _ROWS_EFFICIENCY = 0.6
+# Batch-size-last whole-vector segments (the first pass reads X, the last writes Y, lanes
+# along the batch rows): the batch in and out at the full DRAM bandwidth, then, not
+# overlapped, the load/store path at _ROWS_BSL_DATAPATH times it carrying the tile's round
+# trips, the blocks (as above) and each global access _ROWS_BSL_GLOBAL times; a segment whose
+# tile leaves one block per SM (nothing to overlap its loads with another block's passes)
+# takes _ROWS_LONE_BLOCK times as long. Fitted to 11 segments on an H200 (random butterflies
+# float32 and complex64 n = 256 ... 4096, Hadamard 256 ... 4096, DFT 1024 and 4096, 2^26
+# elements; RMS error of log time 0.09, where the batch-size-first form was 0.5).
+_ROWS_BSL_DATAPATH = 3.25
+_ROWS_BSL_GLOBAL = 1.5
+_ROWS_LONE_BLOCK = 1.5
 # Computed radix-2 stages (kernels/ks_rows.stage_of): a twiddled stage reads d/DLO twiddles
 # per work item, neighbouring lanes neighbouring values (one line per use, not
 # _ROWS_WEIGHT_LINES), and does a complex multiply and two adds per pair of elements
@@ -335,15 +346,16 @@ def segment_seconds(segment, batch: int, dtype, rates: DeviceRates) -> float:
 
 def rows_seconds(segment, batch: int, dtype, rates: DeviceRates, layout: str) -> float:
     """A whole-vector segment (:class:`kscupy.kernels.ks_rows.RowSegment`) in ``layout``:
-    the slowest of DRAM traffic (the batch in and out once), the SM's load/store path (the
-    tile's round trips through shared memory, the blocks per work item) and SIMT
-    arithmetic, plus a launch."""
+    DRAM traffic (the batch in and out once), the SM's load/store path (the tile's round
+    trips through shared memory, the blocks per work item; in batch-size-last the global
+    accesses too) and SIMT arithmetic, plus a launch: the slowest of the three in
+    batch-size-first, DRAM and the load/store path one after the other in batch-size-last
+    (see _ROWS_BSL_DATAPATH)."""
     isz = numpy.dtype(dtype).itemsize
     elements = batch * segment.n
     sectors = 1.0
     if layout == "bsl" and segment.rows * isz < 32 and batch > 1:
         sectors = _ROWS_THIN_RUNS                  # runs of a feature shorter than a sector
-    dram = 2 * isz * elements / (_ROWS_BANDWIDTH * sectors * rates.bandwidth)
     passes = segment.pass_patterns()
     tile = 2 * isz * elements * segment.tile_round_trips
     weights, macs = 0.0, 0.0          # values read per element, multiply-adds per element
@@ -359,8 +371,15 @@ def rows_seconds(segment, batch: int, dtype, rates: DeviceRates, layout: str) ->
             else:
                 weights += (p.d // low) / E / rg if stage == 2 else 0.0
                 macs += _STAGE_FLOPS[stage]
-    datapath = (tile + isz * elements * weights) / (_ROWS_DATAPATH * rates.bandwidth)
     compute = _flops_per_mac(dtype) * elements * macs / (_ROWS_EFFICIENCY * rates.peak(dtype))
+    if layout == "bsl":
+        dram = 2 * isz * elements / (sectors * rates.bandwidth)
+        datapath = (tile + isz * elements * weights + _ROWS_BSL_GLOBAL * 2 * isz * elements) \
+            / (_ROWS_BSL_DATAPATH * rates.bandwidth)
+        memory = (dram + datapath) * (_ROWS_LONE_BLOCK if segment.blocks_per_sm(isz) == 1 else 1)
+        return max(memory, compute) + LAUNCH_SECONDS
+    dram = 2 * isz * elements / (_ROWS_BANDWIDTH * sectors * rates.bandwidth)
+    datapath = (tile + isz * elements * weights) / (_ROWS_DATAPATH * rates.bandwidth)
     return max(dram, datapath, compute) + LAUNCH_SECONDS
 
 

@@ -136,15 +136,15 @@ def test_row_segments_compile(dtype):
     names = set()
     for pats in chains:
         factors = [ks.KSMatrix.random(p, dtype=dtype).factor for p in reversed(pats)]
-        for layout, along in (("bsl", ks_rows.ALONG_ROW), ("bsf", ks_rows.ALONG_T)):
+        for layout in ("bsl", "bsf"):
             for B in (3, 4096):
                 seg = ks_rows.make_row_segment(factors, dtype, layout, B)
+                names |= {seg.name(dtype), seg.layout_probe_name(dtype)}
                 walked = seg.n if layout == "bsf" else seg.rows
                 v = max(w for w in (1, 2, 4, 8, 16) if w <= vector and walked % w == 0)
-                names |= {seg.name(dtype, along, 1, 1), seg.name(dtype, along, v, v),
-                          seg.layout_probe_name(dtype)}
-                if layout == "bsf":          # the last pass writing Y, or the tile
-                    names |= {dataclasses.replace(seg, to_y=to_y).name(dtype, along, 1, 1)
+                names.add(seg.name(dtype, v, v))     # vectors along t, or rows
+                if layout == "bsf":                  # the last pass writing Y, or not
+                    names |= {dataclasses.replace(seg, to_y=to_y).name(dtype, v, v)
                               for to_y in (False, True)}
     _compile("ks_rows.cu", names)
 
@@ -163,9 +163,9 @@ def test_stage_segments_compile(dtype):
     for chain in chains:
         factors = [K.factor for K in reversed(chain.factors)]
         assert any(ks_rows.stage_of(f)[0] != ks_rows.STORED for f in factors)
-        for layout, along in (("bsl", ks_rows.ALONG_ROW), ("bsf", ks_rows.ALONG_T)):
+        for layout in ("bsl", "bsf"):
             seg = ks_rows.make_row_segment(factors, dtype, layout, 4096)
-            names.add(seg.name(dtype, along, 1, 1))
+            names.add(seg.name(dtype))
     _compile("ks_rows.cu", names)
 
 

@@ -264,8 +264,11 @@ def test_output_permutation_becomes_a_scatter_table():
     assert (seg.dst[out] == numpy.arange(16)).all()      # y[dst[p]] = z[p]  <=>  y = z[out]
     rows = planner.plan(C, "bsf", numpy.float32, 100, fuse="always", rates=RATES).steps[-1]
     assert isinstance(rows, RowSegment)
-    assert (rows.store_from == out).all()        # output column t is tile element out[t]
-    assert rows.load_to is None
+    assert (rows.out_map == out).all()           # output column t is tile element out[t]
+    assert rows.in_map is None
+    bsl = planner.plan(C, "bsl", numpy.float32, 100, fuse="always", rates=RATES).steps[-1]
+    assert isinstance(bsl, RowSegment) and bsl.in_map is None
+    assert (bsl.out_map[out] == numpy.arange(16)).all()   # element p goes to column dst[p]
 
 
 @pytest.mark.parametrize("patterns, passes", [
@@ -292,20 +295,49 @@ def test_fused_backend_needs_the_gpu():
         ks.KSMatrix.random((1, 2, 2, 1)).matmul(numpy.ones((2, 1)), backend="fused")
 
 
+@pytest.mark.parametrize("dtype, n, rows, blocks", [
+    (numpy.float32, 256, 32, 6),        # 128-byte runs, six 128-thread blocks per SM
+    (numpy.complex64, 256, 16, 6),
+    (numpy.float32, 1024, 16, 3),       # 64-byte runs, three blocks
+    (numpy.float32, 4096, 8, 1),        # a lone block rather than runs below a sector
+    (numpy.complex64, 4096, 4, 1),
+    (numpy.float32, 8192, 4, 1),        # a lone tile of 8 rows does not fit
+])
+def test_bsl_tiles_keep_runs_of_whole_sectors(dtype, n, rows, blocks):
+    """A batch-size-last tile wants 128-byte runs of each feature (a warp's access one
+    line); with fewer rows for several blocks per SM, but not below a 32-byte sector while a
+    lone tile fits. Its layout keeps the rows of a feature side by side."""
+    H = ks.hadamard(n, dtype=dtype)
+    seg = ks_rows.make_row_segment([K.factor for K in reversed(H.factors)], dtype, "bsl",
+                                   65536)
+    isz = numpy.dtype(dtype).itemsize
+    assert (seg.rows, seg.blocks_per_sm(isz)) == (rows, blocks)
+    assert seg.smem_bytes(isz) == rows * n * isz
+    smem, stride, spread = seg.tile_layout(isz)
+    assert stride == rows and spread == max(1, 128 // (rows * isz))
+    assert seg.threads == (512 if blocks == 1 else 128 if blocks == 6 else 256)
+    assert ks_rows.make_row_segment([K.factor for K in reversed(H.factors)], dtype, "bsl",
+                                    3).rows == 4                  # no more rows than the batch
+
+
 @pytest.mark.parametrize("n", [256, 1024, 4096])
 def test_last_pass_writes_y_where_its_stores_are_whole_sectors(n):
     """bsf DFT and Hadamard segments (last pass: the largest strides) write Y from their
-    last pass, one round trip through shared memory less; bsl and an output gather keep
-    store_tile; so does a last pass whose runs are shorter than a sector."""
+    last pass, one round trip through shared memory less; an output gather keeps
+    store_tile; so does a last pass whose runs are shorter than a sector. A bsl segment's
+    first pass reads X and its last writes Y, gathers or not."""
     F = ks.dft(n, dtype=numpy.complex64)
     factors = [K.factor for K in reversed(F.factors)]
     bsf = ks_rows.make_row_segment(factors, numpy.complex64, "bsf", 4096, src=F.input_permutation)
     assert bsf.to_y and bsf.tile_round_trips == len(bsf.passes)
     bsl = ks_rows.make_row_segment(factors, numpy.complex64, "bsl", 4096, src=F.input_permutation)
-    assert not bsl.to_y and bsl.tile_round_trips == len(bsl.passes) + 1
+    assert bsl.to_y and bsl.tile_round_trips == len(bsl.passes) - 1
     perm = numpy.random.default_rng(n).permutation(n)
     scattered = ks_rows.make_row_segment(factors, numpy.complex64, "bsf", 4096, dst=perm)
     assert not scattered.to_y
+    assert ks_rows.make_row_segment(factors, numpy.complex64, "bsl", 4096, dst=perm).to_y
+    with pytest.raises(ValueError, match="writes Y"):
+        dataclasses.replace(bsl, to_y=False)
     H = ks.hadamard(n, dtype=numpy.float32)
     assert ks_rows.make_row_segment([K.factor for K in reversed(H.factors)], numpy.float32,
                                     "bsf", 4096).to_y

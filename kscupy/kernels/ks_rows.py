@@ -43,11 +43,16 @@ MIN_BLOCKS = 3
 #: wanted, or MIN_SMALL_ROWS for computed stages in bsf: :func:`_configure`).
 SMALL_BLOCKS = 6
 MIN_SMALL_ROWS = 4
+#: Bytes of a feature's run a batch-size-last tile wants (a warp's access one 128-byte line:
+#: H200 float32 Hadamard(256), 32 rows 0.19 ms, 16 rows 0.24), and the least it takes where
+#: a lone tile fits (a 32-byte sector).
+BSL_RUN, SECTOR = 128, 32
 #: Shared memory of an SM available to blocks (H100/H200: 228 KiB, 1 KiB reserved per block).
 SM_SMEM = 224 * 1024
 #: 32-bit registers of an SM, and those a work item needs besides its elements and weights
 #: (addresses, indices, loop counters; from ptxas's counts for DFT and Hadamard passes).
 SM_REGISTERS = 65536
+SM_THREADS = 2048
 REGISTER_OVERHEAD = 32
 #: ``Along`` in ks_rows.cu: the axis global accesses walk (t in a row, or the batch row).
 ALONG_T, ALONG_ROW = 0, 1
@@ -147,9 +152,11 @@ def rows_per_item(rows: int, q: int, threads: int) -> int:
     return rg
 
 
-def rows_smem(n: int, rows: int, itemsize: int) -> int:
-    """``RowsLayout<T, N, RT>::SMEM_BYTES``: ``rows`` vectors of ``n`` elements rounded up to
-    whole 128-byte lines, plus one element per row."""
+def rows_smem(n: int, rows: int, itemsize: int, layout: str) -> int:
+    """``SMEM_BYTES`` of the tile's layout: ``rows`` vectors of ``n`` elements, batch-size-first
+    (``RowsLayout``) rounded up to whole 128-byte lines plus one element per row."""
+    if layout == "bsl":
+        return rows * n * itemsize
     return rows * _row_elements(n, itemsize) * itemsize
 
 
@@ -158,22 +165,34 @@ def _row_elements(n, itemsize):
     return -(-n // padq) * padq + 1
 
 
+def _spread(n, rows, itemsize):
+    """``ColsLayout::SPREAD``: the features a 128-byte wavefront covers with runs of ``rows``
+    elements, at most what divides ``n``."""
+    s = max(1, 128 // (rows * itemsize))
+    while n % s:
+        s //= 2
+    return s
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class RowSegment:
     """Factors (:class:`~kscupy.factor.Factor`, application order, all square with the same
     length ``n``) applied by one launch of ``ks_rows``.
 
-    ``passes``: factors per pass; ``rows``: vectors per block; ``threads``: per block;
-    ``min_blocks``: blocks per SM the registers must allow; ``src`` / ``dst``: the folded
+    ``layout``: the operands' layout it is built for (``"bsf"`` or ``"bsl"``); ``passes``:
+    factors per pass; ``rows``: vectors per block; ``threads``: per block; ``min_blocks``:
+    blocks per SM the registers must allow; ``src`` / ``dst``: the folded
     permutations as the planner gives them (element t of the input is column ``src[t]``,
     element t of the output goes to column ``dst[t]``); ``vector_blocks[f]``: factor f's
     blocks are read as 16-byte words from ``Factor.interleaved_words``; ``stages[f]``:
     factor f's :func:`stage_of` (computed radix-2 DFT and Hadamard stages); ``to_y``: the
-    last pass writes Y itself, saving a round trip of the tile through shared memory
-    (batch-size-first without an output gather, where its stores are whole sectors:
-    :func:`writes_whole_sectors`). Building one touches no device memory (the planner
-    prices many); the kernel's tables are made on the first launch.
+    last pass writes Y itself, saving a round trip of the tile through shared memory (always
+    in batch-size-last, where the first pass reads X too; in batch-size-first without an
+    output gather, where its stores are whole sectors: :func:`writes_whole_sectors`).
+    Building one touches no device memory (the planner prices many); the kernel's tables
+    are made on the first launch.
     """
+    layout: str
     factors: tuple
     passes: tuple
     rows: int
@@ -186,13 +205,21 @@ class RowSegment:
     to_y: bool = False
 
     def __post_init__(self):
-        if self.to_y and self.dst is not None:
-            raise ValueError("a last pass that writes Y itself has no output gather to fold")
+        if self.layout not in ("bsf", "bsl"):
+            raise ValueError(f"layout must be 'bsf' or 'bsl', got {self.layout!r}")
+        if self.layout == "bsl" and not self.to_y:
+            raise ValueError("a batch-size-last RowSegment's last pass writes Y (to_y)")
+        if self.layout == "bsf" and self.to_y and self.dst is not None:
+            raise ValueError("a batch-size-first last pass that writes Y itself has no output "
+                             "gather to fold")
 
     @property
     def tile_round_trips(self) -> int:
-        """Times the tile goes through shared memory (written, then read): one per pass and
-        one more, less one when the last pass writes Y itself."""
+        """Times the tile goes through shared memory (written, then read): batch-size-first,
+        one per pass and one more, less one when the last pass writes Y itself;
+        batch-size-last, where the first pass reads X, one per pass after the first."""
+        if self.layout == "bsl":
+            return len(self.passes) - 1
         return len(self.passes) + 1 - int(self.to_y)
 
     @functools.cached_property
@@ -202,16 +229,23 @@ class RowSegment:
         return is_bit_reversal(self.src)
 
     @functools.cached_property
-    def load_to(self):
-        """Where input column t lands in the tile: the inverse of ``src`` (int32)."""
+    def in_map(self):
+        """The kernel's ``in_map`` (int32), None without an input gather or where the kernel
+        computes the bit reversal: batch-size-first, where input column t lands in the tile
+        (the inverse of ``src``); batch-size-last, the column element t is read from
+        (``src``)."""
         if self.src is None or self.reversed_input:
             return None
-        return int32_indices(self.src, inverse=True)
+        return int32_indices(self.src, inverse=self.layout == "bsf")
 
     @functools.cached_property
-    def store_from(self):
-        """Which tile element output column t takes: the inverse of ``dst`` (int32)."""
-        return None if self.dst is None else int32_indices(self.dst, inverse=True)
+    def out_map(self):
+        """The kernel's ``out_map`` (int32), None without an output gather: batch-size-first,
+        which tile element output column t takes (the inverse of ``dst``); batch-size-last,
+        the column element t goes to (``dst``)."""
+        if self.dst is None:
+            return None
+        return int32_indices(self.dst, inverse=self.layout == "bsf")
 
     @functools.cached_property
     def _twiddle_tables(self):
@@ -254,24 +288,42 @@ class RowSegment:
         return tuple(f.pattern for f in self.factors)
 
     def pass_patterns(self):
-        """Per pass: its factors' patterns, their :func:`stage_of`, and the rows its work
-        items walk."""
+        """Per pass: its factors' patterns, their :func:`stage_of`, and the rows one load of
+        a work item's blocks serves (batch-size-first: the rows an item walks; batch-size-
+        last: the tile's rows, whose lanes read the same addresses)."""
         out, f = [], 0
         for count in self.passes:
             pats = self.patterns[f:f + count]
             elements = int(numpy.prod([p.b for p in pats]))
-            out.append((pats, self.stages[f:f + count],
-                        rows_per_item(self.rows, self.n // elements, self.threads)))
+            served = self.rows if self.layout == "bsl" else \
+                rows_per_item(self.rows, self.n // elements, self.threads)
+            out.append((pats, self.stages[f:f + count], served))
             f += count
         return out
 
     def smem_bytes(self, itemsize: int) -> int:
-        return rows_smem(self.n, self.rows, itemsize)
+        return rows_smem(self.n, self.rows, itemsize, self.layout)
 
-    def layout(self, itemsize: int) -> tuple:
-        """``(SMEM_BYTES, ROW, PADQ)`` of ``RowsLayout``, as this module computes them."""
+    def blocks_per_sm(self, itemsize: int) -> int:
+        """Blocks an SM holds at once, as shared memory and threads allow (an SM: SM_SMEM
+        bytes, 1 KiB reserved per block, 2048 threads)."""
+        return max(1, min(SM_SMEM // (self.smem_bytes(itemsize) + 1024),
+                          SM_THREADS // self.threads))
+
+    def tile_layout(self, itemsize: int) -> tuple:
+        """What ``ks_rows_layout`` reports, as this module computes it: ``(SMEM_BYTES, ROW,
+        PADQ)`` of ``RowsLayout`` (bsf) or ``(SMEM_BYTES, RT, SPREAD)`` of ``ColsLayout``
+        (bsl)."""
+        if self.layout == "bsl":
+            return (self.smem_bytes(itemsize), self.rows,
+                    _spread(self.n, self.rows, itemsize))
         return (self.smem_bytes(itemsize), _row_elements(self.n, itemsize),
                 max(1, 128 // itemsize))
+
+    @property
+    def along(self) -> int:
+        """``ALONG`` of the kernel: the axis its global accesses walk."""
+        return ALONG_ROW if self.layout == "bsl" else ALONG_T
 
     def _pass_arguments(self) -> str:
         out, f = [], 0
@@ -286,16 +338,17 @@ class RowSegment:
             f += count
         return ", ".join(out)
 
-    def name(self, dtype, along: int, vx: int, vy: int) -> str:
+    def name(self, dtype, vx: int = 1, vy: int = 1) -> str:
         """The instantiation ``ks::ks_rows<T, N, RT, NT, MINB, ALONG, VX, VY, REVERSED, TO_Y,
-        Pass<...>...>``."""
+        Pass<...>...>`` (batch-size-last: VX = VY)."""
         flag = lambda b: "true" if b else "false"  # noqa: E731
         return (f"ks::ks_rows<{nvrtc.scalar_name(dtype)}, {self.n}, {self.rows}, "
-                f"{self.threads}, {self.min_blocks}, {along}, {vx}, {vy}, "
+                f"{self.threads}, {self.min_blocks}, {self.along}, {vx}, {vy}, "
                 f"{flag(self.reversed_input)}, {flag(self.to_y)}, {self._pass_arguments()}>")
 
     def layout_probe_name(self, dtype) -> str:
-        return f"ks::ks_rows_layout<{nvrtc.scalar_name(dtype)}, {self.n}, {self.rows}>"
+        return (f"ks::ks_rows_layout<{nvrtc.scalar_name(dtype)}, {self.n}, {self.rows}, "
+                f"{self.along}>")
 
     def __call__(self, X, layout):
         return prepare(self, X, layout)(X)
@@ -310,8 +363,9 @@ class RowSegment:
                          if v is not None)
         computed = sum(stage != STORED for stage, _ in self.stages)
         stages = f" computed={computed}" if computed else ""
-        return (f"rows {len(self.factors)} factors [{pats}] passes={list(self.passes)} "
-                f"rows={self.rows}{stages}{extras}{' to Y' if self.to_y else ''}")
+        ends = " to Y" if self.to_y and self.layout == "bsf" else ""
+        return (f"rows {self.layout} {len(self.factors)} factors [{pats}] "
+                f"passes={list(self.passes)} rows={self.rows}{stages}{extras}{ends}")
 
 
 def is_bit_reversal(src) -> bool:
@@ -341,32 +395,37 @@ def eligible(patterns) -> bool:
 def _configure(patterns, stages, dtype, layout, batch):
     """``(passes, rows, threads, min_blocks)`` or None when one vector does not fit."""
     n, isz, words = patterns[0].shape[1], dtype.itemsize, _words(dtype)
-    if rows_smem(n, 1, isz) > SMEM_MAX:
+    smem = lambda rows: rows_smem(n, rows, isz, layout)  # noqa: E731
+    if smem(1) > SMEM_MAX:
         return None
-    # Batch-size-last tiles want rows enough for 64-byte runs of a feature; either layout
-    # wants rows enough for a pass's weights to serve several, and a few tiles per SM.
-    wanted = max(4, 64 // isz) if layout == "bsl" else 16
+    # Batch-size-last tiles want rows enough for 128-byte runs of a feature (a warp's access
+    # one whole line); batch-size-first tiles rows enough for a pass's weights to serve
+    # several; either a few tiles per SM.
+    wanted = BSL_RUN // isz if layout == "bsl" else 16
     rows = min(wanted, pow2_at_least(batch))
     # SMALL_BLOCKS blocks per SM of 128 threads: the warps and registers of three 256-thread
     # blocks, in groups that wait less at their barriers. Taken where the tile keeps all the
     # rows wanted, and for computed stages (DFT, Hadamard) in bsf while it keeps
     # MIN_SMALL_ROWS (H200: bsf DFT(256) 0.331 -> 0.324 ms, Hadamard(1024) 0.177 -> 0.167,
-    # butterfly(256) float32 0.235 -> 0.190; bsl DFT(256) 0.558 -> 0.487). Slower with 1 or 2
-    # rows (bsf DFT(4096)), with fewer rows in bsl (DFT(1024): 8 -> 4 rows, 0.516 -> 0.649)
-    # and for stored blocks with fewer rows (butterfly(1024) complex64: 8 -> 4, 0.49 -> 0.50).
+    # butterfly(256) float32 0.235 -> 0.190). Slower with 1 or 2 rows (bsf DFT(4096)) and for
+    # stored blocks with fewer rows (butterfly(1024) complex64: 8 -> 4, 0.49 -> 0.50).
     computed = all(stage != STORED for stage, _ in stages)
     small_rows = rows
-    while small_rows > 1 and rows_smem(n, small_rows, isz) + 1024 > SM_SMEM // SMALL_BLOCKS:
+    while small_rows > 1 and smem(small_rows) + 1024 > SM_SMEM // SMALL_BLOCKS:
         small_rows //= 2
     if small_rows == rows or (computed and layout == "bsf"
                               and small_rows >= min(rows, MIN_SMALL_ROWS)):
         rows, resident, threads_max = small_rows, SMALL_BLOCKS, 128
     else:
-        while rows > 1 and rows_smem(n, rows, isz) > SMEM_TARGET:
+        # fewer rows for several tiles per SM, but in bsl not below runs of a sector while
+        # a lone tile fits (H200, bsl float32 Hadamard(4096): 8 rows, one 512-thread block,
+        # 0.35 ms; 4 rows, three, 0.77)
+        while rows > 1 and (smem(rows) > SMEM_MAX or smem(rows) > SMEM_TARGET and (
+                layout == "bsf" or rows * isz > SECTOR)):
             rows //= 2
         # 256 threads when several blocks share an SM (x 3 blocks leaves 85 registers a
         # thread), 512 for a lone block
-        resident = max(1, min(MIN_BLOCKS, SM_SMEM // (rows_smem(n, rows, isz) + 1024)))
+        resident = max(1, min(MIN_BLOCKS, SM_SMEM // (smem(rows) + 1024)))
         threads_max = 256 if resident > 1 else 512
     # Passes are grouped to the registers that leaves (DFT(1024): passes of 8 elements,
     # 3 blocks per SM, 0.43 ms; of 16 elements, 2 blocks, 0.50 ms); fewer threads when no
@@ -405,11 +464,12 @@ def make_row_segment(factors, dtype, layout, batch, src=None, dst=None):
     vector_blocks = tuple(stage == STORED and not f.transposed
                           and f.pattern.b * f.pattern.c * dtype.itemsize % 16 == 0
                           for f, (stage, _) in zip(factors, stages))
-    # the last pass writes Y itself where it can (bsf, no output gather, whole sectors)
-    to_y = layout == "bsf" and dst is None and writes_whole_sectors(
-        patterns[len(patterns) - passes[-1]:], dtype.itemsize)
-    return RowSegment(tuple(factors), passes, rows, threads, min_blocks, vector_blocks,
-                      stages, src, dst, to_y)
+    # the last pass writes Y itself: always in bsl, in bsf where it can (no output gather,
+    # whole sectors)
+    to_y = layout == "bsl" or (dst is None and writes_whole_sectors(
+        patterns[len(patterns) - passes[-1]:], dtype.itemsize))
+    return RowSegment(layout, tuple(factors), passes, rows, threads, min_blocks,
+                      vector_blocks, stages, src, dst, to_y)
 
 
 # -- launch -------------------------------------------------------------------------------------
@@ -432,27 +492,24 @@ def prepare(segment: RowSegment, X, layout):
     dtype and 16-byte alignment: kernel, grid and arguments found here once. The segment's
     factors must have X's dtype."""
     import cupy
+    if layout != segment.layout:
+        raise ValueError(f"a RowSegment built for {segment.layout!r} run in {layout!r}")
     dtype, isz, n = X.dtype, X.dtype.itemsize, segment.n
     B, (sx_f, sx_b, sy_f, sy_b), y_shape = geometry(X, layout, n)
     if B == 0:
         return lambda X: cupy.empty(y_shape, dtype=dtype)
-    # Y is new and C-ordered (CuPy's allocations are 256-byte aligned)
-    if layout == "bsf":
-        along = ALONG_T
+    if layout == "bsf":             # Y is new and C-ordered (256-byte aligned)
         vx = _vector_width(X.data.ptr, isz, sx_f == 1, sx_b, n)
         vy = 1 if segment.to_y else _vector_width(0, isz, True, sy_b, n)
-    else:
-        if segment.to_y:
-            raise ValueError("a RowSegment whose last pass writes Y is batch-size-first")
-        along = ALONG_ROW
-        vx = _vector_width(X.data.ptr, isz, sx_b == 1, sx_f, segment.rows)
-        vy = _vector_width(0, isz, True, sy_f, segment.rows)
+    else:                           # the passes read X and write Y by the same rows
+        vx = vy = min(_vector_width(X.data.ptr, isz, sx_b == 1, sx_f, segment.rows),
+                      _vector_width(0, isz, True, sy_f, segment.rows))
     smem = segment.smem_bytes(isz)
-    fn = nvrtc.function("ks_rows.cu", segment.name(dtype, along, vx, vy), smem,
+    fn = nvrtc.function("ks_rows.cu", segment.name(dtype, vx, vy), smem,
                         cupy.cuda.Device().id, prefer_shared=True)
     tiles = -(-B // segment.rows)
     i64 = numpy.int64
     launch = Launcher(fn, (min(tiles, 2**31 - 1),), (segment.threads,), smem,
                       (segment.meta, i64(B), i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b),
-                       segment.load_to, segment.store_from, i64(tiles)))
+                       segment.in_map, segment.out_map, i64(tiles)))
     return KernelRun(launch, y_shape, dtype)

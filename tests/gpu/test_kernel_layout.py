@@ -99,7 +99,7 @@ def test_rows_layout_matches_the_kernel(dtype):
     reported = _probe("ks_rows.cu", {s.layout_probe_name(dtype) for s in segments})
     for seg in segments:
         got = reported[seg.layout_probe_name(dtype)][:3]
-        assert got == seg.layout(dtype.itemsize), (seg.describe(), got)
+        assert got == seg.tile_layout(dtype.itemsize), (seg.describe(), got)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)

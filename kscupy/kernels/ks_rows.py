@@ -3,7 +3,9 @@ factors applied to whole feature vectors from registers, in passes of nesting fa
 
 A :class:`RowSegment` is what a chain plan runs: its factors (in application order), the
 passes they are grouped into (:func:`group_passes`), the tile (``rows`` whole vectors per
-block; a work item walks several with its blocks in registers) and the folded gathers. It
+block, laid out for one layout: in batch-size-first a work item walks several rows with its
+blocks in registers; in batch-size-last the first pass reads X, the last writes Y and the
+lanes of a work item's group take neighbouring rows) and the folded gathers. It
 applies where every factor is square with blocks of at most :data:`MAX_RADIX` and a tile of
 one vector fits in shared memory (:func:`make_row_segment` returns None otherwise): FFT,
 Hadamard and butterfly chains up to a few thousand features. Radix-2 factors whose values

@@ -425,9 +425,9 @@ struct TileSide {
 // one vector where they are all below B (the host checked alignment and contiguity for
 // RV > 1); rows past B read as zeros (computed, never stored). A warp's lanes take
 // neighbouring rows of a few features (see PassRun), so each access reads runs of
-// RT·sizeof(T) contiguous bytes. The reads stream
-// (evict first), so that they do not push the pass's blocks, read by every item, out of
-// L1 (butterfly(256) float32: 40% of the blocks' reads missed L1).
+// RT·sizeof(T) contiguous bytes. The reads stream (evict first), so that they do not push
+// the pass's blocks, read by every item, out of L1 (butterfly(256) float32: 40% of the
+// blocks' reads missed L1).
 template <class Lc, int DLO>
 struct XSide {
   using T = typename Lc::T;

@@ -38,26 +38,19 @@ struct __align__(2 * sizeof(R)) cplx {
 template <class T, int V>
 struct __align__(V * sizeof(T)) vec { T v[V]; };
 
+// Raw bits of BYTES (2, 4, 8 or 16) bytes: one vector load or store through registers.
+template <int BYTES> struct Bits;
+template <> struct Bits<2> { using type = unsigned short; };
+template <> struct Bits<4> { using type = unsigned; };
+template <> struct Bits<8> { using type = uint2; };
+template <> struct Bits<16> { using type = uint4; };
+
 // *p read through the cache-streaming path (ld.global.cs: evict first), for data read once.
 template <class T>
 __device__ __forceinline__ T load_streaming(const T* p) {
-  static_assert(sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8 || sizeof(T) == 16,
-                "a 2-, 4-, 8- or 16-byte value");
-  T v;
-  if constexpr (sizeof(T) == 2) {
-    const unsigned short w = __ldcs(reinterpret_cast<const unsigned short*>(p));
-    v = *reinterpret_cast<const T*>(&w);
-  } else if constexpr (sizeof(T) == 4) {
-    const unsigned w = __ldcs(reinterpret_cast<const unsigned*>(p));
-    v = *reinterpret_cast<const T*>(&w);
-  } else if constexpr (sizeof(T) == 8) {
-    const uint2 w = __ldcs(reinterpret_cast<const uint2*>(p));
-    v = *reinterpret_cast<const T*>(&w);
-  } else {
-    const uint4 w = __ldcs(reinterpret_cast<const uint4*>(p));
-    v = *reinterpret_cast<const T*>(&w);
-  }
-  return v;
+  using W = typename Bits<(int)sizeof(T)>::type;
+  const W w = __ldcs(reinterpret_cast<const W*>(p));
+  return *reinterpret_cast<const T*>(&w);
 }
 
 __device__ __forceinline__ float16 zero(float16) { return {0}; }

@@ -230,13 +230,6 @@ __device__ __forceinline__ void cp_async(unsigned dst, const void* src, bool ok)
   }
 }
 
-// Raw bits of BYTES (2, 4, 8 or 16) bytes: one vector load or store through registers.
-template <int BYTES> struct Bits;
-template <> struct Bits<2> { using type = unsigned short; };
-template <> struct Bits<4> { using type = unsigned; };
-template <> struct Bits<8> { using type = uint2; };
-template <> struct Bits<16> { using type = uint4; };
-
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
 template <int PENDING>

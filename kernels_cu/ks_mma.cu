@@ -71,10 +71,47 @@ __device__ __forceinline__ void each_vector(int tid, F f) {
   }
 }
 
+// A thread's copy vectors in a chunk, e = tid + rep*NT (each_vector), as digits (d0, d1, d2)
+// of radices (R0, R1, ...), d0 fastest: the vector's place in the tile (x_vector, w_vector).
+// Where NT is a multiple of R0 and Q = NT / R0 a multiple or a divisor of R1, every rep has
+// the thread's own d0 and moves d1 and d2 by amounts known at compile time,
+//   d1 = d1(tid) + D1(rep),   d2 = d2(tid) + D2(rep),
+// since d1 + R1*d2 = tid / R0 + rep*Q. A thread then finds each of its vectors from its
+// first by constant steps along two strides, and checks each against the room left along
+// d1 and d2 (WalkStart).
+template <int R0, int R1, int NT>
+struct Walk {
+  static constexpr int Q = NT / R0;
+  static constexpr bool LINEAR = NT % R0 == 0 && (Q % R1 == 0 || R1 % Q == 0);
+  static constexpr int PERIOD = Q % R1 == 0 ? 1 : R1 / Q;   // reps per step of d2 (case R1 % Q == 0)
+  __host__ __device__ static constexpr int D1(int rep) { return Q % R1 == 0 ? 0 : rep % PERIOD * Q; }
+  __host__ __device__ static constexpr int D2(int rep) { return Q % R1 == 0 ? rep * (Q / R1) : rep / PERIOD; }
+};
+
+// Where a thread's walk starts in one tile: the offset of its first vector in chunk 0 and the
+// room left for its vectors. Vector rep is in the problem where
+//   l0 + (L_D1 ? D1 : 0) < room_l,   L_D1 || D1 < room1,   D2 < room2
+// for chunk offset l0 along the reduction, L_D1 saying whether d1 is the reduction index
+// (else d0 is). room_l is c - l of the first vector, 0 when a digit that no rep moves lies
+// outside the problem.
+struct WalkStart {
+  long long src;
+  int room_l, room1, room2;
+  template <bool L_D1>
+  __device__ __forceinline__ bool ok(int l0, int d1, int d2) const {
+    return l0 + (L_D1 ? d1 : 0) < room_l && (L_D1 || d1 < room1) && d2 < room2;
+  }
+};
+
+// min(n, 2^31 - 1) for n >= 0, else 0: a room along the batch as an int.
+__device__ __forceinline__ int clamp_room(long long n) {
+  return n <= 0 ? 0 : n >= 0x7fffffffLL ? 0x7fffffff : (int)n;
+}
+
 // The block's shared-memory layout, the one definition that the kernel uses and that
 // ks_mma_layout reports (kscupy/kernels/ks_mma.py mirrors it; a GPU test compares): STAGES
 // stages of (Xs[SLOTS][..][XS_LD], Ws[SLOTS][..][WS_LD]), each buffer rounded to 16 bytes;
-// in the group order at least the output tile Ys[BN][BM][SLOTS] long.
+// in the group order at least SLOTS * BM * BN elements, the unpadded output tile.
 //
 // The staged epilogues (kernel below) pass the output tile through shared memory: after a
 // block's last tile through all of it (no copies are in flight any more), in one pass where
@@ -107,11 +144,32 @@ struct MmaLayout {
   static constexpr int YS_SIZE = ORDER == 1 ? SLOTS * BM * BN : 0;
   static constexpr int AREA = STAGES * STAGE > YS_SIZE ? STAGES * STAGE : YS_SIZE;
   static constexpr int SMEM_BYTES = AREA * (int)sizeof(T);
-  // The group order's Ys[n][k][slot]: batch columns per pass in `area` elements, the most
-  // that divide BN and fit (at least one does: a stage's Ws alone holds SLOTS * BM * BK).
+  // The group order's Ys[slot][n][k]: YS_LDN elements per column n, YS_SLOT(n) per slot for
+  // n columns. The epilogue writes it from the accumulators, a warp's lanes at k = lane / 4
+  // (+ 8) of columns n = 2 * (lane % 4) (+ 1), all in the warp's slot; and reads it as VX
+  // slots of one (n, k) per thread, lanes walking g = SLOTS / VX slot groups, then k. Both
+  // hit distinct banks (words, for float16) when, with BANK_ROW elements per 128 bytes and
+  // LANES = min(32, BANK_ROW) lanes per shared-memory wavefront,
+  //   2 * YS_LDN ≡ LANES / 4   and   VX * YS_SLOT ≡ LANES / g   (mod BANK_ROW):
+  // the four column pairs (slot groups) then fall between the k's of one wavefront.
+  // (Ys[n][k][slot], read as one 16-byte vector, was an 8-way conflict on every write.)
+  static constexpr int BANK_ROW = 128 / (int)sizeof(T), LANES = BANK_ROW < 32 ? BANK_ROW : 32;
+  __host__ __device__ static constexpr int padded(int n, int multiple, int residue) {
+    for (int p = 0; p < BANK_ROW; ++p)
+      if ((multiple * (n + p) - residue) % BANK_ROW == 0) return n + p;
+    return n;
+  }
+  static constexpr int YS_LDN = padded(BM, 2, LANES / 4);
+  template <int VX>
+  __host__ __device__ static constexpr int ys_slot(int columns) {
+    return padded(columns * YS_LDN, VX, LANES * VX / SLOTS > 0 ? LANES * VX / SLOTS : 1);
+  }
+  // Batch columns per pass in `area` elements: the most that divide BN and fit (one does: a
+  // stage's Ws alone holds SLOTS * BM * (BK + 4) >= SLOTS * (BM + 2 * BANK_ROW)).
+  template <int VX>
   __host__ __device__ static constexpr int ys_columns(int area) {
     for (int n = BN; n > 1; --n)
-      if (BN % n == 0 && SLOTS * BM * n <= area) return n;
+      if (BN % n == 0 && SLOTS * ys_slot<VX>(n) <= area) return n;
     return 1;
   }
   // The batch order's Ys[r][YS_LD] for rows r = slot*BM + k, n along a row, padded by 8
@@ -255,10 +313,19 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   constexpr int W_REPS = (WV + NT - 1) / NT;
   // Keep the copies' origins in registers (three a vector) for few vectors a thread, and
   // only where a thread may have more than 128 registers (NT * MIN_BLOCKS < 512): under that
-  // cap they were spilled and reloaded every step. Not in the group order, whose X vectors
-  // share one group origin (x_group) and cost a few integer operations a chunk: there the
-  // hoisted origins made the float32 2 x 128 x 64 tiles spill.
+  // cap they were spilled and reloaded every step. Not in the group order, where they made
+  // the float32 2 x 128 x 64 tiles spill.
   constexpr bool HOIST = X_REPS + W_REPS <= 8 && NT * MIN_BLOCKS < 512 && ORDER != 1;
+  // Otherwise a thread walks its vectors by constant steps (Walk) where it can: X in the
+  // group order (digits es, l, n; the batch column moves) or with one slot (the slot never
+  // moves), W always (digits l, k, es or k, l, es; the slot moves by whole blocks). Worked out
+  // anew each chunk, the origins' 64-bit index products were half of the group order's
+  // instructions (float32 (64, 64, 64, 16): 554 of a chunk's 1020 per warp, 96 of them MMAs).
+  using XWalk = Walk<ORDER == 0 ? BN / VX : ORDER == 2 ? BK / VX : SLOTS / VX, ORDER == 2 ? BN : BK, NT>;
+  using WWalk = Walk<WT == 0 ? BK / VW : BM / VW, WT == 0 ? BM : BK, NT>;
+  constexpr bool X_WALK = !HOIST && XWalk::LINEAR && (ORDER == 1 || SLOTS == 1);
+  constexpr bool W_WALK = !HOIST && WWalk::LINEAR;
+  constexpr bool X_L_D1 = ORDER != 2, W_L_D1 = WT == 1;   // whether d1 is the reduction index
   // Whether all of a thread's X vectors lie in one slot, x_slot(tid): in the group order
   // lanes walk the slots and NT is a multiple of SLOTS / VX, so vector tid + rep*NT is
   // always in the same one; in the others only when there is one slot.
@@ -330,12 +397,49 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   // the accumulators spill.
   long long x_src[HOIST ? X_REPS : 1], w_src[HOIST ? W_REPS : 1];
   int x_room[HOIST ? X_REPS : 1], w_room[HOIST ? W_REPS : 1];
+  // With X_WALK / W_WALK, where the thread's walks start in tile lt (WalkStart), and the
+  // steps of a walk: D1 * S1 + D2 * S2 in global memory, D1 * A1 + D2 * A2 in the stage's
+  // buffer (from the shared offset of the first vector, x_at / w_at).
+  WalkStart xw{}, ww{};
+  const long long x_s1 = ORDER == 2 ? sx_b : x_step, x_s2 = ORDER == 1 ? sx_b : 0;
+  const long long w_s1 = WT == 0 ? w_sk : w_sl;
+  constexpr int X_A1 = ORDER == 1 ? 1 : L::XS_LD, X_A2 = ORDER == 1 ? L::XS_LD : L::XS_SLOT;
+  constexpr int W_A1 = L::WS_LD, W_A2 = L::WS_SLOT;
+  auto x_at_of = [&](int e) {
+    int es, l, n;
+    x_vector(e, es, l, n);
+    return es * L::XS_SLOT + (L::X_KMAJOR ? n * L::XS_LD + l : l * L::XS_LD + n);
+  };
+  auto w_at_of = [&](int e) {
+    int es, k, l;
+    w_vector(e, es, k, l);
+    return es * L::WS_SLOT + (L::W_KMAJOR ? k * L::WS_LD + l : l * L::WS_LD + k);
+  };
+  const int x_at = x_at_of(tid), w_at = w_at_of(tid);
   auto enter_load_tile = [&]() {
     lt = load_tile.origin();
     if constexpr (X_ONE_SLOT) x_group = origins.x(lt.g0 + (ORDER == 1 ? tid % (SLOTS / VX) * VX : 0));
     if constexpr (HOIST) {
       each_vector<XV, NT>(tid, [&](int rep, int e) { x_origin(e, x_src[rep], x_room[rep]); });
       each_vector<WV, NT>(tid, [&](int rep, int e) { w_origin(e, w_src[rep], w_room[rep]); });
+    }
+    if constexpr (X_WALK) {
+      int es, l, n;
+      x_vector(tid, es, l, n);
+      const int n_room = clamp_room(B - lt.n0 - n);
+      const bool fixed_ok = lt.g0 + es < G && (ORDER == 1 || n_room > 0);   // digits no rep moves
+      xw.src = x_group + l * x_step + (lt.n0 + n) * sx_b;
+      xw.room_l = fixed_ok ? c - l : 0;
+      xw.room1 = ORDER == 2 ? n_room : 1;
+      xw.room2 = ORDER == 1 ? n_room : 1;
+    }
+    if constexpr (W_WALK) {
+      int es, k, l;
+      w_vector(tid, es, k, l);
+      ww.src = (lt.g0 + es) * bc + (long long)(lt.k0 + k) * w_sk + (long long)l * w_sl;
+      ww.room_l = WT == 0 || lt.k0 + k < b ? c - l : 0;
+      ww.room1 = b - lt.k0 - k;
+      ww.room2 = G - lt.g0 - es;
     }
   };
   // Issue the copies of the cursor's step into stage buffer `s` (staged X: into registers,
@@ -347,31 +451,44 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
     const T* const x_chunk = X + l0 * x_step;
     const T* const w_chunk = W + (long long)l0 * w_sl;
     each_vector<XV, NT>(tid, [&](int rep, int e) {
+      bool ok;
       long long origin;
-      int room;
-      if constexpr (HOIST) { origin = x_src[rep]; room = x_room[rep]; }
-      else x_origin(e, origin, room);
-      const bool ok = l0 < room;
-      const T* src = ok ? x_chunk + origin : X;
-      if constexpr (X_STAGED) {
-        x_staged[rep] = ok ? *reinterpret_cast<const XBits*>(src) : XBits{};
+      int at;
+      if constexpr (X_WALK) {
+        const int d1 = XWalk::D1(rep), d2 = XWalk::D2(rep);
+        ok = xw.ok<X_L_D1>(l0, d1, d2);
+        origin = xw.src + d1 * x_s1 + d2 * x_s2;
+        at = x_at + d1 * X_A1 + d2 * X_A2;
       } else {
-        int es, l, n;
-        x_vector(e, es, l, n);
-        const int at = es * L::XS_SLOT + (L::X_KMAJOR ? n * L::XS_LD + l : l * L::XS_LD + n);
-        cp_async<VX * (int)sizeof(T)>(xs + at * (int)sizeof(T), src, ok);
+        int room;
+        if constexpr (HOIST) { origin = x_src[rep]; room = x_room[rep]; }
+        else x_origin(e, origin, room);
+        ok = l0 < room;
+        at = x_at_of(e);
       }
+      const T* src = ok ? x_chunk + origin : X;
+      if constexpr (X_STAGED)
+        x_staged[rep] = ok ? *reinterpret_cast<const XBits*>(src) : XBits{};
+      else
+        cp_async<VX * (int)sizeof(T)>(xs + at * (int)sizeof(T), src, ok);
     });
     each_vector<WV, NT>(tid, [&](int rep, int e) {
+      bool ok;
       long long origin;
-      int room;
-      if constexpr (HOIST) { origin = w_src[rep]; room = w_room[rep]; }
-      else w_origin(e, origin, room);
-      int es, k, l;
-      w_vector(e, es, k, l);
-      const bool ok = l0 < room;
+      int at;
+      if constexpr (W_WALK) {
+        const int d1 = WWalk::D1(rep), d2 = WWalk::D2(rep);
+        ok = ww.ok<W_L_D1>(l0, d1, d2);
+        origin = ww.src + d1 * w_s1 + d2 * bc;
+        at = w_at + d1 * W_A1 + d2 * W_A2;
+      } else {
+        int room;
+        if constexpr (HOIST) { origin = w_src[rep]; room = w_room[rep]; }
+        else w_origin(e, origin, room);
+        ok = l0 < room;
+        at = w_at_of(e);
+      }
       const T* src = ok ? w_chunk + origin : W;
-      const int at = es * L::WS_SLOT + (L::W_KMAJOR ? k * L::WS_LD + l : l * L::WS_LD + k);
       cp_async<VW * (int)sizeof(T)>(ws + at * (int)sizeof(T), src, ok);
     });
     if (++load_chunk == chunks) {
@@ -384,11 +501,10 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   auto stash_x = [&](int s) {
     T* const xs = stages + s * L::STAGE;
     each_vector<XV, NT>(tid, [&](int rep, int e) {
-      int es, l, n;
-      x_vector(e, es, l, n);
+      const int at = X_WALK ? x_at + XWalk::D1(rep) * X_A1 + XWalk::D2(rep) * X_A2 : x_at_of(e);
       const T* v = reinterpret_cast<const T*>(&x_staged[rep]);
 #pragma unroll
-      for (int u = 0; u < VX; ++u) xs[(es + u) * L::XS_SLOT + n * L::XS_LD + l] = v[u];
+      for (int u = 0; u < VX; ++u) xs[at + u * L::XS_SLOT] = v[u];
     });
   };
 
@@ -404,13 +520,14 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
     if constexpr (X_STAGED) {
       // The group order: the slots' values of one (k, n) are adjacent in Y
       // (Y[rows(g)[k], n] at consecutive addresses for g = g0 .. g0 + SLOTS - 1), so gather
-      // them as Ys[n][k][slot] and store VX slots at once, lanes walking slots, then k.
-      // Same vector width as X: VX | d keeps a vector inside one run of groups; the launch
-      // picks VX > 1 in this order only when Y's groups are adjacent (sy_f == 1, VX | sy_b).
-      // Vector e of a pass has slot e % (SLOTS / VX) * VX, fixed per thread as for X.
+      // them in Ys[slot][n][k] (MmaLayout) and store VX slots at once, lanes walking slots,
+      // then k. Same vector width as X: VX | d keeps a vector inside one run of groups; the
+      // launch picks VX > 1 in this order only when Y's groups are adjacent (sy_f == 1,
+      // VX | sy_b). Vector e of a pass has slot e % (SLOTS / VX) * VX, fixed per thread as for X.
       const int y_slot = tid % (SLOTS / VX) * VX;
       const long long y_group = origins.y(g0 + y_slot);
-      const int YC = whole ? L::ys_columns(L::AREA) : L::ys_columns(L::STAGE);
+      const int YC = whole ? L::template ys_columns<VX>(L::AREA) : L::template ys_columns<VX>(L::STAGE);
+      const int YS = L::template ys_slot<VX>(YC);
       const int YV = SLOTS * BM * YC / VX;
       for (int n_pass = 0; n_pass < BN; n_pass += YC) {
         __syncthreads();   // the area's readers (products, the previous pass) are done
@@ -423,15 +540,19 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
               const int k = wm * L::WTM + mt * S::M + S::c_row(lane, i);
               const int n = wn * L::WTN + q * S::N + S::c_col(lane, i) - n_pass;
               if (YC == BN || (n >= 0 && n < YC))
-                ys[(n * BM + k) * SLOTS + slot] = from_parts<T>(acc[0][mt][q][i], acc[PARTS - 1][mt][q][i]);
+                ys[slot * YS + n * L::YS_LDN + k] = from_parts<T>(acc[0][mt][q][i], acc[PARTS - 1][mt][q][i]);
             }
         __syncthreads();
 #pragma unroll 4   // not each_vector: unrolled whole, the store loop costs registers
         for (int e = tid; e < YV; e += NT) {
           const int k = e / (SLOTS / VX) % BM, n = e / (SLOTS / VX * BM);
-          if (g0 + y_slot < G && k0 + k < b && n0 + n_pass + n < B)
+          if (g0 + y_slot < G && k0 + k < b && n0 + n_pass + n < B) {
+            vec<T, VX> v;
+#pragma unroll
+            for (int u = 0; u < VX; ++u) v.v[u] = ys[(y_slot + u) * YS + n * L::YS_LDN + k];
             *reinterpret_cast<XBits*>(Y + y_group + (k0 + k) * y_step + (n0 + n_pass + n) * sy_b) =
-                *reinterpret_cast<const XBits*>(ys + (n * BM + k) * SLOTS + y_slot);
+                *reinterpret_cast<const XBits*>(&v);
+          }
         }
       }
     } else if constexpr (ORDER == 0 && VX > 1) {

@@ -36,9 +36,12 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
     ("bmm", "bsl"): (2.432, 0.883, 244.7), ("bmm", "bsf"): (3.237, 1.123, 670.7),
     # the tensor-core kernel, keyed by its copy order (ks_mma.heuristic_config) instead of
     # the access; efficiency against tensor_peak (benchmarks/fit_costs.py on engine.json;
-    # batch and group refitted on the float32 rows of 37e38f1's run)
+    # batch refitted on the float32 rows of 37e38f1's run, group on those of 07451d0's (RMS
+    # log error 0.16; its walked copies and conflict-free epilogue). The batch order also
+    # sped up there (1.04x geometric mean; refitted 0.931, 0.868, 8.9) but is kept: the
+    # chain planner's choices against ks_rows were measured with it)
     ("mma", "batch"): (1.153, 0.908, 11.9), ("mma", "ingroup"): (2.235, 1.050, 35.0),
-    ("mma", "group"): (1.381, 0.533, 18.5),
+    ("mma", "group"): (1.314, 0.608, 13.0),
     # ... on the FP64 tensor cores (DMMA m16n8k8: float64, complex128), batch and group
     # fitted on the float64 rows of the engine run with 48-row warp tiles (engine_f64.json,
     # RMS log error 0.08 / 0.11). Every in-group key (bsf, d = 1) is fitted on 16 random

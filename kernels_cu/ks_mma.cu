@@ -427,7 +427,9 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       int es, l, n;
       x_vector(tid, es, l, n);
       const int n_room = clamp_room(B - lt.n0 - n);
-      const bool fixed_ok = lt.g0 + es < G && (ORDER == 1 || n_room > 0);   // digits no rep moves
+      // the digits no rep moves (the slot; the batch column in the batch order), and in the
+      // in-group order the first vector's batch column, which later reps only move further
+      const bool fixed_ok = lt.g0 + es < G && (ORDER == 1 || n_room > 0);
       xw.src = x_group + l * x_step + (lt.n0 + n) * sx_b;
       xw.room_l = fixed_ok ? c - l : 0;
       xw.room1 = ORDER == 2 ? n_room : 1;

@@ -78,7 +78,7 @@ __device__ __forceinline__ void each_vector(int tid, F f) {
 //   d1 = d1(tid) + D1(rep),   d2 = d2(tid) + D2(rep),
 // since d1 + R1*d2 = tid / R0 + rep*Q. A thread then finds each of its vectors from its
 // first by constant steps along two strides, and checks each against the room left along
-// d1 and d2 (WalkStart).
+// d1 and d2 (Walker).
 template <int R0, int R1, int NT>
 struct Walk {
   static constexpr int Q = NT / R0;
@@ -88,19 +88,26 @@ struct Walk {
   __host__ __device__ static constexpr int D2(int rep) { return Q % R1 == 0 ? rep * (Q / R1) : rep / PERIOD; }
 };
 
-// Where a thread's walk starts in one tile: the offset of its first vector in chunk 0 and the
-// room left for its vectors. Vector rep is in the problem where
+// One operand's copies as a thread walks them (Walk W): where the walk starts in the current
+// tile (src, the offset of the first vector in chunk 0, and the rooms, set per tile) and its
+// steps, D1 * s1 + D2 * s2 in global memory and D1 * A1 + D2 * A2 in the stage's buffer from
+// the first vector's offset at0 (set once). Vector rep is in the problem where
 //   l0 + (L_D1 ? D1 : 0) < room_l,   L_D1 || D1 < room1,   D2 < room2
 // for chunk offset l0 along the reduction, L_D1 saying whether d1 is the reduction index
 // (else d0 is). room_l is c - l of the first vector, 0 when a digit that no rep moves lies
 // outside the problem.
-struct WalkStart {
-  long long src;
-  int room_l, room1, room2;
-  template <bool L_D1>
-  __device__ __forceinline__ bool ok(int l0, int d1, int d2) const {
-    return l0 + (L_D1 ? d1 : 0) < room_l && (L_D1 || d1 < room1) && d2 < room2;
+template <class W, bool L_D1, int A1, int A2>
+struct Walker {
+  long long src, s1, s2;
+  int room_l, room1, room2, at0;
+  __device__ __forceinline__ bool ok(int rep, int l0) const {
+    const int d1 = W::D1(rep);
+    return l0 + (L_D1 ? d1 : 0) < room_l && (L_D1 || d1 < room1) && W::D2(rep) < room2;
   }
+  __device__ __forceinline__ long long origin(int rep) const {
+    return src + W::D1(rep) * s1 + W::D2(rep) * s2;
+  }
+  __device__ __forceinline__ int at(int rep) const { return at0 + W::D1(rep) * A1 + W::D2(rep) * A2; }
 };
 
 // min(n, 2^31 - 1) for n >= 0, else 0: a room along the batch as an int.
@@ -325,7 +332,6 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   using WWalk = Walk<WT == 0 ? BK / VW : BM / VW, WT == 0 ? BM : BK, NT>;
   constexpr bool X_WALK = !HOIST && XWalk::LINEAR && (ORDER == 1 || SLOTS == 1);
   constexpr bool W_WALK = !HOIST && WWalk::LINEAR;
-  constexpr bool X_L_D1 = ORDER != 2, W_L_D1 = WT == 1;   // whether d1 is the reduction index
   // Whether all of a thread's X vectors lie in one slot, x_slot(tid): in the group order
   // lanes walk the slots and NT is a multiple of SLOTS / VX, so vector tid + rep*NT is
   // always in the same one; in the others only when there is one slot.
@@ -397,14 +403,6 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   // the accumulators spill.
   long long x_src[HOIST ? X_REPS : 1], w_src[HOIST ? W_REPS : 1];
   int x_room[HOIST ? X_REPS : 1], w_room[HOIST ? W_REPS : 1];
-  // With X_WALK / W_WALK, where the thread's walks start in tile lt (WalkStart), and the
-  // steps of a walk: D1 * S1 + D2 * S2 in global memory, D1 * A1 + D2 * A2 in the stage's
-  // buffer (from the shared offset of the first vector, x_at / w_at).
-  WalkStart xw{}, ww{};
-  const long long x_s1 = ORDER == 2 ? sx_b : x_step, x_s2 = ORDER == 1 ? sx_b : 0;
-  const long long w_s1 = WT == 0 ? w_sk : w_sl;
-  constexpr int X_A1 = ORDER == 1 ? 1 : L::XS_LD, X_A2 = ORDER == 1 ? L::XS_LD : L::XS_SLOT;
-  constexpr int W_A1 = L::WS_LD, W_A2 = L::WS_SLOT;
   auto x_at_of = [&](int e) {
     int es, l, n;
     x_vector(e, es, l, n);
@@ -415,7 +413,17 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
     w_vector(e, es, k, l);
     return es * L::WS_SLOT + (L::W_KMAJOR ? k * L::WS_LD + l : l * L::WS_LD + k);
   };
-  const int x_at = x_at_of(tid), w_at = w_at_of(tid);
+  // With X_WALK / W_WALK, the walks (Walker); d1 is the reduction index but in X's in-group
+  // order and W's stored (WT 0) blocks. Steps along d1 and d2: X's l, n (group order), l
+  // (batch order) or n (in-group order); W's k or l, then the slot.
+  Walker<XWalk, ORDER != 2, ORDER == 1 ? 1 : L::XS_LD, ORDER == 1 ? L::XS_LD : L::XS_SLOT> xw{};
+  Walker<WWalk, WT == 1, L::WS_LD, L::WS_SLOT> ww{};
+  xw.s1 = ORDER == 2 ? sx_b : x_step;
+  xw.s2 = ORDER == 1 ? sx_b : 0;
+  xw.at0 = x_at_of(tid);
+  ww.s1 = WT == 0 ? w_sk : w_sl;
+  ww.s2 = bc;
+  ww.at0 = w_at_of(tid);
   auto enter_load_tile = [&]() {
     lt = load_tile.origin();
     if constexpr (X_ONE_SLOT) x_group = origins.x(lt.g0 + (ORDER == 1 ? tid % (SLOTS / VX) * VX : 0));
@@ -457,10 +465,9 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       long long origin;
       int at;
       if constexpr (X_WALK) {
-        const int d1 = XWalk::D1(rep), d2 = XWalk::D2(rep);
-        ok = xw.ok<X_L_D1>(l0, d1, d2);
-        origin = xw.src + d1 * x_s1 + d2 * x_s2;
-        at = x_at + d1 * X_A1 + d2 * X_A2;
+        ok = xw.ok(rep, l0);
+        origin = xw.origin(rep);
+        at = xw.at(rep);
       } else {
         int room;
         if constexpr (HOIST) { origin = x_src[rep]; room = x_room[rep]; }
@@ -479,10 +486,9 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       long long origin;
       int at;
       if constexpr (W_WALK) {
-        const int d1 = WWalk::D1(rep), d2 = WWalk::D2(rep);
-        ok = ww.ok<W_L_D1>(l0, d1, d2);
-        origin = ww.src + d1 * w_s1 + d2 * bc;
-        at = w_at + d1 * W_A1 + d2 * W_A2;
+        ok = ww.ok(rep, l0);
+        origin = ww.origin(rep);
+        at = ww.at(rep);
       } else {
         int room;
         if constexpr (HOIST) { origin = w_src[rep]; room = w_room[rep]; }
@@ -503,7 +509,7 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   auto stash_x = [&](int s) {
     T* const xs = stages + s * L::STAGE;
     each_vector<XV, NT>(tid, [&](int rep, int e) {
-      const int at = X_WALK ? x_at + XWalk::D1(rep) * X_A1 + XWalk::D2(rep) * X_A2 : x_at_of(e);
+      const int at = X_WALK ? xw.at(rep) : x_at_of(e);
       const T* v = reinterpret_cast<const T*>(&x_staged[rep]);
 #pragma unroll
       for (int u = 0; u < VX; ++u) xs[at + u * L::XS_SLOT] = v[u];

@@ -3,7 +3,8 @@
     python3 benchmarks/fit_costs.py benchmarks/results/engine.json
 
 For each model key of the tensor-core kernel (its copy order, batch, in-group or group, with
-``_dmma`` on the FP64 tensor cores: ``kscupy.costs.mma_variant``) and dtype, fits ``(bytes_factor, efficiency, m0)`` of
+``_dmma`` on the FP64 tensor cores, ``_hmma`` for float16, ``_complex`` for complex64:
+``kscupy.costs.mma_variant``) and dtype, fits ``(bytes_factor, efficiency, m0)`` of
 ``kscupy.costs``' single-factor model to the measured ``kernel`` seconds of the default
 precision rows (least squares on log time), and prints them with the RMS log error and how
 often the model, with the fitted constants, ranks the kernel against the measured ``bmm``

@@ -34,9 +34,6 @@ LAUNCH_SECONDS = 10e-6
 _SINGLE = {  # (bytes_factor, efficiency, m0)
     ("kernel", "bsl"): (1.515, 0.424, 40.1), ("kernel", "bsf"): (0.835, 0.206, 25.8),
     ("bmm", "bsl"): (2.432, 0.883, 244.7), ("bmm", "bsf"): (3.237, 1.123, 670.7),
-    # bmm in batch-size-last with d = 1, no permutations (bmm_seconds): fitted on the
-    # float32, float64 and complex64 rows of results/bmm_bsl_d1_h200.json
-    ("bmm", "bsl_d1"): (0.44, 0.96, 11.0),
     # the tensor-core kernel, keyed by its copy order (ks_mma.heuristic_config) instead of
     # the access; efficiency against tensor_peak (benchmarks/fit_costs.py on engine.json;
     # batch refitted on the float32 rows of 37e38f1's run, group on those of 07451d0's (RMS
@@ -310,21 +307,14 @@ def direct_seconds(problem: Problem, rates: DeviceRates) -> float:
 
 def bmm_seconds(problem: Problem, rates: DeviceRates) -> float:
     """Permute / cuBLAS batched GEMM / permute (``_reference.bmm`` on CuPy)."""
+    factor = _SINGLE[("bmm", problem.access)][0]
+    if problem.pattern.d == 1 and problem.layout == "bsl" and problem.batch_contiguous:
+        factor /= 3      # (a, c, 1, B) -> (a, 1, c, B) is a view: no permutation passes
     # cuBLAS runs float64 on the FP64 tensor cores (sm_80+): tensor_peak, as the kernel. CuPy's
     # batched float16 matmul does not reach them: 35 TFLOP/s measured on an H200 (engine_f16.json,
     # (16, 1024, 1024, 4)), about the FP32 FMA rate, where PyTorch's bmm runs 6x faster
     half = numpy.dtype(problem.dtype) == numpy.float16
     peak = rates.peak(problem.dtype) if half else rates.tensor_peak(problem.dtype)
-    if problem.pattern.d == 1 and problem.layout == "bsl" and problem.batch_contiguous:
-        # (a, c, 1, B) -> (a, 1, c, B) is a view: one b x c by c x B GEMM per group, no
-        # permutation passes, priced by its own key (float16 keeps the permuted key's
-        # constants less two thirds of its passes, which its rows fit)
-        if not half:
-            return _single_factor(problem, rates, "bmm", peak=peak, variant="bsl_d1") \
-                + _BMM_FIXED_SECONDS
-        factor = _SINGLE[("bmm", "bsl")][0] / 3
-    else:
-        factor = _SINGLE[("bmm", problem.access)][0]
     return _single_factor(problem, rates, "bmm", factor, peak=peak) + _BMM_FIXED_SECONDS
 
 

@@ -59,10 +59,10 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
     # ... complex64 (four real 3xTF32 products a complex one), batch and group fitted on
     # engine_c64.json at 07451d0 (RMS log error 0.08 / 0.13). With float32's constants auto
     # sent 9 of 60 batch-size-first patterns to kernel_bsl, up to 1.23x slower than the
-    # kernel. The in-group order keeps float32's (one engine row; not probed)
+    # kernel. The in-group order keeps float32's (below; one engine row, not probed)
     ("mma", "batch_complex"): (1.103, 0.979, 12.7), ("mma", "group_complex"): (1.667, 0.798, 23.2),
-    ("mma", "ingroup_complex"): (2.235, 1.050, 35.0),
 }
+_SINGLE[("mma", "ingroup_complex")] = _SINGLE[("mma", "ingroup")]
 #: A chain is planned in the other layout between two transposes (``planner.Relayout``)
 #: only when the model finds that faster by this factor: the model's error on a whole
 #: per-factor chain is of this order, and the plans it wins by more (whole-vector segments

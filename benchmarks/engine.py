@@ -9,8 +9,9 @@ Baselines (``base_`` prefix, timed in the same run): ``base_torch_bmm`` (the pap
 permute / ``torch.bmm`` / permute, when torch imports), ``base_cupy_bmm`` (the same with
 ``cupy.matmul``), ``base_dense`` (cuBLAS on the dense matrix where it fits); for the TF32
 opt-in ``base_torch_bmm_tf32`` and ``base_dense_tf32`` (PyTorch with TF32 allowed). kscupy
-methods: ``auto``, ``kernel`` (tensor cores), ``kernel_fma``, ``bmm``, in batch-size-first
-also ``kernel_bsl`` (the kernel between two transposes); ``kernel_tf32`` for the opt-in.
+methods: ``auto``, ``kernel`` (tensor cores), ``kernel_fma``, ``bmm`` (cuBLAS on the groups
+where they lie), in batch-size-first also ``kernel_bsl`` (the kernel between two
+transposes); for the opt-in ``auto_tf32`` and its candidates ``kernel_tf32`` and ``bmm_tf32``.
 Each row's ``floor_s`` is max(bytes / bandwidth, flops / ceiling) with the ceiling of the
 dtype's arithmetic measured in the same run (SGEMM for float32 and complex64, the TF32
 GEMM for the opt-in, DGEMM for float64, cuBLAS's float16 GEMM for float16). ``--append``
@@ -42,7 +43,10 @@ from timing import measure_ceilings as copy_and_sgemm
 
 #: Batch size per dtype (the issue's benchmark).
 BATCH = {"float32": 25088, "float16": 25088, "float64": 8192, "complex64": 8192}
-KSCUPY = {"default": ("auto", "kernel", "kernel_fma", "bmm"), "tf32": ("kernel_tf32",)}
+KSCUPY = {"default": ("auto", "kernel", "kernel_fma", "bmm"),
+          "tf32": ("auto_tf32", "kernel_tf32", "bmm_tf32")}
+#: The method a precision's summary leads with (its automatic choice).
+LEAD = {"default": "auto", "tf32": "auto_tf32"}
 #: ... and in batch-size-first, at default precision: the kernel between two transposes.
 KSCUPY_BSF = ("kernel_bsl",)
 ORACLE_COLUMNS = 256
@@ -151,9 +155,8 @@ def bench_row(pattern, layout, dtype, precision, sample, args, ceilings, *, batc
     row = {"suite": suite, "sample": sample, "pattern": list(pattern), "layout": layout,
            "dtype": dtype, "precision": precision, "batch": B,
            "floor_s": _floor(pattern, B, dtype, precision, ceilings), "seconds": {}, "relerr": {}}
-    if not tf32:
-        choice = tuning.choose(problem_of(K.factor, inputs[0], layout))
-        row["auto_choice"] = choice.backend
+    row[f"{LEAD[precision]}_choice"] = tuning.choose(problem_of(K.factor, inputs[0], layout),
+                                                     precision=precision).backend
     for name, fn in methods.items():
         Y = fn(inputs[0])
         if not isinstance(Y, cupy.ndarray):
@@ -193,7 +196,7 @@ def summarize(rows):
     for dtype, precision, layout, sample in keys:
         rs = [r for r in rows
               if (r["dtype"], r["precision"], r["layout"], r["sample"]) == (dtype, precision, layout, sample)]
-        lead = "auto" if precision == "default" else "kernel_tf32"
+        lead = LEAD[precision]
 
         def ratio(r, m):
             base = min(t for k, t in r["seconds"].items() if k.startswith("base_"))

@@ -3,15 +3,20 @@
     python3 benchmarks/fit_costs.py benchmarks/results/engine.json
 
 For each model key of the tensor-core kernel (its copy order, batch, in-group or group, with
-``_dmma`` on the FP64 tensor cores, ``_hmma`` for float16, ``_complex`` for complex64:
-``kscupy.costs.mma_variant``) and dtype, fits ``(bytes_factor, efficiency, m0)`` of
-``kscupy.costs``' single-factor model to the measured ``kernel`` seconds of the default
-precision rows (least squares on log time), and prints them with the RMS log error and how
+``_dmma`` on the FP64 tensor cores, ``_hmma`` for float16, ``_complex`` for complex64,
+``_tf32`` for one TF32 product: ``kscupy.costs.mma_variant``) and dtype, fits
+``(bytes_factor, efficiency, m0)`` of ``kscupy.costs``' single-factor model to the measured
+``kernel`` (``kernel_tf32``) seconds (least squares on log time), and prints them with the RMS log error and how
 often the model, with the fitted constants, ranks the kernel against the measured ``bmm``
 correctly. Paste the constants into ``costs._SINGLE``. Then prints, per layout, what
 ``auto`` would reach on the file's measured times if it chose with the current constants
 (``--current``: without refitting). Runs on the CPU (the device's rates are read from the
 file; no tuning cache is read).
+
+    python3 benchmarks/fit_costs.py --bmm benchmarks/results/bmm_groups.json
+
+fits bmm's keys instead (``costs.group_gemm_variant``: per dtype and precision) to the
+``bmm`` and ``bmm_tf32`` seconds of ``benchmarks/probe_bmm.py``'s rows.
 """
 from __future__ import annotations
 
@@ -32,28 +37,35 @@ from kscupy import costs  # noqa: E402
 from kscupy.kernels import ks_mma  # noqa: E402
 from kscupy.problem import Problem  # noqa: E402
 
+#: The method each precision's rows are fitted to and replayed as.
+KERNEL = {"default": "kernel", "tf32": "kernel_tf32"}
+AUTO = {"default": "auto", "tf32": "auto_tf32"}
+
+
 def problems(rows):
+    """``(problem, row, precision)`` of the rows that timed the tensor-core kernel."""
     for row in rows:
-        if row.get("precision", "default") != "default" or "kernel" not in row["seconds"]:
+        precision = row.get("precision", "default")
+        if KERNEL[precision] not in row["seconds"]:
             continue
         p = Problem(ks.KSPattern(*row["pattern"]), row["batch"], numpy.dtype(row["dtype"]),
                     row["layout"], row["layout"] == "bsl", False)
-        yield p, row
+        yield p, row, precision
 
 
 def replay_auto(data, rates):
-    """Per dtype, layout and sample: median and minimum of best baseline / the measured time of the backend
-    the model picks, and the rows below 0.95."""
+    """Per dtype, precision, layout and sample: median and minimum of best baseline / the
+    measured time of the backend the model picks, and the rows below 0.95."""
     from kscupy import tuning
     out = {}
-    for p, row in problems(data["rows"]):
+    for p, row, precision in problems(data["rows"]):
         s = row["seconds"]
-        pick = tuning._choose(p, rates).backend
+        pick = tuning._choose(p, rates, precision).backend
         if pick not in s:
             continue
         best = min(v for k, v in s.items() if k.startswith("base_"))
         sample = "" if row.get("sample", "default") == "default" else f' {row["sample"]}'
-        out.setdefault(f'{p.dtype.name} {row["layout"]}{sample}', []).append(
+        out.setdefault(f'{p.dtype.name} {AUTO[precision]} {row["layout"]}{sample}', []).append(
             (best / s[pick], row["pattern"], pick))
     for layout, values in sorted(out.items()):
         ratios = numpy.array([v[0] for v in values])
@@ -62,10 +74,44 @@ def replay_auto(data, rates):
               f"below 0.95: {'; '.join(low) or 'none'}")
 
 
+def fit(cases, key, seconds_of, x0):
+    """Least squares on log time of ``costs._SINGLE[key]`` over ``cases`` (``(problem, row,
+    measured seconds)``), ``seconds_of(problem)`` the model; prints and returns the fit."""
+    measured = numpy.log([t for _, _, t in cases])
+
+    def predicted(theta):
+        costs._SINGLE[key] = tuple(theta)
+        return numpy.log([seconds_of(p) for p, _, _ in cases])
+
+    # efficiencies above 1: the model's peak (costs.gemm_peak) is an estimate of the rate
+    result = least_squares(lambda t: predicted(t) - measured, x0=x0,
+                           bounds=((0.2, 0.02, 0.0), (10.0, 20.0, 3000.0)))
+    rms = float(numpy.sqrt(numpy.mean(result.fun ** 2)))
+    worst = float(numpy.abs(result.fun).max())
+    print(f'{key}: ({result.x[0]:.3f}, {result.x[1]:.3f}, {result.x[2]:.1f})  '
+          f'[{len(cases)} rows] RMS log error {rms:.2f}, worst {worst:.2f}')
+    return numpy.exp(predicted(result.x))
+
+
+def fit_bmm(data, rates):
+    groups = {}
+    for row in data["rows"]:
+        precision = row.get("precision", "default")
+        method = "bmm_tf32" if precision == "tf32" else "bmm"
+        p = Problem(ks.KSPattern(*row["pattern"]), row["batch"], numpy.dtype(row["dtype"]),
+                    row["layout"], row["layout"] == "bsl", False)
+        key = ("bmm", costs.group_gemm_variant(p.dtype, precision))
+        groups.setdefault((key, precision), []).append((p, row, row["seconds"][method]))
+    for (key, precision), cases in sorted(groups.items()):
+        fit(cases, key, lambda p: costs.bmm_seconds(p, rates, precision), (1.0, 0.8, 50.0))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", help="an engine.json with 'rates' (the model's device rates)")
     parser.add_argument("--current", action="store_true", help="replay auto only, no fit")
+    parser.add_argument("--bmm", action="store_true",
+                        help="fit bmm's keys to a probe_bmm.py file instead")
     args = parser.parse_args()
     data = json.loads(pathlib.Path(args.results).read_text())
     rates = costs.DeviceRates(**data["rates"])
@@ -73,30 +119,23 @@ def main():
     if args.current:
         replay_auto(data, rates)
         return
+    if args.bmm:
+        fit_bmm(data, rates)
+        return
     groups = {}
-    for p, row in problems(data["rows"]):
-        order = costs.mma_variant(p, ks_mma.heuristic_config(p))
-        groups.setdefault((order, p.dtype.name), []).append((p, row))
-    for (order, dtype), cases in sorted(groups.items()):
-        measured = numpy.log([row["seconds"]["kernel"] for _, row in cases])
-
-        def predicted(theta):
-            factor, efficiency, m0 = theta
-            out = []
-            for p, _ in cases:
-                costs._SINGLE[("mma", order)] = (factor, efficiency, m0)
-                out.append(costs.mma_kernel_seconds(p, rates, ks_mma.heuristic_config(p)))
-            return numpy.log(out)
-
-        fit = least_squares(lambda t: predicted(t) - measured, x0=(2.0, 0.5, 30.0),
-                            bounds=((0.5, 0.02, 0.0), (10.0, 3.0, 2000.0)))
-        rms = float(numpy.sqrt(numpy.mean(fit.fun ** 2)))
-        model = numpy.exp(predicted(fit.x))
-        right = sum((m < row["seconds"]["bmm"]) == (row["seconds"]["kernel"] < row["seconds"]["bmm"])
-                    for m, (_, row) in zip(model, cases) if "bmm" in row["seconds"])
-        print(f'("mma", "{order}") [{dtype}, {len(cases)} rows]: '
-              f'({fit.x[0]:.3f}, {fit.x[1]:.3f}, {fit.x[2]:.1f})  RMS log error {rms:.2f}, '
-              f'kernel-vs-bmm ranked right {right}/{len(cases)}')
+    for p, row, precision in problems(data["rows"]):
+        order = costs.mma_variant(p, ks_mma.heuristic_config(p), precision)
+        groups.setdefault((order, p.dtype.name, precision), []).append((p, row))
+    for (order, dtype, precision), cases in sorted(groups.items()):
+        kernel = KERNEL[precision]
+        model = fit([(p, row, row["seconds"][kernel]) for p, row in cases], ("mma", order),
+                    lambda p: costs.mma_kernel_seconds(p, rates, ks_mma.heuristic_config(p),
+                                                       precision),
+                    (2.0, 0.5, 30.0))
+        ranked = [(m < row["seconds"]["bmm"]) == (row["seconds"][kernel] < row["seconds"]["bmm"])
+                  for m, (_, row) in zip(model, cases) if "bmm" in row["seconds"]]
+        if ranked:
+            print(f"    [{dtype}] {kernel}-vs-bmm ranked right {sum(ranked)}/{len(ranked)}")
 
 
 if __name__ == "__main__":

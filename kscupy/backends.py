@@ -3,7 +3,8 @@
 A :class:`Backend` says where it runs (``devices``), how it runs (``run``), what it costs
 (``seconds`` on the GPU and ``cpu_seconds`` with NumPy, the cost models of
 :mod:`kscupy.costs`; None where there is no model) and whether ``backend="auto"`` may pick
-it (on the GPU ``in_auto``; on the CPU every backend with a ``cpu_seconds``).
+it (on the GPU ``in_auto``, by ``auto`` or, for the backends of ``precision="tf32"``, by the
+opt-in ``auto_tf32``; on the CPU every backend with a ``cpu_seconds``).
 :func:`kscupy.dispatch.apply` (what ``K @ X`` calls), the ``auto`` choice and the tuner
 (:mod:`kscupy.tuning`) and the chain planner (:mod:`kscupy.planner`) all read this table, so
 they cannot disagree.
@@ -32,10 +33,15 @@ from . import _reference, costs
 from .factor import DENSE_CACHE_BYTES
 from .kernels import gemm, ks_direct, ks_matmul, ks_mma, ks_skinny
 
-__all__ = ["Backend", "REGISTRY", "names", "get", "AUTO", "FUSED"]
+__all__ = ["Backend", "REGISTRY", "names", "get", "AUTO", "AUTO_TF32", "AUTOS", "FUSED"]
 
 #: The backend name that asks for the best choice (a decision, not a registry entry).
 AUTO = "auto"
+#: Opt-in: the best choice among the backends of one TF32 product per term (about 1e-3
+#: relative error; float32 and complex64, on the GPU).
+AUTO_TF32 = "auto_tf32"
+#: Each automatic choice and the precision of the backends it chooses among.
+AUTOS = {AUTO: "default", AUTO_TF32: "tf32"}
 #: Chains only: as many factors per launch as shared memory allows (see KSChain.matmul).
 FUSED = "fused"
 
@@ -56,6 +62,7 @@ class Backend:
     prepare: Optional[Callable] = None      # (factor, X, layout, config) -> run(X) (kernels)
     cpu_seconds: Optional[Callable] = None  # (problem) -> modelled seconds with NumPy/SciPy;
                                             # the backends that have one are auto's on the CPU
+    precision: str = "default"              # "tf32": a candidate of auto_tf32 instead of auto
 
 
 def _prepare_mma_kernel(precision):
@@ -106,6 +113,29 @@ def _prepare_dense(factor, X, layout, config):
     return lambda X: _run_dense_any(factor, X, layout, config)
 
 
+def _prepare_groups(precision):
+    """The BMM algorithm: on CuPy cuBLAS's strided-batched GEMM on every group where it lies
+    (kernels/gemm.py: no permutation in bsl, nor in bsf with d = 1; two transposes in bsf
+    with d > 1); on NumPy, and where cuBLAS cannot address the operand (a leading dimension
+    of 2^31 elements or more), permute / batched matmul / permute at the dtype's precision."""
+    reference = _half_in_single(_run_reference(_reference.bmm), {"cpu"})
+
+    def prepare(factor, X, layout, config):
+        run = None
+        if factor.xp is not numpy:
+            run = gemm.prepare_groups(factor, X, layout, precision)
+        return run or (lambda X: reference(factor, X, layout, config))
+    return prepare
+
+
+def _run_prepared(prepare):
+    return lambda factor, X, layout, config: prepare(factor, X, layout, config)(X)
+
+
+def _groups_fit(precision):
+    return lambda problem, rates: gemm.supports(problem.dtype, precision)
+
+
 def _run_sparse(factor, X, layout, config):
     return _reference.sparse(factor.csr(), X, layout, factor.xp)
 
@@ -118,8 +148,13 @@ def _fma_kernel_seconds(problem, rates):
     return costs.kernel_seconds(problem, rates, ks_matmul.heuristic_config(problem).bk)
 
 
-def _mma_kernel_seconds(problem, rates):
-    return costs.mma_kernel_seconds(problem, rates, ks_mma.heuristic_config(problem))
+def _mma_kernel_seconds(precision):
+    return lambda problem, rates: costs.mma_kernel_seconds(
+        problem, rates, ks_mma.heuristic_config(problem), precision)
+
+
+def _bmm_seconds(precision):
+    return lambda problem, rates: costs.bmm_seconds(problem, rates, precision)
 
 
 def _batch_last_fits(problem, rates):
@@ -160,7 +195,7 @@ def _small_batch(problem, rates):
 _BOTH = frozenset({"cpu", "gpu"})
 REGISTRY = {b.name: b for b in (
     Backend("kernel", frozenset({"gpu"}), _run_mma_kernel("default"),
-            prepare=_prepare_mma_kernel("default"), seconds=_mma_kernel_seconds,
+            prepare=_prepare_mma_kernel("default"), seconds=_mma_kernel_seconds("default"),
             in_auto=True, fits=_mma_fits("default"),
             heuristic=ks_mma.heuristic_config, candidates=ks_mma.candidate_configs,
             config_type=ks_mma.MmaConfig,
@@ -180,11 +215,13 @@ REGISTRY = {b.name: b for b in (
                 "and the result transposed back; two extra passes over X and Y that pay for "
                 "large blocks. In batch-size-last it is kernel"),
     Backend("kernel_tf32", frozenset({"gpu"}), _run_mma_kernel("tf32"),
-            prepare=_prepare_mma_kernel("tf32"),
+            prepare=_prepare_mma_kernel("tf32"), seconds=_mma_kernel_seconds("tf32"),
+            in_auto=True, precision="tf32",
             fits=_mma_fits("tf32"), heuristic=ks_mma.heuristic_config,
             candidates=ks_mma.candidate_configs, config_type=ks_mma.MmaConfig,
             doc="opt-in: the tensor-core kernel with one TF32 product per term (float32 and "
-                "complex64 only; about 1e-3 relative error). Never chosen by auto"),
+                "complex64 only; about 1e-3 relative error). A candidate of auto_tf32, "
+                "never of auto"),
     Backend("kernel_fma", frozenset({"gpu"}), ks_matmul.launch, prepare=ks_matmul.prepare,
             seconds=_fma_kernel_seconds,
             in_auto=True, heuristic=ks_matmul.heuristic_config,
@@ -203,9 +240,19 @@ REGISTRY = {b.name: b for b in (
             doc="one thread per output element (kernels_cu/ks_direct.cu), any dtype: "
                 "compiles in about 0.1 s, slow for wide blocks and batches; what auto runs "
                 "while a tuned kernel compiles in the background, never auto's choice"),
-    Backend("bmm", _BOTH, _half_in_single(_run_reference(_reference.bmm), {"cpu"}),
-            costs.bmm_seconds, in_auto=True, cpu_seconds=_cpu_model("bmm"),
-            doc="permute / batched matmul / permute (cuBLAS batched GEMM on the GPU)"),
+    Backend("bmm", _BOTH, _run_prepared(_prepare_groups("default")), _bmm_seconds("default"),
+            in_auto=True, prepare=_prepare_groups("default"), cpu_seconds=_cpu_model("bmm"),
+            doc="one GEMM per group: on the GPU cuBLAS's strided-batched GEMM on the groups "
+                "where they lie (no permutation in bsl, nor in bsf with d = 1; X and Y "
+                "transposed in bsf with d > 1), float16 summed in float32; on the CPU "
+                "permute / batched matmul / permute"),
+    Backend("bmm_tf32", frozenset({"gpu"}), _run_prepared(_prepare_groups("tf32")),
+            _bmm_seconds("tf32"), in_auto=True, precision="tf32",
+            prepare=_prepare_groups("tf32"), fits=_groups_fit("tf32"),
+            doc="opt-in: bmm with cuBLAS allowed one TF32 product per term (float32 and "
+                "complex64 only; about 1e-3 relative error; cuBLAS may keep float32 for "
+                "blocks too small for the tensor cores). A candidate of auto_tf32, never "
+                "of auto"),
     Backend("dense", _BOTH, _run_dense_any, _dense_seconds, in_auto=True, fits=_dense_fits,
             prepare=_prepare_dense,
             doc="GEMM on the dense matrix, formed on first use and kept when at most "
@@ -221,8 +268,9 @@ REGISTRY = {b.name: b for b in (
 
 
 def names() -> tuple:
-    """Backend names a single factor accepts: ``"auto"`` and the registry's."""
-    return (AUTO,) + tuple(REGISTRY)
+    """Backend names a single factor accepts: ``"auto"``, ``"auto_tf32"`` and the
+    registry's."""
+    return tuple(AUTOS) + tuple(REGISTRY)
 
 
 def get(name: str) -> Backend:

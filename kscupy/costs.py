@@ -19,6 +19,7 @@ import numpy
 from .problem import Problem
 
 __all__ = ["DeviceRates", "device_rates", "LAUNCH_SECONDS", "kernel_seconds", "bmm_seconds",
+           "group_gemm_variant", "gemm_peak",
            "dense_seconds", "mma_kernel_seconds", "mma_batch_last_seconds", "skinny_seconds",
            "segment_seconds", "rows_seconds", "gather_seconds", "transpose_seconds",
            "KERNEL_MARGIN", "RELAYOUT_MARGIN", "cpu_terms", "cpu_seconds"]
@@ -33,7 +34,15 @@ LAUNCH_SECONDS = 10e-6
 # permutation passes. Keyed by (algorithm, access), access as in Problem.access.
 _SINGLE = {  # (bytes_factor, efficiency, m0)
     ("kernel", "bsl"): (1.515, 0.424, 40.1), ("kernel", "bsf"): (0.835, 0.206, 25.8),
-    ("bmm", "bsl"): (2.432, 0.883, 244.7), ("bmm", "bsf"): (3.237, 1.123, 670.7),
+    # cuBLAS's strided-batched GEMM on the groups where they lie (bmm_seconds), keyed by
+    # dtype and precision (group_gemm_variant); efficiency against the rate cuBLAS computes
+    # at (gemm_peak: an estimate for float16 and TF32, hence efficiencies above 1). Fitted
+    # with benchmarks/fit_costs.py --bmm on results/bmm_groups.json (an H100, 120 rows each:
+    # RMS log error 0.11, 0.10, 0.21, 0.20, 0.17; the worst rows are small blocks with long
+    # batches, e.g. (1, 48, 48, 6) float64, where cuBLAS runs up to 3.6x slower than modelled)
+    ("bmm", "groups"): (0.652, 0.872, 28.3), ("bmm", "groups_complex"): (0.510, 0.865, 19.2),
+    ("bmm", "groups_dmma"): (0.844, 1.290, 43.5), ("bmm", "groups_hmma"): (1.072, 3.152, 40.1),
+    ("bmm", "groups_tf32"): (1.103, 2.547, 68.0),
     # the tensor-core kernel, keyed by its copy order (ks_mma.heuristic_config) instead of
     # the access; efficiency against tensor_peak (benchmarks/fit_costs.py on engine.json;
     # batch refitted on the float32 rows of 37e38f1's run, group on those of 07451d0's (RMS
@@ -63,6 +72,11 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
     ("mma", "batch_complex"): (1.103, 0.979, 12.7), ("mma", "group_complex"): (1.667, 0.798, 23.2),
 }
 _SINGLE[("mma", "ingroup_complex")] = _SINGLE[("mma", "ingroup")]
+# ... one TF32 product per term (kernel_tf32, float32 and complex64 alike), fitted on the
+# rows of engine_tf32.json (H200, 07451d0; no in-group row: float32's in-group constants)
+_SINGLE[("mma", "batch_tf32")] = (0.802, 1.557, 10.0)     # 60 rows, RMS log error 0.11
+_SINGLE[("mma", "group_tf32")] = (1.274, 0.844, 16.9)     # 59 rows, 0.17
+_SINGLE[("mma", "ingroup_tf32")] = _SINGLE[("mma", "ingroup")]
 #: A chain is planned in the other layout between two transposes (``planner.Relayout``)
 #: only when the model finds that faster by this factor: the model's error on a whole
 #: per-factor chain is of this order, and the plans it wins by more (whole-vector segments
@@ -74,11 +88,20 @@ RELAYOUT_MARGIN = 0.75
 KERNEL_MARGIN = {"bsl": 1.0, "bsf": 1.5}
 _DENSE_EFFICIENCY = 0.75          # cuBLAS GEMM, fraction of FP32/FP64 peak
 _HALF_TENSOR_RATIO = 8            # float16 tensor-core flop/s over the FP32 FMA rate (estimate)
-# Fixed costs of one call, host time included: BMM runs three kernels and two copies through
-# CuPy (62-115 us for the smallest patterns at B = 1 and 64, H200, bench_latency.py);
-# cuBLAS through cupy.matmul takes 17-25 us there; forming a dense matrix that is not kept
-# takes ~15 small launches.
-_BMM_FIXED_SECONDS = 65e-6
+_TF32_TENSOR_RATIO = 4            # TF32 tensor-core flop/s over the FP32 FMA rate (estimate;
+                                  # the datasheet's dense rate is about 7.4x on Hopper)
+# bmm's cuBLAS calls (kernels/gemm.prepare_groups makes one per value of the shorter of a
+# and d in batch-size-last): the first with its Python dispatch (as LAUNCH_SECONDS, plus
+# setting cuBLAS's stream and pointer mode), each further one its launch on the GPU, the
+# host's part overlapping earlier calls (estimates)
+_GEMM_FIRST_CALL_SECONDS = 15e-6
+_GEMM_CALL_SECONDS = 4e-6
+# ... priced as if each block side were at least this long: the fit's data has b, c >= 48,
+# and below that cuBLAS's tiles run mostly empty ((64, 16, 16, 1) float32 at B = 25088 took
+# 1.4x the tensor-core kernel's time on an H200, results/bmm_bsl_d1_h200.json)
+_GEMM_MIN_SIDE = 32
+# Fixed costs of one call, host time included: cuBLAS through cupy.matmul takes 17-25 us
+# (H200, bench_latency.py); forming a dense matrix that is not kept takes ~15 small launches.
 _DENSE_FIXED_SECONDS = {"kept": 20e-6, "formed": 300e-6}
 # The direct kernel (what auto runs while a tuned kernel compiles in the background): its
 # multiply-adds per byte of DRAM bandwidth, by layout, and the longest call for which auto
@@ -224,14 +247,14 @@ def _flops_per_mac(dtype) -> int:
 
 
 def _single_factor(problem: Problem, rates: DeviceRates, algorithm: str, bytes_factor=None,
-                   peak=None, variant=None):
+                   peak=None, variant=None, flops_scale=1.0):
     a, b, c, d = problem.pattern
     M, N = problem.pattern.shape
     nnz, isz = problem.pattern.nnz, problem.itemsize
     factor, efficiency, m0 = _SINGLE[(algorithm, variant or problem.access)]
     m = 2.0 * b * c / (b + c)
     moved = isz * (problem.batch * (M + N) + nnz)
-    flops = _flops_per_mac(problem.dtype) * problem.batch * nnz
+    flops = _flops_per_mac(problem.dtype) * problem.batch * nnz * flops_scale
     return ((bytes_factor or factor) * moved / rates.bandwidth
             + flops * (m + m0) / (efficiency * (peak or rates.peak(problem.dtype)) * m))
 
@@ -242,24 +265,32 @@ def kernel_seconds(problem: Problem, rates: DeviceRates, chunk: int) -> float:
     return max(_single_factor(problem, rates, "kernel"), chunks * _CHUNK_SECONDS) + LAUNCH_SECONDS
 
 
-def mma_variant(problem: Problem, config) -> str:
-    """The tensor-core kernel's key in the model: its copy order (``ks_mma.ORDER_NAMES``),
-    with ``_dmma`` for the FP64 tensor cores (float64, complex128), ``_hmma`` for
-    float16 and ``_complex`` for complex64, whose efficiencies differ from float32's."""
+def _dtype_suffix(dtype) -> str:
+    """The model keys' suffix for a dtype whose tensor-core efficiency differs from
+    float32's: ``_dmma`` for the FP64 tensor cores (float64, complex128), ``_hmma`` for
+    float16, ``_complex`` for complex64."""
+    dtype = numpy.dtype(dtype)
+    return ("_dmma" if dtype in (numpy.float64, numpy.complex128)
+            else "_hmma" if dtype == numpy.float16
+            else "_complex" if dtype == numpy.complex64 else "")
+
+
+def mma_variant(problem: Problem, config, precision: str = "default") -> str:
+    """The tensor-core kernel's key in the model: its copy order (``ks_mma.ORDER_NAMES``)
+    with the dtype's suffix (:func:`_dtype_suffix`), or ``_tf32`` for one TF32 product."""
     from .kernels.ks_mma import ORDER_NAMES
-    dtype = numpy.dtype(problem.dtype)
-    suffix = ("_dmma" if dtype in (numpy.float64, numpy.complex128)
-              else "_hmma" if dtype == numpy.float16
-              else "_complex" if dtype == numpy.complex64 else "")
+    suffix = "_tf32" if precision == "tf32" else _dtype_suffix(problem.dtype)
     return ORDER_NAMES[config.order] + suffix
 
 
-def mma_kernel_seconds(problem: Problem, rates: DeviceRates, config) -> float:
+def mma_kernel_seconds(problem: Problem, rates: DeviceRates, config,
+                       precision: str = "default") -> float:
     """The tensor-core kernel (``kernels_cu/ks_mma.cu``) in tile configuration ``config``
-    (:class:`~kscupy.kernels.ks_mma.MmaConfig`: its copy order and reduction chunk)."""
+    (:class:`~kscupy.kernels.ks_mma.MmaConfig`: its copy order and reduction chunk) at
+    ``precision``."""
     chunks = -(-problem.pattern.c // config.bk)
     compute = _single_factor(problem, rates, "mma", peak=rates.tensor_peak(problem.dtype),
-                             variant=mma_variant(problem, config))
+                             variant=mma_variant(problem, config, precision))
     return max(compute, chunks * _MMA_CHUNK_SECONDS) + LAUNCH_SECONDS
 
 
@@ -305,17 +336,45 @@ def direct_seconds(problem: Problem, rates: DeviceRates) -> float:
     return macs / (_DIRECT_MACS_PER_BYTE[problem.layout] * rates.bandwidth) + LAUNCH_SECONDS
 
 
-def bmm_seconds(problem: Problem, rates: DeviceRates) -> float:
-    """Permute / cuBLAS batched GEMM / permute (``_reference.bmm`` on CuPy)."""
-    factor = _SINGLE[("bmm", problem.access)][0]
-    if problem.pattern.d == 1 and problem.layout == "bsl" and problem.batch_contiguous:
-        factor /= 3      # (a, c, 1, B) -> (a, 1, c, B) is a view: no permutation passes
-    # cuBLAS runs float64 on the FP64 tensor cores (sm_80+): tensor_peak, as the kernel. CuPy's
-    # batched float16 matmul does not reach them: 35 TFLOP/s measured on an H200 (engine_f16.json,
-    # (16, 1024, 1024, 4)), about the FP32 FMA rate, where PyTorch's bmm runs 6x faster
-    half = numpy.dtype(problem.dtype) == numpy.float16
-    peak = rates.peak(problem.dtype) if half else rates.tensor_peak(problem.dtype)
-    return _single_factor(problem, rates, "bmm", factor, peak=peak) + _BMM_FIXED_SECONDS
+def group_gemm_variant(dtype, precision: str = "default") -> str:
+    """bmm's key in the model: ``groups`` with the dtype's suffix, or ``groups_tf32``."""
+    return "groups_tf32" if precision == "tf32" else "groups" + _dtype_suffix(dtype)
+
+
+def gemm_peak(dtype, precision: str, rates: DeviceRates) -> float:
+    """The rate cuBLAS's GEMMs compute at, in the model's units: the FP32 FMA rate for
+    float32 and complex64 (SIMT), the tensor cores for float64 and complex128 (DMMA) and
+    float16 (:meth:`DeviceRates.tensor_peak`), :data:`_TF32_TENSOR_RATIO` times the FP32
+    rate where TF32 is allowed."""
+    if precision == "tf32":
+        return _TF32_TENSOR_RATIO * rates.flops32
+    dtype = numpy.dtype(dtype)
+    return rates.peak(dtype) if dtype in (numpy.float32, numpy.complex64) \
+        else rates.tensor_peak(dtype)
+
+
+def bmm_seconds(problem: Problem, rates: DeviceRates, precision: str = "default") -> float:
+    """cuBLAS's strided-batched GEMM on the groups where they lie
+    (``kernels/gemm.prepare_groups``): the single-factor model at the GEMM's rate (block
+    sides below _GEMM_MIN_SIDE priced as that long), one call
+    per value of the shorter of ``a`` and ``d`` in batch-size-last; in batch-size-first with
+    ``d > 1`` between two transposes; an operand whose rows are not contiguous (the batch
+    in bsf, the features in bsl) copied first."""
+    a, b, c, d = problem.pattern
+    M, N = problem.pattern.shape
+    isz = problem.itemsize
+    padding = max(b, _GEMM_MIN_SIDE) * max(c, _GEMM_MIN_SIDE) / (b * c)
+    seconds = _single_factor(problem, rates, "bmm", peak=gemm_peak(problem.dtype, precision, rates),
+                             variant=group_gemm_variant(problem.dtype, precision),
+                             flops_scale=padding)
+    in_bsl = problem.layout == "bsl" or d > 1
+    seconds += _GEMM_FIRST_CALL_SECONDS + ((min(a, d) if in_bsl else 1) - 1) * _GEMM_CALL_SECONDS
+    if problem.layout == "bsf" and d > 1:
+        seconds += (transpose_seconds(N, problem.batch, isz, rates)
+                    + transpose_seconds(M, problem.batch, isz, rates))
+    if problem.batch > 1 and problem.batch_contiguous != (problem.layout == "bsl"):
+        seconds += transpose_seconds(N, problem.batch, isz, rates)
+    return seconds
 
 
 def dense_seconds(problem: Problem, rates: DeviceRates, kept: bool) -> float:

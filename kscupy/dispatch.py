@@ -27,9 +27,10 @@ def prepare(factor, X, layout, backend):
     Everything that depends only on those is decided here once: the factor in ``X.dtype``
     (converted once and kept, see :meth:`~kscupy.factor.Factor.in_dtype`), ``"auto"``'s
     choice, the configuration, and for kernel backends the kernel, grid and arguments
-    (their ``prepare``). ``backend`` is a registry name or ``"auto"``.
+    (their ``prepare``). ``backend`` is a registry name, ``"auto"`` or ``"auto_tf32"``
+    (the opt-in choice among the TF32 backends).
 
-    On the GPU ``"auto"`` does not wait for its kernel to compile: while the instantiation
+    On the GPU ``"auto"`` (and ``"auto_tf32"``) does not wait for its kernel to compile: while the instantiation
     it chose compiles in the background (:mod:`kscupy.kernels.nvrtc`), the run it returns
     is the direct kernel's (``backend="direct"``), unless the model prices that above
     :data:`kscupy.costs.DIRECT_MAX_SECONDS` per call; the caller's next preparation (a
@@ -37,10 +38,12 @@ def prepare(factor, X, layout, backend):
     """
     factor = factor.in_dtype(X.dtype)
     gpu = factor.xp is not numpy
-    if backend == backends.AUTO:
+    if backend == backends.AUTO_TF32 and not gpu:
+        raise TypeError(f"backend={backend!r} runs on the GPU and needs CuPy operands")
+    if backend in backends.AUTOS:
         if gpu:
             problem = problem_of(factor, X, layout)
-            choice = tuning.choose(problem)
+            choice = tuning.choose(problem, precision=backends.AUTOS[backend])
             entry = backends.get(choice.backend)
             if costs.direct_seconds(problem, costs.device_rates()) > costs.DIRECT_MAX_SECONDS:
                 return _prepared(entry, factor, X, layout, choice.config)

@@ -73,17 +73,21 @@ class KSOperator:
             returns ``X @ op.T``, shape ``(B, M)`` (or ``(M,)``). Any strides are accepted.
         layout : {"bsl", "bsf"}
         backend : str
-            ``"auto"`` (the best available choice) or a name from ``backends()``: for one
+            ``"auto"`` (the best available choice), ``"auto_tf32"`` (opt-in, CuPy only:
+            the best choice among the backends of one TF32 product per term, about 1e-3
+            relative error, float32/complex64) or a name from ``backends()``: for one
             factor the registry of :mod:`kscupy.backends` (``"kernel"``: the fused CUDA
             kernel on the tensor cores at float32-grade accuracy, CuPy only;
-            ``"kernel_tf32"``: the same with one TF32 product, about 1e-3 relative error,
-            float32/complex64, opt-in only; ``"kernel_bsl"``: the tensor-core kernel in its
+            ``"kernel_tf32"``: the same with one TF32 product, opt-in only; ``"kernel_bsl"``: the tensor-core kernel in its
             batch-size-last order, a ``"bsf"`` operand transposed there and back (two extra
             passes over X and Y); ``"kernel_fma"``: the fused kernel on the FMA
             units; ``"kernel_skinny"``: the small-batch kernel; ``"direct"``: one thread per
             output, fast to compile, slow to run (what ``auto`` runs while its kernel
-            compiles in the background); ``"bmm"``, ``"einsum"``: the permutation-based algorithms of
-            the paper's Appendix A; ``"dense"``: GEMM on the dense matrix, kept when small;
+            compiles in the background); ``"bmm"``: one GEMM per group (on CuPy
+            cuBLAS's strided-batched GEMM on the groups where they lie, with no permutation
+            except two transposes in ``"bsf"`` with ``d > 1``); ``"bmm_tf32"``: the same
+            with TF32 allowed, opt-in only; ``"einsum"``: one tensor contraction (the
+            paper's Appendix A); ``"dense"``: GEMM on the dense matrix, kept when small;
             ``"sparse"``: a CSR product, the CSR matrix kept); a chain applies every factor
             with it, and also takes ``"fused"`` (CuPy only: as many factors per launch as
             fit).

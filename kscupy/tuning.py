@@ -61,16 +61,19 @@ def _forget_decisions():
     epoch += 1
 
 
-def choose(problem: Problem, rates: costs.DeviceRates | None = None) -> Choice:
+def choose(problem: Problem, rates: costs.DeviceRates | None = None,
+           precision: str = "default") -> Choice:
     """The backend and configuration ``auto`` uses on the GPU (of ``rates``, default the
-    current device): tuning cache, else the cost model. Memoized per process (and cache
-    file): a multiply pays the decision once."""
+    current device): tuning cache, else the cost model. ``precision="tf32"``: what the
+    opt-in ``auto_tf32`` uses, the cost model's choice among the TF32 backends (the tuner
+    times default precision only). Memoized per process (and cache file): a multiply pays
+    the decision once."""
     if rates is None:
         rates = costs.device_rates()
-    key = _memo_key("auto", problem, rates)
+    key = _memo_key("auto", problem, rates, precision)
     choice = _MEMO.get(key)
     if choice is None:
-        choice = _MEMO[key] = _choose(problem, rates)
+        choice = _MEMO[key] = _choose(problem, rates, precision)
     return choice
 
 
@@ -173,23 +176,32 @@ def _batch_order_is_cheaper(factors, batch, dtype) -> bool:
     return copy + sum(seconds(p) for p in bsl) < as_given
 
 
-def _choose(problem: Problem, rates: costs.DeviceRates) -> Choice:
-    cached = _cache().get(_cache_key(problem, rates))
-    if cached is not None:
-        return cached
-    if os.environ.get("KSCUPY_AUTOTUNE", "0") not in ("", "0"):
-        return tune(problem, progress=False)
-    candidates = [b for b in backends.REGISTRY.values() if b.in_auto and b.fits(problem, rates)]
+def _candidates(problem: Problem, rates: costs.DeviceRates, precision: str = "default"):
+    """The registry backends ``auto`` (or ``auto_tf32``) weighs for ``problem``."""
+    return [b for b in backends.REGISTRY.values()
+            if b.in_auto and b.precision == precision and b.fits(problem, rates)]
+
+
+def _choose(problem: Problem, rates: costs.DeviceRates, precision: str) -> Choice:
+    if precision == "default":
+        cached = _cache().get(_cache_key(problem, rates))
+        if cached is not None:
+            return cached
+        if os.environ.get("KSCUPY_AUTOTUNE", "0") not in ("", "0"):
+            return tune(problem, progress=False)
+    candidates = _candidates(problem, rates, precision)
+    if not candidates:
+        raise TypeError(f"no backend runs {problem.dtype} at precision {precision!r}")
     margin = {"kernel_fma": costs.KERNEL_MARGIN[problem.access]}
     best = min(candidates, key=lambda b: b.seconds(problem, rates) * margin.get(b.name, 1.0))
     return Choice(best.name, best.heuristic(problem) if best.heuristic else None)
 
 
 def seconds(problem: Problem, backend: str, rates) -> float:
-    """Modelled time of one product with ``backend``; for ``"auto"``, of the backend that
-    ``auto`` picks (so the chain planner prices a factor as it will run)."""
-    if backend == backends.AUTO:
-        backend = choose(problem, rates).backend
+    """Modelled time of one product with ``backend``; for ``"auto"`` (``"auto_tf32"``), of
+    the backend it picks (so the chain planner prices a factor as it will run)."""
+    if backend in backends.AUTOS:
+        backend = choose(problem, rates, backends.AUTOS[backend]).backend
     model = backends.get(backend).seconds
     if model is None:
         raise ValueError(f"backend {backend!r} has no cost model")
@@ -338,9 +350,7 @@ def tune(problem_or_matrix, batch=None, *, layout="bsl", dtype=None, progress=Tr
 
     rates = costs.device_rates()
     runs = {}
-    for entry in backends.REGISTRY.values():
-        if not (entry.in_auto and entry.fits(problem, rates)):
-            continue
+    for entry in _candidates(problem, rates):
         if entry.candidates is None:
             runs[entry.name] = Choice(entry.name)
         else:

@@ -6,6 +6,7 @@ import json
 import numpy
 import pytest
 
+import kscupy as ks
 from kscupy import KSPattern, backends, costs, tuning
 from kscupy.kernels.ks_matmul import (SMEM_LIMIT, KernelConfig, candidate_configs,
                                       heuristic_config)
@@ -123,7 +124,7 @@ def test_auto_is_priced_as_it_runs(tmp_path, monkeypatch):
         p = _problem(pattern, B)
         choice = tuning.choose(p, RATES)
         candidates = [b.name for b in backends.REGISTRY.values()
-                      if b.in_auto and b.fits(p, RATES)]
+                      if b.in_auto and b.precision == "default" and b.fits(p, RATES)]
         assert choice.backend in candidates and "dense" in candidates
         assert tuning.seconds(p, "auto", RATES) == tuning.seconds(p, choice.backend, RATES)
         margin = {"kernel_fma": costs.KERNEL_MARGIN[p.access]}
@@ -136,6 +137,27 @@ def test_auto_is_priced_as_it_runs(tmp_path, monkeypatch):
     assert tuning.choose(_problem((1, 48, 48, 1), 25088), RATES).backend != "kernel_skinny"
     with pytest.raises(ValueError, match="no cost model"):
         tuning.seconds(_problem((1, 4, 4, 1)), "einsum", RATES)
+
+
+def test_auto_tf32_chooses_among_the_tf32_backends_only(tmp_path, monkeypatch):
+    """The opt-in auto_tf32 weighs the backends of one TF32 product and nothing else; auto
+    never weighs them; double precision has no TF32 backend; NumPy operands are refused."""
+    monkeypatch.setenv("KSCUPY_CACHE_DIR", str(tmp_path))
+    tf32 = {b.name for b in backends.REGISTRY.values() if b.precision == "tf32"}
+    assert tf32 == {"kernel_tf32", "bmm_tf32"}
+    for pattern in ((1, 64, 64, 1), (64, 2, 2, 64), (4, 1024, 1024, 4), (8, 48, 48, 16)):
+        for layout in ("bsl", "bsf"):
+            p = _problem(pattern, 25088, layout=layout)
+            choice = tuning.choose(p, RATES, "tf32")
+            assert choice.backend in tf32
+            assert tuning.seconds(p, "auto_tf32", RATES) == min(
+                tuning.seconds(p, name, RATES) for name in tf32)
+            assert tuning.choose(p, RATES).backend not in tf32
+    with pytest.raises(TypeError, match="precision"):
+        tuning.choose(_problem((1, 8, 8, 1), 64, numpy.float64), RATES, "tf32")
+    K = ks.KSMatrix.random((1, 8, 8, 1))
+    with pytest.raises(TypeError, match="GPU"):
+        K.matmul(numpy.ones((8, 2), numpy.float32), backend="auto_tf32")
 
 
 def test_paper_grid_has_627_patterns_and_sample_spans_it():

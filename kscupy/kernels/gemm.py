@@ -1,23 +1,84 @@
-"""cuBLAS GEMM with the kept dense matrix, prepared once: the ``dense`` backend's repeated
-products on the GPU.
+"""cuBLAS products prepared once: the dense matrix (``dense`` backend) and every group's block
+addressed where it lies (``bmm`` and ``bmm_tf32``).
 
 ``cupy.matmul`` spends 15-25 µs of host time per call on an H200 host, deciding again what
-it decided for the previous call; a prepared product allocates the result and makes one
-cuBLAS call. C-order products are column-major products of the transposes:
+it decided for the previous call; a prepared product allocates the result and makes its
+cuBLAS calls. cuBLAS is column-major: a row-major ``R × C`` matrix with row stride ``s`` is
+the column-major ``C × R`` matrix with leading dimension ``s``, so C-order products are
+column-major products of the transposes.
+
+**Dense** (:func:`prepare`):
 
 * bsl: ``Y (M, B) = D (M, N) @ X (N, B)``, i.e. ``Yᵀ = Xᵀ Dᵀ``:
   ``gemm(N, N, m=B, n=M, k=N, Xᵀ ld B, Dᵀ ld N, Yᵀ ld B)``;
 * bsf: ``Y (B, M) = X (B, N) @ Dᵀ``, i.e. ``Yᵀ = D Xᵀ``:
   ``gemm(T, N, m=M, n=B, k=N, Dᵀ ld N, Xᵀ ld N, Yᵀ ld M)``.
+
+**Groups** (:func:`prepare_groups`), the BMM algorithm without its permutations. Input
+feature ``(i, l, j)`` (group ``(i, j)``, reduction index ``l < c``) is ``(i*c + l)*d + j``,
+output feature ``(i, k, j)`` is ``(i*b + k)*d + j``; ``K_ij`` is group ``(i, j)``'s
+``b × c`` block.
+
+* bsl, X ``(N, B)`` with row stride ``sX``: group ``(i, j)``'s ``c`` input rows are a
+  ``c × B`` matrix with row stride ``d*sX`` starting at row ``i*c*d + j``; its ``b`` output
+  rows likewise in Y. ``Y_ijᵀ = X_ijᵀ K_ijᵀ``: ``gemm(N, op, m=B, n=b, k=c, X_ijᵀ ld d*sX,
+  K_ijᵀ, Y_ijᵀ ld d*B)``. Groups of one ``i`` are ``sX`` (X) and ``B`` (Y) apart, groups of
+  one ``j`` ``c*d*sX`` and ``b*d*B``: one strided-batched call per value of the shorter
+  axis, batched over the longer. No copy at all.
+* bsf, X ``(B, N)`` with row stride ``sX``, ``d = 1``: group ``i``'s columns are the
+  column-major ``c × B`` matrix at column ``i*c`` with leading dimension ``sX``.
+  ``Y_iᵀ = K_i X_iᵀ``: ``gemm(op, N, m=b, n=B, k=c, K_i, X_iᵀ ld sX, Y_iᵀ ld M)``, one
+  call batched over ``i`` (strides ``c`` and ``b``).
+* bsf with ``d > 1``: a group's columns are ``d`` apart, which no GEMM addresses. X is
+  transposed to ``(N, B)`` (:mod:`.transpose`), multiplied as bsl, and the result
+  transposed back: two extra passes over X and Y, as many as the permutations of
+  ``_reference.bmm`` and of PyTorch's BMM.
+
+The blocks are read where they are stored: ``tiles`` ``(a, d, b0, c0)`` row-major is, per
+group, the column-major ``c0 × b0`` matrix ``V`` (leading dimension ``c0``). The operator's
+block is ``Vᵀ`` (stored orientation) or ``V`` (transposed view); bsl needs its transpose,
+bsf the block itself, so the call transposes ``V`` (``op = T``) where exactly one of "bsf"
+and "transposed view" holds. A conjugated view conjugates in the same call where it
+transposes (``op = C``); elsewhere (cuBLAS has no conjugate-only operation) the conjugated
+blocks are copied once when the run is prepared.
 """
 from __future__ import annotations
 
 import numpy
 
-__all__ = ["prepare"]
+__all__ = ["prepare", "prepare_groups", "PRECISIONS", "supports"]
 
 _GEMM = {numpy.dtype(numpy.float32): "sgemm", numpy.dtype(numpy.float64): "dgemm",
          numpy.dtype(numpy.complex64): "cgemm", numpy.dtype(numpy.complex128): "zgemm"}
+#: Precisions of the group products: ``"default"`` computes in the dtype's precision
+#: (float16 products summed in float32, rounded once); ``"tf32"`` lets cuBLAS use one
+#: TF32 product per term (float32 and complex64 only; about 1e-3 relative error), opt-in.
+PRECISIONS = ("default", "tf32")
+_INT32_MAX = 2**31 - 1
+
+
+def supports(dtype, precision: str = "default") -> bool:
+    """Whether :func:`prepare_groups` runs ``dtype`` at ``precision``."""
+    dtype = numpy.dtype(dtype)
+    real = dtype.type(0).real.dtype if dtype.kind in "fc" else None
+    if real not in (numpy.float16, numpy.float32, numpy.float64):
+        return False
+    return precision == "default" or real == numpy.float32
+
+
+def _cublas_runner():
+    """``call(fn)``: ``fn(handle)`` on CuPy's cuBLAS handle, on CuPy's current stream, with
+    scalars read from the host."""
+    from cupy.cuda import device, get_current_stream
+    from cupy_backends.cuda.libs import cublas
+    host_mode = cublas.CUBLAS_POINTER_MODE_HOST
+
+    def call(fn):
+        handle = device.get_cublas_handle()
+        cublas.setStream(handle, get_current_stream().ptr)
+        cublas.setPointerMode(handle, host_mode)
+        fn(handle)
+    return call
 
 
 def prepare(D, X, layout):
@@ -26,7 +87,6 @@ def prepare(D, X, layout):
     shaped and typed like ``X``; None where this does not apply (float16, which cuBLAS runs
     through another call; an operand or matrix not in C order; dtypes that differ)."""
     import cupy
-    from cupy.cuda import device
     from cupy_backends.cuda.libs import cublas
     dtype = X.dtype
     if dtype not in _GEMM or D.dtype != dtype or not (X.flags.c_contiguous
@@ -36,28 +96,151 @@ def prepare(D, X, layout):
     M, N = D.shape
     one, zero = numpy.ones((), dtype), numpy.zeros((), dtype)   # host scalars, kept alive
     alpha, beta = one.ctypes.data, zero.ctypes.data
-    host_mode, stream_of = cublas.CUBLAS_POINTER_MODE_HOST, cupy.cuda.get_current_stream
     new, op_n, op_t = cupy.ndarray, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_T
     d = D.data.ptr
+    call = _cublas_runner()
     if layout == "bsl":
         B = X.shape[1]
         y_shape = (M, B)
 
-        def call(handle, x, y):
-            gemm(handle, op_n, op_n, B, M, N, alpha, x, B, d, N, beta, y, B)
+        def product(x, y):
+            return lambda handle: gemm(handle, op_n, op_n, B, M, N, alpha, x, B, d, N,
+                                       beta, y, B)
     else:
         B = X.shape[0]
         y_shape = (B, M)
 
-        def call(handle, x, y):
-            gemm(handle, op_t, op_n, M, B, N, alpha, d, N, x, N, beta, y, M)
+        def product(x, y):
+            return lambda handle: gemm(handle, op_t, op_n, M, B, N, alpha, d, N, x, N,
+                                       beta, y, M)
 
     def run(X):
         Y = new(y_shape, dtype)
-        handle = device.get_cublas_handle()
-        cublas.setStream(handle, stream_of().ptr)
-        cublas.setPointerMode(handle, host_mode)     # alpha and beta live on the host
-        call(handle, X.data.ptr, Y.data.ptr)
+        call(product(X.data.ptr, Y.data.ptr))
         return Y
     run.kept = (D, one, zero)    # the run reads their memory by address: keep them alive
+    return run
+
+
+def _types(dtype, precision):
+    """cuBLAS's data type, compute type and the scalars' dtype for ``dtype`` at
+    ``precision``."""
+    from cupy.cuda import runtime
+    from cupy_backends.cuda.libs import cublas
+    data = {numpy.float16: runtime.CUDA_R_16F, numpy.float32: runtime.CUDA_R_32F,
+            numpy.float64: runtime.CUDA_R_64F, numpy.complex64: runtime.CUDA_C_32F,
+            numpy.complex128: runtime.CUDA_C_64F}[dtype.type]
+    if precision == "tf32":
+        compute = cublas.CUBLAS_COMPUTE_32F_FAST_TF32
+    elif dtype in (numpy.float64, numpy.complex128):
+        compute = cublas.CUBLAS_COMPUTE_64F
+    else:
+        compute = cublas.CUBLAS_COMPUTE_32F       # float16 too: summed in float32
+    scalar = numpy.dtype(numpy.float32) if dtype == numpy.float16 else dtype
+    return data, compute, scalar
+
+
+def _rows_addressable(X) -> bool:
+    """Whether ``X``'s rows are contiguous, aligned and apart by a whole number of elements,
+    at least a row's length (what the group products address; other operands are copied)."""
+    isz = X.dtype.itemsize
+    return (X.strides[1] == isz or X.shape[1] == 1) and X.data.ptr % isz == 0 \
+        and X.strides[0] % isz == 0 and X.strides[0] >= X.shape[1] * isz
+
+
+def prepare_groups(factor, X, layout, precision: str = "default"):
+    """``run(X) -> Y``: the product of ``factor`` (a :class:`~kscupy.factor.Factor` in
+    ``X.dtype``) with operands like ``X`` (``(N, B)`` in ``"bsl"``, ``(B, N)`` in
+    ``"bsf"``) through cuBLAS's strided-batched GEMM as the module docstring lays out, on
+    CuPy's current stream; the result is a new C-order array. Operands whose rows are not
+    contiguous are copied to C order on every call (one more pass over X). None where cuBLAS
+    cannot address the operand (a leading dimension beyond 2^31 - 1 elements)."""
+    import cupy
+    from . import transpose
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if not supports(X.dtype, precision):
+        raise TypeError(f"cuBLAS's group products do not run {X.dtype} at precision "
+                        f"{precision!r}")
+    if not _rows_addressable(X):
+        run = prepare_groups(factor, cupy.ascontiguousarray(X), layout, precision)
+        return None if run is None else (lambda X: run(cupy.ascontiguousarray(X)))
+    a, b, c, d = factor.pattern
+    if layout == "bsf" and d > 1:
+        B = X.shape[0]
+        if d * B > _INT32_MAX:
+            return None
+        return transpose.around(X, lambda XT: _group_calls(factor, XT, "bsl", precision),
+                                (factor.shape[0], B))
+    return _group_calls(factor, X, layout, precision)
+
+
+def _group_calls(factor, X, layout, precision):
+    import cupy
+    from cupy_backends.cuda.libs import cublas
+    a, b, c, d = factor.pattern
+    M, N = factor.shape
+    dtype, isz = X.dtype, X.dtype.itemsize
+    data, compute, scalar = _types(dtype, precision)
+    algo = cublas.CUBLAS_GEMM_DEFAULT
+    # the blocks: V (c0 x b0 column-major per group) transposed where exactly one of bsf and
+    # a transposed view holds; conjugated in the same call, or copied conjugated once
+    tiles = factor.tiles
+    op_w = cublas.CUBLAS_OP_T if factor.transposed != (layout == "bsf") else cublas.CUBLAS_OP_N
+    if factor.conjugated:
+        if op_w == cublas.CUBLAS_OP_T:
+            op_w = cublas.CUBLAS_OP_C
+        else:
+            tiles = cupy.conj(tiles)
+    ld_w, block = tiles.shape[-1], b * c
+    sX = X.strides[0] // isz
+    op_n = cublas.CUBLAS_OP_N
+    if layout == "bsl":
+        B = X.shape[1]
+        y_shape, ld_x, ld_y = (M, B), d * sX, d * B
+        # (transa, transb, m, n, k, A = X, B = W, C = Y); group (i, j) at
+        # X (i*c*d + j)*sX, W (i*d + j)*b*c, Y (i*b*d + j)*B
+        by_i = (c * d * sX, d * block, b * d * B)       # strides between groups of one j
+        by_j = (sX, block, B)                            # ... of one i
+        if d <= a:      # one call per j, batched over i
+            calls = [((j * sX, j * block, j * B), by_i, a) for j in range(d)]
+        else:
+            calls = [((i * c * d * sX, i * d * block, i * b * d * B), by_j, d)
+                     for i in range(a)]
+        shape = (op_n, op_w, B, b, c)
+        lds = (ld_x, ld_w, ld_y)
+    else:           # d == 1
+        B = X.shape[0]
+        y_shape = (B, M)
+        calls = [((0, 0, 0), (c, block, b), a)]
+        shape = (op_w, op_n, b, B, c)
+        lds = (ld_w, sX, M)
+    if max(lds + shape[2:]) > _INT32_MAX:
+        return None
+    one, zero = numpy.ones((), scalar), numpy.zeros((), scalar)    # host scalars, kept alive
+    alpha, beta = one.ctypes.data, zero.ctypes.data
+    w = tiles.data.ptr
+    gemm, call = cublas.gemmStridedBatchedEx, _cublas_runner()
+    transa, transb, m, n, k = shape
+    lda, ldb, ldc = lds
+
+    def product(x, y):
+        def run_calls(handle):
+            for (ox, ow, oy), (sx, sw, sy), count in calls:
+                if layout == "bsl":
+                    A, sA, Bm, sB = x + ox * isz, sx, w + ow * isz, sw
+                else:
+                    A, sA, Bm, sB = w + ow * isz, sw, x + ox * isz, sx
+                gemm(handle, transa, transb, m, n, k, alpha, A, data, lda, sA,
+                     Bm, data, ldb, sB, beta, y + oy * isz, data, ldc, sy, count,
+                     compute, algo)
+        return run_calls
+
+    new = cupy.ndarray
+
+    def run(X):
+        Y = new(y_shape, dtype)
+        call(product(X.data.ptr, Y.data.ptr))
+        return Y
+    run.kept = (tiles, one, zero)
     return run

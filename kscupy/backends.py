@@ -102,15 +102,32 @@ def _run_dense(factor, X, layout, config):
 _run_dense_any = _half_in_single(_run_dense, {"cpu"})
 
 
-def _prepare_dense(factor, X, layout, config):
+def _prepare_dense(precision):
     """On CuPy, with the dense matrix kept (at most DENSE_CACHE_BYTES), one prepared cuBLAS
-    call per product (kernels/gemm.py); otherwise the general path."""
-    M, N = factor.shape
-    if factor.xp is not numpy and factor.dtype.itemsize * M * N <= DENSE_CACHE_BYTES:
-        run = gemm.prepare(factor.dense(), X, layout)
-        if run is not None:
-            return run
-    return lambda X: _run_dense_any(factor, X, layout, config)
+    call per product at ``precision`` (kernels/gemm.py); otherwise, at default precision,
+    the general path (the dense matrix formed for each product where it is not kept)."""
+    def prepare(factor, X, layout, config):
+        M, N = factor.shape
+        if factor.xp is not numpy and factor.dtype.itemsize * M * N <= DENSE_CACHE_BYTES:
+            D = factor.dense()
+            run = gemm.prepare(D, X, layout, precision)
+            if run is None and precision != "default":     # an operand not in C order
+                import cupy
+                inner = gemm.prepare(D, cupy.ascontiguousarray(X), layout, precision)
+                run = lambda X: inner(cupy.ascontiguousarray(X))   # noqa: E731
+            if run is not None:
+                return run
+        if precision != "default":
+            raise ValueError(f"dense at precision {precision!r} keeps its dense matrix: at "
+                             f"most {DENSE_CACHE_BYTES} bytes, here {factor.dtype.itemsize * M * N}")
+        return lambda X: _run_dense_any(factor, X, layout, config)
+    return prepare
+
+
+def _dense_tf32_fits(problem, rates):
+    """The dense matrix kept (at most DENSE_CACHE_BYTES) and a dtype that runs TF32."""
+    M, N = problem.pattern.shape
+    return gemm.supports(problem.dtype, "tf32") and problem.itemsize * M * N <= DENSE_CACHE_BYTES
 
 
 def _prepare_groups(precision):
@@ -179,9 +196,12 @@ def _dense_fits(problem, rates):
     return problem.itemsize * M * N <= rates.memory // 4
 
 
-def _dense_seconds(problem, rates):
-    M, N = problem.pattern.shape
-    return costs.dense_seconds(problem, rates, kept=problem.itemsize * M * N <= DENSE_CACHE_BYTES)
+def _dense_seconds(precision):
+    def seconds(problem, rates):
+        M, N = problem.pattern.shape
+        return costs.dense_seconds(problem, rates, problem.itemsize * M * N <= DENSE_CACHE_BYTES,
+                                   precision)
+    return seconds
 
 
 def _small_batch(problem, rates):
@@ -253,10 +273,16 @@ REGISTRY = {b.name: b for b in (
                 "complex64 only; about 1e-3 relative error; cuBLAS may keep float32 for "
                 "blocks too small for the tensor cores). A candidate of auto_tf32, never "
                 "of auto"),
-    Backend("dense", _BOTH, _run_dense_any, _dense_seconds, in_auto=True, fits=_dense_fits,
-            prepare=_prepare_dense,
+    Backend("dense", _BOTH, _run_dense_any, _dense_seconds("default"), in_auto=True,
+            fits=_dense_fits, prepare=_prepare_dense("default"),
             doc="GEMM on the dense matrix, formed on first use and kept when at most "
                 "DENSE_CACHE_BYTES (kscupy.KSMatrix.clear_cache releases it)"),
+    Backend("dense_tf32", frozenset({"gpu"}), _run_prepared(_prepare_dense("tf32")),
+            _dense_seconds("tf32"), in_auto=True, precision="tf32", fits=_dense_tf32_fits,
+            prepare=_prepare_dense("tf32"),
+            doc="opt-in: dense with cuBLAS allowed one TF32 product per term (float32 and "
+                "complex64; about 1e-3 relative error), for dense matrices it keeps (at most "
+                "DENSE_CACHE_BYTES). A candidate of auto_tf32, never of auto"),
     Backend("einsum", _BOTH, _half_in_single(_run_reference(_reference.einsum), _BOTH),
             cpu_seconds=_cpu_model("einsum"),
             doc="one tensor contraction over the (a, c, d) view of the input"),

@@ -86,7 +86,11 @@ RELAYOUT_MARGIN = 0.75
 #: In BSL the model is unbiased (median predicted/measured 1.02) and any margin above 1 gave
 #: away the kernel's wins; in BSF a wrong pick of the kernel costs up to 2x.
 KERNEL_MARGIN = {"bsl": 1.0, "bsf": 1.5}
-_DENSE_EFFICIENCY = 0.75          # cuBLAS GEMM, fraction of FP32/FP64 peak
+# cuBLAS GEMM on the dense matrix: fraction of gemm_peak, keyed by _gemm_suffix, fitted to
+# the base_dense times of the engine runs (float32, float64, complex64 on an H200: RMS log
+# error 0.07, 0.05, 0.02; float16 and TF32 on an H100: 0.11, 0.17; the estimate 0.75 for all
+# had priced float16 and TF32 about 2x too high)
+_DENSE_EFFICIENCY = {"": 0.76, "_dmma": 0.94, "_complex": 0.83, "_hmma": 1.76, "_tf32": 1.56}
 _HALF_TENSOR_RATIO = 8            # float16 tensor-core flop/s over the FP32 FMA rate (estimate)
 _TF32_TENSOR_RATIO = 4            # TF32 tensor-core flop/s over the FP32 FMA rate (estimate;
                                   # the datasheet's dense rate is about 7.4x on Hopper)
@@ -277,10 +281,9 @@ def _dtype_suffix(dtype) -> str:
 
 def mma_variant(problem: Problem, config, precision: str = "default") -> str:
     """The tensor-core kernel's key in the model: its copy order (``ks_mma.ORDER_NAMES``)
-    with the dtype's suffix (:func:`_dtype_suffix`), or ``_tf32`` for one TF32 product."""
+    with :func:`_gemm_suffix` (the dtype's, or ``_tf32`` for one TF32 product)."""
     from .kernels.ks_mma import ORDER_NAMES
-    suffix = "_tf32" if precision == "tf32" else _dtype_suffix(problem.dtype)
-    return ORDER_NAMES[config.order] + suffix
+    return ORDER_NAMES[config.order] + _gemm_suffix(problem.dtype, precision)
 
 
 def mma_kernel_seconds(problem: Problem, rates: DeviceRates, config,
@@ -336,9 +339,14 @@ def direct_seconds(problem: Problem, rates: DeviceRates) -> float:
     return macs / (_DIRECT_MACS_PER_BYTE[problem.layout] * rates.bandwidth) + LAUNCH_SECONDS
 
 
+def _gemm_suffix(dtype, precision: str) -> str:
+    """A cuBLAS product's key suffix: ``_tf32`` where TF32 is allowed, else the dtype's."""
+    return "_tf32" if precision == "tf32" else _dtype_suffix(dtype)
+
+
 def group_gemm_variant(dtype, precision: str = "default") -> str:
-    """bmm's key in the model: ``groups`` with the dtype's suffix, or ``groups_tf32``."""
-    return "groups_tf32" if precision == "tf32" else "groups" + _dtype_suffix(dtype)
+    """bmm's key in the model: ``groups`` with :func:`_gemm_suffix`."""
+    return "groups" + _gemm_suffix(dtype, precision)
 
 
 def gemm_peak(dtype, precision: str, rates: DeviceRates) -> float:
@@ -377,9 +385,10 @@ def bmm_seconds(problem: Problem, rates: DeviceRates, precision: str = "default"
     return seconds
 
 
-def dense_seconds(problem: Problem, rates: DeviceRates, kept: bool) -> float:
-    """cuBLAS GEMM on the dense matrix; ``kept``: the dense matrix is already formed (else
-    forming it, a zero fill and a scatter, is part of every call)."""
+def dense_seconds(problem: Problem, rates: DeviceRates, kept: bool,
+                  precision: str = "default") -> float:
+    """cuBLAS GEMM on the dense matrix at ``precision``; ``kept``: the dense matrix is
+    already formed (else forming it, a zero fill and a scatter, is part of every call)."""
     M, N = problem.pattern.shape
     isz = problem.itemsize
     moved = isz * (problem.batch * (M + N) + M * N)
@@ -387,7 +396,8 @@ def dense_seconds(problem: Problem, rates: DeviceRates, kept: bool) -> float:
         moved += 2 * isz * M * N + (16 + isz) * problem.pattern.nnz
     flops = _flops_per_mac(problem.dtype) * problem.batch * M * N
     return (moved / rates.bandwidth
-            + flops / (_DENSE_EFFICIENCY * rates.tensor_peak(problem.dtype))
+            + flops / (_DENSE_EFFICIENCY[_gemm_suffix(problem.dtype, precision)]
+                       * gemm_peak(problem.dtype, precision, rates))
             + _DENSE_FIXED_SECONDS["kept" if kept else "formed"])
 
 

@@ -1,5 +1,5 @@
-"""cuBLAS products prepared once: the dense matrix (``dense`` backend) and every group's block
-addressed where it lies (``bmm`` and ``bmm_tf32``).
+"""cuBLAS products prepared once: the dense matrix (``dense`` and ``dense_tf32``) and every
+group's block addressed where it lies (``bmm`` and ``bmm_tf32``).
 
 ``cupy.matmul`` spends 15-25 µs of host time per call on an H200 host, deciding again what
 it decided for the previous call; a prepared product allocates the result and makes its
@@ -48,9 +48,7 @@ import numpy
 
 __all__ = ["prepare", "prepare_groups", "PRECISIONS", "supports"]
 
-_GEMM = {numpy.dtype(numpy.float32): "sgemm", numpy.dtype(numpy.float64): "dgemm",
-         numpy.dtype(numpy.complex64): "cgemm", numpy.dtype(numpy.complex128): "zgemm"}
-#: Precisions of the group products: ``"default"`` computes in the dtype's precision
+#: Precisions of the products: ``"default"`` computes in the dtype's precision
 #: (float16 products summed in float32, rounded once); ``"tf32"`` lets cuBLAS use one
 #: TF32 product per term (float32 and complex64 only; about 1e-3 relative error), opt-in.
 PRECISIONS = ("default", "tf32")
@@ -81,20 +79,23 @@ def _cublas_runner():
     return call
 
 
-def prepare(D, X, layout):
+def prepare(D, X, layout, precision: str = "default"):
     """``run(X) -> Y`` computing ``D @ X`` (``"bsl"``, X ``(N, B)``) or ``X @ D.T``
-    (``"bsf"``, X ``(B, N)``) with one cuBLAS GEMM on CuPy's current stream, for operands
-    shaped and typed like ``X``; None where this does not apply (float16, which cuBLAS runs
-    through another call; an operand or matrix not in C order; dtypes that differ)."""
+    (``"bsf"``, X ``(B, N)``) with one cuBLAS GEMM (``cublasGemmEx``) on CuPy's current
+    stream, for operands shaped and typed like ``X``, at ``precision`` (see
+    :data:`PRECISIONS`); None where this does not apply (an operand or matrix not in C
+    order; dtypes that differ)."""
     import cupy
     from cupy_backends.cuda.libs import cublas
     dtype = X.dtype
-    if dtype not in _GEMM or D.dtype != dtype or not (X.flags.c_contiguous
-                                                      and D.flags.c_contiguous):
+    if not supports(dtype, precision):
+        raise TypeError(f"cuBLAS's GEMM here does not run {dtype} at precision {precision!r}")
+    if D.dtype != dtype or not (X.flags.c_contiguous and D.flags.c_contiguous):
         return None
-    gemm = getattr(cublas, _GEMM[dtype])
+    data, compute, scalar = _types(dtype, precision)
+    algo, gemm = cublas.CUBLAS_GEMM_DEFAULT, cublas.gemmEx
     M, N = D.shape
-    one, zero = numpy.ones((), dtype), numpy.zeros((), dtype)   # host scalars, kept alive
+    one, zero = numpy.ones((), scalar), numpy.zeros((), scalar)   # host scalars, kept alive
     alpha, beta = one.ctypes.data, zero.ctypes.data
     new, op_n, op_t = cupy.ndarray, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_T
     d = D.data.ptr
@@ -104,15 +105,15 @@ def prepare(D, X, layout):
         y_shape = (M, B)
 
         def product(x, y):
-            return lambda handle: gemm(handle, op_n, op_n, B, M, N, alpha, x, B, d, N,
-                                       beta, y, B)
+            return lambda handle: gemm(handle, op_n, op_n, B, M, N, alpha, x, data, B,
+                                       d, data, N, beta, y, data, B, compute, algo)
     else:
         B = X.shape[0]
         y_shape = (B, M)
 
         def product(x, y):
-            return lambda handle: gemm(handle, op_t, op_n, M, B, N, alpha, d, N, x, N,
-                                       beta, y, M)
+            return lambda handle: gemm(handle, op_t, op_n, M, B, N, alpha, d, data, N,
+                                       x, data, N, beta, y, data, M, compute, algo)
 
     def run(X):
         Y = new(y_shape, dtype)

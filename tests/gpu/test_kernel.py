@@ -19,9 +19,10 @@ import cupy  # noqa: E402
 
 #: The fused kernels: on the tensor cores (default precision), on the FMA units, the
 #: small-batch kernel (any batch: wide ones run in passes), and the direct kernel (what auto
-#: runs while one of the others compiles); and cuBLAS's GEMMs on the groups where they lie
-#: (``bmm``, kernels/gemm.py), whose addressing is as much index math as a kernel's.
-KERNELS = ["kernel", "kernel_fma", "kernel_skinny", "direct", "bmm"]
+#: runs while one of the others compiles); and the prepared cuBLAS calls (kernels/gemm.py)
+#: on the groups where they lie (``bmm``), whose addressing is as much index math as a
+#: kernel's, and on the dense matrix (``dense``).
+KERNELS = ["kernel", "kernel_fma", "kernel_skinny", "direct", "bmm", "dense"]
 kernels = pytest.mark.parametrize("backend", KERNELS)
 BATCHES = [1, 3, 127, 1000, 100003]
 EDGE_PATTERNS = [(1, 1, 1, 1), (1, 2, 2, 1), (8, 2, 2, 8), (1, 2, 2, 4096), (4096, 2, 2, 1),
@@ -257,7 +258,7 @@ def test_tune_and_cache(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64], ids=lambda t: numpy.dtype(t).name)
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
-@pytest.mark.parametrize("backend", ["kernel_tf32", "bmm_tf32"])
+@pytest.mark.parametrize("backend", ["kernel_tf32", "bmm_tf32", "dense_tf32", "auto_tf32"])
 def test_tf32_opt_in(poisoned, dtype, layout, backend):
     """One TF32 product per term: about 1e-3 relative error, on every tile shape and view;
     refused for the double-precision dtypes, whose default already uses the tensor cores."""
@@ -274,7 +275,7 @@ def test_tf32_opt_in(poisoned, dtype, layout, backend):
             assert err < 3e-3, (pattern, err)           # TF32-grade, not wrong
             # ... and not float32's: the kernel always takes one TF32 product; cuBLAS may
             # keep float32 for blocks too small for its tensor-core GEMMs
-            if backend == "kernel_tf32" or min(pattern[1:3]) >= 256:
+            if backend == "kernel_tf32" or min(pattern[1:3]) >= 256 and backend != "auto_tf32":
                 assert err > 1e-6, (pattern, err)
     with pytest.raises(TypeError, match="precision"):
         ks.KSMatrix.random((1, 8, 8, 1), dtype=numpy.float64, xp=cupy).matmul(

@@ -44,21 +44,19 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
     ("bmm", "groups_dmma"): (0.844, 1.290, 43.5), ("bmm", "groups_hmma"): (1.072, 3.152, 40.1),
     ("bmm", "groups_tf32"): (1.103, 2.547, 68.0),
     # the tensor-core kernel, keyed by its copy order (ks_mma.heuristic_config) instead of
-    # the access; efficiency against tensor_peak (benchmarks/fit_costs.py on engine.json;
-    # batch refitted on the float32 rows of 37e38f1's run, group on those of 07451d0's (RMS
-    # log error 0.16; its walked copies and conflict-free epilogue). The batch order also
-    # sped up there (1.04x geometric mean; refitted 0.931, 0.868, 8.9) but is kept: the
-    # chain planner's choices against ks_rows were measured with it)
-    ("mma", "batch"): (1.153, 0.908, 11.9), ("mma", "ingroup"): (2.235, 1.050, 35.0),
-    ("mma", "group"): (1.314, 0.608, 13.0),
+    # the access; efficiency against tensor_peak (benchmarks/fit_costs.py). Batch and group
+    # refitted on the float32 rows of an H100 run at 3ae360a (RMS log error 0.12 / 0.17):
+    # with the H200's constants (1.153, 0.908, 11.9) and (1.314, 0.608, 13.0) auto sent 29
+    # of 60 batch-size-last patterns to bmm, up to 1.4x slower than the kernel there
+    ("mma", "batch"): (0.661, 0.864, 7.4), ("mma", "ingroup"): (2.235, 1.050, 35.0),
+    ("mma", "group"): (0.931, 0.611, 13.3),
     # ... on the FP64 tensor cores (DMMA m16n8k8: float64, complex128), batch and group
-    # fitted on the float64 rows of the engine run with 48-row warp tiles (engine_f64.json,
-    # RMS log error 0.08 / 0.11). Every in-group key (bsf, d = 1) is fitted on 16 random
+    # refitted on the float64 rows of the same H100 run (RMS log error 0.11 / 0.14). Every in-group key (bsf, d = 1) is fitted on 16 random
     # d = 1 patterns per dtype timed on the H200 at 70d76f6 (benchmarks/probe_ingroup.py,
     # results/ingroup_h200.json; the engine grid has one such row): the guesses before
     # priced the kernel up to 1.75x too high, and auto sent (128, 128, 128, 1) to
     # kernel_bsl (4.4 ms) instead of kernel (2.8 ms)
-    ("mma", "batch_dmma"): (0.625, 0.535, 2.8), ("mma", "group_dmma"): (1.837, 0.365, 0.2),
+    ("mma", "batch_dmma"): (0.734, 0.678, 8.8), ("mma", "group_dmma"): (1.002, 0.383, 14.0),
     ("mma", "ingroup_dmma"): (0.746, 0.606, 4.9),
     # ... float16 (m16n8k16 products, efficiency against _HALF_TENSOR_RATIO x the FP32 rate),
     # fitted on engine_f16.json (batch and group refitted on 37e38f1's kernel; the in-group

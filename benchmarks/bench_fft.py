@@ -7,7 +7,8 @@ Rows (``{"suite": "transforms", "transform": ..., "seconds": {...}, "relerr": {.
 
 * ``dft``: ``kscupy.dft(n)``, complex64, batch-size-first rows, ``--elements`` = B·n values;
   ``auto`` (the planned chain), ``base_cufft`` (``cupy.fft.fft`` along rows),
-  ``base_bmm_chain`` (the radix-2 chain factor by factor with CuPy BMM).
+  ``base_bmm_chain`` (the radix-2 chain factor by factor with ``bmm``: cuBLAS on the groups
+  in place, two transposes a factor where d > 1).
 * ``butterfly``: random square dyadic chains (``kscupy.butterfly``), float32 and complex64,
   both layouts, ``--elements`` values; ``auto`` and ``base_per_factor``.
 * ``hadamard``: float32, both layouts; ``auto`` and ``base_per_factor``.

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy  # noqa: E402
 
 METHODS = [("auto", "kscupy dft (planned chain)"), ("base_cufft", "cupy.fft (cuFFT)"),
-           ("base_bmm_chain", "radix-2 chain, CuPy BMM per factor")]
+           ("base_bmm_chain", "radix-2 chain, bmm (cuBLAS) per factor")]
 
 
 def main(src, dst):

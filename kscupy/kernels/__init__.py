@@ -7,7 +7,8 @@ module                 source                       what it launches
 :mod:`.ks_mma`         ``kernels_cu/ks_mma.cu``     one factor on the tensor cores
 :mod:`.ks_skinny`      ``kernels_cu/ks_skinny.cu``  one factor at a small batch
 :mod:`.ks_chain`       ``kernels_cu/ks_chain.cu``   a segment of a chain in shared memory
-:mod:`.gemm`           (cuBLAS)                     the dense matrix, one prepared GEMM call
+:mod:`.gemm`           (cuBLAS)                     prepared cuBLAS calls: the dense matrix;
+                                                    every group in place (strided-batched)
 =====================  ===========================  ==========================================
 
 Each family module owns everything about its kernel: the tile configuration and how it is

@@ -104,6 +104,11 @@ _GEMM_CALL_SECONDS = 4e-6
 # and below that cuBLAS's tiles run mostly empty ((64, 16, 16, 1) float32 at B = 25088 took
 # 1.4x the tensor-core kernel's time on an H200, results/bmm_bsl_d1_h200.json)
 _GEMM_MIN_SIDE = 32
+# ... and batches as if at least this wide (the GEMM's other side; cuBLAS's tiles span 64
+# to 256 of it). The fit's batches are 8192 and more; at B = 1 and 64 (bench_latency.py)
+# bmm was not measured since it stopped permuting, and the tensor-core and small-batch
+# kernels were measured faster than its previous form there
+_GEMM_MIN_BATCH = 128
 # Fixed costs of one call, host time included: cuBLAS through cupy.matmul takes 17-25 us
 # (H200, bench_latency.py); forming a dense matrix that is not kept takes ~15 small launches.
 _DENSE_FIXED_SECONDS = {"kept": 20e-6, "formed": 300e-6}
@@ -120,9 +125,18 @@ DIRECT_MAX_SECONDS = 0.1
 # with long reductions (B = 1, c = 1024: 128 chunks, 0.17 ms measured).
 _CHUNK_SECONDS = 1.2e-6
 
-# The tensor-core kernel's chunks are longer (a cp.async round trip, then four k-steps of
-# dependent MMAs): at least this long per chunk. An estimate, not yet fitted at small B.
-_MMA_CHUNK_SECONDS = 3e-6
+# The tensor-core kernel's floor: a block walks its tile's reduction chunk by chunk (a
+# cp.async round trip, then dependent MMAs), and the tiles run in waves of one block per SM:
+# at least waves x chunks x _MMA_CHUNK_SECONDS, plus _MMA_FIXED_SECONDS beyond the launch.
+# Fitted to the kernel's times at B = 1 and 64 on an H200 (bench_latency.py, latency.json:
+# 80 rows, RMS log error 0.19; 3 us a chunk without waves or fixed part gave 0.34 and priced
+# (1, 1024, 256, 64) at B = 1, 512 tiles, at 34 us where it took 87). The waves count only
+# below _MMA_EXPOSED_BATCH: wider batches give each block a run of tiles (operands.TILE_RUN)
+# whose copy pipeline hides the chunks' latency (counted there, the floor priced the group
+# order 1.3-2x above its measured times at B = 25088)
+_MMA_CHUNK_SECONDS = 1.7e-6
+_MMA_FIXED_SECONDS = 5.7e-6
+_MMA_EXPOSED_BATCH = 256
 
 # The tiled transpose (kernels_cu/transpose.cu): bytes read and written per second, as a
 # fraction of the device's bandwidth (DeviceRates.bandwidth, the datasheet's), by itemsize.
@@ -196,6 +210,8 @@ class DeviceRates:
     name: str
     cuda_runtime: int
     memory: int = 0       # bytes of device memory
+    sms: int = 132        # multiprocessors (the default: H100 SXM and H200, for rates
+                          # recorded before this field)
 
     def peak(self, dtype) -> float:
         """Peak flop/s for arithmetic in ``dtype``'s precision."""
@@ -243,7 +259,7 @@ def _device_rates(dev) -> DeviceRates:
     flops32 = 2 * fp32_per_sm * sms * clock_khz * 1e3
     flops64 = flops32 / 2 if major in (7, 9) or (major, minor) == (8, 0) else flops32 / 32
     return DeviceRates(bandwidth, flops32, flops64, name, rt.runtimeGetVersion(),
-                       props["totalGlobalMem"])
+                       props["totalGlobalMem"], sms)
 
 
 def _flops_per_mac(dtype) -> int:
@@ -291,10 +307,14 @@ def mma_kernel_seconds(problem: Problem, rates: DeviceRates, config,
     """The tensor-core kernel (``kernels_cu/ks_mma.cu``) in tile configuration ``config``
     (:class:`~kscupy.kernels.ks_mma.MmaConfig`: its copy order and reduction chunk) at
     ``precision``."""
-    chunks = -(-problem.pattern.c // config.bk)
+    a, b, c, d = problem.pattern
+    chunks = -(-c // config.bk)
+    tiles = -(-b // config.bm) * -(-problem.batch // config.bn) * -(-(a * d) // config.slots)
+    waves = -(-tiles // rates.sms) if problem.batch < _MMA_EXPOSED_BATCH else 1
     compute = _single_factor(problem, rates, "mma", peak=rates.tensor_peak(problem.dtype),
                              variant=mma_variant(problem, config, precision))
-    return max(compute, chunks * _MMA_CHUNK_SECONDS) + LAUNCH_SECONDS
+    return (max(compute, waves * chunks * _MMA_CHUNK_SECONDS) + LAUNCH_SECONDS
+            + _MMA_FIXED_SECONDS)
 
 
 def mma_batch_last_seconds(problem: Problem, rates: DeviceRates, config) -> float:
@@ -364,14 +384,15 @@ def gemm_peak(dtype, precision: str, rates: DeviceRates) -> float:
 def bmm_seconds(problem: Problem, rates: DeviceRates, precision: str = "default") -> float:
     """cuBLAS's strided-batched GEMM on the groups where they lie
     (``kernels/gemm.prepare_groups``): the single-factor model at the GEMM's rate (block
-    sides below _GEMM_MIN_SIDE priced as that long), one call
+    sides below _GEMM_MIN_SIDE and batches below _GEMM_MIN_BATCH priced as that long), one call
     per value of the shorter of ``a`` and ``d`` in batch-size-last; in batch-size-first with
     ``d > 1`` between two transposes; an operand whose rows are not contiguous (the batch
     in bsf, the features in bsl) copied first."""
     a, b, c, d = problem.pattern
     M, N = problem.pattern.shape
     isz = problem.itemsize
-    padding = max(b, _GEMM_MIN_SIDE) * max(c, _GEMM_MIN_SIDE) / (b * c)
+    padding = (max(b, _GEMM_MIN_SIDE) * max(c, _GEMM_MIN_SIDE) / (b * c)
+               * max(problem.batch, _GEMM_MIN_BATCH) / problem.batch)
     seconds = _single_factor(problem, rates, "bmm", peak=gemm_peak(problem.dtype, precision, rates),
                              variant=group_gemm_variant(problem.dtype, precision),
                              flops_scale=padding)

@@ -271,8 +271,9 @@ REGISTRY = {b.name: b for b in (
             prepare=_prepare_groups("tf32"), fits=_groups_fit("tf32"),
             doc="opt-in: bmm with cuBLAS allowed one TF32 product per term (float32 and "
                 "complex64 only; about 1e-3 relative error; cuBLAS may keep float32 for "
-                "blocks too small for the tensor cores). A candidate of auto_tf32, never "
-                "of auto"),
+                "blocks too small for the tensor cores, and beyond its 2^31 leading "
+                "dimensions this runs bmm's permuting form at default precision). A "
+                "candidate of auto_tf32, never of auto"),
     Backend("dense", _BOTH, _run_dense_any, _dense_seconds("default"), in_auto=True,
             fits=_dense_fits, prepare=_prepare_dense("default"),
             doc="GEMM on the dense matrix, formed on first use and kept when at most "

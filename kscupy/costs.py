@@ -267,14 +267,17 @@ def _flops_per_mac(dtype) -> int:
 
 
 def _single_factor(problem: Problem, rates: DeviceRates, algorithm: str, bytes_factor=None,
-                   peak=None, variant=None, flops_scale=1.0):
+                   peak=None, variant=None, min_side=1, min_batch=1):
+    """The single-factor model (see _SINGLE), its arithmetic priced as if the block sides
+    were at least ``min_side`` and the batch at least ``min_batch`` long."""
     a, b, c, d = problem.pattern
     M, N = problem.pattern.shape
     nnz, isz = problem.pattern.nnz, problem.itemsize
     factor, efficiency, m0 = _SINGLE[(algorithm, variant or problem.access)]
-    m = 2.0 * b * c / (b + c)
     moved = isz * (problem.batch * (M + N) + nnz)
-    flops = _flops_per_mac(problem.dtype) * problem.batch * nnz * flops_scale
+    b, c = max(b, min_side), max(c, min_side)
+    m = 2.0 * b * c / (b + c)
+    flops = _flops_per_mac(problem.dtype) * max(problem.batch, min_batch) * a * d * b * c
     return ((bytes_factor or factor) * moved / rates.bandwidth
             + flops * (m + m0) / (efficiency * (peak or rates.peak(problem.dtype)) * m))
 
@@ -391,11 +394,9 @@ def bmm_seconds(problem: Problem, rates: DeviceRates, precision: str = "default"
     a, b, c, d = problem.pattern
     M, N = problem.pattern.shape
     isz = problem.itemsize
-    padding = (max(b, _GEMM_MIN_SIDE) * max(c, _GEMM_MIN_SIDE) / (b * c)
-               * max(problem.batch, _GEMM_MIN_BATCH) / problem.batch)
     seconds = _single_factor(problem, rates, "bmm", peak=gemm_peak(problem.dtype, precision, rates),
                              variant=group_gemm_variant(problem.dtype, precision),
-                             flops_scale=padding)
+                             min_side=_GEMM_MIN_SIDE, min_batch=_GEMM_MIN_BATCH)
     in_bsl = problem.layout == "bsl" or d > 1
     seconds += _GEMM_FIRST_CALL_SECONDS + ((min(a, d) if in_bsl else 1) - 1) * _GEMM_CALL_SECONDS
     if problem.layout == "bsf" and d > 1:

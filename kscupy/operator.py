@@ -74,8 +74,10 @@ class KSOperator:
         layout : {"bsl", "bsf"}
         backend : str
             ``"auto"`` (the best available choice), ``"auto_tf32"`` (opt-in, CuPy only:
-            the best choice among the backends of one TF32 product per term, about 1e-3
-            relative error, float32/complex64) or a name from ``backends()``: for one
+            the cost model's choice among ``"kernel_tf32"``, ``"bmm_tf32"`` and
+            ``"dense_tf32"``, one TF32 product per term, about 1e-3 relative error,
+            float32/complex64; where none applies, as while its kernel compiles in the
+            background, a product at default precision) or a name from ``backends()``: for one
             factor the registry of :mod:`kscupy.backends` (``"kernel"``: the fused CUDA
             kernel on the tensor cores at float32-grade accuracy, CuPy only;
             ``"kernel_tf32"``: the same with one TF32 product, opt-in only; ``"kernel_bsl"``: the tensor-core kernel in its
@@ -87,7 +89,8 @@ class KSOperator:
             cuBLAS's strided-batched GEMM on the groups where they lie, with no permutation
             except two transposes in ``"bsf"`` with ``d > 1``); ``"bmm_tf32"``: the same
             with TF32 allowed, opt-in only; ``"einsum"``: one tensor contraction (the
-            paper's Appendix A); ``"dense"``: GEMM on the dense matrix, kept when small;
+            paper's Appendix A); ``"dense_tf32"``: ``"dense"`` with TF32 allowed, opt-in
+            only; ``"dense"``: GEMM on the dense matrix, kept when small;
             ``"sparse"``: a CSR product, the CSR matrix kept); a chain applies every factor
             with it, and also takes ``"fused"`` (CuPy only: as many factors per launch as
             fit).

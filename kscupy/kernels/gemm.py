@@ -84,13 +84,14 @@ def prepare(D, X, layout, precision: str = "default"):
     (``"bsf"``, X ``(B, N)``) with one cuBLAS GEMM (``cublasGemmEx``) on CuPy's current
     stream, for operands shaped and typed like ``X``, at ``precision`` (see
     :data:`PRECISIONS`); None where this does not apply (an operand or matrix not in C
-    order; dtypes that differ)."""
+    order; dtypes that differ; a side beyond 2^31 - 1, cuBLAS's int)."""
     import cupy
     from cupy_backends.cuda.libs import cublas
     dtype = X.dtype
     if not supports(dtype, precision):
         raise TypeError(f"cuBLAS's GEMM here does not run {dtype} at precision {precision!r}")
-    if D.dtype != dtype or not (X.flags.c_contiguous and D.flags.c_contiguous):
+    if D.dtype != dtype or not (X.flags.c_contiguous and D.flags.c_contiguous) \
+            or max(D.shape + X.shape) > _INT32_MAX:
         return None
     data, compute, scalar = _types(dtype, precision)
     algo, gemm = cublas.CUBLAS_GEMM_DEFAULT, cublas.gemmEx
@@ -141,12 +142,18 @@ def _types(dtype, precision):
     return data, compute, scalar
 
 
-def _rows_addressable(X) -> bool:
-    """Whether ``X``'s rows are contiguous, aligned and apart by a whole number of elements,
-    at least a row's length (what the group products address; other operands are copied)."""
+def _row_stride(X):
+    """``X``'s row stride in elements where the group products can address ``X`` in place
+    (rows contiguous, aligned, apart by at least a row's length; a single row's stride is
+    never read), else None (such operands are copied)."""
     isz = X.dtype.itemsize
-    return (X.strides[1] == isz or X.shape[1] == 1) and X.data.ptr % isz == 0 \
-        and X.strides[0] % isz == 0 and X.strides[0] >= X.shape[1] * isz
+    rows, cols = X.shape
+    if X.data.ptr % isz or (cols > 1 and X.strides[1] != isz):
+        return None
+    if rows == 1:
+        return cols
+    stride = X.strides[0]
+    return stride // isz if stride % isz == 0 and stride >= cols * isz else None
 
 
 def prepare_groups(factor, X, layout, precision: str = "default"):
@@ -154,18 +161,17 @@ def prepare_groups(factor, X, layout, precision: str = "default"):
     ``X.dtype``) with operands like ``X`` (``(N, B)`` in ``"bsl"``, ``(B, N)`` in
     ``"bsf"``) through cuBLAS's strided-batched GEMM as the module docstring lays out, on
     CuPy's current stream; the result is a new C-order array. Operands whose rows are not
-    contiguous are copied to C order on every call (one more pass over X). None where cuBLAS
+    contiguous and aligned are copied to C order on every call (one more pass over X). None where cuBLAS
     cannot address the operand (a leading dimension beyond 2^31 - 1 elements)."""
-    import cupy
     from . import transpose
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     if not supports(X.dtype, precision):
         raise TypeError(f"cuBLAS's group products do not run {X.dtype} at precision "
                         f"{precision!r}")
-    if not _rows_addressable(X):
-        run = prepare_groups(factor, cupy.ascontiguousarray(X), layout, precision)
-        return None if run is None else (lambda X: run(cupy.ascontiguousarray(X)))
+    if _row_stride(X) is None:      # a new C-order copy always has a row stride
+        run = prepare_groups(factor, X.copy(order="C"), layout, precision)
+        return None if run is None else (lambda X: run(X.copy(order="C")))
     a, b, c, d = factor.pattern
     if layout == "bsf" and d > 1:
         B = X.shape[0]
@@ -194,7 +200,7 @@ def _group_calls(factor, X, layout, precision):
         else:
             tiles = cupy.conj(tiles)
     ld_w, block = tiles.shape[-1], b * c
-    sX = X.strides[0] // isz
+    sX = _row_stride(X)
     op_n = cublas.CUBLAS_OP_N
     if layout == "bsl":
         B = X.shape[1]

@@ -1,0 +1,247 @@
+"""CPU tests of the cuBLAS calls that ``bmm`` and ``dense`` make (kscupy/kernels/gemm.py):
+their leading dimensions, strides, offsets and operations, on a stand-in for cuBLAS.
+
+The stand-in executes each ``gemmStridedBatchedEx`` / ``gemmEx`` call as cuBLAS defines it
+(column-major matrices at raw addresses, ``op`` N / T / C, batches ``stride`` elements
+apart) with NumPy on host memory, and checks cuBLAS's argument rules (``ld >= rows``, ints
+below 2^31) and that every matrix lies inside an array. CuPy arrays are stood in for by
+NumPy arrays that expose ``.data.ptr`` (new ones full of NaN); the tiled transpose by NumPy. The products are compared with the dense matrix of the
+definition. The GPU suite runs the same calls on cuBLAS itself (tests/gpu/test_kernel.py).
+"""
+import ctypes
+import itertools
+import sys
+import types
+
+import numpy
+import pytest
+
+from kscupy.factor import Factor
+
+_DTYPES = {0: numpy.float32, 1: numpy.float64, 2: numpy.float16, 4: numpy.complex64,
+           5: numpy.complex128}                  # cudaDataType values
+OP_N, OP_T, OP_C = 0, 1, 2
+
+
+class _Pointer:
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+
+#: The byte ranges of the memory that HostArrays own: the stand-in reads and writes only there.
+_ALLOCATIONS = set()
+
+
+try:
+    from numpy.lib.array_utils import byte_bounds as _byte_bounds       # NumPy 2
+except ImportError:
+    _byte_bounds = numpy.byte_bounds
+
+
+def _owner(a):
+    while isinstance(a.base, numpy.ndarray):
+        a = a.base
+    return a
+
+
+class HostArray(numpy.ndarray):
+    """A NumPy array that answers ``.data.ptr`` as a CuPy array does."""
+    def __array_finalize__(self, obj):
+        _ALLOCATIONS.add(_byte_bounds(_owner(self)))
+
+    @property
+    def data(self):
+        return _Pointer(self.__array_interface__["data"][0])
+
+
+def host(a):
+    return numpy.asarray(a).view(HostArray)
+
+
+def _poisoned(shape, dtype):
+    """A new array full of NaN, as CuPy's allocation stands in: an element the calls do not
+    write fails the comparison."""
+    out = HostArray(shape, dtype)
+    out[...] = numpy.nan
+    return out
+
+
+def _matrix(address, dtype, rows, cols, ld):
+    """The column-major ``rows x cols`` matrix with leading dimension ``ld`` at ``address``."""
+    assert ld >= max(1, rows), f"leading dimension {ld} below {rows} rows"
+    size = (rows - 1) + (cols - 1) * ld + 1
+    end = address + size * dtype.itemsize
+    assert any(lo <= address and end <= hi for lo, hi in _ALLOCATIONS), \
+        "a matrix reaches outside every array"
+    buffer = (ctypes.c_char * (size * dtype.itemsize)).from_address(address)
+    flat = numpy.ctypeslib.as_array(buffer).view(dtype)
+    return numpy.lib.stride_tricks.as_strided(flat, (rows, cols), (dtype.itemsize, ld * dtype.itemsize))
+
+
+def _op(matrix, operation):
+    return {OP_N: matrix, OP_T: matrix.T, OP_C: matrix.T.conj()}[operation]
+
+
+def _gemm_strided_batched(handle, ta, tb, m, n, k, alpha, A, a_type, lda, sA, B, b_type, ldb,
+                          sB, beta, C, c_type, ldc, sC, count, compute, algo):
+    for value in (m, n, k, lda, ldb, ldc, count):
+        assert 0 <= value < 2**31, "cuBLAS takes these as int"
+    assert a_type == b_type == c_type
+    dtype = numpy.dtype(_DTYPES[a_type])
+    wide = numpy.complex128 if dtype.kind == "c" else numpy.float64
+    isz = dtype.itemsize
+    for p in range(count):
+        a = _matrix(A + p * sA * isz, dtype, *((m, k) if ta == OP_N else (k, m)), lda)
+        b = _matrix(B + p * sB * isz, dtype, *((k, n) if tb == OP_N else (n, k)), ldb)
+        c = _matrix(C + p * sC * isz, dtype, m, n, ldc)
+        c[...] = (_op(a, ta).astype(wide) @ _op(b, tb).astype(wide)).astype(dtype)
+
+
+def _gemm(handle, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type,
+          ldc, compute, algo):
+    _gemm_strided_batched(handle, ta, tb, m, n, k, alpha, A, a_type, lda, 0, B, b_type, ldb,
+                          0, beta, C, c_type, ldc, 0, 1, compute, algo)
+
+
+@pytest.fixture
+def gemm(monkeypatch):
+    """kscupy.kernels.gemm with CuPy and cuBLAS stood in for (see the module docstring)."""
+    cupy = types.ModuleType("cupy")
+    cupy.ndarray = _poisoned
+    cupy.conj = lambda a: host(numpy.conj(a))
+    cupy.empty = lambda shape, dtype: HostArray(shape, dtype)
+    cuda = cupy.cuda = types.ModuleType("cupy.cuda")
+    cuda.runtime = types.SimpleNamespace(CUDA_R_32F=0, CUDA_R_64F=1, CUDA_R_16F=2,
+                                         CUDA_C_32F=4, CUDA_C_64F=5)
+    cuda.device = types.SimpleNamespace(get_cublas_handle=lambda: 0)
+    cuda.get_current_stream = lambda: _Pointer(0)
+    cublas = types.SimpleNamespace(
+        CUBLAS_OP_N=OP_N, CUBLAS_OP_T=OP_T, CUBLAS_OP_C=OP_C, CUBLAS_POINTER_MODE_HOST=0,
+        CUBLAS_GEMM_DEFAULT=-1, CUBLAS_COMPUTE_32F=68, CUBLAS_COMPUTE_64F=70,
+        CUBLAS_COMPUTE_32F_FAST_TF32=77, setStream=lambda handle, stream: None,
+        setPointerMode=lambda handle, mode: None,
+        gemmStridedBatchedEx=_gemm_strided_batched, gemmEx=_gemm)
+    libs = types.SimpleNamespace(cublas=cublas)
+    for name, module in (("cupy", cupy), ("cupy.cuda", cuda),
+                         ("cupy.cuda.runtime", cuda.runtime), ("cupy.cuda.device", cuda.device),
+                         ("cupy_backends", types.SimpleNamespace()),
+                         ("cupy_backends.cuda", types.SimpleNamespace(libs=libs)),
+                         ("cupy_backends.cuda.libs", libs),
+                         ("cupy_backends.cuda.libs.cublas", cublas)):
+        monkeypatch.setitem(sys.modules, name, module)
+    _ALLOCATIONS.clear()
+    from kscupy.kernels import gemm, transpose
+
+    def around(X, prepare_inner, result_shape):
+        inner = prepare_inner(HostArray(X.shape[::-1], X.dtype))
+        return lambda X: host(numpy.ascontiguousarray(
+            inner(host(numpy.ascontiguousarray(X.T))).T))
+    monkeypatch.setattr(transpose, "around", around)
+    return gemm
+
+
+def _random(rng, shape, dtype):
+    values = rng.standard_normal(shape)
+    if numpy.dtype(dtype).kind == "c":
+        values = values + 1j * rng.standard_normal(shape)
+    return values.astype(dtype)
+
+
+def _unaligned(a):
+    """A copy of ``a`` one byte off its element alignment."""
+    raw = numpy.empty(a.nbytes + 1, numpy.uint8)[1:]
+    out = raw.view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return host(out)
+
+
+def _operands(rng, shape, dtype):
+    """C order, a padded window (row stride beyond the row), Fortran order, every other row,
+    and a copy off its element alignment."""
+    rows, cols = shape
+    base = _random(rng, (2 * rows + 3, cols + 4), dtype)
+    return {"C": host(numpy.ascontiguousarray(base[:rows, :cols])),
+            "padded": host(base)[1:rows + 1, 2:cols + 2],
+            "fortran": host(numpy.asfortranarray(base[:rows, :cols])),
+            "row-step": host(base)[:2 * rows:2, 1:cols + 1],
+            "unaligned": _unaligned(base[:rows, :cols])}
+
+
+PATTERNS = [(1, 1, 1, 1), (2, 3, 4, 1), (1, 3, 4, 5), (3, 2, 5, 2), (2, 4, 3, 6), (5, 2, 3, 2),
+            (4, 1, 2, 3), (3, 3, 2, 3)]
+
+
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64, numpy.float16, numpy.float64])
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_group_products_match_the_definition(gemm, dtype, layout):
+    """Every pattern shape (a or d the longer, d = 1 in bsf, d > 1 through the transposes),
+    the stored, transposed, conjugated and adjoint views, batches of 1 and 5, and operands
+    in place or copied."""
+    rng = numpy.random.default_rng(0)
+    tol = 2e-3 if dtype == numpy.float16 else 1e-5
+    for (a, b, c, d), (transposed, conjugated), B in itertools.product(
+            PATTERNS, itertools.product([False, True], repeat=2), [1, 5]):
+        stored = Factor.of_blocks(host(_random(rng, (a, d, b, c), dtype)), (a, b, c, d))
+        factor = stored.view(transposed, conjugated)
+        M, N = factor.shape
+        D = factor.todense().astype(numpy.complex128)
+        for kind, X in _operands(rng, (N, B) if layout == "bsl" else (B, N), dtype).items():
+            Y = gemm.prepare_groups(factor, X, layout)(X)
+            ref = D @ X if layout == "bsl" else numpy.asarray(X) @ D.T
+            assert Y.shape == ref.shape and Y.dtype == dtype
+            err = numpy.abs(Y - ref).max() / max(1.0, numpy.abs(ref).max())
+            assert err < tol, ((a, b, c, d), transposed, conjugated, B, kind, err)
+
+
+def test_group_calls_loop_over_the_shorter_axis(gemm, monkeypatch):
+    """One strided-batched call per value of the shorter of a and d (batch-size-last), one
+    call for batch-size-first with d = 1."""
+    calls = []
+    record = _gemm_strided_batched
+
+    def counting(*args):
+        calls.append(args[20])                     # batchCount
+        record(*args)
+    monkeypatch.setattr(sys.modules["cupy_backends.cuda.libs.cublas"], "gemmStridedBatchedEx",
+                        counting)
+    rng = numpy.random.default_rng(1)
+    for pattern, layout, expected in (((3, 2, 2, 5), "bsl", [5, 5, 5]),
+                                      ((6, 2, 2, 2), "bsl", [6, 6]),
+                                      ((4, 3, 2, 1), "bsf", [4])):
+        calls.clear()
+        factor = Factor.of_blocks(host(_random(rng, (pattern[0], pattern[3]) + pattern[1:3],
+                                               numpy.float32)), pattern)
+        N = factor.shape[1]
+        X = host(_random(rng, (N, 7) if layout == "bsl" else (7, N), numpy.float32))
+        gemm.prepare_groups(factor, X, layout)(X)
+        assert calls == expected, (pattern, calls)
+
+
+def test_single_rows_and_unaligned_operands_are_addressed_or_copied(gemm):
+    """A bsf batch of one row whose stride cuBLAS never reads (a broadcast view) and an
+    operand off its element alignment both run (the second through a copy)."""
+    rng = numpy.random.default_rng(2)
+    factor = Factor.of_blocks(host(_random(rng, (2, 1, 3, 4), numpy.float32)), (2, 3, 4, 1))
+    D = factor.todense()
+    x = host(_random(rng, 8, numpy.float32))
+    row = x[None, :]
+    numpy.testing.assert_allclose(gemm.prepare_groups(factor, row, "bsf")(row), row @ D.T,
+                                  rtol=1e-5)
+    unaligned = _unaligned(x.reshape(1, 8))
+    assert unaligned.data.ptr % 4
+    numpy.testing.assert_allclose(gemm.prepare_groups(factor, unaligned, "bsf")(unaligned),
+                                  unaligned @ D.T, rtol=1e-5)
+
+
+def test_dense_product(gemm):
+    rng = numpy.random.default_rng(3)
+    for dtype, layout, B in itertools.product([numpy.float32, numpy.complex128, numpy.float16],
+                                              ["bsl", "bsf"], [1, 6]):
+        D = host(_random(rng, (5, 7), dtype))
+        X = host(_random(rng, (7, B) if layout == "bsl" else (B, 7), dtype))
+        Y = gemm.prepare(D, X, layout)(X)
+        ref = D @ X if layout == "bsl" else X @ D.T
+        numpy.testing.assert_allclose(Y.astype(numpy.complex128), ref.astype(numpy.complex128),
+                                      rtol=2e-3 if dtype == numpy.float16 else 1e-5)
+    with pytest.raises(TypeError, match="precision"):
+        gemm.prepare(host(numpy.ones((2, 2))), host(numpy.ones((2, 2))), "bsl", "tf32")

@@ -30,8 +30,8 @@ LAUNCH_SECONDS = 10e-6
 # Single-factor algorithms:
 #     bytes_factor * bytes / bandwidth + flops * (m + m0) / (efficiency * peak * m) + fixed
 # with bytes = itemsize * (B * (M + N) + nnz) and m = 2bc/(b+c) (harmonic mean of the block
-# sides: small blocks run GEMMs less efficiently). BMM's bytes_factor includes its two
-# permutation passes. Keyed by (algorithm, access), access as in Problem.access.
+# sides: small blocks run GEMMs less efficiently). Keyed by (algorithm, access), access as
+# in Problem.access, or by a variant of the algorithm (below).
 _SINGLE = {  # (bytes_factor, efficiency, m0)
     ("kernel", "bsl"): (1.515, 0.424, 40.1), ("kernel", "bsf"): (0.835, 0.206, 25.8),
     # cuBLAS's strided-batched GEMM on the groups where they lie (bmm_seconds), keyed by
@@ -39,7 +39,8 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
     # at (gemm_peak: an estimate for float16 and TF32, hence efficiencies above 1). Fitted
     # with benchmarks/fit_costs.py --bmm on results/bmm_groups.json (an H100, 120 rows each:
     # RMS log error 0.11, 0.10, 0.21, 0.20, 0.17; the worst rows are small blocks with long
-    # batches, e.g. (1, 48, 48, 6) float64, where cuBLAS runs up to 3.6x slower than modelled)
+    # batches, e.g. (1, 48, 48, 6) float64, where cuBLAS runs up to 3.6x slower than modelled;
+    # groups_tf32 is fitted on float32 and serves complex64 too)
     ("bmm", "groups"): (0.652, 0.872, 28.3), ("bmm", "groups_complex"): (0.510, 0.865, 19.2),
     ("bmm", "groups_dmma"): (0.844, 1.290, 43.5), ("bmm", "groups_hmma"): (1.072, 3.152, 40.1),
     ("bmm", "groups_tf32"): (1.103, 2.547, 68.0),
@@ -51,8 +52,9 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
     ("mma", "batch"): (0.661, 0.864, 7.4), ("mma", "ingroup"): (2.235, 1.050, 35.0),
     ("mma", "group"): (0.931, 0.611, 13.3),
     # ... on the FP64 tensor cores (DMMA m16n8k8: float64, complex128), batch and group
-    # refitted on the float64 rows of the same H100 run (RMS log error 0.11 / 0.14). Every in-group key (bsf, d = 1) is fitted on 16 random
-    # d = 1 patterns per dtype timed on the H200 at 70d76f6 (benchmarks/probe_ingroup.py,
+    # refitted on the float64 rows of the same H100 run (RMS log error 0.11 / 0.14). Every
+    # in-group key (bsf, d = 1) is fitted on 16 random d = 1 patterns per dtype timed on the
+    # H200 at 70d76f6 (benchmarks/probe_ingroup.py,
     # results/ingroup_h200.json; the engine grid has one such row): the guesses before
     # priced the kernel up to 1.75x too high, and auto sent (128, 128, 128, 1) to
     # kernel_bsl (4.4 ms) instead of kernel (2.8 ms)

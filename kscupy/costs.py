@@ -3,10 +3,12 @@
 All constants of the model live here: the GPU's (below) and the CPU's (``cpu_seconds``, at
 the end). Times are ``max``/sums of three kinds of terms:
 bytes over bandwidth, flops over an efficiency times the peak rate, and fixed launch costs.
-The constants were fitted to heuristic-configuration times on 120 patterns of the paper's
-grid on an H200 (two disjoint stratified samples, ``benchmarks/bench_patterns.py --shift 0 /
-0.5``); RMS error of log time: BSL 0.15 (kernel) and 0.06 (BMM), BSF about 0.3. The
-autotuner (:mod:`kscupy.tuning`) replaces the model where it has run.
+The constants were fitted to heuristic-configuration times on samples of the paper's grid
+(``benchmarks/fit_costs.py`` on the engine runs of ``benchmarks/bench_patterns.py``), some on
+an H200 and some on an H100: each constant's comment names its run. The model's rates are in
+units of the device's own (:class:`DeviceRates`), so a fit carries over between GPUs only as
+far as their balance of bandwidth, arithmetic and latency is alike; the autotuner
+(:mod:`kscupy.tuning`) replaces the model where it has run.
 """
 from __future__ import annotations
 

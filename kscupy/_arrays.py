@@ -11,7 +11,7 @@ import numbers
 
 import numpy
 
-__all__ = ["SUPPORTED_DTYPES", "array_module", "cupy_or_none", "gpu_module", "check_dtype", "result_dtype",
+__all__ = ["SUPPORTED_DTYPES", "PRECISIONS", "runs_at", "array_module", "cupy_or_none", "gpu_module", "check_dtype", "result_dtype",
            "is_scalar", "numpy_copy", "device_of", "read_only", "device_mover", "HOST_ELEMENTS",
            "on_host_if_small", "check_module"]
 
@@ -21,6 +21,21 @@ __all__ = ["SUPPORTED_DTYPES", "array_module", "cupy_or_none", "gpu_module", "ch
 SUPPORTED_DTYPES = tuple(numpy.dtype(t) for t in
                          (numpy.float16, numpy.float32, numpy.float64, numpy.complex64,
                           numpy.complex128))
+
+
+#: Arithmetic precisions a GPU backend may compute at: ``"default"`` keeps the dtype's
+#: accuracy (float16 summed in float32); ``"tf32"`` is the opt-in of one TF32 product per
+#: term (about 1e-3 relative error), for float32 and complex64 only.
+PRECISIONS = ("default", "tf32")
+
+
+def runs_at(dtype, precision: str) -> bool:
+    """Whether a product of ``dtype`` values can be computed at ``precision``."""
+    dtype = numpy.dtype(dtype)
+    if dtype not in SUPPORTED_DTYPES:
+        return False
+    return precision == "default" or (precision == "tf32"
+                                      and dtype in (numpy.float32, numpy.complex64))
 
 
 def cupy_or_none():

@@ -30,6 +30,7 @@ from typing import Callable, Optional
 import numpy
 
 from . import _reference, costs
+from ._arrays import runs_at
 from .factor import DENSE_CACHE_BYTES
 from .kernels import gemm, ks_direct, ks_matmul, ks_mma, ks_skinny
 
@@ -111,15 +112,16 @@ def _prepare_dense(precision):
         if factor.xp is not numpy and factor.dtype.itemsize * M * N <= DENSE_CACHE_BYTES:
             D = factor.dense()
             run = gemm.prepare(D, X, layout, precision)
-            if run is None and precision != "default":     # an operand not in C order
-                import cupy
-                inner = gemm.prepare(D, cupy.ascontiguousarray(X), layout, precision)
-                run = lambda X: inner(cupy.ascontiguousarray(X))   # noqa: E731
+            if run is None and precision != "default" and not X.flags.c_contiguous:
+                inner = gemm.prepare(D, X.copy(order="C"), layout, precision)
+                if inner is not None:
+                    run = lambda X: inner(X.copy(order="C"))   # noqa: E731
             if run is not None:
                 return run
         if precision != "default":
-            raise ValueError(f"dense at precision {precision!r} keeps its dense matrix: at "
-                             f"most {DENSE_CACHE_BYTES} bytes, here {factor.dtype.itemsize * M * N}")
+            raise ValueError(f"dense at precision {precision!r} runs on CuPy with its dense "
+                             f"matrix kept (at most {DENSE_CACHE_BYTES} bytes, here "
+                             f"{factor.dtype.itemsize * M * N}) and sides below 2^31")
         return lambda X: _run_dense_any(factor, X, layout, config)
     return prepare
 
@@ -127,7 +129,7 @@ def _prepare_dense(precision):
 def _dense_tf32_fits(problem, rates):
     """The dense matrix kept (at most DENSE_CACHE_BYTES) and a dtype that runs TF32."""
     M, N = problem.pattern.shape
-    return gemm.supports(problem.dtype, "tf32") and problem.itemsize * M * N <= DENSE_CACHE_BYTES
+    return runs_at(problem.dtype, "tf32") and problem.itemsize * M * N <= DENSE_CACHE_BYTES
 
 
 def _prepare_groups(precision):
@@ -150,7 +152,7 @@ def _run_prepared(prepare):
 
 
 def _groups_fit(precision):
-    return lambda problem, rates: gemm.supports(problem.dtype, precision)
+    return lambda problem, rates: runs_at(problem.dtype, precision)
 
 
 def _run_sparse(factor, X, layout, config):

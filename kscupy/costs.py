@@ -398,7 +398,8 @@ def bmm_seconds(problem: Problem, rates: DeviceRates, precision: str = "default"
     a, b, c, d = problem.pattern
     M, N = problem.pattern.shape
     isz = problem.itemsize
-    seconds = _single_factor(problem, rates, "bmm", peak=gemm_peak(problem.dtype, precision, rates),
+    seconds = _single_factor(problem, rates, "bmm",
+                             peak=gemm_peak(problem.dtype, precision, rates),
                              variant=group_gemm_variant(problem.dtype, precision),
                              min_side=_GEMM_MIN_SIDE, min_batch=_GEMM_MIN_BATCH)
     in_bsl = problem.layout == "bsl" or d > 1

@@ -30,8 +30,8 @@ def prepare(factor, X, layout, backend):
     (their ``prepare``). ``backend`` is a registry name, ``"auto"`` or ``"auto_tf32"``
     (the opt-in choice among the TF32 backends).
 
-    On the GPU ``"auto"`` (and ``"auto_tf32"``) does not wait for its kernel to compile: while the instantiation
-    it chose compiles in the background (:mod:`kscupy.kernels.nvrtc`), the run it returns
+    On the GPU ``"auto"`` (and ``"auto_tf32"``) does not wait for its kernel to compile:
+    while the instantiation it chose compiles in the background (:mod:`kscupy.kernels.nvrtc`), the run it returns
     is the direct kernel's (``backend="direct"``), unless the model prices that above
     :data:`kscupy.costs.DIRECT_MAX_SECONDS` per call; the caller's next preparation (a
     prepared run's key changes when a compile finishes) finds the tuned kernel.

@@ -80,9 +80,10 @@ class KSOperator:
             background, a product at default precision) or a name from ``backends()``: for one
             factor the registry of :mod:`kscupy.backends` (``"kernel"``: the fused CUDA
             kernel on the tensor cores at float32-grade accuracy, CuPy only;
-            ``"kernel_tf32"``: the same with one TF32 product, opt-in only; ``"kernel_bsl"``: the tensor-core kernel in its
-            batch-size-last order, a ``"bsf"`` operand transposed there and back (two extra
-            passes over X and Y); ``"kernel_fma"``: the fused kernel on the FMA
+            ``"kernel_tf32"``: the same with one TF32 product, opt-in only;
+            ``"kernel_bsl"``: the tensor-core kernel in its batch-size-last order, a
+            ``"bsf"`` operand transposed there and back (two extra passes over X and Y);
+            ``"kernel_fma"``: the fused kernel on the FMA
             units; ``"kernel_skinny"``: the small-batch kernel; ``"direct"``: one thread per
             output, fast to compile, slow to run (what ``auto`` runs while its kernel
             compiles in the background); ``"bmm"``: one GEMM per group (on CuPy

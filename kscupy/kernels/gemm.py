@@ -46,22 +46,11 @@ from __future__ import annotations
 
 import numpy
 
-__all__ = ["prepare", "prepare_groups", "PRECISIONS", "supports"]
+from .._arrays import PRECISIONS, runs_at
 
-#: Precisions of the products: ``"default"`` computes in the dtype's precision
-#: (float16 products summed in float32, rounded once); ``"tf32"`` lets cuBLAS use one
-#: TF32 product per term (float32 and complex64 only; about 1e-3 relative error), opt-in.
-PRECISIONS = ("default", "tf32")
+__all__ = ["prepare", "prepare_groups"]
+
 _INT32_MAX = 2**31 - 1
-
-
-def supports(dtype, precision: str = "default") -> bool:
-    """Whether :func:`prepare_groups` runs ``dtype`` at ``precision``."""
-    dtype = numpy.dtype(dtype)
-    real = dtype.type(0).real.dtype if dtype.kind in "fc" else None
-    if real not in (numpy.float16, numpy.float32, numpy.float64):
-        return False
-    return precision == "default" or real == numpy.float32
 
 
 def _cublas_runner():
@@ -83,12 +72,12 @@ def prepare(D, X, layout, precision: str = "default"):
     """``run(X) -> Y`` computing ``D @ X`` (``"bsl"``, X ``(N, B)``) or ``X @ D.T``
     (``"bsf"``, X ``(B, N)``) with one cuBLAS GEMM (``cublasGemmEx``) on CuPy's current
     stream, for operands shaped and typed like ``X``, at ``precision`` (see
-    :data:`PRECISIONS`); None where this does not apply (an operand or matrix not in C
+    ``_arrays.PRECISIONS``); None where this does not apply (an operand or matrix not in C
     order; dtypes that differ; a side beyond 2^31 - 1, cuBLAS's int)."""
     import cupy
     from cupy_backends.cuda.libs import cublas
     dtype = X.dtype
-    if not supports(dtype, precision):
+    if not runs_at(dtype, precision):
         raise TypeError(f"cuBLAS's GEMM here does not run {dtype} at precision {precision!r}")
     if D.dtype != dtype or not (X.flags.c_contiguous and D.flags.c_contiguous) \
             or max(D.shape + X.shape) > _INT32_MAX:
@@ -161,12 +150,12 @@ def prepare_groups(factor, X, layout, precision: str = "default"):
     ``X.dtype``) with operands like ``X`` (``(N, B)`` in ``"bsl"``, ``(B, N)`` in
     ``"bsf"``) through cuBLAS's strided-batched GEMM as the module docstring lays out, on
     CuPy's current stream; the result is a new C-order array. Operands whose rows are not
-    contiguous and aligned are copied to C order on every call (one more pass over X). None where cuBLAS
-    cannot address the operand (a leading dimension beyond 2^31 - 1 elements)."""
+    contiguous and aligned are copied to C order on every call (one more pass over X). None
+    where cuBLAS cannot address the operand (a leading dimension beyond 2^31 - 1 elements)."""
     from . import transpose
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    if not supports(X.dtype, precision):
+    if not runs_at(X.dtype, precision):
         raise TypeError(f"cuBLAS's group products do not run {X.dtype} at precision "
                         f"{precision!r}")
     if _row_stride(X) is None:      # a new C-order copy always has a row stride

@@ -19,6 +19,7 @@ import dataclasses
 
 import numpy
 
+from .._arrays import runs_at
 from ..problem import Problem, pow2_at_least
 from . import nvrtc
 from .operands import copying_odd_strides, geometry, tile_launcher
@@ -31,7 +32,7 @@ __all__ = ["MmaConfig", "PRECISIONS", "ORDER_BATCH", "ORDER_GROUP", "ORDER_INGRO
 ORDER_BATCH, ORDER_GROUP, ORDER_INGROUP = 0, 1, 2
 #: Their names (the cost model's keys).
 ORDER_NAMES = {ORDER_BATCH: "batch", ORDER_GROUP: "group", ORDER_INGROUP: "ingroup"}
-#: Precision names and their PRECISION template argument.
+#: Precision names (``_arrays.PRECISIONS``) and their PRECISION template argument.
 PRECISIONS = {"default": 0, "tf32": 1}
 #: The most dynamic shared memory a block may ask for (Hopper and Ampere allow 227 KiB).
 SMEM_LIMIT = 200 * 1024
@@ -50,12 +51,9 @@ def mma_shape(dtype) -> tuple:
 
 
 def supports(dtype, precision: str = "default") -> bool:
-    """Whether the tensor-core kernel runs ``dtype`` at ``precision``."""
-    dtype = numpy.dtype(dtype)
-    if dtype not in (numpy.float16, numpy.float32, numpy.float64, numpy.complex64,
-                     numpy.complex128):
-        return False
-    return precision == "default" or _real(dtype) == numpy.float32
+    """Whether the tensor-core kernel runs ``dtype`` at ``precision``: every supported dtype
+    and precision (``_arrays.runs_at``)."""
+    return runs_at(dtype, precision)
 
 
 def _round_up(n: int, m: int) -> int:

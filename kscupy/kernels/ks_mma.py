@@ -197,7 +197,8 @@ def heuristic_config(problem: Problem) -> MmaConfig:
     with ``d == 1`` walks the in-group index (ORDER_INGROUP); otherwise blocks take several
     adjacent groups and walk them (ORDER_GROUP). Rows per tile waste the fewest padded rows.
     Up to eight warps per block; four where the reduction is at most two chunks long, so
-    that more, smaller blocks overlap their short pipelines. In the group order, small
+    that more, smaller blocks overlap their short pipelines, and for complex64 in the batch
+    order. In the group order, small
     blocks (``b < 128`` or a short reduction) take up to eight groups of one warp each;
     large blocks two groups of 2 x 2 warps, whose wider tiles reuse each W tile longer;
     float32 always takes up to eight groups of one warp tile each.
@@ -241,8 +242,13 @@ def heuristic_config(problem: Problem) -> MmaConfig:
     else:
         bm, wm = _row_tile(b, wtm, mma_m, lone_rows=_lone_warp_rows(dtype))
         # tall lone warps hold 1.5x the accumulators: four along the batch (probe: 0.72 ms
-        # against 0.82 with eight for (1, 48, 192, 128))
-        wn = max(1, (4 if short or bm // wm > wtm else 8) // wm)
+        # against 0.82 with eight for (1, 48, 192, 128)). complex64 in the batch order: four
+        # warps a block, two blocks an SM, whose barriers do not hold each other up
+        # (probe_mma.py, H100, B = 8192, eight patterns with b, c in 64 .. 512: 0.87-1.01x
+        # the time of eight warps, 0.93x in the geometric mean; (6, 384, 96, 4) 1.34 -> 1.17
+        # ms, (2, 128, 128, 16) 0.87 -> 0.80)
+        four = short or bm // wm > wtm or (order == ORDER_BATCH and dtype == numpy.complex64)
+        wn = max(1, (4 if four else 8) // wm)
     bn = wn * wtn
     while bn > max(wtn, pow2_at_least(problem.batch)) and wn > 1:   # thin batch: narrower
         wn //= 2

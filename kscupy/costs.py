@@ -171,7 +171,15 @@ _FUSED_EFFICIENCY = 0.1
 # shared by the rows the item walks: weighted by _ROWS_WEIGHT_WORDS where neighbouring lanes
 # read neighbouring 16-byte words of the interleaved copy, Factor.interleaved_words, and by
 # _ROWS_WEIGHT_LINES where each lane reads its own block's cache lines), at _ROWS_DATAPATH
-# times the device bandwidth; the FMA units at _ROWS_EFFICIENCY of peak. Fitted by hand to
+# bytes per flop of the FP32 rate (DeviceRates.flops32); the FMA units at _ROWS_EFFICIENCY
+# of peak. The load/store path is the SMs', so its rate follows their number and clock,
+# not the DRAM's: written as a multiple of the bandwidth (2.5 here, 3.25 below), the H200's
+# fit priced the H100's segments (the same SMs, 0.7x the bandwidth) 1.1-1.5x too slow and
+# the planner sent butterfly(256) float32 bsl to two tensor-core products (0.45 ms, against
+# 0.31 for the segment); per flop, the 23 DFT, Hadamard and butterfly rows of the H100's
+# chains.json at 55b1ecc whose plans stay are predicted within 0.83-1.23x of their times,
+# but DFT(16384) at 0.68x. The H200's predictions are unchanged (the value is the same rate
+# on its flops32). Fitted by hand to
 # ten DFT, Hadamard and butterfly probes at 2^26 elements on an H200 (within about 30%,
 # benchmarks/results/chains.json); _ROWS_WEIGHT_WORDS to the 24 segments of random
 # butterflies (n = 256, 1024, 4096, float32 and complex64, both layouts, merged to radix 4
@@ -182,19 +190,19 @@ _ROWS_BANDWIDTH = 0.8
 # 4096 and 8192 (runs of 16 and 8 bytes) and the float32 butterfly 4096 reached 0.09-0.10
 # of the floor on the H200 (chains.json at f4ef67e), not the sector share (0.5, 0.25)
 _ROWS_THIN_RUNS = 0.125
-_ROWS_DATAPATH = 2.5
+_ROWS_DATAPATH = 0.18          # the H200's 2.5 x 4.814e12 B/s over its 6.691e13 flop/s
 _ROWS_WEIGHT_LINES = 3.3
 _ROWS_WEIGHT_WORDS = 0.5
 _ROWS_EFFICIENCY = 0.6
 # Batch-size-last whole-vector segments (the first pass reads X, the last writes Y, lanes
 # along the batch rows): the batch in and out at the full DRAM bandwidth, then, not
-# overlapped, the load/store path at _ROWS_BSL_DATAPATH times it carrying the tile's round
+# overlapped, the load/store path at _ROWS_BSL_DATAPATH bytes per flop (as above) carrying the tile's round
 # trips, the blocks (as above) and each global access _ROWS_BSL_GLOBAL times; a segment whose
 # tile leaves one block per SM (nothing to overlap its loads with another block's passes)
 # takes _ROWS_LONE_BLOCK times as long. Fitted to 11 segments on an H200 (random butterflies
 # float32 and complex64 n = 256 ... 4096, Hadamard 256 ... 4096, DFT 1024 and 4096, 2^26
 # elements; RMS error of log time 0.09, where the batch-size-first form gave 0.67).
-_ROWS_BSL_DATAPATH = 3.25
+_ROWS_BSL_DATAPATH = 0.234     # the H200's 3.25 x 4.814e12 B/s over its 6.691e13 flop/s
 _ROWS_BSL_GLOBAL = 1.5
 _ROWS_LONE_BLOCK = 1.5
 # Computed radix-2 stages (kernels/ks_rows.stage_of): a twiddled stage reads d/DLO twiddles
@@ -481,11 +489,11 @@ def rows_seconds(segment, batch: int, dtype, rates: DeviceRates, layout: str) ->
     if layout == "bsl":
         dram = 2 * isz * elements / (sectors * rates.bandwidth)
         datapath = (tile + isz * elements * weights + _ROWS_BSL_GLOBAL * 2 * isz * elements) \
-            / (_ROWS_BSL_DATAPATH * rates.bandwidth)
+            / (_ROWS_BSL_DATAPATH * rates.flops32)
         memory = (dram + datapath) * (_ROWS_LONE_BLOCK if segment.blocks_per_sm(isz) == 1 else 1)
         return max(memory, compute) + LAUNCH_SECONDS
     dram = 2 * isz * elements / (_ROWS_BANDWIDTH * sectors * rates.bandwidth)
-    datapath = (tile + isz * elements * weights) / (_ROWS_DATAPATH * rates.bandwidth)
+    datapath = (tile + isz * elements * weights) / (_ROWS_DATAPATH * rates.flops32)
     return max(dram, datapath, compute) + LAUNCH_SECONDS
 
 

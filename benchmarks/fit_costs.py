@@ -8,7 +8,8 @@ For each model key of the tensor-core kernel (its copy order, batch, in-group or
 ``(bytes_factor, efficiency, m0)`` of ``kscupy.costs``' single-factor model to the measured
 ``kernel`` (``kernel_tf32``) seconds (least squares on log time), and prints them with the RMS log error and how
 often the model, with the fitted constants, ranks the kernel against the measured ``bmm``
-correctly. Paste the constants into ``costs._SINGLE``. Then prints, per layout, what
+correctly. Paste the constants into ``costs._SINGLE``, or into the device's entry of
+``costs._SINGLE_BY_DEVICE`` where they hold for that GPU only. Then prints, per layout, what
 ``auto`` would reach on the file's measured times if it chose with the current constants
 (``--current``: without refitting). Runs on the CPU (the device's rates are read from the
 file; no tuning cache is read).
@@ -77,13 +78,15 @@ def replay_auto(data, rates):
               f"below 0.95: {'; '.join(low) or 'none'}")
 
 
-def fit(cases, key, seconds_of, x0):
-    """Least squares on log time of ``costs._SINGLE[key]`` over ``cases`` (``(problem, row,
-    measured seconds)``), ``seconds_of(problem)`` the model; prints and returns the fit."""
+def fit(cases, key, seconds_of, x0, rates):
+    """Least squares on log time of the constants ``key`` of ``rates``' device
+    (``costs.constants_table``) over ``cases`` (``(problem, row, measured seconds)``),
+    ``seconds_of(problem)`` the model; prints and returns the fit."""
     measured = numpy.log([t for _, _, t in cases])
+    table = costs.constants_table(rates, key)
 
     def predicted(theta):
-        costs._SINGLE[key] = tuple(theta)
+        table[key] = tuple(theta)
         return numpy.log([seconds_of(p) for p, _, _ in cases])
 
     # efficiencies above 1: the model's peak (costs.gemm_peak) is an estimate of the rate
@@ -106,7 +109,8 @@ def fit_bmm(data, rates):
         key = ("bmm", costs.group_gemm_variant(p.dtype, precision))
         groups.setdefault((key, precision), []).append((p, row, row["seconds"][method]))
     for (key, precision), cases in sorted(groups.items()):
-        fit(cases, key, lambda p: costs.bmm_seconds(p, rates, precision), (1.0, 0.8, 50.0))
+        fit(cases, key, lambda p: costs.bmm_seconds(p, rates, precision), (1.0, 0.8, 50.0),
+            rates)
 
 
 def main():
@@ -134,7 +138,7 @@ def main():
         model = fit([(p, row, row["seconds"][kernel]) for p, row in cases], ("mma", order),
                     lambda p: costs.mma_kernel_seconds(p, rates, ks_mma.heuristic_config(p),
                                                        precision),
-                    (2.0, 0.5, 30.0))
+                    (2.0, 0.5, 30.0), rates)
         ranked = [(m < row["seconds"][bmm]) == (row["seconds"][kernel] < row["seconds"][bmm])
                   for m, (_, row) in zip(model, cases) if bmm in row["seconds"]]
         if ranked:

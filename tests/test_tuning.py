@@ -1,5 +1,6 @@
 """CPU tests of the single-factor kernel's configuration heuristic, the cost model, the
 ``auto`` choice over the backend registry and the tuning cache."""
+import dataclasses
 import itertools
 import json
 
@@ -175,3 +176,38 @@ def test_paper_grid_has_627_patterns_and_sample_spans_it():
     hs = sorted(KSPattern(*p).h for p in sample)
     all_h = sorted(KSPattern(*p).h for p in grid)
     assert hs[0] == all_h[0] and hs[-1] == all_h[-1]
+
+
+def test_device_constants_replace_the_shared_ones_for_their_device_only():
+    """costs._SINGLE_BY_DEVICE: a device whose name holds the table's word prices with the
+    table's constants, every other device (and every key the table lacks) with _SINGLE's."""
+    key = ("mma", "batch_complex")
+    word, table = next((w, t) for w, t in costs._SINGLE_BY_DEVICE.items() if key in t)
+    assert table[key] != costs._SINGLE[key]
+    named = dataclasses.replace(RATES, name=f"NVIDIA {word} 80GB HBM3")
+    assert costs.single_constants(named, key) == table[key]
+    assert costs.single_constants(RATES, key) == costs._SINGLE[key]
+    other = ("mma", "batch")
+    assert other not in table and costs.single_constants(named, other) == costs._SINGLE[other]
+    # and the model reads them: a complex64 batch-order product is priced differently
+    p = _problem((4, 128, 128, 16), 8192, numpy.complex64)
+    cfg = MmaConfig(1, 64, 64, 16, 2, 2, 3, 0)
+    assert costs.mma_kernel_seconds(p, named, cfg) != costs.mma_kernel_seconds(
+        p, dataclasses.replace(named, name="x"), cfg)
+
+
+def test_whole_vector_load_store_path_follows_the_sms_not_the_dram():
+    """costs.rows_seconds: a batch-size-first segment whose time is its load/store path (not
+    DRAM, not arithmetic) takes as long on a device with less DRAM bandwidth and the same
+    SMs (the H100 against the H200)."""
+    from kscupy.kernels.ks_rows import make_row_segment
+    F = ks.butterfly(1024, dtype=numpy.complex64, seed=1)
+    factors = [f.factor for f in F.factors]
+    seg = make_row_segment(factors, numpy.complex64, "bsf", 65536)
+    h200 = dataclasses.replace(RATES, bandwidth=4.8e12, flops32=6.69e13)
+    h100 = dataclasses.replace(h200, bandwidth=3.35e12)
+    t200 = costs.rows_seconds(seg, 65536, numpy.complex64, h200, "bsf")
+    t100 = costs.rows_seconds(seg, 65536, numpy.complex64, h100, "bsf")
+    dram100 = 2 * 8 * 65536 * 1024 / (costs._ROWS_BANDWIDTH * h100.bandwidth)
+    assert t100 > dram100          # the path, not DRAM, sets the time on both
+    assert t100 == pytest.approx(t200)

@@ -646,12 +646,13 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
     // The products go to `part`, which is added to `acc` by FP32 adds every SUM_K steps of
     // the reduction. The tensor cores add to their accumulator with truncation (round toward
     // zero): over a whole reduction of length c the error would grow like c, not like
-    // sqrt(c). Partial sums of a fixed length keep the error independent of the tile: with
-    // the sum per chunk instead, complex64's chunks of 32 gave twice the error of chunks of
-    // 16 (probe_mma.py, H100: 4.4e-7 against 2.2e-7). DMMA rounds to nearest, and the TF32
-    // opt-in is approximate anyway: no split for them.
+    // sqrt(c). Partial sums of at most 16 steps keep the error independent of the tile
+    // (every chunk the heuristic or the autotuner picks is 8 or a multiple of 16; any other
+    // chunk is summed whole): with the sum per chunk instead, complex64's chunks of 32 gave
+    // twice the error of chunks of 16 (probe_mma.py, H100: 4.4e-7 against 2.2e-7). DMMA
+    // rounds to nearest, and the TF32 opt-in is approximate anyway: no split for them.
     constexpr bool TWO_LEVEL = sizeof(R) == 4 && PRECISION == PRECISION_DEFAULT;
-    constexpr int SUM_K = BK < 16 ? BK : 16;
+    constexpr int SUM_K = TWO_LEVEL && BK % 16 == 0 ? 16 : BK;
     static_assert(BK % SUM_K == 0 && SUM_K % S::K == 0, "partial sums tile the chunk");
     Acc part[TWO_LEVEL ? PARTS : 1][TWO_LEVEL ? MT : 1][TWO_LEVEL ? NTL : 1][S::C_REGS];
     auto sum = [&](int p, int mt, int q) -> Acc (&)[S::C_REGS] {

@@ -82,17 +82,21 @@ _SINGLE[("mma", "group_tf32")] = (1.274, 0.844, 16.9)     # 59 rows, 0.17
 _SINGLE[("mma", "ingroup_tf32")] = _SINGLE[("mma", "ingroup")]
 # Constants of one GPU where it differs from the value above: keyed by a word of the
 # device's name (DeviceRates.name), they replace _SINGLE's for that device
-# (single_constants). A device named in neither prices with _SINGLE.
+# (single_constants). A device named in neither prices with _SINGLE. The word "H100" also
+# matches the PCIe and NVL H100s, whose SM counts and bandwidths differ from the SXM card
+# these were fitted on (the model's rates are the device's own, which absorbs part of it).
 _SINGLE_BY_DEVICE = {
     # complex64 in the batch order, fitted on engine_c64.json at c39f28c (60 rows, RMS log
-    # error 0.06, 58 of 60 kernel-vs-bmm rankings right): with the H200's constants auto
-    # sent small-block rows to bmm, up to 1.3x slower than the kernel (auto median 1.52
-    # where the kernel's is 1.57; replayed with these, 1.57)
-    # (the H200 keeps _SINGLE's: the H200 fit). Not in _SINGLE because they move
-    # DFT(16384)'s batch-size-last plan on H200-like rates away from the plan measured
-    # fastest there (tests/test_planner.py). No H200 entries: its earlier fits of the keys
-    # since refitted on the H100 cannot be checked against the H200's engine runs, whose
-    # bmm was the permuting one (replayed, they send most float32 bsl rows to bmm)
+    # error 0.06, 58 of 60 kernel-vs-bmm rankings right): with the H200's constants (in
+    # _SINGLE) auto sent small-block rows to bmm, up to 1.3x slower than the kernel (auto
+    # median 1.52 where the kernel's is 1.57; replayed with these, 1.57). Not in _SINGLE
+    # because they move DFT(16384)'s batch-size-last plan on H200-like rates away from the
+    # plan measured fastest there (tests/test_planner.py). On the H100 they move it too,
+    # from the transpose and whole-vector plan to a fused segment and three products:
+    # neither was timed on the H100 (B = 4096; not a benchmark row). No H200 entries: its
+    # earlier fits of the keys since refitted on the H100 cannot be checked against the
+    # H200's engine runs, whose bmm was the permuting one (replayed, they send most float32
+    # bsl rows to bmm)
     "H100": {("mma", "batch_complex"): (0.773, 1.052, 9.5)},
 }
 #: A chain is planned in the other layout between two transposes (``planner.Relayout``)

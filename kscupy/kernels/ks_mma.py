@@ -191,7 +191,7 @@ def _lone_warp_rows(dtype) -> int:
 
 def heuristic_config(problem: Problem) -> MmaConfig:
     """A tile configuration for ``problem`` from its shape alone (set from probe_mma.py runs
-    on an H200).
+    on an H200; complex64's four-warp blocks in the batch order on an H100).
 
     Batch-size-last with a contiguous batch walks the batch (ORDER_BATCH); batch-size-first
     with ``d == 1`` walks the in-group index (ORDER_INGROUP); otherwise blocks take several

@@ -197,17 +197,26 @@ def test_device_constants_replace_the_shared_ones_for_their_device_only():
 
 
 def test_whole_vector_load_store_path_follows_the_sms_not_the_dram():
-    """costs.rows_seconds: a batch-size-first segment whose time is its load/store path (not
-    DRAM, not arithmetic) takes as long on a device with less DRAM bandwidth and the same
-    SMs (the H100 against the H200)."""
+    """costs.rows_seconds: the load/store path of a whole-vector segment runs at a rate of the
+    SMs (flops32), so a segment whose time is that path takes as long on a device with less
+    DRAM bandwidth and the same SMs (the H100 against the H200), in both layouts; on the
+    H200 the rate is the one fitted there, 2.5 (bsf) and 3.25 (bsl) times its bandwidth."""
     from kscupy.kernels.ks_rows import make_row_segment
-    F = ks.butterfly(1024, dtype=numpy.complex64, seed=1)
-    factors = [f.factor for f in F.factors]
-    seg = make_row_segment(factors, numpy.complex64, "bsf", 65536)
-    h200 = dataclasses.replace(RATES, bandwidth=4.8e12, flops32=6.69e13)
-    h100 = dataclasses.replace(h200, bandwidth=3.35e12)
-    t200 = costs.rows_seconds(seg, 65536, numpy.complex64, h200, "bsf")
-    t100 = costs.rows_seconds(seg, 65536, numpy.complex64, h100, "bsf")
-    dram100 = 2 * 8 * 65536 * 1024 / (costs._ROWS_BANDWIDTH * h100.bandwidth)
-    assert t100 > dram100          # the path, not DRAM, sets the time on both
-    assert t100 == pytest.approx(t200)
+    factors = [f.factor for f in ks.butterfly(1024, dtype=numpy.complex64, seed=1).factors]
+    B, isz = 65536, 8
+    h200 = dataclasses.replace(RATES, bandwidth=4.814e12, flops32=6.691e13)
+    h100 = dataclasses.replace(h200, bandwidth=3.352e12)
+    for layout, fitted in (("bsf", 2.5), ("bsl", 3.25)):
+        seg = make_row_segment(factors, numpy.complex64, layout, B)
+        t200 = costs.rows_seconds(seg, B, numpy.complex64, h200, layout)
+        t100 = costs.rows_seconds(seg, B, numpy.complex64, h100, layout)
+        dram = 2 * isz * B * 1024 / h100.bandwidth
+        if layout == "bsf":
+            assert t100 > dram / costs._ROWS_BANDWIDTH       # the path sets the time
+            assert t100 == pytest.approx(t200)
+        else:                        # DRAM, then the path: only DRAM's part grows
+            assert t100 - t200 == pytest.approx(dram - 2 * isz * B * 1024 / h200.bandwidth,
+                                                rel=1e-6)
+        # the path's rate on the H200 as fitted there, in bytes/s
+        constant = costs._ROWS_DATAPATH if layout == "bsf" else costs._ROWS_BSL_DATAPATH
+        assert constant * h200.flops32 == pytest.approx(fitted * h200.bandwidth, rel=2e-3)

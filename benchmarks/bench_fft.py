@@ -27,6 +27,7 @@ Writes JSON and prints a summary table.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pathlib
 import sys
@@ -44,7 +45,7 @@ except ImportError:     # --help works without CuPy; main() says what is missing
     cupy = None
 
 import kscupy as ks  # noqa: E402
-from kscupy import dispatch  # noqa: E402
+from kscupy import costs, dispatch  # noqa: E402
 from baselines import torch_bmm  # noqa: E402
 from timing import measure_ceilings, run_metadata, time_fn  # noqa: E402
 
@@ -132,6 +133,7 @@ def chain_row(transform, chain, layout, batch, ceilings, *, extra=None, referenc
            "floor_s": (X.nbytes * (1 + chain.shape[0] / n_in) + weights)
            / ceilings["copy_bandwidth_Bps"],
            "plan": plan.describe().splitlines(), "launches": plan.launches,
+           "model_s": plan.seconds,
            "seconds": {}, "relerr": {}}
     ref = _dense_reference(chain, X, layout) if reference is None else reference(X)
     methods = {"auto": lambda x: chain.matmul(x, layout=layout), **(baselines or {})}
@@ -192,7 +194,8 @@ def main(argv=None):
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = run_metadata()
-    result = {"device": meta["gpu"], **meta, "ceilings": ceilings, "rows": []}
+    result = {"device": meta["gpu"], **meta, "ceilings": ceilings,
+              "rates": dataclasses.asdict(costs.device_rates()), "rows": []}
 
     def add(row):
         result["rows"].append(row)

@@ -18,6 +18,13 @@ file; no tuning cache is read).
 
 fits bmm's keys instead (``costs.group_gemm_variant``: per dtype and precision) to the
 ``bmm`` and ``bmm_tf32`` seconds of ``benchmarks/probe_bmm.py``'s rows.
+
+    python3 benchmarks/fit_costs.py --chains benchmarks/results/chains.json [--rates engine.json]
+
+prices each DFT, Hadamard and butterfly row of a ``bench_fft.py`` file with the planner as it
+is now and prints its plan's modelled time against the measured ``auto`` time, for the rows
+whose plan is still the one measured (the rates: the file's, or an engine file's from the same
+GPU for files written before bench_fft.py recorded them).
 """
 from __future__ import annotations
 
@@ -113,21 +120,52 @@ def fit_bmm(data, rates):
             rates)
 
 
+def compare_chains(data, rates):
+    """Modelled / measured time of the chains rows whose plan the planner still makes."""
+    from kscupy import planner
+    ratios = []
+    for row in data["rows"]:
+        kind, dtype = row["transform"], numpy.dtype(row["dtype"])
+        if kind not in ("dft", "hadamard", "butterfly"):
+            continue
+        n = row["n"]
+        chain = (ks.dft(n, dtype=dtype) if kind == "dft" else ks.hadamard(n, dtype=dtype)
+                 if kind == "hadamard" else ks.butterfly(n, dtype=dtype, seed=n))
+        plan = planner.plan(chain, row["layout"], dtype, row["batch"], rates=rates)
+        measured = row["seconds"]["auto"]
+        same = plan.describe().splitlines() == row["plan"]
+        note = "" if same else f"  (plan now: {plan.describe().splitlines()[0][:60]})"
+        print(f"{kind:9s} {n:6d} {dtype.name:9s} {row['layout']} measured {1e3 * measured:7.3f} "
+              f"ms, model {1e3 * plan.seconds:7.3f} ms, ratio {plan.seconds / measured:5.2f}{note}")
+        if same:
+            ratios.append(plan.seconds / measured)
+    logs = numpy.log(ratios)
+    print(f"{len(ratios)} rows with the measured plan: model / measured {min(ratios):.2f} .. "
+          f"{max(ratios):.2f}, RMS log error {float(numpy.sqrt(numpy.mean(logs ** 2))):.2f}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", help="an engine.json with 'rates' (the model's device rates)")
     parser.add_argument("--current", action="store_true", help="replay auto only, no fit")
     parser.add_argument("--bmm", action="store_true",
                         help="fit bmm's keys to a probe_bmm.py file instead")
+    parser.add_argument("--chains", action="store_true",
+                        help="compare the planner's times with a bench_fft.py file's")
+    parser.add_argument("--rates", help="take the device rates from this engine file")
     args = parser.parse_args()
     data = json.loads(pathlib.Path(args.results).read_text())
-    rates = costs.DeviceRates(**data["rates"])
+    source = json.loads(pathlib.Path(args.rates).read_text()) if args.rates else data
+    rates = costs.DeviceRates(**source["rates"])
     os.environ["KSCUPY_CACHE_DIR"] = tempfile.mkdtemp()    # the model, never a tuning cache
     if args.current:
         replay_auto(data, rates)
         return
     if args.bmm:
         fit_bmm(data, rates)
+        return
+    if args.chains:
+        compare_chains(data, rates)
         return
     groups = {}
     for p, row, precision in problems(data["rows"]):

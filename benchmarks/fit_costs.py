@@ -110,7 +110,7 @@ def fit_bmm(data, rates):
     groups = {}
     for row in data["rows"]:
         precision = row.get("precision", "default")
-        method = "bmm_tf32" if precision == "tf32" else "bmm"
+        method = BMM[precision]
         p = Problem(ks.KSPattern(*row["pattern"]), row["batch"], numpy.dtype(row["dtype"]),
                     row["layout"], row["layout"] == "bsl", False)
         key = ("bmm", costs.group_gemm_variant(p.dtype, precision))

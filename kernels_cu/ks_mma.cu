@@ -643,56 +643,83 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
     if (more) load(next_stage);
     cp_async_commit();
 
-    // The products go to `part`, which is added to `acc` by FP32 adds every SUM_K steps of
-    // the reduction. The tensor cores add to their accumulator with truncation (round toward
+    // 3xTF32 (TWO_LEVEL): products go to partial sums, added to `acc` by FP32 adds (round to
+    // nearest). The tensor cores add to their accumulator with truncation (round toward
     // zero): over a whole reduction of length c the error would grow like c, not like
-    // sqrt(c). Partial sums of at most 16 steps keep the error independent of the tile
-    // (every chunk the heuristic or the autotuner picks is 8 or a multiple of 16; any other
-    // chunk is summed whole): with the sum per chunk instead, complex64's chunks of 32 gave
-    // twice the error of chunks of 16 (probe_mma.py, H100: 4.4e-7 against 2.2e-7). DMMA
-    // rounds to nearest, and the TF32 opt-in is approximate anyway: no split for them.
+    // sqrt(c). Partial sums of at most 16 steps of the reduction keep it independent of the
+    // tile and the chunk (with one sum per chunk, complex64's chunks of 32 gave twice the
+    // error of chunks of 16: probe_mma.py, H100, 4.4e-7 against 2.2e-7). DMMA rounds to
+    // nearest, and the TF32 opt-in is approximate anyway: their products add to `acc`.
+    //   ROW_SUMS (float32 in the group order): the sums of one row of MMA tiles (mt) and one
+    //     k-step, NTL * 4 registers, with W's fragment of that row loaded just before. That
+    //     leaves room for 64 x 64 warp pieces, which re-read W from L2 half as often as
+    //     64 x 32 ones (H100, B = 25088: 0.67-0.96x the time where d >= 16 or b >= 768).
+    //   Otherwise `part`, as many registers as `acc`, added every SUM_K steps (every chunk
+    //     the heuristic or the autotuner picks is 8 or a multiple of 16; any other chunk is
+    //     summed whole), with every row's W fragment loaded first: complex64 ran 1-6%
+    //     slower with row sums, more of its registers spilled.
     constexpr bool TWO_LEVEL = sizeof(R) == 4 && PRECISION == PRECISION_DEFAULT;
-    constexpr int SUM_K = TWO_LEVEL && BK % 16 == 0 ? 16 : BK;
+    constexpr bool ROW_SUMS = TWO_LEVEL && PARTS == 1 && ORDER == 1;
+    constexpr bool PART = TWO_LEVEL && !ROW_SUMS;
+    constexpr int SUM_K = PART && BK % 16 == 0 ? 16 : BK;
     static_assert(BK % SUM_K == 0 && SUM_K % S::K == 0, "partial sums tile the chunk");
-    Acc part[TWO_LEVEL ? PARTS : 1][TWO_LEVEL ? MT : 1][TWO_LEVEL ? NTL : 1][S::C_REGS];
+    Acc part[PART ? PARTS : 1][PART ? MT : 1][PART ? NTL : 1][S::C_REGS];
     auto sum = [&](int p, int mt, int q) -> Acc (&)[S::C_REGS] {
-      if constexpr (TWO_LEVEL) return part[p][mt][q]; else return acc[p][mt][q];
+      if constexpr (PART) return part[p][mt][q]; else return acc[p][mt][q];
     };
-    if constexpr (TWO_LEVEL) each_register<Acc>(part, part, [](Acc& sum, Acc) { sum = Acc(0); });
+    if constexpr (PART) each_register<Acc>(part, part, [](Acc& sum, Acc) { sum = Acc(0); });
     const T* const xs = stages + stage * L::STAGE + slot * L::XS_SLOT;
     const T* const ws = stages + stage * L::STAGE + L::XS_SIZE + slot * L::WS_SLOT;
 #pragma unroll
     for (int kk = 0; kk < BK; kk += S::K) {
-      AOp a[MT][PARTS];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-        w_fragment<T, L>(a[mt], ws, lane, wm * L::WTM + mt * S::M, kk, conj_w);
-      BOp x[NTL][PARTS];
-      x_fragments<T, L>(x, xs, lane, wn * L::WTN, kk);
-      // Term by term over all tiles: consecutive MMAs write different accumulators.
-#pragma unroll
-      for (int term = 0; term < Terms<R, PRECISION>::value; ++term) {
+      if constexpr (ROW_SUMS) {
+        BOp x[NTL][1];
+        x_fragments<T, L>(x, xs, lane, wn * L::WTN, kk);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          if constexpr (PARTS == 1) {
+          AOp a[1];
+          w_fragment<T, L>(a, ws, lane, wm * L::WTM + mt * S::M, kk, conj_w);
+          Acc sums[NTL][S::C_REGS];
+          each_register<Acc>(sums, sums, [](Acc& sum, Acc) { sum = Acc(0); });
+          // Term by term over the row's tiles: consecutive MMAs write different sums.
 #pragma unroll
-            for (int q = 0; q < NTL; ++q) mma_term<PRECISION>(term, sum(0, mt, q), a[mt][0], x[q][0]);
-          } else {
-            const AOp minus_im = a[mt][1].negated();
+          for (int term = 0; term < Terms<R, PRECISION>::value; ++term)
 #pragma unroll
-            for (int q = 0; q < NTL; ++q) {
-              mma_term<PRECISION>(term, sum(0, mt, q), a[mt][0], x[q][0]);
-              mma_term<PRECISION>(term, sum(1, mt, q), a[mt][0], x[q][1]);
-              mma_term<PRECISION>(term, sum(0, mt, q), minus_im, x[q][1]);
-              mma_term<PRECISION>(term, sum(1, mt, q), a[mt][1], x[q][0]);
+            for (int q = 0; q < NTL; ++q) mma_term<PRECISION>(term, sums[q], a[0], x[q][0]);
+          each_register<Acc>(acc[0][mt], sums, [](Acc& sum, Acc v) { sum += v; });
+        }
+      } else {
+        AOp a[MT][PARTS];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+          w_fragment<T, L>(a[mt], ws, lane, wm * L::WTM + mt * S::M, kk, conj_w);
+        BOp x[NTL][PARTS];
+        x_fragments<T, L>(x, xs, lane, wn * L::WTN, kk);
+        // Term by term over all tiles: consecutive MMAs write different accumulators.
+#pragma unroll
+        for (int term = 0; term < Terms<R, PRECISION>::value; ++term) {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            if constexpr (PARTS == 1) {
+#pragma unroll
+              for (int q = 0; q < NTL; ++q) mma_term<PRECISION>(term, sum(0, mt, q), a[mt][0], x[q][0]);
+            } else {
+              const AOp minus_im = a[mt][1].negated();
+#pragma unroll
+              for (int q = 0; q < NTL; ++q) {
+                mma_term<PRECISION>(term, sum(0, mt, q), a[mt][0], x[q][0]);
+                mma_term<PRECISION>(term, sum(1, mt, q), a[mt][0], x[q][1]);
+                mma_term<PRECISION>(term, sum(0, mt, q), minus_im, x[q][1]);
+                mma_term<PRECISION>(term, sum(1, mt, q), a[mt][1], x[q][0]);
+              }
             }
           }
         }
-      }
-      if constexpr (TWO_LEVEL) {
-        if ((kk + S::K) % SUM_K == 0) {   // a constant once the loop is unrolled
-          each_register<Acc>(acc, part, [](Acc& sum, Acc v) { sum += v; });
-          each_register<Acc>(part, part, [](Acc& sum, Acc) { sum = Acc(0); });
+        if constexpr (PART) {
+          if ((kk + S::K) % SUM_K == 0) {   // a constant once the loop is unrolled
+            each_register<Acc>(acc, part, [](Acc& sum, Acc v) { sum += v; });
+            each_register<Acc>(part, part, [](Acc& sum, Acc) { sum = Acc(0); });
+          }
         }
       }
     }

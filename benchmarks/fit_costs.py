@@ -16,8 +16,9 @@ file; no tuning cache is read).
 
     python3 benchmarks/fit_costs.py --bmm benchmarks/results/bmm_groups.json
 
-fits bmm's keys instead (``costs.group_gemm_variant``: per dtype and precision) to the
-``bmm`` and ``bmm_tf32`` seconds of ``benchmarks/probe_bmm.py``'s rows.
+fits bmm's keys instead (``costs.group_gemm_variant``: per dtype and precision, and whether
+the batch runs along the GEMM's rows) to the ``bmm`` and ``bmm_tf32`` seconds of
+``benchmarks/probe_bmm.py``'s rows (or ``probe_ingroup.py``'s, for ``groups_rows``).
 
     python3 benchmarks/fit_costs.py --chains benchmarks/results/chains.json [--rates engine.json]
 
@@ -113,7 +114,7 @@ def fit_bmm(data, rates):
         method = BMM[precision]
         p = Problem(ks.KSPattern(*row["pattern"]), row["batch"], numpy.dtype(row["dtype"]),
                     row["layout"], row["layout"] == "bsl", False)
-        key = ("bmm", costs.group_gemm_variant(p.dtype, precision))
+        key = ("bmm", costs.group_gemm_variant(p, precision))
         groups.setdefault((key, precision), []).append((p, row, row["seconds"][method]))
     for (key, precision), cases in sorted(groups.items()):
         fit(cases, key, lambda p: costs.bmm_seconds(p, rates, precision), (1.0, 0.8, 50.0),

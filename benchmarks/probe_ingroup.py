@@ -5,6 +5,8 @@ has a single d = 1 row).
 
     PYTHONPATH=$PWD python3 benchmarks/probe_ingroup.py benchmarks/results/ingroup_h200.json
     python3 benchmarks/fit_costs.py benchmarks/results/ingroup_h200.json
+
+An optional second argument names the dtypes (default float32,float64,float16,complex64).
 """
 import dataclasses
 import json
@@ -21,7 +23,7 @@ from kscupy import costs  # noqa: E402
 from timing import time_fn  # noqa: E402
 
 
-def main(out):
+def main(out, dtypes="float32,float64,float16,complex64"):
     rng = numpy.random.default_rng(11)
     sides = [48, 64, 96, 128, 192, 256, 384, 512, 768, 1024]
     pats = set()
@@ -32,7 +34,8 @@ def main(out):
             pats.add((a, int(b), int(c), 1))
     pats = sorted(pats)
     rows = []
-    for dtype, B in (("float32", 25088), ("float64", 8192), ("float16", 25088), ("complex64", 8192)):
+    batches = {"float32": 25088, "float64": 8192, "float16": 25088, "complex64": 8192}
+    for dtype, B in ((name, batches[name]) for name in dtypes.split(",")):
         for pat in pats:
             K = ks.KSMatrix.random(pat, dtype=dtype, xp=cupy, seed=1)
             M, N = K.shape
@@ -49,4 +52,4 @@ def main(out):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])

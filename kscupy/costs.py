@@ -47,13 +47,16 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
     ("bmm", "groups"): (0.652, 0.872, 28.3), ("bmm", "groups_complex"): (0.510, 0.865, 19.2),
     ("bmm", "groups_dmma"): (0.844, 1.290, 43.5), ("bmm", "groups_hmma"): (1.072, 3.152, 40.1),
     ("bmm", "groups_tf32"): (1.103, 2.547, 68.0),
+    # ... with the batch along the GEMM's rows (batch-size-first, d = 1): as above but on the
+    # H100 (_SINGLE_BY_DEVICE), where bmm_groups.json has too few such rows to tell
     # the tensor-core kernel, keyed by its copy order (ks_mma.heuristic_config) instead of
-    # the access; efficiency against tensor_peak (benchmarks/fit_costs.py). Batch and group
-    # refitted on the float32 rows of an H100 run at 3ae360a (RMS log error 0.12 / 0.17):
-    # with the H200's constants (1.153, 0.908, 11.9) and (1.314, 0.608, 13.0) auto sent 29
-    # of 60 batch-size-last patterns to bmm, up to 1.4x slower than the kernel there
+    # the access; efficiency against tensor_peak (benchmarks/fit_costs.py). Batch refitted
+    # on the float32 rows of an H100 run at 3ae360a (RMS log error 0.12): with the H200's
+    # constants (1.153, 0.908, 11.9) auto sent 29 of 60 batch-size-last patterns to bmm, up
+    # to 1.4x slower than the kernel there. Group refitted on the float32 rows of the H100
+    # run at 35ceb72 (64-column warp pieces; 117 rows, RMS log error 0.12)
     ("mma", "batch"): (0.661, 0.864, 7.4), ("mma", "ingroup"): (2.235, 1.050, 35.0),
-    ("mma", "group"): (0.931, 0.611, 13.3),
+    ("mma", "group"): (0.860, 0.654, 11.4),
     # ... on the FP64 tensor cores (DMMA m16n8k8: float64, complex128), batch and group
     # refitted on the float64 rows of the same H100 run (RMS log error 0.11 / 0.14). Every
     # in-group key (bsf, d = 1) is fitted on 16 random d = 1 patterns per dtype timed on the
@@ -75,6 +78,8 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
     ("mma", "batch_complex"): (1.103, 0.979, 12.7), ("mma", "group_complex"): (1.361, 0.810, 20.2),
 }
 _SINGLE[("mma", "ingroup_complex")] = _SINGLE[("mma", "ingroup")]
+_SINGLE.update({("bmm", "groups_rows" + suffix): _SINGLE[("bmm", "groups" + suffix)]
+                for suffix in ("", "_complex", "_dmma", "_hmma", "_tf32")})
 # ... one TF32 product per term (kernel_tf32, float32 and complex64 alike), fitted on the
 # rows of engine_tf32.json (H200, 07451d0; no in-group row: float32's in-group constants)
 _SINGLE[("mma", "batch_tf32")] = (0.802, 1.557, 10.0)     # 60 rows, RMS log error 0.11
@@ -97,7 +102,16 @@ _SINGLE_BY_DEVICE = {
     # earlier fits of the keys since refitted on the H100 cannot be checked against the
     # H200's engine runs, whose bmm was the permuting one (replayed, they send most float32
     # bsl rows to bmm)
-    "H100": {("mma", "batch_complex"): (0.773, 1.052, 9.5)},
+    # float32 in batch-size-first with d = 1, the kernel's in-group order and bmm's GEMMs
+    # with the batch along their rows, fitted on 16 random d = 1 patterns timed on an H100
+    # at 566f323 (probe_ingroup.py, results/ingroup_h100.json; RMS log error 0.12 and
+    # 0.11): with the H200's in-group constants and the shared bmm ones (which priced bmm
+    # there 0.84x its time, geometric mean) auto sent 13 of the 16 to bmm, which the kernel
+    # beat on 11 of them by up to 1.45x, and the first factor of every Monarch and paper
+    # chain in batch-size-first with them (chains.json: 13-27 us lost a chain)
+    "H100": {("mma", "batch_complex"): (0.773, 1.052, 9.5),
+             ("mma", "ingroup"): (1.251, 0.932, 17.5),
+             ("bmm", "groups_rows"): (0.895, 0.807, 43.4)},
 }
 #: A chain is planned in the other layout between two transposes (``planner.Relayout``)
 #: only when the model finds that faster by this factor: the model's error on a whole
@@ -412,9 +426,13 @@ def _gemm_suffix(dtype, precision: str) -> str:
     return "_tf32" if precision == "tf32" else _dtype_suffix(dtype)
 
 
-def group_gemm_variant(dtype, precision: str = "default") -> str:
-    """bmm's key in the model: ``groups`` with :func:`_gemm_suffix`."""
-    return "groups" + _gemm_suffix(dtype, precision)
+def group_gemm_variant(problem: Problem, precision: str = "default") -> str:
+    """bmm's key in the model: ``groups`` with :func:`_gemm_suffix`, ``groups_rows`` where
+    the batch runs along the rows of each group's GEMM (batch-size-first with ``d == 1``:
+    ``Y_g (B x b) = X_g (B x c) W_g^T`` in place, a GEMM cuBLAS runs at another efficiency
+    than the ``b x B`` products of the other forms)."""
+    rows = problem.layout == "bsf" and problem.pattern.d == 1
+    return ("groups_rows" if rows else "groups") + _gemm_suffix(problem.dtype, precision)
 
 
 def gemm_peak(dtype, precision: str, rates: DeviceRates) -> float:
@@ -441,7 +459,7 @@ def bmm_seconds(problem: Problem, rates: DeviceRates, precision: str = "default"
     isz = problem.itemsize
     seconds = _single_factor(problem, rates, "bmm",
                              peak=gemm_peak(problem.dtype, precision, rates),
-                             variant=group_gemm_variant(problem.dtype, precision),
+                             variant=group_gemm_variant(problem, precision),
                              min_side=_GEMM_MIN_SIDE, min_batch=_GEMM_MIN_BATCH)
     in_bsl = problem.layout == "bsl" or d > 1
     seconds += _GEMM_FIRST_CALL_SECONDS + ((min(a, d) if in_bsl else 1) - 1) * _GEMM_CALL_SECONDS

@@ -229,8 +229,9 @@ def heuristic_config(problem: Problem) -> MmaConfig:
         # of large blocks and the wider batch tiles of d = 4, 1.065x faster (geometric mean,
         # over 30 patterns of the paper's grid with d > 1, H200, B = 25088). The piece is
         # 64 columns wide, which the kernel's row sums leave registers for: each W tile
-        # then serves twice the batch (probe, H100: 0.85-0.95x the time of 64 x 32 pieces
-        # for d = 16 to 64, e.g. (1, 192, 768, 64) 15.1 -> 12.8 ms). Chunks of 8 (halved
+        # then serves twice the batch (H100, B = 25088: 0.67-0.96x the time of 64 x 32
+        # pieces where d >= 16 or b >= 768, e.g. (1, 192, 768, 64) 15.1 -> 12.8 ms, within
+        # 6% elsewhere; engine: the kernel's bsf median 2.39 -> 2.61). Chunks of 8 (halved
         # below): X copies of 16 staged 32 registers a thread and spilled
         slots = min(slots, 8)
         bm, wm = _row_tile(b, wtm, mma_m, max_warps=1)

@@ -650,16 +650,18 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
     // tile and the chunk (with one sum per chunk, complex64's chunks of 32 gave twice the
     // error of chunks of 16: probe_mma.py, H100, 4.4e-7 against 2.2e-7). DMMA rounds to
     // nearest, and the TF32 opt-in is approximate anyway: their products add to `acc`.
-    //   ROW_SUMS (float32 in the group order): the sums of one row of MMA tiles (mt) and one
-    //     k-step, NTL * 4 registers, with W's fragment of that row loaded just before. That
-    //     leaves room for 64 x 64 warp pieces, which re-read W from L2 half as often as
-    //     64 x 32 ones (H100, B = 25088: 0.67-0.96x the time where d >= 16 or b >= 768).
+    //   ROW_SUMS (float32 in the group order, warp pieces of 64 columns or more): the sums
+    //     of one row of MMA tiles (mt) and one k-step, NTL * 4 registers, with W's fragment
+    //     of that row loaded just before. That leaves room for 64 x 64 warp pieces, which
+    //     re-read W from L2 half as often as 64 x 32 ones (H100, B = 25088: 0.67-0.96x the
+    //     time where d >= 16 or b >= 768). Narrower pieces keep `part`: with row sums their
+    //     MMAs wait on each other sooner, and 64 x 32 pieces ran up to 9% slower.
     //   Otherwise `part`, as many registers as `acc`, added every SUM_K steps (every chunk
     //     the heuristic or the autotuner picks is 8 or a multiple of 16; any other chunk is
     //     summed whole), with every row's W fragment loaded first: complex64 ran 1-6%
     //     slower with row sums, more of its registers spilled.
     constexpr bool TWO_LEVEL = sizeof(R) == 4 && PRECISION == PRECISION_DEFAULT;
-    constexpr bool ROW_SUMS = TWO_LEVEL && PARTS == 1 && ORDER == 1;
+    constexpr bool ROW_SUMS = TWO_LEVEL && PARTS == 1 && ORDER == 1 && NTL >= 8;
     constexpr bool PART = TWO_LEVEL && !ROW_SUMS;
     constexpr int SUM_K = PART && BK % 16 == 0 ? 16 : BK;
     static_assert(BK % SUM_K == 0 && SUM_K % S::K == 0, "partial sums tile the chunk");

@@ -48,6 +48,21 @@ def test_heuristic_walks_the_contiguous_axis():
     assert ks_mma.heuristic_config(_problem((1, 48, 192, 128), 8192, "complex128")).bm == 16
 
 
+def test_float32_group_order_widens_its_warp_pieces_for_long_batches():
+    """64-column warp pieces (the kernel's row sums, NTL >= 8) from _WIDE_GROUP_BATCH on,
+    with chunks of 8; the 64 x 32 pieces with chunks of 16 below it and for other dtypes;
+    the tuner tries the other width either way."""
+    for B, width, chunk in ((ks_mma._WIDE_GROUP_BATCH, 64, 8),
+                            (ks_mma._WIDE_GROUP_BATCH - 1, 32, 16)):
+        p = _problem((1, 256, 256, 16), B, "float32", "bsf", False)
+        cfg = ks_mma.heuristic_config(p)
+        assert (cfg.order, cfg.bn // cfg.wn, cfg.bk) == (1, width, chunk)
+        widths = {(c.bn // c.wn, c.bk) for c in ks_mma.candidate_configs(p) if c.slots == 8}
+        assert {(32, 16), (64, 8)} <= widths
+    p = _problem((1, 256, 256, 16), 25088, "complex64", "bsf", False)
+    assert ks_mma.heuristic_config(p).bn // ks_mma.heuristic_config(p).wn == 32
+
+
 def test_config_validation_and_names():
     with pytest.raises(ValueError, match="divide"):
         MmaConfig(1, 100, 128, 32, 3, 4, 3, 0)

@@ -156,12 +156,18 @@ class MmaConfig:
 
 # -- heuristic ----------------------------------------------------------------------------------
 def _warp_tile(dtype) -> tuple:
-    """A warp's piece ``(rows, columns)``: 32 to 64 accumulator registers per lane."""
+    """A warp's piece ``(rows, columns)``: 32 to 64 accumulator registers per lane (float32
+    in the group order takes 64 columns for long batches: heuristic_config)."""
     dtype = numpy.dtype(dtype)
     return {numpy.dtype(numpy.float16): (64, 32),
             numpy.dtype(numpy.float32): (64, 32), numpy.dtype(numpy.float64): (32, 32),
             numpy.dtype(numpy.complex64): (32, 32),
             numpy.dtype(numpy.complex128): (16, 32)}[dtype]
+
+
+#: The shortest batch whose float32 group-order tiles take 64-column warp pieces
+#: (heuristic_config): 128 batch tiles of 64 or more.
+_WIDE_GROUP_BATCH = 8192
 
 
 def _chunk(dtype) -> int:
@@ -227,15 +233,19 @@ def heuristic_config(problem: Problem) -> MmaConfig:
     if order == ORDER_GROUP and dtype == numpy.float32:
         # one warp per group, its piece one warp tile: against the two-group 2 x 2-warp tiles
         # of large blocks and the wider batch tiles of d = 4, 1.065x faster (geometric mean,
-        # over 30 patterns of the paper's grid with d > 1, H200, B = 25088). The piece is
-        # 64 columns wide, which the kernel's row sums leave registers for: each W tile
-        # then serves twice the batch (H100, B = 25088: 0.67-0.96x the time of 64 x 32
-        # pieces where d >= 16 or b >= 768, e.g. (1, 192, 768, 64) 15.1 -> 12.8 ms, within
-        # 6% elsewhere; engine: the kernel's bsf median 2.39 -> 2.61). Chunks of 8 (halved
-        # below): X copies of 16 staged 32 registers a thread and spilled
+        # over 30 patterns of the paper's grid with d > 1, H200, B = 25088). For long
+        # batches the piece is 64 columns wide, which the kernel's row sums leave registers
+        # for: each W tile then serves twice the batch (H100, B = 25088: 0.67-0.96x the time
+        # of 64 x 32 pieces where d >= 16 or b >= 768, e.g. (1, 192, 768, 64) 15.1 -> 12.8
+        # ms, within 6% elsewhere; engine: the kernel's bsf median 2.39 -> 2.61), with
+        # chunks of 8 (halved below: X copies of 16 staged 32 registers a thread and
+        # spilled). Shorter batches, where halving the batch tiles costs parallelism and
+        # which were not measured with them, keep the 64 x 32 pieces.
         slots = min(slots, 8)
         bm, wm = _row_tile(b, wtm, mma_m, max_warps=1)
-        wn, wtn, chunk = 1, 64, 16
+        wn = 1
+        if problem.batch >= _WIDE_GROUP_BATCH:
+            wtn, chunk = 64, 16
     elif order == ORDER_GROUP and (b < 128 or short):
         slots = min(slots, 8)
         bm, wm = _row_tile(b, wtm, mma_m, max_warps=1, lone_rows=_lone_warp_rows(dtype))
@@ -313,6 +323,10 @@ def candidate_configs(problem: Problem):
     if base.order == ORDER_GROUP:
         for slots in (1, 2, 4, 8):
             add(slots=slots)
+        if problem.dtype == numpy.float32:
+            # the other width of float32's warp pieces (heuristic_config), 32 or 64 columns
+            for wtn, bk in ((32, 16), (64, 8)):
+                add(bn=wtn * base.wn, bk=bk)
         # fewer groups, wider tiles: more reuse of each W tile along the batch
         wtm, wtn = base.bm // base.wm, base.bn // base.wn
         for slots, wm, wn in ((8, 1, 1), (4, 1, 2), (2, 2, 2), (2, 1, 4), (1, 2, 4)):

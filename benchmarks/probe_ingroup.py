@@ -5,6 +5,9 @@ has a single d = 1 row).
 
     PYTHONPATH=$PWD python3 benchmarks/probe_ingroup.py benchmarks/results/ingroup_h200.json
     python3 benchmarks/fit_costs.py benchmarks/results/ingroup_h200.json
+    python3 benchmarks/fit_costs.py --bmm benchmarks/results/ingroup_h200.json
+
+(the second fits bmm's ``groups_rows`` keys, the GEMMs of batch-size-first with d = 1).
 
 An optional second argument names the dtypes (default float32,float64,float16,complex64).
 """

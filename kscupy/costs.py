@@ -47,8 +47,6 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
     ("bmm", "groups"): (0.652, 0.872, 28.3), ("bmm", "groups_complex"): (0.510, 0.865, 19.2),
     ("bmm", "groups_dmma"): (0.844, 1.290, 43.5), ("bmm", "groups_hmma"): (1.072, 3.152, 40.1),
     ("bmm", "groups_tf32"): (1.103, 2.547, 68.0),
-    # ... with the batch along the GEMM's rows (batch-size-first, d = 1): as above but on the
-    # H100 (_SINGLE_BY_DEVICE), where bmm_groups.json has too few such rows to tell
     # the tensor-core kernel, keyed by its copy order (ks_mma.heuristic_config) instead of
     # the access; efficiency against tensor_peak (benchmarks/fit_costs.py). Batch refitted
     # on the float32 rows of an H100 run at 3ae360a (RMS log error 0.12): with the H200's
@@ -74,14 +72,19 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
     # ... complex64 (four real 3xTF32 products a complex one), batch fitted on
     # engine_c64.json at 07451d0 (H200; the H100's own: _SINGLE_BY_DEVICE), group refitted on
     # the complex64 rows of an H100 run at 803b87e (RMS log error 0.13). The in-group order
-    # keeps float32's (below; one engine row, not probed)
+    # keeps _SINGLE's float32 constants (below; one engine row, not probed), also on the
+    # H100, whose own float32 ones (_SINGLE_BY_DEVICE) were not tried on complex64
     ("mma", "batch_complex"): (1.103, 0.979, 12.7), ("mma", "group_complex"): (1.361, 0.810, 20.2),
 }
 _SINGLE[("mma", "ingroup_complex")] = _SINGLE[("mma", "ingroup")]
+# bmm with the batch along each group's GEMM rows (batch-size-first, d = 1; group_gemm_variant):
+# bmm_groups.json has one such row per key, too few to fit them apart, so they take the keys
+# above, except on the H100 (_SINGLE_BY_DEVICE: float32, fitted on probe_ingroup.py's rows)
 _SINGLE.update({("bmm", "groups_rows" + suffix): _SINGLE[("bmm", "groups" + suffix)]
                 for suffix in ("", "_complex", "_dmma", "_hmma", "_tf32")})
 # ... one TF32 product per term (kernel_tf32, float32 and complex64 alike), fitted on the
-# rows of engine_tf32.json (H200, 07451d0; no in-group row: float32's in-group constants)
+# rows of engine_tf32.json (H200, 07451d0; no in-group row: _SINGLE's float32 in-group
+# constants, on every device)
 _SINGLE[("mma", "batch_tf32")] = (0.802, 1.557, 10.0)     # 60 rows, RMS log error 0.11
 _SINGLE[("mma", "group_tf32")] = (1.274, 0.844, 16.9)     # 59 rows, 0.17
 _SINGLE[("mma", "ingroup_tf32")] = _SINGLE[("mma", "ingroup")]

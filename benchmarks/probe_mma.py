@@ -1,20 +1,27 @@
 """Development probe for the tensor-core kernel: check and time tile configurations.
 
     PYTHONPATH=$PWD python3 benchmarks/probe_mma.py [--quick] [--out probe.json]
+    PYTHONPATH=$PWD python3 benchmarks/probe_mma.py --cases float32:default --layouts bsf \
+        --patterns "1,256,256,16;3,384,96,16" --configs "8,64,64,8,1,1,3,1,1" --baseline HEAD~1 --verbose
 
 For a handful of patterns of the paper's grid, both layouts and each dtype, runs every
 candidate configuration of :func:`kscupy.kernels.ks_mma.candidate_configs`, checks it against
 the float64 definition on fresh random data (engine.py's oracle) and times it beside PyTorch's
 BMM (when torch imports), CuPy's BMM, cuBLAS dense and the FMA kernel. Prints one line per
-case: the best configuration and the ratios. Used to set the heuristic; the issue's
-benchmark is bench_patterns.py.
+case: the best configuration and the ratios. ``--configs`` times given configurations
+instead of the candidates; ``--baseline REV`` times each one again with ks_mma.cu as of a
+git revision (or a file), in the same process (an A/B test of a kernel change). Used to set the
+heuristic; the issue's benchmark is bench_patterns.py.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import pathlib
+import subprocess
 import sys
+import tempfile
 
 import numpy
 
@@ -26,7 +33,7 @@ import cupy  # noqa: E402
 
 import kscupy as ks  # noqa: E402
 from kscupy import _reference  # noqa: E402
-from kscupy.kernels import ks_matmul, ks_mma  # noqa: E402
+from kscupy.kernels import ks_matmul, ks_mma, nvrtc  # noqa: E402
 from kscupy.problem import problem_of  # noqa: E402
 from baselines import torch_bmm  # noqa: E402
 from engine import oracle, relative_error  # noqa: E402
@@ -40,7 +47,35 @@ CASES = [("float16", "default", 25088), ("float32", "default", 25088), ("float32
          ("complex128", "default", 4096)]
 
 
-def case(pattern, layout, dtype, precision, B, configs):
+@contextlib.contextmanager
+def kernel_source(path):
+    """Within the block, ks_mma compiles ``path`` (an absolute path: another version of
+    ks_mma.cu, whose includes still resolve in kernels_cu) instead of kernels_cu/ks_mma.cu;
+    ``None`` leaves it alone."""
+    compile_function = nvrtc.function
+    if path is not None:
+        nvrtc.function = lambda filename, *args, **kwargs: compile_function(
+            str(path) if filename == "ks_mma.cu" else filename, *args, **kwargs)
+    try:
+        yield
+    finally:
+        nvrtc.function = compile_function
+
+
+def baseline_source(spec):
+    """The path of another ks_mma.cu: ``spec`` itself where it names a file, else the file as
+    of git revision ``spec`` (written to a temporary file; on the lent GPU machines the
+    checkout's history may lag behind the working tree, so a file is the safer baseline)."""
+    if pathlib.Path(spec).is_file():
+        return pathlib.Path(spec).resolve()
+    text = subprocess.run(["git", "show", f"{spec}:kernels_cu/ks_mma.cu"], cwd=ROOT,
+                          check=True, capture_output=True, text=True).stdout
+    path = pathlib.Path(tempfile.mkdtemp()) / "ks_mma_baseline.cu"
+    path.write_text(text)
+    return path
+
+
+def case(pattern, layout, dtype, precision, B, configs, baseline=None):
     rng = cupy.random.default_rng(7)
     K = ks.KSMatrix.random(pattern, dtype=dtype, xp=cupy, seed=3)
     f = K.factor
@@ -55,10 +90,13 @@ def case(pattern, layout, dtype, precision, B, configs):
     out = {"pattern": pattern, "layout": layout, "dtype": dtype, "precision": precision, "B": B,
            "configs": {},
            "heuristic": str(ks_mma.heuristic_config(problem).as_tuple())}
+    sources = [("", None)] + ([(f" @{baseline[0]}", baseline[1])] if baseline else [])
     for cfg in configs(problem):
-        err = relative_error(ks_mma.launch(f, X, layout, cfg, precision), ref, layout)
-        t = time_fn(lambda x: ks_mma.launch(f, x, layout, cfg, precision), [X])
-        out["configs"][str(cfg.as_tuple())] = {"s": t, "err": err}
+        for suffix, path in sources:
+            with kernel_source(path):
+                err = relative_error(ks_mma.launch(f, X, layout, cfg, precision), ref, layout)
+                t = time_fn(lambda x: ks_mma.launch(f, x, layout, cfg, precision), [X])
+            out["configs"][str(cfg.as_tuple()) + suffix] = {"s": t, "err": err}
     fma = ks_matmul.heuristic_config(problem)
     out["fma_s"] = time_fn(lambda x: ks_matmul.launch(f, x, layout, fma), [X])
     blocks = f.blocks
@@ -89,6 +127,12 @@ def main():
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--precision", default="default")
     parser.add_argument("--batch", type=int, default=25088)
+    parser.add_argument("--configs", default=None,
+                        help="time these MmaConfig tuples (s,bm,bn,bk,wm,wn,stages,order,"
+                             "min_blocks;...) beside the heuristic's instead of the candidates")
+    parser.add_argument("--baseline", default=None, metavar="REV_OR_FILE",
+                        help="also time every configuration with another ks_mma.cu (a file, "
+                             "or the one of a git revision), in the same process on the same data")
     parser.add_argument("--warp-tile", default=None, metavar="DTYPE=MxN",
                         help="try another warp piece for one dtype (heuristic and candidates)")
     args = parser.parse_args()
@@ -116,6 +160,11 @@ def main():
     else:
         patterns = PATTERNS[:int(args.patterns)]
     configs = (lambda p: [ks_mma.heuristic_config(p)]) if args.quick else ks_mma.candidate_configs
+    if args.configs:
+        given = [ks_mma.MmaConfig(*(int(v) for v in c.split(","))) for c in args.configs.split(";")]
+        configs = lambda p: [ks_mma.heuristic_config(p)] + [
+            c for c in given if c.valid_for(p.dtype) and c.fits(p.itemsize, p.transposed)]
+    baseline = (args.baseline, baseline_source(args.baseline)) if args.baseline else None
     results = []
     print(f"{'dtype':10s} {'prec':7s} {'pattern':20s} {'lay':4s} {'best ms':>8s} {'heur ms':>8s} "
           f"{'err':>8s} {'fma':>6s} {'torch':>6s} {'cupy':>6s} {'dense':>6s}  best config")
@@ -124,7 +173,7 @@ def main():
             continue
         for pattern in patterns:
             for layout in args.layouts.split(","):
-                r = case(pattern, layout, dtype, precision, B, configs)
+                r = case(pattern, layout, dtype, precision, B, configs, baseline)
                 results.append(r)
                 cf = r["configs"]
                 best = min(cf, key=lambda k: cf[k]["s"])

@@ -111,7 +111,7 @@ _SINGLE_BY_DEVICE = {
     # 0.11): with the H200's in-group constants and the shared bmm ones (which priced bmm
     # there 0.84x its time, geometric mean) auto sent 13 of the 16 to bmm, which the kernel
     # beat on 11 of them by up to 1.45x, and the first factor of every Monarch and paper
-    # chain in batch-size-first with them (chains.json: 13-27 us lost a chain)
+    # chain in batch-size-first with them (chains.json: up to 27 us lost a chain)
     "H100": {("mma", "batch_complex"): (0.773, 1.052, 9.5),
              ("mma", "ingroup"): (1.251, 0.932, 17.5),
              ("bmm", "groups_rows"): (0.895, 0.807, 43.4)},

@@ -152,8 +152,18 @@ def chain_row(transform, chain, layout, batch, ceilings, *, extra=None, referenc
     return row
 
 
+def transform_chain(kind, n, dtype, xp):
+    """The chain a ``dft``, ``hadamard`` or ``butterfly`` row of size ``n`` measures (random
+    butterflies seeded by ``n``, so that fit_costs.py can rebuild a row's chain)."""
+    if kind == "dft":
+        return ks.dft(n, dtype=dtype, xp=xp)
+    if kind == "hadamard":
+        return ks.hadamard(n, dtype=dtype, xp=xp)
+    return ks.butterfly(n, dtype=dtype, xp=xp, seed=n)
+
+
 def bench_dft(n, elements, ceilings):
-    F = ks.dft(n, dtype=numpy.complex64, xp=cupy)
+    F = transform_chain("dft", n, numpy.complex64, cupy)
     exact = lambda x: cupy.fft.fft(_check_slice(x, "bsf").astype(numpy.complex128), axis=-1)  # noqa: E731
     return chain_row("dft", F, "bsf", max(1, elements // n), ceilings, extra={"n": n},
                      reference=exact, baselines={
@@ -210,13 +220,13 @@ def main(argv=None):
     if "butterfly" in parts:
         for dtype in (numpy.float32, numpy.complex64):
             for n in map(int, args.butterfly.split(",")):
-                C = ks.butterfly(n, dtype=dtype, xp=cupy, seed=n)
+                C = transform_chain("butterfly", n, dtype, cupy)
                 for layout in ("bsf", "bsl"):
                     add(chain_row("butterfly", C, layout, args.elements // n, ceilings,
                                   extra={"n": n}, per_factor_base=True))
     if "hadamard" in parts:
         for n in map(int, args.hadamard.split(",")):
-            H = ks.hadamard(n, dtype=numpy.float32, xp=cupy)
+            H = transform_chain("hadamard", n, numpy.float32, cupy)
             for layout in ("bsf", "bsl"):
                 add(chain_row("hadamard", H, layout, args.elements // n, ceilings,
                               extra={"n": n}, per_factor_base=True))

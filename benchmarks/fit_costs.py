@@ -40,6 +40,7 @@ import numpy
 from scipy.optimize import least_squares
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import kscupy as ks  # noqa: E402
 from kscupy import costs  # noqa: E402
@@ -124,14 +125,14 @@ def fit_bmm(data, rates):
 def compare_chains(data, rates):
     """Modelled / measured time of the chains rows whose plan the planner still makes."""
     from kscupy import planner
+    from bench_fft import transform_chain
     ratios = []
     for row in data["rows"]:
         kind, dtype = row["transform"], numpy.dtype(row["dtype"])
         if kind not in ("dft", "hadamard", "butterfly"):
             continue
         n = row["n"]
-        chain = (ks.dft(n, dtype=dtype) if kind == "dft" else ks.hadamard(n, dtype=dtype)
-                 if kind == "hadamard" else ks.butterfly(n, dtype=dtype, seed=n))
+        chain = transform_chain(kind, n, dtype, numpy)
         plan = planner.plan(chain, row["layout"], dtype, row["batch"], rates=rates)
         measured = row["seconds"]["auto"]
         same = plan.describe().splitlines() == row["plan"]

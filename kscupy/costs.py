@@ -111,10 +111,15 @@ _SINGLE_BY_DEVICE = {
     # 0.11): with the H200's in-group constants and the shared bmm ones (which priced bmm
     # there 0.84x its time, geometric mean) auto sent 13 of the 16 to bmm, which the kernel
     # beat on 11 of them by up to 1.45x, and the first factor of every Monarch and paper
-    # chain in batch-size-first with them (chains.json: up to 27 us lost a chain)
+    # chain in batch-size-first with them (chains.json: up to 27 us lost a chain). bmm's
+    # refitted on those 16 and the 3 float32 d = 1 rows of engine.json at 35ceb72 (19 rows,
+    # RMS log error 0.28; cuBLAS took 64 us for (1, 48, 48, 1), which the 16-row fit priced
+    # at 22, a hair under the kernel's 22 where the kernel measured 24: replayed, auto's pick
+    # there was bmm at 0.55 of the best baseline; with this fit the kernel, and the 16 picks
+    # as before)
     "H100": {("mma", "batch_complex"): (0.773, 1.052, 9.5),
              ("mma", "ingroup"): (1.251, 0.932, 17.5),
-             ("bmm", "groups_rows"): (0.895, 0.807, 43.4)},
+             ("bmm", "groups_rows"): (1.029, 0.864, 65.6)},
 }
 #: A chain is planned in the other layout between two transposes (``planner.Relayout``)
 #: only when the model finds that faster by this factor: the model's error on a whole

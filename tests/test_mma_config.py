@@ -159,18 +159,22 @@ def test_division_magic():
 
 def test_float32_group_order_slots_divide_the_groups():
     """float32 in the group order takes as many adjacent groups a block as divide a * d (up
-    to 8 and the power of two below d), so that no tile holds empty slots; blocks of four
-    groups or fewer take two stages for long batches."""
+    to 8 and the power of two below d) where its blocks hold 32768 values or more, so that
+    no tile holds empty slots; blocks of four groups or fewer take two stages for long
+    batches."""
     for pattern, B, slots, stages in [((1, 1024, 256, 3), 25088, 1, 2),
+                                      ((1, 256, 64, 3), 25088, 2, 2),
+                                      ((1, 48, 48, 6), 25088, 4, 2),
                                       ((1, 512, 512, 6), 25088, 2, 2),
                                       ((1, 384, 384, 12), 25088, 4, 2),
                                       ((4, 256, 256, 12), 25088, 8, 3),
                                       ((1, 1024, 256, 32), 25088, 8, 3),
                                       ((6, 384, 96, 4), 25088, 4, 2),
                                       ((6, 384, 96, 4), 4096, 4, 3),
-                                      ((3, 128, 128, 12), 4096, 4, 3)]:
+                                      ((3, 256, 128, 12), 4096, 4, 3),
+                                      ((3, 128, 128, 12), 4096, 8, 3)]:
         p = _problem(pattern, B, numpy.float32, "bsf", False)
         cfg = ks_mma.heuristic_config(p)
         assert (cfg.slots, cfg.stages) == (slots, stages), (pattern, B, cfg)
-        a, _, _, d = pattern
-        assert a * d % cfg.slots == 0
+        a, b, c, d = pattern
+        assert a * d % cfg.slots == 0 or b * c < 32768

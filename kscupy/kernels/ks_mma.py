@@ -242,13 +242,18 @@ def heuristic_config(problem: Problem) -> MmaConfig:
         # chunks of 8 (halved below: X copies of 16 staged 32 registers a thread and
         # spilled). Shorter batches, where halving the batch tiles costs parallelism and
         # which were not measured with them, keep the 64 x 32 pieces.
-        # Slots divide the groups: where a * d is no multiple of the power of two below d
-        # (d = 3, 6, 12 with a = 1) the last tile of each run held empty slots, a quarter of
-        # the work; the largest power of two dividing a * d leaves none (H100, B = 25088,
-        # the time of the previous slots: (1, 1024, 256, 3) 0.77x, (1, 512, 512, 6) 0.79x,
-        # (1, 1024, 1024, 6) 0.80x, (1, 384, 384, 12) 0.76x; fewer slots where none were
-        # empty, (1, 1024, 256, 32), were 1.2x slower).
-        slots = min(slots, 8, (a * d) & -(a * d))
+        # Slots divide the groups of blocks of 32768 values or more: where a * d is no
+        # multiple of the power of two below d (d = 3, 6, 12 with a = 1) the last tile of
+        # each run held empty slots, a quarter of the work; the largest power of two dividing
+        # a * d leaves none (H100, B = 25088, the time of the previous slots:
+        # (1, 1024, 256, 3) 0.77x, (1, 512, 512, 6) 0.79x, (1, 1024, 1024, 6) 0.80x,
+        # (1, 384, 384, 12) 0.76x, (1, 96, 384, 12) 0.71x). Smaller blocks keep the larger
+        # tiles, empty slots and all ((1, 256, 64, 3) 1.09x, (1, 48, 48, 6) 1.08x,
+        # (1, 48, 192, 6) 1.04x the time with the divisor), and so do tiles without empty
+        # slots ((1, 1024, 256, 32) with half the slots: 1.2x).
+        if b * c >= 32768:
+            slots = min(slots, (a * d) & -(a * d))
+        slots = min(slots, 8)
         bm, wm = _row_tile(b, wtm, mma_m, max_warps=1)
         wn = 1
         if problem.batch >= _WIDE_GROUP_BATCH:

@@ -157,24 +157,38 @@ def test_division_magic():
             assert q == n // d, (n, d)
 
 
-def test_float32_group_order_slots_divide_the_groups():
-    """float32 in the group order takes as many adjacent groups a block as divide a * d (up
-    to 8 and the power of two below d) where its blocks hold 32768 values or more, so that
-    no tile holds empty slots; blocks of four groups or fewer take two stages for long
-    batches."""
-    for pattern, B, slots, stages in [((1, 1024, 256, 3), 25088, 1, 2),
-                                      ((1, 256, 64, 3), 25088, 2, 2),
-                                      ((1, 48, 48, 6), 25088, 4, 2),
-                                      ((1, 512, 512, 6), 25088, 2, 2),
-                                      ((1, 384, 384, 12), 25088, 4, 2),
-                                      ((4, 256, 256, 12), 25088, 8, 3),
-                                      ((1, 1024, 256, 32), 25088, 8, 3),
-                                      ((6, 384, 96, 4), 25088, 4, 2),
-                                      ((6, 384, 96, 4), 4096, 4, 3),
-                                      ((3, 256, 128, 12), 4096, 4, 3),
-                                      ((3, 128, 128, 12), 4096, 8, 3)]:
-        p = _problem(pattern, B, numpy.float32, "bsf", False)
+def test_float32_group_order_slots_and_stages():
+    """float32 in the group order, batch-size-first: for batches of 8192 and more and blocks
+    of 32768 values or more, no more than an eighth of a block's slots are empty (where the
+    power of two below d would leave more, the largest power of two dividing a * d is
+    taken), and blocks of four groups or fewer take two stages; elsewhere the slots are the
+    power of two below d (at most 8 and a * d rounded up) and three stages."""
+    def default_slots(a, d):
+        return min(1 << (d.bit_length() - 1), 1 << max(0, a * d - 1).bit_length(), 8)
+
+    seen = set()
+    for a, (b, c), d, B in itertools.product([1, 2, 3, 7, 63], [(1024, 256), (256, 64), (48, 48),
+                                                                (128, 256), (96, 384)],
+                                             [2, 3, 4, 6, 7, 12, 16, 24], [4096, 8191, 8192, 25088]):
+        p = _problem((a, b, c, d), B, numpy.float32, "bsf", False)
         cfg = ks_mma.heuristic_config(p)
-        assert (cfg.slots, cfg.stages) == (slots, stages), (pattern, B, cfg)
-        a, b, c, d = pattern
-        assert a * d % cfg.slots == 0 or b * c < 32768
+        groups, long_batch = a * d, B >= 8192
+        empty = -(-groups // cfg.slots) * cfg.slots - groups
+        if long_batch and b * c >= 32768:
+            assert 8 * empty <= groups, (a, b, c, d, B, cfg)
+            assert cfg.slots in (default_slots(a, d), groups & -groups)
+        else:
+            assert cfg.slots == default_slots(a, d), (a, b, c, d, B, cfg)
+        assert cfg.stages == (2 if long_batch and cfg.slots <= 4 else 3), (a, b, c, d, B, cfg)
+        seen.add(cfg.slots != default_slots(a, d))
+    assert seen == {True, False}          # the sweep reaches both sides of the rule
+    # the measured cases: a = 1 with d = 3, 6, 12 at B = 25088
+    for pattern, slots in [((1, 1024, 256, 3), 1), ((1, 512, 512, 6), 2), ((1, 384, 384, 12), 4),
+                           ((1, 256, 64, 3), 2), ((63, 128, 256, 3), 2)]:
+        cfg = ks_mma.heuristic_config(_problem(pattern, 25088, numpy.float32, "bsf", False))
+        assert cfg.slots == slots, (pattern, cfg)
+    # other dtypes and layouts keep their own rules
+    p = _problem((1, 1024, 256, 3), 25088, numpy.complex64, "bsf", False)
+    assert ks_mma.heuristic_config(p).stages == 3
+    p = _problem((1, 1024, 256, 3), 25088, numpy.float32, "bsl", True)
+    assert ks_mma.heuristic_config(p).order == ks_mma.ORDER_BATCH

@@ -197,7 +197,8 @@ def _lone_warp_rows(dtype) -> int:
 
 def heuristic_config(problem: Problem) -> MmaConfig:
     """A tile configuration for ``problem`` from its shape alone (set from probe_mma.py runs
-    on an H200; complex64's four-warp blocks in the batch order on an H100).
+    on an H200; complex64's four-warp blocks in the batch order and float32's group-order
+    pieces, slots and stages on an H100).
 
     Batch-size-last with a contiguous batch walks the batch (ORDER_BATCH); batch-size-first
     with ``d == 1`` walks the in-group index (ORDER_INGROUP); otherwise blocks take several
@@ -207,7 +208,10 @@ def heuristic_config(problem: Problem) -> MmaConfig:
     order. In the group order, small
     blocks (``b < 128`` or a short reduction) take up to eight groups of one warp each;
     large blocks two groups of 2 x 2 warps, whose wider tiles reuse each W tile longer;
-    float32 always takes up to eight groups of one warp tile each.
+    float32 always takes up to eight groups of one warp tile each, and for long batches
+    64-column tiles, fewer groups where more than an eighth of the slots would be empty
+    (blocks of 32768 values or more), and two stages where a block has four groups or
+    fewer.
     DMMA dtypes (float64, complex128) aim at 16 warps per SM: two blocks per SM where row
     tiles are at least 64 tall, or four float64 groups per block in the group order.
     """
@@ -239,30 +243,36 @@ def heuristic_config(problem: Problem) -> MmaConfig:
         # for: each W tile then serves twice the batch (H100, B = 25088: 0.67-0.96x the time
         # of 64 x 32 pieces where d >= 16 or b >= 768, e.g. (1, 192, 768, 64) 15.1 -> 12.8
         # ms, within 6% elsewhere; engine: the kernel's bsf median 2.39 -> 2.61), with
-        # chunks of 8 (halved below: X copies of 16 staged 32 registers a thread and
-        # spilled). Shorter batches, where halving the batch tiles costs parallelism and
-        # which were not measured with them, keep the 64 x 32 pieces.
-        # Slots divide the groups of blocks of 32768 values or more: where a * d is no
-        # multiple of the power of two below d (d = 3, 6, 12 with a = 1) the last tile of
-        # each run held empty slots, a quarter of the work; the largest power of two dividing
-        # a * d leaves none (H100, B = 25088, the time of the previous slots:
-        # (1, 1024, 256, 3) 0.77x, (1, 512, 512, 6) 0.79x, (1, 1024, 1024, 6) 0.80x,
-        # (1, 384, 384, 12) 0.76x, (1, 96, 384, 12) 0.71x). Smaller blocks keep the larger
-        # tiles, empty slots and all ((1, 256, 64, 3) 1.09x, (1, 48, 48, 6) 1.08x,
-        # (1, 48, 192, 6) 1.04x the time with the divisor), and so do tiles without empty
-        # slots ((1, 1024, 256, 32) with half the slots: 1.2x).
-        if b * c >= 32768:
-            slots = min(slots, (a * d) & -(a * d))
+        # chunks of 8 where there are several slots (halved below: X copies of 16 staged 32
+        # registers a thread and spilled; one slot copies X by cp.async, unstaged, and keeps
+        # 16). Shorter batches, where halving the batch tiles costs parallelism and which
+        # were not measured with them, keep the 64 x 32 pieces.
         slots = min(slots, 8)
-        bm, wm = _row_tile(b, wtm, mma_m, max_warps=1)
-        wn = 1
+        groups = a * d
         if problem.batch >= _WIDE_GROUP_BATCH:
             wtn, chunk = 64, 16
+            # Slots that divide the groups, for long batches and blocks of 32768 values or
+            # more, where more than an eighth of the slots would be empty: with a = 1 and
+            # d = 3, 6, 12 the last tile of each run of groups held empty slots, a quarter of
+            # the work; the largest power of two dividing a * d leaves none (H100, B = 25088,
+            # the time of the previous slots: (1, 1024, 256, 3) 0.77x, (1, 512, 512, 6)
+            # 0.79x, (1, 1024, 1024, 6) 0.80x, (1, 384, 384, 12) 0.76x in probes,
+            # (1, 96, 384, 12) 0.71x in an engine run). Smaller blocks were slower with the
+            # divisor ((1, 256, 64, 3), b * c = 16384: 1.09x; (1, 48, 48, 6) 1.08x,
+            # (1, 48, 192, 6) 1.04x; 32768 lies between the sizes measured either way), and
+            # so were tiles without empty slots ((1, 1024, 256, 32) with half the slots:
+            # 1.2x). Only a = 1 was measured.
+            empty = -(-groups // slots) * slots - groups
+            if b * c >= 32768 and 8 * empty > groups:
+                slots = groups & -groups
             # blocks of four groups or fewer: two stages (H100, B = 25088: 0.90-0.96x the
             # time of three on ten d = 4 patterns, 0.84-0.96x on three d = 2 ones, 0.91-0.93x
-            # after halved slots; with eight groups 0.98-1.03x)
+            # after halved slots; with eight groups 0.98-1.03x). One engine row lost 5%:
+            # (128, 96, 96, 4).
             if slots <= 4:
                 stages = 2
+        bm, wm = _row_tile(b, wtm, mma_m, max_warps=1)
+        wn = 1
     elif order == ORDER_GROUP and (b < 128 or short):
         slots = min(slots, 8)
         bm, wm = _row_tile(b, wtm, mma_m, max_warps=1, lone_rows=_lone_warp_rows(dtype))
@@ -322,7 +332,7 @@ def candidate_configs(problem: Problem):
             out.append(cfg)
 
     add()
-    for stages in (2, 4):
+    for stages in (2, 3, 4):
         add(stages=stages)
     add(bk=base.bk // 2)
     add(bk=base.bk * 2, stages=2)

@@ -300,6 +300,31 @@ def test_tensor_core_candidates(poisoned, dtype):
                 raise AssertionError(f"{pattern} {layout} {config}: {exc}") from None
 
 
+def test_float32_group_tiles_of_long_batches(poisoned):
+    """float32 batch-size-first with d > 1 and a batch of 8192 or more takes the heuristic's
+    long-batch group tiles: 64-column warp pieces, slots that divide a * d where blocks of
+    32768 values or more would leave empty ones (one slot: X by 4-byte copies), two stages
+    for blocks of four groups or fewer; ragged batch, rows, reduction and groups."""
+    from kscupy.kernels import ks_mma
+    from kscupy.problem import problem_of
+    rng = cupy.random.default_rng(43)
+    picked = set()
+    for pattern in [(1, 200, 176, 3), (1, 256, 160, 6), (1, 192, 192, 12), (3, 128, 128, 4),
+                    (2, 72, 40, 16)]:
+        K = ks.KSMatrix(_random(rng, pattern, numpy.float32))
+        B = 8192 + 40
+        X = _random(rng, (B, K.shape[1]), numpy.float32)
+        config = ks_mma.heuristic_config(problem_of(K.factor, X, "bsf"))
+        assert config.order == ks_mma.ORDER_GROUP and config.bn // config.wn == 64, config
+        picked.add((config.slots, config.stages))
+        try:
+            check(ks_mma.launch(K.factor, X, "bsf", config), oracle(K.values, X, "bsf"),
+                  numpy.float32)
+        except AssertionError as exc:
+            raise AssertionError(f"{pattern} {config}: {exc}") from None
+    assert {(1, 2), (2, 2), (4, 2), (8, 3)} <= picked, picked
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
 def test_tensor_core_tile_runs(poisoned, dtype):
     """Blocks that walk runs of several tiles (batch-size-last with many tiles) carry their

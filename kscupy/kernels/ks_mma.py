@@ -248,7 +248,6 @@ def heuristic_config(problem: Problem) -> MmaConfig:
         # 16). Shorter batches, where halving the batch tiles costs parallelism and which
         # were not measured with them, keep the 64 x 32 pieces.
         slots = min(slots, 8)
-        groups = a * d
         if problem.batch >= _WIDE_GROUP_BATCH:
             wtn, chunk = 64, 16
             # Slots that divide the groups, for long batches and blocks of 32768 values or
@@ -262,6 +261,7 @@ def heuristic_config(problem: Problem) -> MmaConfig:
             # (1, 48, 192, 6) 1.04x; 32768 lies between the sizes measured either way), and
             # so were tiles without empty slots ((1, 1024, 256, 32) with half the slots:
             # 1.2x). Only a = 1 was measured.
+            groups = a * d
             empty = -(-groups // slots) * slots - groups
             if b * c >= 32768 and 8 * empty > groups:
                 slots = groups & -groups

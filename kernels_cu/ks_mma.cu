@@ -452,9 +452,9 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       ww.room2 = G - lt.g0 - es;
     }
   };
-  // Issue the copies of the cursor's step into stage buffer `s` (staged X: into registers,
+  // Issue the copies of the cursor's step into stage buffer `s` (staged X: into `staged`,
   // for stash_x), then move the cursor to the next step.
-  auto load = [&](int s) {
+  auto load = [&](int s, XBits (&staged)[X_STAGED ? X_REPS : 1]) {
     const unsigned xs = stages_s + s * L::STAGE * (int)sizeof(T);   // shared addresses
     const unsigned ws = xs + L::XS_SIZE * (int)sizeof(T);
     const int l0 = load_chunk * BK;
@@ -477,7 +477,7 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       }
       const T* src = ok ? x_chunk + origin : X;
       if constexpr (X_STAGED)
-        x_staged[rep] = ok ? *reinterpret_cast<const XBits*>(src) : XBits{};
+        staged[rep] = ok ? *reinterpret_cast<const XBits*>(src) : XBits{};
       else
         cp_async<VX * (int)sizeof(T)>(xs + at * (int)sizeof(T), src, ok);
     });
@@ -505,12 +505,13 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       enter_load_tile();
     }
   };
-  // Staged X: the registers filled by load(...) into stage buffer `s`, one slot per element.
-  auto stash_x = [&](int s) {
+  // Staged X: the registers `staged` that load(...) filled into stage buffer `s`, one slot
+  // per element.
+  auto stash_x = [&](int s, const XBits (&staged)[X_STAGED ? X_REPS : 1]) {
     T* const xs = stages + s * L::STAGE;
     each_vector<XV, NT>(tid, [&](int rep, int e) {
       const int at = X_WALK ? xw.at(rep) : x_at_of(e);
-      const T* v = reinterpret_cast<const T*>(&x_staged[rep]);
+      const T* v = reinterpret_cast<const T*>(&staged[rep]);
 #pragma unroll
       for (int u = 0; u < VX; ++u) xs[at + u * L::XS_SLOT] = v[u];
     });
@@ -528,15 +529,21 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
     if constexpr (X_STAGED) {
       // The group order: the slots' values of one (k, n) are adjacent in Y
       // (Y[rows(g)[k], n] at consecutive addresses for g = g0 .. g0 + SLOTS - 1), so gather
-      // them in Ys[slot][n][k] (MmaLayout) and store VX slots at once, lanes walking slots,
-      // then k. Same vector width as X: VX | d keeps a vector inside one run of groups; the
-      // launch picks VX > 1 in this order only when Y's groups are adjacent (sy_f == 1,
-      // VX | sy_b). Vector e of a pass has slot e % (SLOTS / VX) * VX, fixed per thread as for X.
+      // them in Ys[slot][n][k] (MmaLayout) and store VX slots at once. Same vector width as X:
+      // VX | d keeps a vector inside one run of groups; the launch picks VX > 1 in this order
+      // only when Y's groups are adjacent (sy_f == 1, VX | sy_b).
+      //   A store vector is a pair p = (slot group, row k), p = k * (SLOTS / VX) + slot / VX,
+      // and a column n. Thread tid takes pair p = tid % P (and p + NT, ... where P > NT) and
+      // columns n = tid / P, + PH, + 2 PH, ...: lanes walk slot groups, then k (as Ys's padding
+      // assumes), and a thread's vectors of one pair lie a constant step apart in Ys and in Y,
+      // so each costs a pointer increment, not a 64-bit origin (the general walk made the
+      // epilogue a quarter of the instructions of a float32 (8, 64, 64, 64) tile). Where P
+      // does not divide NT, threads from PH * P on idle.
+      constexpr int P = SLOTS / VX * BM, PH = NT >= P ? NT / P : 1;
       const int y_slot = tid % (SLOTS / VX) * VX;
       const long long y_group = origins.y(g0 + y_slot);
       const int YC = whole ? L::template ys_columns<VX>(L::AREA) : L::template ys_columns<VX>(L::STAGE);
       const int YS = L::template ys_slot<VX>(YC);
-      const int YV = SLOTS * BM * YC / VX;
       for (int n_pass = 0; n_pass < BN; n_pass += YC) {
         __syncthreads();   // the area's readers (products, the previous pass) are done
 #pragma unroll
@@ -551,15 +558,22 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
                 ys[slot * YS + n * L::YS_LDN + k] = from_parts<T>(acc[0][mt][q][i], acc[PARTS - 1][mt][q][i]);
             }
         __syncthreads();
-#pragma unroll 4   // not each_vector: unrolled whole, the store loop costs registers
-        for (int e = tid; e < YV; e += NT) {
-          const int k = e / (SLOTS / VX) % BM, n = e / (SLOTS / VX * BM);
-          if (g0 + y_slot < G && k0 + k < b && n0 + n_pass + n < B) {
-            vec<T, VX> v;
+        // the columns this pass may store: within the tile's pass and the batch
+        const int columns = (int)min((long long)YC, B - n0 - n_pass);
+        if (tid < PH * P && g0 + y_slot < G) {
+          for (int p = tid % P; p < P; p += NT) {
+            const int k = p / (SLOTS / VX);
+            if (k0 + k >= b) break;   // p only grows
+            int n = NT >= P ? tid / P : 0;
+            const T* src = ys + y_slot * YS + n * L::YS_LDN + k;
+            T* dst = Y + y_group + (k0 + k) * y_step + (n0 + n_pass + n) * sy_b;
+#pragma unroll 4
+            for (; n < columns; n += PH, src += PH * L::YS_LDN, dst += PH * sy_b) {
+              vec<T, VX> v;
 #pragma unroll
-            for (int u = 0; u < VX; ++u) v.v[u] = ys[(y_slot + u) * YS + n * L::YS_LDN + k];
-            *reinterpret_cast<XBits*>(Y + y_group + (k0 + k) * y_step + (n0 + n_pass + n) * sy_b) =
-                *reinterpret_cast<const XBits*>(&v);
+              for (int u = 0; u < VX; ++u) v.v[u] = src[u * YS];
+              *reinterpret_cast<XBits*>(dst) = *reinterpret_cast<const XBits*>(&v);
+            }
           }
         }
       }
@@ -622,13 +636,23 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
 
   if (steps == 0) return;
   enter_load_tile();
+  // The first STAGES - 1 steps' copies. Staged X is held in registers per step until all
+  // are issued, then stored: its loads are in flight together, one memory latency instead
+  // of one per step (a block of the group order may run only a few steps: waiting for
+  // each in turn was 8% of the warps' stalls on float32 (8, 64, 64, 64)). The accumulators
+  // are not live yet, so the registers are free.
+  XBits x_first[X_STAGED ? STAGES - 1 : 1][X_STAGED ? X_REPS : 1];
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < steps) {
-      load(s);
-      if constexpr (X_STAGED) stash_x(s);
+      load(s, x_first[s]);
     }
     cp_async_commit();
+  }
+  if constexpr (X_STAGED) {
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s)
+      if (s < steps) stash_x(s, x_first[s]);
   }
 
   Acc acc[PARTS][MT][NTL][S::C_REGS];
@@ -640,7 +664,7 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
     __syncthreads();               // ... everyone's have, and the buffer refilled next is free
     const int next_stage = stage == 0 ? STAGES - 1 : stage - 1;   // (step + STAGES - 1) % STAGES
     const bool more = step + STAGES - 1 < steps;
-    if (more) load(next_stage);
+    if (more) load(next_stage, x_staged);
     cp_async_commit();
 
     // 3xTF32 (TWO_LEVEL): products go to partial sums, added to `acc` by FP32 adds (round to
@@ -726,7 +750,7 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       }
     }
     if constexpr (X_STAGED) {
-      if (more) stash_x(next_stage);
+      if (more) stash_x(next_stage, x_staged);
     }
     if (++chunk == chunks) {   // the tile is complete
       store(tile.origin(), acc, stage, step == steps - 1);

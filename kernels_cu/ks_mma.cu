@@ -33,6 +33,11 @@
 //            the chunk's barrier and is read STAGES - 1 barriers later).
 //   WT 0     stored blocks, A_g[k, l] rows of l                         -> Ws[slot][k][l]
 //   WT 1     transposed view, A_g[k, l] runs of k                        -> Ws[slot][l][k]
+//   WT 2     packed: the blocks re-laid out as the chunks read them      -> Ws[slot][k][l]
+//            (kscupy/kernels/ks_mma.py, packed_weights), W[tile][chunk][slot][k][l] for
+//            tile = (group tile) * ktiles + (row tile), zero-filled beyond G, b and c: a
+//            chunk's W is one contiguous run that thread tid copies at tid*VW + rep*NT*VW,
+//            offsets known at compile time, with no bounds to check.
 // A shared row is padded so that the fragment loads of a warp hit distinct banks: rows
 // along the reduction (K-major) by 4 elements, rows along k or n by 32 bytes (the fragment
 // positions above put lc on the row and lr on the column, or the other way round). float16
@@ -133,7 +138,7 @@ struct MmaLayout {
   static constexpr int WTM = BM / WM, WTN = BN / WN;        // one warp's piece of the tile
   static constexpr int MT = WTM / S::M, NTL = WTN / S::N;    // its MMA tiles
   static_assert(WTM % S::M == 0 && WTN % S::N == 0 && BK % S::K == 0, "tile vs MMA shape");
-  static constexpr bool X_KMAJOR = ORDER != 0, W_KMAJOR = WT == 0;
+  static constexpr bool X_KMAJOR = ORDER != 0, W_KMAJOR = WT != 1;
   static constexpr bool HALF = sizeof(T) == 2;   // float16: every fragment through ldmatrix
   static constexpr int PAD_K = HALF ? 8 : 4, PAD_MN = HALF ? 8 : 32 / (int)sizeof(T);
   // float operands stored K-major are read with ldmatrix (16-byte rows, conflict-free with
@@ -310,7 +315,7 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   using AOp = Operand<R, PRECISION, S::A_REGS>;
   using BOp = Operand<R, PRECISION, S::B_REGS>;
   constexpr int NT = L::NT, PARTS = L::PARTS, MT = L::MT, NTL = L::NTL;
-  static_assert((ORDER == 0 ? BN : ORDER == 1 ? SLOTS : BK) % VX == 0 && (WT == 0 ? BK : BM) % VW == 0,
+  static_assert((ORDER == 0 ? BN : ORDER == 1 ? SLOTS : BK) % VX == 0 && (WT != 1 ? BK : BM) % VW == 0,
                 "copy vectors must divide the tile");
   static_assert(!L::HALF || NTL % 2 == 0, "float16: one ldmatrix loads two N tiles");
   constexpr bool X_STAGED = ORDER == 1 && VX > 1;
@@ -329,9 +334,9 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   // anew each chunk, the origins' 64-bit index products were half of the group order's
   // instructions (float32 (64, 64, 64, 16): 554 of a chunk's 1020 per warp, 96 of them MMAs).
   using XWalk = Walk<ORDER == 0 ? BN / VX : ORDER == 2 ? BK / VX : SLOTS / VX, ORDER == 2 ? BN : BK, NT>;
-  using WWalk = Walk<WT == 0 ? BK / VW : BM / VW, WT == 0 ? BM : BK, NT>;
+  using WWalk = Walk<WT != 1 ? BK / VW : BM / VW, WT != 1 ? BM : BK, NT>;
   constexpr bool X_WALK = !HOIST && XWalk::LINEAR && (ORDER == 1 || SLOTS == 1);
-  constexpr bool W_WALK = !HOIST && WWalk::LINEAR;
+  constexpr bool W_WALK = !HOIST && WWalk::LINEAR && WT != 2;
   // Whether all of a thread's X vectors lie in one slot, x_slot(tid): in the group order
   // lanes walk the slots and NT is a multiple of SLOTS / VX, so vector tid + rep*NT is
   // always in the same one; in the others only when there is one slot.
@@ -361,7 +366,7 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   };
   // Vector `e` of W in a chunk: its slot es, row k and reduction index l.
   auto w_vector = [&](int e, int& es, int& k, int& l) {
-    if constexpr (WT == 0) { l = e % (BK / VW) * VW; k = e / (BK / VW) % BM; es = e / (BK / VW * BM); }
+    if constexpr (WT != 1) { l = e % (BK / VW) * VW; k = e / (BK / VW) % BM; es = e / (BK / VW * BM); }
     else                   { k = e % (BM / VW) * VW; l = e / (BM / VW) % BK; es = e / (BM / VW * BK); }
   };
   XBits x_staged[X_STAGED ? X_REPS : 1];
@@ -379,6 +384,7 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   int load_chunk = 0;
   TileOrigin lt{};                    // load_tile's origin
   long long x_group = 0;              // X_ONE_SLOT: origin of this thread's X slot's group
+  long long w_tile = 0;               // WT 2: where the tile's first chunk starts in W
   // A vector's source offset in chunk 0 of tile lt (chunk t reads t*BK further along l) and
   // its "room", how far along l it may read (c - l; 0 when its group, row or batch column
   // lies outside the problem).
@@ -429,7 +435,8 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
     if constexpr (X_ONE_SLOT) x_group = origins.x(lt.g0 + (ORDER == 1 ? tid % (SLOTS / VX) * VX : 0));
     if constexpr (HOIST) {
       each_vector<XV, NT>(tid, [&](int rep, int e) { x_origin(e, x_src[rep], x_room[rep]); });
-      each_vector<WV, NT>(tid, [&](int rep, int e) { w_origin(e, w_src[rep], w_room[rep]); });
+      if constexpr (WT != 2)
+        each_vector<WV, NT>(tid, [&](int rep, int e) { w_origin(e, w_src[rep], w_room[rep]); });
     }
     if constexpr (X_WALK) {
       int es, l, n;
@@ -443,6 +450,8 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       xw.room1 = ORDER == 2 ? n_room : 1;
       xw.room2 = ORDER == 1 ? n_room : 1;
     }
+    if constexpr (WT == 2)
+      w_tile = ((long long)(lt.g0 / SLOTS) * ktiles + lt.k0 / BM) * chunks * (SLOTS * BM * BK);
     if constexpr (W_WALK) {
       int es, k, l;
       w_vector(tid, es, k, l);
@@ -481,7 +490,14 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       else
         cp_async<VX * (int)sizeof(T)>(xs + at * (int)sizeof(T), src, ok);
     });
-    each_vector<WV, NT>(tid, [&](int rep, int e) {
+    if constexpr (WT == 2) {   // one contiguous run, every vector in the problem or zero
+      // this thread's first vector; vector rep lies rep * NT * VW further (an immediate)
+      const T* const w_first = W + w_tile + (long long)load_chunk * (SLOTS * BM * BK) + tid * VW;
+      each_vector<WV, NT>(tid, [&](int rep, int e) {
+        const int at = WWalk::LINEAR ? ww.at(rep) : w_at_of(e);
+        cp_async<VW * (int)sizeof(T)>(ws + at * (int)sizeof(T), w_first + rep * NT * VW, true);
+      });
+    } else each_vector<WV, NT>(tid, [&](int rep, int e) {
       bool ok;
       long long origin;
       int at;

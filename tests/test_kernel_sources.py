@@ -46,7 +46,8 @@ def test_matmul_instantiations_compile(dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_mma_instantiations_compile(dtype):
     """ks_mma in each ORDER (the group order with register-staged vector copies), both
-    weight orientations, float64's 48-row warp pieces, vector and scalar copies, each precision the dtype supports and a
+    weight orientations and packed weights (the group order's transposed views and every
+    dtype but float32), float64's 48-row warp pieces, vector and scalar copies, each precision the dtype supports and a
     two-blocks-per-SM bound, with layout probes (a few instantiations: each takes NVRTC
     about 0.3 s; the GPU suite compiles every candidate)."""
     names = set()
@@ -54,7 +55,7 @@ def test_mma_instantiations_compile(dtype):
     precisions = [p for p in ks_mma.PRECISIONS if ks_mma.supports(dtype, p)]
     for pattern, layout, contiguous, transposed in (
             ((1, 1024, 1024, 1), "bsl", True, False), ((1, 64, 48, 1), "bsf", False, True),
-            ((3, 5, 7, 2), "bsf", False, False),
+            ((3, 5, 7, 2), "bsf", False, False), ((3, 5, 7, 2), "bsf", False, True),
             # b = 48: float64 takes 48-row lone warps (ks_mma._lone_warp_rows)
             ((1, 48, 192, 8), "bsl", True, False), ((2, 48, 96, 4), "bsf", False, False)):
         problem = Problem(ks.KSPattern(*pattern), 4096, numpy.dtype(dtype), layout,

@@ -25,13 +25,17 @@ from . import nvrtc
 from .operands import copying_odd_strides, geometry, tile_launcher
 
 __all__ = ["MmaConfig", "PRECISIONS", "ORDER_BATCH", "ORDER_GROUP", "ORDER_INGROUP",
-           "ORDER_NAMES", "heuristic_config", "candidate_configs", "prepare", "prepare_batch_last",
-           "launch", "SMEM_LIMIT", "supports"]
+           "ORDER_NAMES", "W_STORED", "W_TRANSPOSED", "W_PACKED", "heuristic_config",
+           "candidate_configs", "packed_weights", "prepare", "prepare_batch_last", "launch",
+           "SMEM_LIMIT", "supports"]
 
 #: ORDER in ks_mma.cu: the axis the global copies walk (see the kernel's header).
 ORDER_BATCH, ORDER_GROUP, ORDER_INGROUP = 0, 1, 2
 #: Their names (the cost model's keys).
 ORDER_NAMES = {ORDER_BATCH: "batch", ORDER_GROUP: "group", ORDER_INGROUP: "ingroup"}
+#: WT in ks_mma.cu: how the kernel reads W. The stored blocks, a transposed view of them, or
+#: the blocks packed in the order the group order's chunks read them (packed_weights).
+W_STORED, W_TRANSPOSED, W_PACKED = 0, 1, 2
 #: Precision names (``_arrays.PRECISIONS``) and their PRECISION template argument.
 PRECISIONS = {"default": 0, "tf32": 1}
 #: The most dynamic shared memory a block may ask for (Hopper and Ampere allow 227 KiB).
@@ -109,9 +113,28 @@ class MmaConfig:
         pad_k, pad_mn = self._pads(itemsize)
         return self.bk + pad_k if self.order != ORDER_BATCH else self.bn + pad_mn
 
+    def weights(self, dtype, transposed: bool) -> int:
+        """WT of the kernel for ``dtype`` and a factor view that is ``transposed`` or not.
+
+        The group order reads packed weights (:func:`packed_weights`; in shared memory the
+        layout of stored blocks) for transposed views and for every dtype but float32:
+        probe (H100, batch-size-first, heuristic tiles, packed against the storage as it
+        is) float32 (4, 96, 384, 16).T 0.86x the time (a transposed view's W arrives
+        M-major, without ldmatrix), float64 0.95-0.99x and complex64 0.96-1.00x on four
+        patterns each. Stored float32 blocks were 0.94-1.15x on eleven patterns ((8, 64,
+        64, 64) 1.14x, (1, 512, 128, 64) 1.13x, padding the tiles' runs apart did not
+        help) and keep the storage as it is."""
+        if self.order == ORDER_GROUP and (transposed or numpy.dtype(dtype) != numpy.float32):
+            return W_PACKED
+        return W_TRANSPOSED if transposed else W_STORED
+
+    def _w_transposed(self, transposed) -> bool:
+        """Whether shared memory holds W M-major (WT 1): a transposed view read as it is."""
+        return transposed and self.order != ORDER_GROUP
+
     def _w_ld(self, itemsize, transposed):
         pad_k, pad_mn = self._pads(itemsize)
-        return self.bk + pad_k if not transposed else self.bm + pad_mn
+        return self.bk + pad_k if not self._w_transposed(transposed) else self.bm + pad_mn
 
     def fits(self, itemsize: int, transposed: bool = False) -> bool:
         """Whether ``min_blocks`` blocks of this configuration fit one SM's shared memory."""
@@ -124,7 +147,7 @@ class MmaConfig:
         tile, which its epilogue passes through shared memory."""
         align = max(1, 16 // itemsize)
         x_rows = self.bn if self.order != ORDER_BATCH else self.bk
-        w_rows = self.bm if not transposed else self.bk
+        w_rows = self.bm if not self._w_transposed(transposed) else self.bk
         xs = _round_up(self.slots * x_rows * self._x_ld(itemsize), align)
         ws = _round_up(self.slots * w_rows * self._w_ld(itemsize, transposed), align)
         ys = self.slots * self.bm * self.bn if self.order == ORDER_GROUP else 0
@@ -141,14 +164,15 @@ class MmaConfig:
 
     def name(self, dtype, precision: str, transposed: bool, vx: int, vw: int) -> str:
         """``ks::ks_mma<T, PRECISION, SLOTS, BM, BN, BK, WM, WN, STAGES, ORDER, WT, VX, VW,
-        MIN_BLOCKS>``."""
+        MIN_BLOCKS>`` for a factor view that is ``transposed`` or not."""
         return (f"ks::ks_mma<{nvrtc.scalar_name(dtype)}, {PRECISIONS[precision]}, "
-                f"{self._tile_arguments()}, {int(transposed)}, {vx}, {vw}, {self.min_blocks}>")
+                f"{self._tile_arguments()}, {self.weights(dtype, transposed)}, {vx}, {vw}, "
+                f"{self.min_blocks}>")
 
     def layout_probe_name(self, dtype, transposed: bool) -> str:
         """``ks::ks_mma_layout<...>``, which reports :meth:`layout` as the kernel sees it."""
         return (f"ks::ks_mma_layout<{nvrtc.scalar_name(dtype)}, {self._tile_arguments()}, "
-                f"{int(transposed)}>")
+                f"{self.weights(dtype, transposed)}>")
 
     def as_tuple(self):
         return dataclasses.astuple(self)
@@ -390,12 +414,47 @@ def copy_vectors(config: MmaConfig, factor, X, strides, B) -> tuple:
     else:   # adjacent groups of one block, never across a run of d (slots | g0, vx | d);
         # the epilogue stores Y with the same vectors, so Y's groups must be adjacent too
         vx = _vector(isz, sx_f == 1 and sy_f == 1, d, sx_b, sy_b, x_ptr)
-    w_ptr = factor.tiles.data.ptr // isz if factor.tiles.data.ptr % isz == 0 else 1
-    vw = _vector(isz, True, b if factor.transposed else c, w_ptr)
     vx = min(vx, {ORDER_BATCH: config.bn, ORDER_INGROUP: config.bk,
                   ORDER_GROUP: config.slots}[config.order])
-    vw = min(vw, config.bm if factor.transposed else config.bk)
-    return vx, vw
+    wt = config.weights(X.dtype, factor.transposed)
+    if wt == W_PACKED:   # chunks of bk values a row, from a new (aligned) array
+        return vx, _vector(isz, True, config.bk)
+    w_ptr = factor.tiles.data.ptr // isz if factor.tiles.data.ptr % isz == 0 else 1
+    vw = _vector(isz, True, b if wt == W_TRANSPOSED else c, w_ptr)
+    return vx, min(vw, config.bm if wt == W_TRANSPOSED else config.bk)
+
+
+def packed_weights(factor, config: MmaConfig):
+    """The blocks of ``factor`` (a view: transposed or not; a conjugated view's values are
+    conjugated by the kernel) as ``config``'s group-order chunks read them, ``W_PACKED`` in
+    ks_mma.cu: an array ``(gtiles, ktiles, chunks, slots, bm, bk)`` whose element ``(gt, kt, t,
+    s, k, l)`` is element ``(kt*bm + k, t*bk + l)`` of group ``gt*slots + s``'s block, zero
+    beyond the groups, rows and reduction. Each chunk of a tile is then one contiguous run,
+    which the kernel copies at offsets known when it is compiled and without bounds checks
+    (the general copies work out a 64-bit origin per vector, in registers that the
+    ``cp.async``s in flight still read).
+
+    Kept in the factor's shared cache for one configuration at a time (the autotuner's
+    candidates replace each other); a prepared run holds on to its own. It costs a copy of
+    the weights, padded to whole tiles."""
+    import cupy
+    key = (factor.transposed, config.slots, config.bm, config.bk)
+    held = factor.cache.get("packed weights")
+    if held is not None and held[0] == key:
+        return held[1]
+    a, b, c, d = factor.pattern
+    groups = a * d
+    gtiles, ktiles, chunks = (-(-groups // config.slots), -(-b // config.bm),
+                              -(-c // config.bk))
+    tiles = factor.tiles.swapaxes(-1, -2) if factor.transposed else factor.tiles
+    padded = cupy.zeros((gtiles * config.slots, ktiles * config.bm, chunks * config.bk),
+                        factor.tiles.dtype)
+    padded[:groups, :b, :c] = tiles.reshape(groups, b, c)
+    packed = cupy.ascontiguousarray(
+        padded.reshape(gtiles, config.slots, ktiles, config.bm, chunks, config.bk)
+        .transpose(0, 2, 4, 1, 3, 5))
+    factor.cache["packed weights"] = (key, packed)
+    return packed
 
 
 @copying_odd_strides
@@ -427,9 +486,11 @@ def prepare(factor, X, layout, config: MmaConfig, precision: str = "default"):
     # 1.4x faster); in the group order they cost the L2 reuse between neighbouring blocks
     # (float32 (6, 128, 128, 64) batch-size-first: L2 hit rate 77% -> 32%, 2.5x slower),
     # and the in-group order was not measured with them.
+    weights = (packed_weights(factor, config)
+               if config.weights(dtype, factor.transposed) == W_PACKED else None)
     return tile_launcher(fn, factor, B, strides, y_shape, dtype, bm=config.bm, bn=config.bn,
                          slots=config.slots, threads=config.threads, smem=smem,
-                         runs=config.order == ORDER_BATCH)
+                         runs=config.order == ORDER_BATCH, weights=weights)
 
 
 @copying_odd_strides

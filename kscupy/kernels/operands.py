@@ -66,7 +66,7 @@ def division_magic(d: int) -> int:
 
 
 def tile_launcher(fn, factor, B, strides, y_shape, dtype, *, bm, bn, slots, threads, smem,
-                  runs=False):
+                  runs=False, weights=None):
     """``run(X) -> Y``: the single-factor kernel ``fn`` over tiles of ``slots`` groups x
     ``bm`` rows x ``bn`` batch columns (``kernels_cu/ks_tiles.cuh``) for operands of this
     geometry (:func:`geometry`). Everything but the two pointers is computed here once
@@ -76,6 +76,8 @@ def tile_launcher(fn, factor, B, strides, y_shape, dtype, *, bm, bn, slots, thre
     With ``runs`` (a kernel that walks a run of consecutive tiles per block, ``ks_mma``),
     blocks take up to :data:`TILE_RUN` tiles each while that leaves at least
     :data:`RUN_WAVES` waves of blocks (the GPU's SMs times the blocks of ``fn`` that fit one).
+    ``weights``: the array the kernel reads W from, where not ``factor.tiles`` (the tensor-core
+    kernel's packed weights, :func:`~.ks_mma.packed_weights`).
     """
     import cupy
     a, b, c, d = factor.pattern
@@ -93,7 +95,8 @@ def tile_launcher(fn, factor, B, strides, y_shape, dtype, *, bm, bn, slots, thre
     grid = min(-(-tiles // run), 2**31 - 1)
     i32, i64, u64 = numpy.int32, numpy.int64, numpy.uint64
     launch = Launcher(fn, (grid,), (threads,), smem,
-                      (factor.tiles, i32(groups), i32(b), i32(c), i32(d), i64(B),
+                      (factor.tiles if weights is None else weights, i32(groups), i32(b),
+                       i32(c), i32(d), i64(B),
                        i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b), i32(w_sk), i32(w_sl),
                        i32(factor.conjugated), i32(ktiles), i32(gtiles), i64(tiles),
                        u64(division_magic(d))))

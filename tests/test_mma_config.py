@@ -86,6 +86,29 @@ def test_config_validation_and_names():
     assert MmaConfig(1, 16, 32, 16, 1, 1, 2, 0).valid_for(numpy.float64)
 
 
+def test_weights_are_packed_in_the_group_order_but_for_stored_float32():
+    """WT: the group order reads packed weights for transposed views and every dtype but
+    float32, whose stored blocks it reads as they are; the other orders read the storage as
+    it is. Packed weights sit in shared memory as stored blocks do."""
+    group = MmaConfig(8, 64, 64, 8, 1, 1, 3, ks_mma.ORDER_GROUP)
+    batch = MmaConfig(1, 128, 128, 32, 2, 4, 3, ks_mma.ORDER_BATCH)
+    assert group.weights(numpy.float32, False) == ks_mma.W_STORED
+    for dtype, transposed in itertools.product(DTYPES, (False, True)):
+        if dtype != numpy.float32 or transposed:
+            assert group.weights(dtype, transposed) == ks_mma.W_PACKED, (dtype, transposed)
+        assert batch.weights(dtype, transposed) == (ks_mma.W_TRANSPOSED if transposed
+                                                    else ks_mma.W_STORED)
+        assert group.smem_bytes(numpy.dtype(dtype).itemsize, transposed) == \
+            group.smem_bytes(numpy.dtype(dtype).itemsize, False)
+    assert group.name(numpy.float32, "default", True, 4, 4) == \
+        "ks::ks_mma<float, 0, 8, 64, 64, 8, 1, 1, 3, 1, 2, 4, 4, 1>"
+    assert group.layout_probe_name(numpy.float64, False).endswith(", 1, 2>")
+    # packed weights are copied bk values a row from a new array, whatever the storage
+    factor, X = _launch_operands((2, 64, 64, 16), numpy.float64)
+    M, N = KSPattern(2, 64, 64, 16).shape
+    assert ks_mma.copy_vectors(group, factor, X, (1, N, 1, M), 1000)[1] == 2
+
+
 def test_layout_arithmetic():
     """SMEM_BYTES by hand for one configuration: 3 stages of X [32][128 + 8] and
     W [128][32 + 4] float32 (batch-size-last, stored weights)."""

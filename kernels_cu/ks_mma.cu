@@ -330,7 +330,8 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   constexpr bool HOIST = X_REPS + W_REPS <= 8 && NT * MIN_BLOCKS < 512 && ORDER != 1;
   // Otherwise a thread walks its vectors by constant steps (Walk) where it can: X in the
   // group order (digits es, l, n; the batch column moves) or with one slot (the slot never
-  // moves), W always (digits l, k, es or k, l, es; the slot moves by whole blocks). Worked out
+  // moves), W always (digits l, k, es or k, l, es; the slot moves by whole blocks; packed
+  // weights, WT 2, need only the walk's shared-memory offsets). Worked out
   // anew each chunk, the origins' 64-bit index products were half of the group order's
   // instructions (float32 (64, 64, 64, 16): 554 of a chunk's 1020 per warp, 96 of them MMAs).
   using XWalk = Walk<ORDER == 0 ? BN / VX : ORDER == 2 ? BK / VX : SLOTS / VX, ORDER == 2 ? BN : BK, NT>;
@@ -420,7 +421,7 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
     return es * L::WS_SLOT + (L::W_KMAJOR ? k * L::WS_LD + l : l * L::WS_LD + k);
   };
   // With X_WALK / W_WALK, the walks (Walker); d1 is the reduction index but in X's in-group
-  // order and W's stored (WT 0) blocks. Steps along d1 and d2: X's l, n (group order), l
+  // order and W's stored or packed (WT 0, 2) blocks. Steps along d1 and d2: X's l, n (group order), l
   // (batch order) or n (in-group order); W's k or l, then the slot.
   Walker<XWalk, ORDER != 2, ORDER == 1 ? 1 : L::XS_LD, ORDER == 1 ? L::XS_LD : L::XS_SLOT> xw{};
   Walker<WWalk, WT == 1, L::WS_LD, L::WS_SLOT> ww{};
@@ -661,7 +662,7 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < steps) {
-      load(s, x_first[s]);
+      load(s, x_first[X_STAGED ? s : 0]);
     }
     cp_async_commit();
   }

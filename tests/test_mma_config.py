@@ -103,10 +103,52 @@ def test_weights_are_packed_in_the_group_order_but_for_stored_float32():
     assert group.name(numpy.float32, "default", True, 4, 4) == \
         "ks::ks_mma<float, 0, 8, 64, 64, 8, 1, 1, 3, 1, 2, 4, 4, 1>"
     assert group.layout_probe_name(numpy.float64, False).endswith(", 1, 2>")
-    # packed weights are copied bk values a row from a new array, whatever the storage
+    # packed weights are copied bk values a row from a new array, whatever the storage's
+    # alignment (a misaligned float64 storage narrows the stored weights' copies to 1)
     factor, X = _launch_operands((2, 64, 64, 16), numpy.float64)
+    factor.tiles.data.ptr += 8
     M, N = KSPattern(2, 64, 64, 16).shape
     assert ks_mma.copy_vectors(group, factor, X, (1, N, 1, M), 1000)[1] == 2
+    stored = MmaConfig(1, 64, 128, 16, 1, 4, 3, ks_mma.ORDER_BATCH)
+    assert ks_mma.copy_vectors(stored, factor, X, (1000, 1, 1000, 1), 1000)[1] == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_packed_weights_follow_their_definition(dtype):
+    """ks_mma.packed_weights (NumPy factors; the GPU suite compares CuPy's with these)
+    against its definition, element by element: element (gt, kt, t, s, k, l) is element
+    (kt*bm + k, t*bk + l) of group gt*slots + s's block of the view (stored or transposed; a
+    conjugated view's values unconjugated), zero beyond the groups, rows and reduction. The
+    factor's cache keeps the most recently used PACKED_LAYOUTS layouts."""
+    import dataclasses
+    import kscupy as ks
+    rng = numpy.random.default_rng(5)
+    config = MmaConfig(slots=4, bm=16, bn=32, bk=8, wm=1, wn=1, stages=2,
+                       order=ks_mma.ORDER_GROUP)
+    for pattern in ((3, 20, 12, 2), (1, 64, 48, 5)):
+        a, d = pattern[0], pattern[3]
+        values = rng.standard_normal(pattern)
+        if numpy.dtype(dtype).kind == "c":
+            values = values + 1j * rng.standard_normal(pattern)
+        values = values.astype(dtype)
+        K = ks.KSMatrix(values)
+        stored = values.transpose(0, 3, 1, 2)           # (a, d, b0, c0): group (i, j)'s block
+        for view, blocks in ((K, stored), (K.T, stored.swapaxes(-1, -2)),
+                             (K.H, stored.swapaxes(-1, -2))):
+            got = ks_mma.packed_weights(view.factor, config)
+            groups, b, c = a * d, blocks.shape[2], blocks.shape[3]
+            assert got.shape == (-(-groups // 4), -(-b // 16), -(-c // 8), 4, 16, 8)
+            expected = numpy.zeros(got.shape, dtype)
+            for g, k, l in itertools.product(range(groups), range(b), range(c)):
+                expected[g // 4, k // 16, l // 8, g % 4, k % 16, l % 8] = \
+                    blocks[g // d, g % d, k, l]
+            assert numpy.array_equal(got, expected), (pattern, view.shape)
+            assert ks_mma.packed_weights(view.factor, config) is got   # kept
+        held = K.factor.cache["packed weights"]
+        oldest = next(iter(held))
+        for bk in (16, 24, 32, 40):
+            ks_mma.packed_weights(K.factor, dataclasses.replace(config, bk=bk))
+        assert len(held) == ks_mma.PACKED_LAYOUTS and oldest not in held
 
 
 def test_layout_arithmetic():

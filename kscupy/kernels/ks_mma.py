@@ -424,6 +424,11 @@ def copy_vectors(config: MmaConfig, factor, X, strides, B) -> tuple:
     return vx, min(vw, config.bm if wt == W_TRANSPOSED else config.bk)
 
 
+#: Packed layouts a factor's cache keeps (views and configurations in use at once, e.g. ``K``
+#: and ``K.T`` of a forward and backward pass); the least recently used goes first.
+PACKED_LAYOUTS = 4
+
+
 def packed_weights(factor, config: MmaConfig):
     """The blocks of ``factor`` (a view: transposed or not; a conjugated view's values are
     conjugated by the kernel) as ``config``'s group-order chunks read them, ``W_PACKED`` in
@@ -434,26 +439,33 @@ def packed_weights(factor, config: MmaConfig):
     (the general copies work out a 64-bit origin per vector, in registers that the
     ``cp.async``s in flight still read).
 
-    Kept in the factor's shared cache for one configuration at a time (the autotuner's
-    candidates replace each other); a prepared run holds on to its own. It costs a copy of
-    the weights, padded to whole tiles."""
-    import cupy
+    It costs a copy of the weights, padded to whole tiles (and as much again while it is
+    made; :func:`~kscupy.memory.check_fits` first). The factor's shared cache keeps up to
+    :data:`PACKED_LAYOUTS` of them, and a prepared run holds on to its own. Made with the
+    factor's array module (CuPy for a launch; NumPy too, for tests)."""
+    from ..memory import check_fits
     key = (factor.transposed, config.slots, config.bm, config.bk)
-    held = factor.cache.get("packed weights")
-    if held is not None and held[0] == key:
-        return held[1]
+    held = factor.cache.setdefault("packed weights", {})
+    if key in held:
+        held[key] = held.pop(key)           # now the most recently used
+        return held[key]
     a, b, c, d = factor.pattern
     groups = a * d
     gtiles, ktiles, chunks = (-(-groups // config.slots), -(-b // config.bm),
                               -(-c // config.bk))
+    shape = (gtiles * config.slots, ktiles * config.bm, chunks * config.bk)
+    xp = factor.xp
+    check_fits(2 * int(numpy.prod(shape)) * factor.tiles.itemsize, xp,
+               f"the packed weights of a {factor.pattern} factor")
     tiles = factor.tiles.swapaxes(-1, -2) if factor.transposed else factor.tiles
-    padded = cupy.zeros((gtiles * config.slots, ktiles * config.bm, chunks * config.bk),
-                        factor.tiles.dtype)
+    padded = xp.zeros(shape, factor.tiles.dtype)
     padded[:groups, :b, :c] = tiles.reshape(groups, b, c)
-    packed = cupy.ascontiguousarray(
+    packed = xp.ascontiguousarray(
         padded.reshape(gtiles, config.slots, ktiles, config.bm, chunks, config.bk)
         .transpose(0, 2, 4, 1, 3, 5))
-    factor.cache["packed weights"] = (key, packed)
+    while len(held) >= PACKED_LAYOUTS:
+        held.pop(next(iter(held)))
+    held[key] = packed
     return packed
 
 

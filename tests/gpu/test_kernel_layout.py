@@ -7,7 +7,6 @@ the kernel uses; these tests launch the probes for every configuration the heuri
 the planner produce on a spread of problems and compare, value by value. A launch with less
 shared memory than the layout needs must stop (the kernels check ``%dynamic_smem_size``).
 """
-import dataclasses
 import subprocess
 import sys
 import textwrap
@@ -122,38 +121,23 @@ def test_mma_layout_matches_the_kernel(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
-def test_mma_packed_weights(dtype):
-    """ks_mma.packed_weights against its definition, element by element: element
-    (gt, kt, t, s, k, l) is element (kt*bm + k, t*bk + l) of group gt*slots + s's block of
-    the view (stored or transposed; a conjugated view's values unconjugated), zero beyond the
-    groups, rows and reduction; and the factor's cache keeps one layout at a time."""
-    dtype = numpy.dtype(dtype)
+def test_mma_packed_weights_on_the_gpu(dtype):
+    """ks_mma.packed_weights of a CuPy factor equals that of the same values on NumPy
+    (tests/test_mma_config.py checks that one against its definition), for stored,
+    transposed and adjoint views."""
     rng = numpy.random.default_rng(5)
-    for pattern in ((3, 20, 12, 2), (1, 64, 48, 5)):
-        a, b0, c0, d = pattern
-        values = rng.standard_normal(pattern)
-        if dtype.kind == "c":
-            values = values + 1j * rng.standard_normal(pattern)
-        values = values.astype(dtype)
-        K = ks.KSMatrix(cupy.asarray(values))
-        stored = values.transpose(0, 3, 1, 2)           # (a, d, b0, c0): group (i, j)'s block
-        for view, blocks in ((K, stored), (K.T, stored.swapaxes(-1, -2)),
-                             (K.H, stored.swapaxes(-1, -2))):
-            factor = view.factor
-            config = ks_mma.MmaConfig(slots=4, bm=16, bn=32, bk=8, wm=1, wn=1, stages=2,
-                                      order=ks_mma.ORDER_GROUP)
-            got = cupy.asnumpy(ks_mma.packed_weights(factor, config))
-            groups, b, c = a * d, blocks.shape[2], blocks.shape[3]
-            expected = numpy.zeros(got.shape, dtype)
-            for g in range(groups):
-                for k in range(b):
-                    for l in range(c):
-                        expected[g // 4, k // 16, l // 8, g % 4, k % 16, l % 8] = \
-                            blocks[g // d, g % d, k, l]
-            assert numpy.array_equal(got, expected), (pattern, view.shape)
-            other = dataclasses.replace(config, bk=16)
-            ks_mma.packed_weights(factor, other)
-            assert factor.cache["packed weights"][0][-1] == 16
+    values = rng.standard_normal((3, 20, 12, 2))
+    if numpy.dtype(dtype).kind == "c":
+        values = values + 1j * rng.standard_normal(values.shape)
+    values = values.astype(dtype)
+    config = ks_mma.MmaConfig(slots=4, bm=16, bn=32, bk=8, wm=1, wn=1, stages=2,
+                              order=ks_mma.ORDER_GROUP)
+    on_gpu, on_cpu = ks.KSMatrix(cupy.asarray(values)), ks.KSMatrix(values)
+    for view in (lambda K: K, lambda K: K.T, lambda K: K.H):
+        got = ks_mma.packed_weights(view(on_gpu).factor, config)
+        assert isinstance(got, cupy.ndarray) and got.flags.c_contiguous
+        assert numpy.array_equal(cupy.asnumpy(got),
+                                 ks_mma.packed_weights(view(on_cpu).factor, config))
 
 
 def test_a_launch_with_too_little_shared_memory_stops():

@@ -462,14 +462,13 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       ww.room2 = G - lt.g0 - es;
     }
   };
-  // Issue the copies of the cursor's step into stage buffer `s` (staged X: into `staged`,
-  // for stash_x), then move the cursor to the next step.
-  auto load = [&](int s, XBits (&staged)[X_STAGED ? X_REPS : 1]) {
-    const unsigned xs = stages_s + s * L::STAGE * (int)sizeof(T);   // shared addresses
-    const unsigned ws = xs + L::XS_SIZE * (int)sizeof(T);
+  // The copies of the cursor's step into stage buffer `s`: load_x (staged X: into `staged`,
+  // for stash_x), load_w for W's vectors rep_lo <= rep < rep_hi of this thread, then
+  // next_load moves the cursor to the next step; load does all three.
+  auto load_x = [&](int s, XBits (&staged)[X_STAGED ? X_REPS : 1]) {
+    const unsigned xs = stages_s + s * L::STAGE * (int)sizeof(T);   // shared address
     const int l0 = load_chunk * BK;
     const T* const x_chunk = X + l0 * x_step;
-    const T* const w_chunk = W + (long long)l0 * w_sl;
     each_vector<XV, NT>(tid, [&](int rep, int e) {
       bool ok;
       long long origin;
@@ -491,36 +490,52 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
       else
         cp_async<VX * (int)sizeof(T)>(xs + at * (int)sizeof(T), src, ok);
     });
+  };
+  auto load_w = [&](int s, int rep_lo, int rep_hi) {
+    const unsigned ws = stages_s + (s * L::STAGE + L::XS_SIZE) * (int)sizeof(T);   // shared
     if constexpr (WT == 2) {   // one contiguous run, every vector in the problem or zero
       // this thread's first vector; vector rep lies rep * NT * VW further (an immediate)
       const T* const w_first = W + w_tile + (long long)load_chunk * (SLOTS * BM * BK) + tid * VW;
       each_vector<WV, NT>(tid, [&](int rep, int e) {
+        if (rep < rep_lo || rep >= rep_hi) return;
         const int at = WWalk::LINEAR ? ww.at(rep) : w_at_of(e);
         cp_async<VW * (int)sizeof(T)>(ws + at * (int)sizeof(T), w_first + rep * NT * VW, true);
       });
-    } else each_vector<WV, NT>(tid, [&](int rep, int e) {
-      bool ok;
-      long long origin;
-      int at;
-      if constexpr (W_WALK) {
-        ok = ww.ok(rep, l0);
-        origin = ww.origin(rep);
-        at = ww.at(rep);
-      } else {
-        int room;
-        if constexpr (HOIST) { origin = w_src[rep]; room = w_room[rep]; }
-        else w_origin(e, origin, room);
-        ok = l0 < room;
-        at = w_at_of(e);
-      }
-      const T* src = ok ? w_chunk + origin : W;
-      cp_async<VW * (int)sizeof(T)>(ws + at * (int)sizeof(T), src, ok);
-    });
+    } else {
+      const int l0 = load_chunk * BK;
+      const T* const w_chunk = W + (long long)l0 * w_sl;
+      each_vector<WV, NT>(tid, [&](int rep, int e) {
+        if (rep < rep_lo || rep >= rep_hi) return;
+        bool ok;
+        long long origin;
+        int at;
+        if constexpr (W_WALK) {
+          ok = ww.ok(rep, l0);
+          origin = ww.origin(rep);
+          at = ww.at(rep);
+        } else {
+          int room;
+          if constexpr (HOIST) { origin = w_src[rep]; room = w_room[rep]; }
+          else w_origin(e, origin, room);
+          ok = l0 < room;
+          at = w_at_of(e);
+        }
+        const T* src = ok ? w_chunk + origin : W;
+        cp_async<VW * (int)sizeof(T)>(ws + at * (int)sizeof(T), src, ok);
+      });
+    }
+  };
+  auto next_load = [&]() {
     if (++load_chunk == chunks) {
       load_chunk = 0;
       load_tile.advance(stride, ktiles, r1);
       enter_load_tile();
     }
+  };
+  auto load = [&](int s, XBits (&staged)[X_STAGED ? X_REPS : 1]) {
+    load_x(s, staged);
+    load_w(s, 0, W_REPS);
+    next_load();
   };
   // Staged X: the registers `staged` that load(...) filled into stage buffer `s`, one slot
   // per element.
@@ -676,36 +691,52 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   each_register<Acc>(acc, acc, [](Acc& sum, Acc) { sum = Acc(0); });
   Cursor tile(first, ktiles, r1);   // the tile whose products run
   int chunk = 0, stage = 0;
+  // 3xTF32 (TWO_LEVEL): products go to partial sums, added to `acc` by FP32 adds (round to
+  // nearest). The tensor cores add to their accumulator with truncation (round toward
+  // zero): over a whole reduction of length c the error would grow like c, not like
+  // sqrt(c). Partial sums of at most 16 steps of the reduction keep it independent of the
+  // tile and the chunk (with one sum per chunk, complex64's chunks of 32 gave twice the
+  // error of chunks of 16: probe_mma.py, H100, 4.4e-7 against 2.2e-7). DMMA rounds to
+  // nearest, and the TF32 opt-in is approximate anyway: their products add to `acc`.
+  //   ROW_SUMS (float32 in the group order, warp pieces of 64 columns or more): the sums
+  //     of one row of MMA tiles (mt) and one k-step, NTL * 4 registers, with W's fragment
+  //     of that row loaded just before. That leaves room for 64 x 64 warp pieces, which
+  //     re-read W from L2 half as often as 64 x 32 ones (H100, B = 25088: 0.67-0.96x the
+  //     time where d >= 16 or b >= 768). Narrower pieces keep `part`: with row sums their
+  //     MMAs wait on each other sooner, and 64 x 32 pieces ran up to 9% slower.
+  //   Otherwise `part`, as many registers as `acc`, added every SUM_K steps (every chunk
+  //     the heuristic or the autotuner picks is 8 or a multiple of 16; any other chunk is
+  //     summed whole), with every row's W fragment loaded first: complex64 ran 1-6%
+  //     slower with row sums, more of its registers spilled.
+  constexpr bool TWO_LEVEL = sizeof(R) == 4 && PRECISION == PRECISION_DEFAULT;
+  constexpr bool ROW_SUMS = TWO_LEVEL && PARTS == 1 && ORDER == 1 && NTL >= 8;
+  constexpr bool PART = TWO_LEVEL && !ROW_SUMS;
+  constexpr int SUM_K = PART && BK % 16 == 0 ? 16 : BK;
+  static_assert(BK % SUM_K == 0 && SUM_K % S::K == 0, "partial sums tile the chunk");
+  // SPREAD_W (ROW_SUMS): W's copies of the next step are spread over the step's products,
+  // W_REPS / ITERS of them at the start of each of its ITERS (k-step, row of MMA tiles)
+  // iterations, and the cursor moves after them. A cp.async reads its address registers
+  // late: issued back to back, each copy after the first waited for the one before to free
+  // the registers it reuses (Nsight Compute, float32 (8, 64, 64, 64) batch-size-first: 13% of
+  // the warps' stall samples; spread, 0.93-1.02x the time, median 0.96, on 19 patterns).
+  // X's copies come first (staged X must land before stash_x at the end of the step). In
+  // the other paths, whose copies are fewer per MMA, the same spread ran 1.0-1.1x the time
+  // (float64, float32 batch order): there every copy is issued at the top of the step.
+  constexpr bool SPREAD_W = ROW_SUMS;
+  constexpr int ITERS = BK / S::K * MT;
   for (long long step = 0; step < steps; ++step) {
     cp_async_wait<STAGES - 2>();   // this thread's copies of `step` have landed ...
     __syncthreads();               // ... everyone's have, and the buffer refilled next is free
     const int next_stage = stage == 0 ? STAGES - 1 : stage - 1;   // (step + STAGES - 1) % STAGES
     const bool more = step + STAGES - 1 < steps;
-    if (more) load(next_stage, x_staged);
-    cp_async_commit();
-
-    // 3xTF32 (TWO_LEVEL): products go to partial sums, added to `acc` by FP32 adds (round to
-    // nearest). The tensor cores add to their accumulator with truncation (round toward
-    // zero): over a whole reduction of length c the error would grow like c, not like
-    // sqrt(c). Partial sums of at most 16 steps of the reduction keep it independent of the
-    // tile and the chunk (with one sum per chunk, complex64's chunks of 32 gave twice the
-    // error of chunks of 16: probe_mma.py, H100, 4.4e-7 against 2.2e-7). DMMA rounds to
-    // nearest, and the TF32 opt-in is approximate anyway: their products add to `acc`.
-    //   ROW_SUMS (float32 in the group order, warp pieces of 64 columns or more): the sums
-    //     of one row of MMA tiles (mt) and one k-step, NTL * 4 registers, with W's fragment
-    //     of that row loaded just before. That leaves room for 64 x 64 warp pieces, which
-    //     re-read W from L2 half as often as 64 x 32 ones (H100, B = 25088: 0.67-0.96x the
-    //     time where d >= 16 or b >= 768). Narrower pieces keep `part`: with row sums their
-    //     MMAs wait on each other sooner, and 64 x 32 pieces ran up to 9% slower.
-    //   Otherwise `part`, as many registers as `acc`, added every SUM_K steps (every chunk
-    //     the heuristic or the autotuner picks is 8 or a multiple of 16; any other chunk is
-    //     summed whole), with every row's W fragment loaded first: complex64 ran 1-6%
-    //     slower with row sums, more of its registers spilled.
-    constexpr bool TWO_LEVEL = sizeof(R) == 4 && PRECISION == PRECISION_DEFAULT;
-    constexpr bool ROW_SUMS = TWO_LEVEL && PARTS == 1 && ORDER == 1 && NTL >= 8;
-    constexpr bool PART = TWO_LEVEL && !ROW_SUMS;
-    constexpr int SUM_K = PART && BK % 16 == 0 ? 16 : BK;
-    static_assert(BK % SUM_K == 0 && SUM_K % S::K == 0, "partial sums tile the chunk");
+    if (more) load_x(next_stage, x_staged);
+    if constexpr (!SPREAD_W) {
+      if (more) {
+        load_w(next_stage, 0, W_REPS);
+        next_load();
+      }
+      cp_async_commit();
+    }
     Acc part[PART ? PARTS : 1][PART ? MT : 1][PART ? NTL : 1][S::C_REGS];
     auto sum = [&](int p, int mt, int q) -> Acc (&)[S::C_REGS] {
       if constexpr (PART) return part[p][mt][q]; else return acc[p][mt][q];
@@ -720,6 +751,8 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
         x_fragments<T, L>(x, xs, lane, wn * L::WTN, kk);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
+          const int it = kk / S::K * MT + mt;
+          if (more) load_w(next_stage, it * W_REPS / ITERS, (it + 1) * W_REPS / ITERS);
           AOp a[1];
           w_fragment<T, L>(a, ws, lane, wm * L::WTM + mt * S::M, kk, conj_w);
           Acc sums[NTL][S::C_REGS];
@@ -765,6 +798,10 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
           }
         }
       }
+    }
+    if constexpr (SPREAD_W) {
+      if (more) next_load();
+      cp_async_commit();
     }
     if constexpr (X_STAGED) {
       if (more) stash_x(next_stage, x_staged);

@@ -717,7 +717,7 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   // W_REPS / ITERS of them at the start of each of its ITERS (k-step, row of MMA tiles)
   // iterations, and the cursor moves after them. A cp.async reads its address registers
   // late: issued back to back, each copy after the first waited for the one before to free
-  // the registers it reuses (Nsight Compute, float32 (8, 64, 64, 64) batch-size-first: 13% of
+  // the registers it reuses (Nsight Compute, float32 (8, 64, 64, 64) batch-size-first: 10% of
   // the warps' stall samples; spread, 0.93-1.02x the time, median 0.96, on 19 patterns).
   // X's copies come first (staged X must land before stash_x at the end of the step). In
   // the other paths, whose copies are fewer per MMA, the same spread ran 1.0-1.1x the time

@@ -10,8 +10,11 @@ the float64 definition on fresh random data (engine.py's oracle) and times it be
 BMM (when torch imports), CuPy's BMM, cuBLAS dense and the FMA kernel. Prints one line per
 case: the best configuration and the ratios. ``--configs`` times given configurations
 instead of the candidates; ``--baseline REV`` times each one again with ks_mma.cu as of a
-git revision (or a file), in the same process (an A/B test of a kernel change). Used to set the
-heuristic; the issue's benchmark is bench_patterns.py.
+git revision (or a file), in the same process (an A/B test of a kernel change; the launch,
+shared-memory size included, is this checkout's, so a baseline whose layout differs from
+``MmaConfig``'s mirror of it needs its own checkout and process). Each configuration is
+prepared once and timed by its launches alone. Used to set the heuristic; the issue's
+benchmark is bench_patterns.py.
 """
 from __future__ import annotations
 
@@ -93,9 +96,10 @@ def case(pattern, layout, dtype, precision, B, configs, baseline=None):
     sources = [("", None)] + ([(f" @{baseline[0]}", baseline[1])] if baseline else [])
     for cfg in configs(problem):
         for suffix, path in sources:
-            with kernel_source(path):
-                err = relative_error(ks_mma.launch(f, X, layout, cfg, precision), ref, layout)
-                t = time_fn(lambda x: ks_mma.launch(f, x, layout, cfg, precision), [X])
+            with kernel_source(path):   # prepared once: the times leave out the host's setup
+                run = ks_mma.prepare(f, X, layout, cfg, precision)
+            err = relative_error(run(X), ref, layout)
+            t = time_fn(run, [X])
             out["configs"][str(cfg.as_tuple()) + suffix] = {"s": t, "err": err}
     fma = ks_matmul.heuristic_config(problem)
     out["fma_s"] = time_fn(lambda x: ks_matmul.launch(f, x, layout, fma), [X])

@@ -1,5 +1,10 @@
 // Fused output-stationary Kronecker-sparse multiply on the tensor cores.
 //
+// (float32's group order in tiles of one warp per group and 64 or more batch columns, the
+// heuristic's for long batches, runs ks_mma_group.cu instead: the same product and layout
+// with bulk-copied weights. The ROW_SUMS and SPREAD_W paths below serve the other float32
+// group-order tiles with such pieces that the autotuner tries.)
+//
 // Same product as ks_matmul.cu (read its header for the pattern and the index names: group
 // g = i*d + j, k < b output row, l < c reduction index, n < B batch column):
 //   Y[rows(g)[k], n] = sum_l A_g[k, l] * X[cols(g)[l], n]
@@ -50,19 +55,10 @@
 #include "ks_scalar.cuh"
 #include "ks_tiles.cuh"
 #include "ks_tensor_core.cuh"
+#include "ks_mma_layout.cuh"
 
 namespace ks {
 
-// f(a[e], b[e]) for every element e of two register arrays of the same shape (any rank):
-// after unrolling every index is a constant, so the arrays stay in registers.
-template <class R, class A, class F>
-__device__ __forceinline__ void each_register(A& a, const A& b, F f) {
-  constexpr int n = (int)(sizeof(A) / sizeof(R));
-#pragma unroll
-  for (int e = 0; e < n; ++e) f(reinterpret_cast<R*>(&a)[e], reinterpret_cast<const R*>(&b)[e]);
-}
-
-__host__ __device__ constexpr int round_up(int n, int m) { return (n + m - 1) / m * m; }
 
 // f(rep, e) for the vectors e = tid + rep*NT (e < V) that thread `tid` of NT moves: the copy
 // loops of a chunk. Unrolled, so `rep` can index a register array.
@@ -119,81 +115,6 @@ struct Walker {
 __device__ __forceinline__ int clamp_room(long long n) {
   return n <= 0 ? 0 : n >= 0x7fffffffLL ? 0x7fffffff : (int)n;
 }
-
-// The block's shared-memory layout, the one definition that the kernel uses and that
-// ks_mma_layout reports (kscupy/kernels/ks_mma.py mirrors it; a GPU test compares): STAGES
-// stages of (Xs[SLOTS][..][XS_LD], Ws[SLOTS][..][WS_LD]), each buffer rounded to 16 bytes;
-// in the group order at least SLOTS * BM * BN elements, the unpadded output tile.
-//
-// The staged epilogues (kernel below) pass the output tile through shared memory: after a
-// block's last tile through all of it (no copies are in flight any more), in one pass where
-// it fits; after any other tile through the stage just consumed (the others hold copies in
-// flight), in as many passes as that takes.
-template <class T, int SLOTS, int BM, int BN, int BK, int WM, int WN, int STAGES, int ORDER, int WT>
-struct MmaLayout {
-  using R = typename parts_of<T>::real;
-  using S = MmaShape<R>;
-  static constexpr int PARTS = parts_of<T>::PARTS;
-  static constexpr int WARPS = SLOTS * WM * WN, NT = 32 * WARPS;
-  static constexpr int WTM = BM / WM, WTN = BN / WN;        // one warp's piece of the tile
-  static constexpr int MT = WTM / S::M, NTL = WTN / S::N;    // its MMA tiles
-  static_assert(WTM % S::M == 0 && WTN % S::N == 0 && BK % S::K == 0, "tile vs MMA shape");
-  static constexpr bool X_KMAJOR = ORDER != 0, W_KMAJOR = WT != 1;
-  static constexpr bool HALF = sizeof(T) == 2;   // float16: every fragment through ldmatrix
-  static constexpr int PAD_K = HALF ? 8 : 4, PAD_MN = HALF ? 8 : 32 / (int)sizeof(T);
-  // float operands stored K-major are read with ldmatrix (16-byte rows, conflict-free with
-  // the K-major padding); the rest with one shared load per fragment register
-  static constexpr bool LDMATRIX_W = sizeof(T) == 4 && W_KMAJOR;
-  static constexpr bool LDMATRIX_X = sizeof(T) == 4 && X_KMAJOR && NTL % 2 == 0;
-  static constexpr int XS_LD = X_KMAJOR ? BK + PAD_K : BN + PAD_MN;
-  static constexpr int XS_SLOT = (X_KMAJOR ? BN : BK) * XS_LD;
-  static constexpr int WS_LD = W_KMAJOR ? BK + PAD_K : BM + PAD_MN;
-  static constexpr int WS_SLOT = (W_KMAJOR ? BM : BK) * WS_LD;
-  static constexpr int ALIGN = 16 / (int)sizeof(T);        // elements per 16 bytes (>= 1)
-  static constexpr int XS_SIZE = round_up(SLOTS * XS_SLOT, ALIGN);
-  static constexpr int WS_SIZE = round_up(SLOTS * WS_SLOT, ALIGN);
-  static constexpr int STAGE = XS_SIZE + WS_SIZE;
-  static constexpr int YS_SIZE = ORDER == 1 ? SLOTS * BM * BN : 0;
-  static constexpr int AREA = STAGES * STAGE > YS_SIZE ? STAGES * STAGE : YS_SIZE;
-  static constexpr int SMEM_BYTES = AREA * (int)sizeof(T);
-  // The group order's Ys[slot][n][k]: YS_LDN elements per column n, YS_SLOT(n) per slot for
-  // n columns. The epilogue writes it from the accumulators, a warp's lanes at k = lane / 4
-  // (+ 8) of columns n = 2 * (lane % 4) (+ 1), all in the warp's slot; and reads it as VX
-  // slots of one (n, k) per thread, lanes walking g = SLOTS / VX slot groups, then k. Both
-  // hit distinct banks (words, for float16) when, with BANK_ROW elements per 128 bytes and
-  // LANES = min(32, BANK_ROW) lanes per shared-memory wavefront,
-  //   2 * YS_LDN ≡ LANES / 4   and   VX * YS_SLOT ≡ LANES / g   (mod BANK_ROW):
-  // the four column pairs (slot groups) then fall between the k's of one wavefront.
-  // (Ys[n][k][slot], read as one 16-byte vector, was an 8-way conflict on every write.)
-  static constexpr int BANK_ROW = 128 / (int)sizeof(T), LANES = BANK_ROW < 32 ? BANK_ROW : 32;
-  __host__ __device__ static constexpr int padded(int n, int multiple, int residue) {
-    for (int p = 0; p < BANK_ROW; ++p)
-      if ((multiple * (n + p) - residue) % BANK_ROW == 0) return n + p;
-    return n;
-  }
-  static constexpr int YS_LDN = padded(BM, 2, LANES / 4);
-  template <int VX>
-  __host__ __device__ static constexpr int ys_slot(int columns) {
-    return padded(columns * YS_LDN, VX, LANES * VX / SLOTS > 0 ? LANES * VX / SLOTS : 1);
-  }
-  // Batch columns per pass in `area` elements: the most that divide BN and fit (one does: a
-  // stage's Ws alone holds SLOTS * BM * (BK + 4) >= SLOTS * (BM + 2 * BANK_ROW)).
-  template <int VX>
-  __host__ __device__ static constexpr int ys_columns(int area) {
-    for (int n = BN; n > 1; --n)
-      if (BN % n == 0 && SLOTS * ys_slot<VX>(n) <= area) return n;
-    return 1;
-  }
-  // The batch order's Ys[r][YS_LD] for rows r = slot*BM + k, n along a row, padded by 8
-  // elements (a warp's pair stores then hit distinct banks: 8 rows of 4 lanes, 8 to 32 bytes
-  // each). Rows per pass in `area` elements: the most that divide SLOTS * BM and fit.
-  static constexpr int YS_LD = BN + 8;
-  __host__ __device__ static constexpr int ys_rows(int area) {
-    for (int r = SLOTS * BM; r > 1; --r)
-      if (SLOTS * BM % r == 0 && r * YS_LD <= area) return r;
-    return 1;
-  }
-};
 
 // W's fragment of the MMA row tile at k_base for k-step kk, from the stage's Ws: a[0] the real
 // parts, a[1] the imaginary ones (negated when conj_w).
@@ -558,57 +479,9 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
     const int k0 = tile.k0, g0 = tile.g0;
     const long long n0 = tile.n0;
     T* const ys = whole ? stages : stages + stage * L::STAGE;
-    if constexpr (X_STAGED) {
-      // The group order: the slots' values of one (k, n) are adjacent in Y
-      // (Y[rows(g)[k], n] at consecutive addresses for g = g0 .. g0 + SLOTS - 1), so gather
-      // them in Ys[slot][n][k] (MmaLayout) and store VX slots at once. Same vector width as X:
-      // VX | d keeps a vector inside one run of groups; the launch picks VX > 1 in this order
-      // only when Y's groups are adjacent (sy_f == 1, VX | sy_b).
-      //   A store vector is a pair p = (slot group, row k), p = k * (SLOTS / VX) + slot / VX,
-      // and a column n. Thread tid takes pair p = tid % P (and p + NT, ... where P > NT) and
-      // columns n = tid / P, + PH, + 2 PH, ...: lanes walk slot groups, then k (as Ys's padding
-      // assumes), and a thread's vectors of one pair lie a constant step apart in Ys and in Y,
-      // so each costs a pointer increment, not a 64-bit origin (the general walk made the
-      // epilogue a quarter of the instructions of a float32 (8, 64, 64, 64) tile). Where P
-      // does not divide NT, threads from PH * P on idle.
-      constexpr int P = SLOTS / VX * BM, PH = NT >= P ? NT / P : 1;
-      const int y_slot = tid % (SLOTS / VX) * VX;
-      const long long y_group = origins.y(g0 + y_slot);
-      const int YC = whole ? L::template ys_columns<VX>(L::AREA) : L::template ys_columns<VX>(L::STAGE);
-      const int YS = L::template ys_slot<VX>(YC);
-      for (int n_pass = 0; n_pass < BN; n_pass += YC) {
-        __syncthreads();   // the area's readers (products, the previous pass) are done
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int q = 0; q < NTL; ++q)
-#pragma unroll
-            for (int i = 0; i < S::C_REGS; ++i) {
-              const int k = wm * L::WTM + mt * S::M + S::c_row(lane, i);
-              const int n = wn * L::WTN + q * S::N + S::c_col(lane, i) - n_pass;
-              if (YC == BN || (n >= 0 && n < YC))
-                ys[slot * YS + n * L::YS_LDN + k] = from_parts<T>(acc[0][mt][q][i], acc[PARTS - 1][mt][q][i]);
-            }
-        __syncthreads();
-        // the columns this pass may store: within the tile's pass and the batch
-        const int columns = (int)min((long long)YC, B - n0 - n_pass);
-        if (tid < PH * P && g0 + y_slot < G) {
-          for (int p = tid % P; p < P; p += NT) {
-            const int k = p / (SLOTS / VX);
-            if (k0 + k >= b) break;   // p only grows
-            int n = NT >= P ? tid / P : 0;
-            const T* src = ys + y_slot * YS + n * L::YS_LDN + k;
-            T* dst = Y + y_group + (k0 + k) * y_step + (n0 + n_pass + n) * sy_b;
-#pragma unroll 4
-            for (; n < columns; n += PH, src += PH * L::YS_LDN, dst += PH * sy_b) {
-              vec<T, VX> v;
-#pragma unroll
-              for (int u = 0; u < VX; ++u) v.v[u] = src[u * YS];
-              *reinterpret_cast<XBits*>(dst) = *reinterpret_cast<const XBits*>(&v);
-            }
-          }
-        }
-      }
+    if constexpr (X_STAGED) {   // the group order (ks_mma_layout.cuh)
+      store_group_tile<L, VX>(Y, ys, whole, tile, acc, tid, slot, wm, wn, G, b, B, y_step, sy_b,
+                              origins);
     } else if constexpr (ORDER == 0 && VX > 1) {
       // Batch-size-last: Y's rows run along n, contiguous, as X's do; VX | B (copy_vectors)
       // keeps VX-wide pieces of a row aligned. A warp's accumulators hold 8 rows of 8

@@ -193,6 +193,16 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
 // Shared-memory operands below are 32-bit shared-window addresses (shared_address): offsets
 // from them are 32-bit arithmetic, where generic pointers would cost 64-bit adds.
 
+__device__ __forceinline__ float ld_shared_f32(unsigned at) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(at));
+  return v;
+}
+
+__device__ __forceinline__ void st_shared_f32(unsigned at, float v) {
+  asm volatile("st.shared.f32 [%0], %1;" :: "r"(at), "f"(v) : "memory");
+}
+
 // Four 8x8 matrices of 16-bit pairs from shared memory (one 16-byte row address per lane:
 // lanes 8q .. 8q+7 give the rows of matrix q); lane l receives row l/4, pair l%4 of each.
 // For 32-bit values in K-major rows this is exactly a TF32 A fragment (matrices: rows 0-7 /
@@ -228,6 +238,38 @@ __device__ __forceinline__ void cp_async(unsigned dst, const void* src, bool ok)
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;"
                  :: "r"(dst), "l"(src), "n"(BYTES), "r"(src_bytes) : "memory");
   }
+}
+
+// -- bulk copies on the Tensor Memory Accelerator, completing on an mbarrier (sm_90) --------------
+// A stage's barrier counts one arrival (the thread that issues the stage's copies, with the
+// bytes they will bring) and completes when those bytes have landed; waiters name the phase
+// (0, 1, 0, ...) of the use they wait for.
+__device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
+}
+// Makes initialised barriers visible to the copy engine (before the block's first barrier).
+__device__ __forceinline__ void mbarrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mbarrier_expect_bytes(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned phase) {
+  asm volatile(
+      "{\n"
+      ".reg .pred ready;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 ready, [%0], %1;\n"
+      "@!ready bra WAIT;\n"
+      "}\n" :: "r"(bar), "r"(phase) : "memory");
+}
+// BYTES (a multiple of 16) from global `src` to shared `dst` (both 16-byte aligned), counted
+// on barrier `bar`.
+__device__ __forceinline__ void cp_async_bulk(unsigned dst, const void* src, unsigned bytes,
+                                              unsigned bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }

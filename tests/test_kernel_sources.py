@@ -70,6 +70,30 @@ def test_mma_instantiations_compile(dtype):
     _compile("ks_mma.cu", names)
 
 
+@pytest.mark.parametrize("batch", [25088, 8192])
+def test_mma_group_instantiations_compile(batch):
+    """ks_mma_group (the float32 group order's own kernel) for the heuristic's long-batch
+    tiles: 64 x 64 pieces of several row heights (48 rows: W's copies decoded per rep; X by
+    cp.async where there are eight slots), slots that divide the groups, two and three
+    stages, W by bulk copies (chunks of 8) and stored or packed by cp.async (chunks of 16),
+    vector and scalar copies, both precisions."""
+    names = set()
+    for pattern, transposed in (((8, 512, 512, 16), False), ((2, 48, 96, 4), False),
+                                ((1, 96, 384, 12), True), ((3, 64, 32, 8), False),
+                                ((1, 1024, 256, 6), False)):
+        problem = Problem(ks.KSPattern(*pattern), batch, numpy.dtype(numpy.float32), "bsf",
+                          False, transposed)
+        heuristic = ks_mma.heuristic_config(problem)
+        for cfg in (heuristic, dataclasses.replace(heuristic, bk=16)):   # bulk / cp.async W
+            assert cfg.lean_group(numpy.float32), cfg
+            for vx, vw in ((min(4, cfg.slots), 4), (1, 1), (2, 2)):
+                for precision in ks_mma.PRECISIONS:
+                    filename, name = cfg.source(numpy.float32, precision, transposed, vx, vw)
+                    assert filename == "ks_mma_group.cu"
+                    names.add(name)
+    _compile("ks_mma_group.cu", names)
+
+
 def test_direct_instantiations_compile():
     """The direct kernel, one instantiation per dtype."""
     _compile("ks_direct.cu", {ks_direct.name(dtype) for dtype in DTYPES})

@@ -1,6 +1,7 @@
 """CPU tests of the tensor-core kernel's configurations (kscupy/kernels/ks_mma.py): every
 configuration the heuristic or the tuner can pick is launchable, and the names and layout
 arithmetic follow the kernel's template."""
+import dataclasses
 import itertools
 
 import numpy
@@ -87,10 +88,12 @@ def test_config_validation_and_names():
 
 
 def test_weights_are_packed_in_the_group_order_but_for_stored_float32():
-    """WT: the group order reads packed weights for transposed views and every dtype but
-    float32, whose stored blocks it reads as they are; the other orders read the storage as
-    it is. Packed weights sit in shared memory as stored blocks do."""
-    group = MmaConfig(8, 64, 64, 8, 1, 1, 3, ks_mma.ORDER_GROUP)
+    """WT: ks_mma.cu's group order reads packed weights for transposed views and every dtype
+    but float32, whose stored blocks it reads as they are; the other orders read the storage
+    as it is. Packed weights sit in shared memory as stored blocks do. The float32 group
+    order's own kernel (ks_mma_group.cu: one warp per group, 64 or more batch columns) reads
+    every view by bulk copies of packed weights, in chunks of 8."""
+    group = MmaConfig(8, 64, 32, 8, 1, 1, 3, ks_mma.ORDER_GROUP)
     batch = MmaConfig(1, 128, 128, 32, 2, 4, 3, ks_mma.ORDER_BATCH)
     assert group.weights(numpy.float32, False) == ks_mma.W_STORED
     for dtype, transposed in itertools.product(DTYPES, (False, True)):
@@ -100,9 +103,21 @@ def test_weights_are_packed_in_the_group_order_but_for_stored_float32():
                                                     else ks_mma.W_STORED)
         assert group.smem_bytes(numpy.dtype(dtype).itemsize, transposed) == \
             group.smem_bytes(numpy.dtype(dtype).itemsize, False)
-    assert group.name(numpy.float32, "default", True, 4, 4) == \
-        "ks::ks_mma<float, 0, 8, 64, 64, 8, 1, 1, 3, 1, 2, 4, 4, 1>"
+    assert group.name(numpy.float32, "default", False, 4, 4) == \
+        "ks::ks_mma<float, 0, 8, 64, 32, 8, 1, 1, 3, 1, 0, 4, 4, 1>"
     assert group.layout_probe_name(numpy.float64, False).endswith(", 1, 2>")
+    lean = dataclasses.replace(group, bn=64)
+    for transposed in (False, True):
+        assert lean.weights(numpy.float32, transposed) == ks_mma.W_BULK
+        assert lean.source(numpy.float32, "default", transposed, 4, 4) == \
+            ("ks_mma_group.cu", "ks::ks_mma_group<0, 8, 64, 64, 8, 3, 3, 4, 4, false>")
+    # X by cp.async in 48-row tiles of eight slots with four-group vectors
+    assert dataclasses.replace(lean, bm=48).name(numpy.float32, "tf32", False, 4, 4) == \
+        "ks::ks_mma_group<1, 8, 48, 64, 8, 3, 3, 4, 4, true>"
+    assert dataclasses.replace(lean, bm=48).name(numpy.float32, "tf32", False, 2, 4) == \
+        "ks::ks_mma_group<1, 8, 48, 64, 8, 3, 3, 2, 4, false>"
+    assert lean.source(numpy.float64, "default", True, 2, 2) == \
+        ("ks_mma.cu", "ks::ks_mma<double, 0, 8, 64, 64, 8, 1, 1, 3, 1, 2, 2, 2, 1>")
     # packed weights are copied bk values a row from a new array, whatever the storage's
     # alignment (a misaligned float64 storage narrows the stored weights' copies to 1)
     factor, X = _launch_operands((2, 64, 64, 16), numpy.float64)
@@ -149,6 +164,29 @@ def test_packed_weights_follow_their_definition(dtype):
         for bk in (16, 24, 32, 40):
             ks_mma.packed_weights(K.factor, dataclasses.replace(config, bk=bk))
         assert len(held) == ks_mma.PACKED_LAYOUTS and oldest not in held
+
+
+def test_bulk_packed_weights_swap_the_halves_of_rows():
+    """W_BULK (ks_mma_group.cu's bulk copies, float32 tiles of 64 batch columns and chunks of
+    8): the packed layout with the two 4-element halves of row k swapped where k // 4 is
+    odd, element by element; the other dtypes and chunks keep W_PACKED's layout."""
+    import kscupy as ks
+    rng = numpy.random.default_rng(9)
+    bulk = MmaConfig(slots=4, bm=16, bn=64, bk=8, wm=1, wn=1, stages=2, order=ks_mma.ORDER_GROUP)
+    values = rng.standard_normal((2, 20, 12, 3)).astype(numpy.float32)
+    K = ks.KSMatrix(values)
+    for view in (K, K.T):
+        assert bulk.weights(numpy.float32, view.factor.transposed) == ks_mma.W_BULK
+        got = ks_mma.packed_weights(view.factor, bulk)
+        plain = ks_mma.packed_weights(view.factor, dataclasses.replace(bulk, bn=32))
+        assert got.shape == plain.shape and got is not plain
+        for k, l in itertools.product(range(16), range(8)):
+            swapped = l ^ 4 if (k // 4) % 2 else l
+            assert numpy.array_equal(got[..., k, swapped], plain[..., k, l]), (k, l)
+    assert bulk.weights(numpy.float64, False) == ks_mma.W_PACKED
+    assert dataclasses.replace(bulk, bk=16).weights(numpy.float32, False) == ks_mma.W_STORED
+    # two stages of X [4][64][8 + 4] and W [4][16][8 + 4], then an mbarrier per stage
+    assert bulk.smem_bytes(4) == 2 * 4 * (4 * 64 * 12 + 4 * 16 * 12) + 2 * 8
 
 
 def test_layout_arithmetic():

@@ -1,5 +1,6 @@
-"""The tensor-core kernel family (``kernels_cu/ks_mma.cu``): tile configuration, heuristic and
-variations, the shared-memory layout, the instantiation name and the launch.
+"""The tensor-core kernel family (``kernels_cu/ks_mma.cu``, and ``kernels_cu/ks_mma_group.cu`` for
+float32's group order in 64-column pieces): tile configuration, heuristic and variations, the
+shared-memory layout, the instantiation name and the launch.
 
 A block computes, for ``slots`` consecutive groups, a ``bm × bn`` tile (output rows ``k`` ×
 batch columns ``n``) reducing over ``l < c`` in chunks of ``bk`` through ``stages``
@@ -33,15 +34,20 @@ __all__ = ["MmaConfig", "PRECISIONS", "ORDER_BATCH", "ORDER_GROUP", "ORDER_INGRO
 ORDER_BATCH, ORDER_GROUP, ORDER_INGROUP = 0, 1, 2
 #: Their names (the cost model's keys).
 ORDER_NAMES = {ORDER_BATCH: "batch", ORDER_GROUP: "group", ORDER_INGROUP: "ingroup"}
-#: WT in ks_mma.cu: how the kernel reads W. The stored blocks, a transposed view of them, or
-#: the blocks packed in the order the group order's chunks read them (packed_weights).
-W_STORED, W_TRANSPOSED, W_PACKED = 0, 1, 2
+#: WT in ks_mma.cu and ks_mma_group.cu: how the kernel reads W. The stored blocks, a transposed
+#: view of them, the blocks packed in the order the group order's chunks read them
+#: (packed_weights), or packed with unpadded, swizzled rows that ks_mma_group.cu copies a
+#: step's tile of by one bulk copy.
+W_STORED, W_TRANSPOSED, W_PACKED, W_BULK = 0, 1, 2, 3
 #: Precision names (``_arrays.PRECISIONS``) and their PRECISION template argument.
 PRECISIONS = {"default": 0, "tf32": 1}
 #: The most dynamic shared memory a block may ask for (Hopper and Ampere allow 227 KiB).
 SMEM_LIMIT = 200 * 1024
 #: Shared memory of one SM that blocks share (Hopper 228 KiB, less 1 KiB reserved per block).
 SMEM_PER_SM = 226 * 1024
+#: Whether the float32 group order runs its own kernel (MmaConfig.lean_group); False runs
+#: ks_mma.cu's general template instead (an A/B switch for probes).
+GROUP_KERNEL = True
 
 
 def _real(dtype) -> numpy.dtype:
@@ -124,7 +130,12 @@ class MmaConfig:
         patterns each. Stored float32 blocks were 0.94-1.15x on eleven patterns ((8, 64,
         64, 64) 1.14x, (1, 512, 128, 64) 1.13x, padding the tiles' runs apart did not
         help), and 1.13-1.59x on eight once their copies were spread over the products
-        (median 1.30): they keep the storage as it is."""
+        (median 1.30): they keep the storage as it is. The float32 group order's own kernel
+        (:meth:`lean_group`) reads every view's weights by bulk copies (W_BULK) in chunks of
+        8, the only chunk they are made for: 0.83-0.98x the time of its stored blocks by
+        cp.async on 19 of 22 patterns (H100)."""
+        if self.lean_group(dtype) and self.bk == 8:
+            return W_BULK
         if self.order == ORDER_GROUP and (transposed or numpy.dtype(dtype) != numpy.float32):
             return W_PACKED
         return W_TRANSPOSED if transposed else W_STORED
@@ -152,7 +163,10 @@ class MmaConfig:
         xs = _round_up(self.slots * x_rows * self._x_ld(itemsize), align)
         ws = _round_up(self.slots * w_rows * self._w_ld(itemsize, transposed), align)
         ys = self.slots * self.bm * self.bn if self.order == ORDER_GROUP else 0
-        return max(self.stages * (xs + ws), ys) * itemsize
+        # ks_mma_group.cu's bulk copies of W (WT 3) count on an mbarrier per stage, after the area
+        barriers = 8 * self.stages if itemsize == 4 \
+            and self.weights(numpy.float32, transposed) == W_BULK else 0
+        return max(self.stages * (xs + ws), ys) * itemsize + barriers
 
     def layout(self, itemsize: int, transposed: bool = False) -> tuple:
         """``(SMEM_BYTES, NT, XS_LD, WS_LD)`` of ``MmaLayout``, as this module computes them."""
@@ -163,12 +177,37 @@ class MmaConfig:
         return (f"{self.slots}, {self.bm}, {self.bn}, {self.bk}, {self.wm}, {self.wn}, "
                 f"{self.stages}, {self.order}")
 
+    def lean_group(self, dtype) -> bool:
+        """Whether this configuration runs ``kernels_cu/ks_mma_group.cu``, the float32 group
+        order's own kernel: one warp per group (``wm = wn = 1``), pieces of 64 or more batch
+        columns (the row sums' tiles), one block per SM. Every other configuration runs
+        ``ks_mma.cu``."""
+        return (GROUP_KERNEL and self.order == ORDER_GROUP and numpy.dtype(dtype) == numpy.float32
+                and self.wm == 1 and self.wn == 1 and self.bn >= 64 and self.min_blocks == 1)
+
+    def x_async(self, vx: int) -> bool:
+        """Whether ks_mma_group.cu copies X by cp.async into shared memory in global memory's
+        order (X_ASYNC there) rather than through registers: for four-group vectors in 48-row
+        tiles of eight slots (b = 48 or 96), where it was faster (see the kernel)."""
+        return vx == 4 and self.bm == 48 and self.slots == 8
+
+    def source(self, dtype, precision: str, transposed: bool, vx: int, vw: int) -> tuple:
+        """``(file, instantiation)`` in ``kernels_cu/`` for a factor view that is
+        ``transposed`` or not: ``ks::ks_mma_group<PRECISION, SLOTS, BM, BN, BK, STAGES, WT,
+        VX, VW>`` where :meth:`lean_group`, else ``ks::ks_mma<T, PRECISION, SLOTS, BM, BN,
+        BK, WM, WN, STAGES, ORDER, WT, VX, VW, MIN_BLOCKS>``."""
+        wt = self.weights(dtype, transposed)
+        if self.lean_group(dtype):
+            x_async = "true" if self.x_async(vx) else "false"
+            return "ks_mma_group.cu", (
+                f"ks::ks_mma_group<{PRECISIONS[precision]}, {self.slots}, {self.bm}, {self.bn}, "
+                f"{self.bk}, {self.stages}, {wt}, {vx}, {vw}, {x_async}>")
+        return "ks_mma.cu", (f"ks::ks_mma<{nvrtc.scalar_name(dtype)}, {PRECISIONS[precision]}, "
+                             f"{self._tile_arguments()}, {wt}, {vx}, {vw}, {self.min_blocks}>")
+
     def name(self, dtype, precision: str, transposed: bool, vx: int, vw: int) -> str:
-        """``ks::ks_mma<T, PRECISION, SLOTS, BM, BN, BK, WM, WN, STAGES, ORDER, WT, VX, VW,
-        MIN_BLOCKS>`` for a factor view that is ``transposed`` or not."""
-        return (f"ks::ks_mma<{nvrtc.scalar_name(dtype)}, {PRECISIONS[precision]}, "
-                f"{self._tile_arguments()}, {self.weights(dtype, transposed)}, {vx}, {vw}, "
-                f"{self.min_blocks}>")
+        """The instantiation of :meth:`source`."""
+        return self.source(dtype, precision, transposed, vx, vw)[1]
 
     def layout_probe_name(self, dtype, transposed: bool) -> str:
         """``ks::ks_mma_layout<...>``, which reports :meth:`layout` as the kernel sees it."""
@@ -418,7 +457,7 @@ def copy_vectors(config: MmaConfig, factor, X, strides, B) -> tuple:
     vx = min(vx, {ORDER_BATCH: config.bn, ORDER_INGROUP: config.bk,
                   ORDER_GROUP: config.slots}[config.order])
     wt = config.weights(X.dtype, factor.transposed)
-    if wt == W_PACKED:   # chunks of bk values a row, from a new (aligned) array
+    if wt in (W_PACKED, W_BULK):   # chunks of bk values a row, from a new (aligned) array
         return vx, _vector(isz, True, config.bk)
     w_ptr = factor.tiles.data.ptr // isz if factor.tiles.data.ptr % isz == 0 else 1
     vw = _vector(isz, True, b if wt == W_TRANSPOSED else c, w_ptr)
@@ -438,14 +477,18 @@ def packed_weights(factor, config: MmaConfig):
     beyond the groups, rows and reduction. Each chunk of a tile is then one contiguous run,
     which the kernel copies at offsets known when it is compiled and without bounds checks
     (the general copies work out a 64-bit origin per vector, in registers that the
-    ``cp.async``s in flight still read).
+    ``cp.async``s in flight still read). For ``W_BULK`` (``config.weights``) the two 16-byte
+    halves of each row ``k`` with ``k // 4`` odd are swapped: ks_mma_group.cu copies a chunk
+    into shared memory as it is, rows unpadded, and this keeps its ``ldmatrix`` reads free of
+    bank conflicts.
 
     It costs a copy of the weights, padded to whole tiles (and as much again while it is
     made; :func:`~kscupy.memory.check_fits` first). The factor's shared cache keeps up to
     :data:`PACKED_LAYOUTS` of them, and a prepared run holds on to its own. Made with the
     factor's array module (CuPy for a launch; NumPy too, for tests)."""
     from ..memory import check_fits
-    key = (factor.transposed, config.slots, config.bm, config.bk)
+    bulk = config.weights(factor.dtype, factor.transposed) == W_BULK
+    key = (factor.transposed, config.slots, config.bm, config.bk, bulk)
     held = factor.cache.setdefault("packed weights", {})
     if key in held:
         held[key] = held.pop(key)           # now the most recently used
@@ -464,6 +507,10 @@ def packed_weights(factor, config: MmaConfig):
     packed = xp.ascontiguousarray(
         padded.reshape(gtiles, config.slots, ktiles, config.bm, chunks, config.bk)
         .transpose(0, 2, 4, 1, 3, 5))
+    if bulk:   # rows' 16-byte halves swapped where (k / 4) is odd (W_BULK in ks_mma_group.cu)
+        # k = 8 k8 + 4 kh + k4, l = 4 lh + l4 (bk = 8): reverse lh where kh = 1
+        halves = packed.reshape(*packed.shape[:4], config.bm // 8, 2, 4, 2, 4)
+        halves[:, :, :, :, :, 1] = halves[:, :, :, :, :, 1, :, ::-1].copy()
     while len(held) >= PACKED_LAYOUTS:
         held.pop(next(iter(held)))
     held[key] = packed
@@ -493,14 +540,14 @@ def prepare(factor, X, layout, config: MmaConfig, precision: str = "default"):
     B, strides, y_shape = geometry(X, layout, factor.shape[0])
     vx, vw = copy_vectors(config, factor, X, strides, B)
     smem = config.smem_bytes(dtype.itemsize, factor.transposed)
-    name = config.name(dtype, precision, factor.transposed, vx, vw)
-    fn = nvrtc.function("ks_mma.cu", name, smem, cupy.cuda.Device().id)
+    filename, name = config.source(dtype, precision, factor.transposed, vx, vw)
+    fn = nvrtc.function(filename, name, smem, cupy.cuda.Device().id)
     # Runs of tiles per block pay in the batch order (H200: float16 up to 3x, float32 up to
     # 1.4x faster); in the group order they cost the L2 reuse between neighbouring blocks
     # (float32 (6, 128, 128, 64) batch-size-first: L2 hit rate 77% -> 32%, 2.5x slower),
     # and the in-group order was not measured with them.
     weights = (packed_weights(factor, config)
-               if config.weights(dtype, factor.transposed) == W_PACKED else None)
+               if config.weights(dtype, factor.transposed) in (W_PACKED, W_BULK) else None)
     return tile_launcher(fn, factor, B, strides, y_shape, dtype, bm=config.bm, bn=config.bn,
                          slots=config.slots, threads=config.threads, smem=smem,
                          runs=config.order == ORDER_BATCH, weights=weights)

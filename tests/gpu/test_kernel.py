@@ -325,6 +325,72 @@ def test_float32_group_tiles_of_long_batches(poisoned):
     assert {(1, 2), (2, 2), (4, 2), (8, 3)} <= picked, picked
 
 
+@pytest.mark.parametrize("precision", ["default", "tf32"])
+def test_float32_group_kernel(poisoned, precision):
+    """kernels_cu/ks_mma_group.cu (the float32 group order's own kernel, which the heuristic
+    takes for batches of 8192 and more) on every variant it compiles: 16-, 48- and 64-row
+    pieces (48: W's copies decoded per rep), one to eight slots, two and three stages, X by
+    cp.async (48-row tiles of eight slots) or through registers in vectors of four, two and
+    one groups (a strided view), W by bulk copies (the heuristic's chunks of 8) and, in
+    chunks of 16, stored blocks and packed (transposed) ones by cp.async; ragged batch, rows,
+    reduction and groups."""
+    import dataclasses
+    from kscupy.kernels import ks_mma
+    from kscupy.kernels.operands import geometry
+    from kscupy.problem import problem_of
+    rng = cupy.random.default_rng(47)
+    tol = 5e-3 if precision == "tf32" else RTOL[numpy.dtype(numpy.float32)]
+    seen = set()
+    for pattern, view, columns in [((2, 72, 40, 16), None, None), ((3, 96, 64, 8), None, None),
+                                   ((1, 200, 176, 6), None, None), ((2, 64, 56, 4), "T", None),
+                                   ((5, 130, 24, 2), None, None), ((2, 48, 72, 8), None, 2)]:
+        K = ks.KSMatrix(_random(rng, pattern, numpy.float32))
+        K = K.T if view == "T" else K
+        M, N = K.shape
+        B = 8192 + 72
+        if columns:   # every other column of a wider array: X's groups are not adjacent
+            X = _random(rng, (B, N * columns), numpy.float32)[:, ::columns]
+        else:
+            X = _random(rng, (B, N), numpy.float32)
+        ref = oracle(K.values, X, "bsf")
+        heuristic = ks_mma.heuristic_config(problem_of(K.factor, X, "bsf"))
+        for config in (heuristic, dataclasses.replace(heuristic, bk=16)):
+            assert config.lean_group(numpy.float32), (pattern, config)
+            vx, vw = ks_mma.copy_vectors(config, K.factor, X, geometry(X, "bsf", M)[1], B)
+            seen.add((config.bm, config.slots, config.stages, vx, config.x_async(vx),
+                      config.weights(numpy.float32, K.factor.transposed)))
+            Y = ks_mma.prepare(K.factor, X, "bsf", config, precision)(X)
+            assert Y.dtype == numpy.float32 and Y.shape == ref.shape
+            assert bool(cupy.isfinite(Y).all()), f"{pattern} {config}: unwritten output"
+            err = float(cupy.linalg.norm(Y - ref) / cupy.linalg.norm(ref))
+            assert err < tol, (pattern, config, vx, vw, err)
+    assert {16, 48, 64} <= {s[0] for s in seen} and {1, 2, 4} <= {s[3] for s in seen}, seen
+    assert {True, False} == {s[4] for s in seen}, seen
+    assert {ks_mma.W_STORED, ks_mma.W_PACKED, ks_mma.W_BULK} <= {s[5] for s in seen}, seen
+
+
+def test_float32_group_kernel_small(poisoned):
+    """ks_mma_group.cu's copy paths on short batches, small enough for compute-sanitizer's
+    memcheck and racecheck: X by cp.async and W by bulk copies, X through registers with bulk
+    W, stored and packed W by cp.async; a ragged batch of 200."""
+    from kscupy.kernels import ks_mma
+    rng = cupy.random.default_rng(53)
+    for pattern, view, config in [
+            ((3, 96, 64, 8), None, ks_mma.MmaConfig(8, 48, 64, 8, 1, 1, 3, ks_mma.ORDER_GROUP)),
+            ((2, 64, 56, 4), None, ks_mma.MmaConfig(4, 64, 64, 8, 1, 1, 2, ks_mma.ORDER_GROUP)),
+            ((2, 40, 72, 8), None, ks_mma.MmaConfig(8, 48, 64, 16, 1, 1, 3, ks_mma.ORDER_GROUP)),
+            ((2, 56, 40, 8), "T", ks_mma.MmaConfig(8, 64, 64, 16, 1, 1, 2, ks_mma.ORDER_GROUP))]:
+        K = ks.KSMatrix(_random(rng, pattern, numpy.float32))
+        K = K.T if view == "T" else K
+        X = _random(rng, (200, K.shape[1]), numpy.float32)
+        assert config.lean_group(numpy.float32)
+        try:
+            check(ks_mma.launch(K.factor, X, "bsf", config), oracle(K.values, X, "bsf"),
+                  numpy.float32)
+        except AssertionError as exc:
+            raise AssertionError(f"{pattern} {view} {config}: {exc}") from None
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
 def test_tensor_core_tile_runs(poisoned, dtype):
     """Blocks that walk runs of several tiles (batch-size-last with many tiles) carry their

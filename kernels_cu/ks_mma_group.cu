@@ -1,0 +1,360 @@
+// The float32 group order on the tensor cores: ks_mma.cu's batch-size-first product with
+// d > 1 (ORDER 1, also strided views) for float32 operands, in tiles of one warp per group and
+// 64 or more batch columns (the heuristic's tiles for batches of 8192 and more).
+//
+// The same product, parameters, tiles, tile order, shared-memory layout (MmaLayout, plus an
+// mbarrier per stage after it) and epilogue (store_group_tile) as ks_mma.cu's group order
+// (read its header first). A block takes SLOTS consecutive groups; warp `slot` computes the
+// BM x BN piece of group g0 + slot as MT x NTL MMA tiles of 16 x 8 (rows k x batch columns
+// n), reducing over l in chunks of BK.
+//
+// What differs is the copies. On an H100 (probe, B = 25088, (8, 64, 64) tiles of eight
+// groups) a step's products take about 1800 cycles (the tensor cores take a TF32 MMA about
+// every 23 cycles from a warp with 8 independent ones in flight; 8 warps an SM), and
+// ks_mma.cu's copies add 1000 to 2500 more: X's and W's 16-byte vectors lie in 32-byte pieces
+// of global memory, each costing the load/store unit a lookup of its own. Here
+//   - a step's W tile is one contiguous run of packed weights that one thread copies with a
+//     bulk copy on the Tensor Memory Accelerator (W_BULK);
+//   - X's vectors go by cp.async into a swizzled image of global memory's order where that
+//     pays (X_ASYNC), else through registers into slot-major rows;
+//   - every address is fixed once per block or per tile and moved by constants, shared memory
+//     by 32-bit offsets. (ks_mma.cu's 64-bit copy origins and generic pointers were about 350
+//     of a warp's 680 instructions a step; cutting them alone left the time as it was.)
+//
+// Products (3xTF32, PRECISION_DEFAULT): the three products of one row of MMA tiles and one
+// k-step go to fresh sums (MMAs whose first term adds to zero), which FP32 adds to the
+// accumulators (round to nearest): the tensor cores truncate as they accumulate, and sums of
+// 8 products keep the error of a long reduction at float32's (ks_mma.cu, ROW_SUMS). The
+// TF32 opt-in adds its one product to the accumulators directly. (Two rows of MMA tiles at a
+// time, 16 independent products, did not make the products faster and spilled.)
+//
+// Pipeline: as ks_mma.cu's, STAGES buffers filled STAGES - 1 steps ahead (a step is one
+// chunk of one tile; a block runs a run of consecutive tiles as one stream of steps), with
+// the copies a thread issues spread over the step's (k-step, row tile) iterations
+// (ks_mma.cu, SPREAD_W). Register-staged X is loaded before a step's products and stored to
+// shared memory after them.
+#include "ks_launch.cuh"
+#include "ks_mma_layout.cuh"
+
+namespace ks {
+
+template <int PRECISION, int SLOTS, int BM, int BN, int BK, int STAGES, int WT, int VX, int VW,
+          bool X_ASYNC>
+__global__ void __launch_bounds__(32 * SLOTS, 1)
+ks_mma_group(const float* __restrict__ X, float* __restrict__ Y, const float* __restrict__ W,
+             int G, int b, int c, int d, long long B,
+             long long sx_f, long long sx_b, long long sy_f, long long sy_b,
+             int w_sk, int w_sl, int conj_w, int ktiles, int gtiles, long long tiles,
+             unsigned long long d_magic) {
+  using L = MmaLayout<float, SLOTS, BM, BN, BK, 1, 1, STAGES, 1, WT>;
+  using S = typename L::S;
+  using AOp = Operand<float, PRECISION, S::A_REGS>;
+  using BOp = Operand<float, PRECISION, S::B_REGS>;
+  using XBits = typename Bits<VX * 4>::type;
+  constexpr int NT = L::NT, MT = L::MT, NTL = L::NTL, E = 4;   // E: bytes an element
+  static_assert(WT == 0 || WT == 2 || WT == 3, "stored (WT 0) or packed (WT 2, 3) blocks");
+  // WT 3 (W_BULK): packed blocks whose rows are unpadded, their two 16-byte halves swapped
+  // where k / 4 is odd (kernels/ks_mma.py, packed_weights; ldmatrix stays conflict-free):
+  // a step's W tile is one contiguous run that thread 0 copies with one bulk copy on the
+  // Tensor Memory Accelerator, counted on the stage's mbarrier (after the layout's area), so
+  // W takes the load/store unit no work. With cp.asyncs each 16-byte vector of a 32-byte row
+  // piece cost the unit a tag lookup of its own (probe, H100: 0.83-0.98x the time on 19 of 22
+  // patterns, 0.88x on (8, 512, 512, 16); (8, 64, 64, 64) 1.05x).
+  constexpr bool W_BULK = WT == 3;
+  static_assert(!W_BULK || BK == 8, "bulk W: chunks of 8");
+  constexpr unsigned W_TILE_BYTES = SLOTS * BM * BK * 4;
+  // X's vectors: e = tid + rep * NT has digits (slot / VX, l, n), the first fastest. NT is a
+  // multiple of SLOTS / VX and NT / (SLOTS / VX) = 32 * VX one of BK, so every rep of a
+  // thread has its slot x_es and index x_l and moves the batch column by X_NSTEP.
+  constexpr int XR0 = SLOTS / VX, X_NSTEP = 32 * VX / BK, X_REPS = BN / X_NSTEP;
+  static_assert(32 * VX % BK == 0 && BN % X_NSTEP == 0, "X's copies tile the chunk");
+  // X_ASYNC (vectors of four groups, 16 bytes): X's vectors are cp.asyncs like W's, issued
+  // STAGES - 1 steps ahead, into the stage's X area in global memory's order: row n of the
+  // chunk holds CH = BK * SLOTS / 4 16-byte pieces, piece (l, h) (groups 4h .. 4h + 3 at
+  // reduction index l) at place (l * SLOTS / 4 + h) ^ x_swizzle(n). A warp then reads its
+  // group's fragment values one word at a time with 4-way bank conflicts (each word lies at
+  // place slot % 4 of its piece, and the 32 lanes' pieces can fill only the 8 piece positions
+  // of a 128-byte row: the swizzle gives odd rows the positions that even rows leave free).
+  // That costs shared-memory bandwidth; in exchange no X passes through registers, and X is in
+  // flight STAGES - 1 steps ahead instead of one. The launch takes it for 48-row tiles of eight
+  // slots (b = 48 or 96: short reductions against the loads), where it ran 0.87-0.92x the
+  // time of register-staged X (probe, H100, six patterns); elsewhere staged X was faster (up
+  // to 0.85x). Without it X's vectors pass through registers and land in slot-major rows
+  // (ks_mma.cu's layout).
+  static_assert(!X_ASYNC || VX == 4, "X_ASYNC: vectors of four groups");
+  constexpr int CH = BK * SLOTS / 4;
+  auto x_swizzle = [](int n) { return (n & 1) * (SLOTS == 8 ? 1 : 4); };
+  static_assert(!X_ASYNC || SLOTS == 4 || SLOTS == 8, "X_ASYNC's swizzle: four or eight slots");
+  static_assert(!X_ASYNC || CH * BN <= L::XS_SIZE / 4, "X_ASYNC's chunk fits the X area");
+  // W's vectors: digits (l / VW, k, slot); rep moves the pair (k, slot) by WQ.
+  constexpr int WR0 = BK / VW, WQ = NT / WR0, W_REPS = SLOTS * BM / WQ;
+  static_assert(SLOTS * BM % WQ == 0, "W's copies tile the chunk");
+  static_assert(X_REPS <= 32 && W_REPS <= 32, "a bit a vector in x_ok, w_ok");
+  constexpr int ITERS = BK / S::K * MT;   // (k-step, row tile) iterations of a step
+  require_dynamic_smem<L::SMEM_BYTES>();
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float* const area = reinterpret_cast<float*>(smem_raw);   // the epilogue's generic view
+  const unsigned smem = shared_address(smem_raw);
+
+  const int tid = threadIdx.x, lane = tid & 31, slot = tid >> 5;
+  const long long x_step = (long long)d * sx_f;   // X offset between l and l + 1
+  const long long y_step = (long long)d * sy_f;   // Y offset between k and k + 1
+  const long long bc = (long long)b * c;
+  const int chunks = (c + BK - 1) / BK;
+  const GroupOrigins origins(b, c, d, d_magic, sx_f, sy_f);
+  const long long run = (tiles + gridDim.x - 1) / gridDim.x, first = blockIdx.x * run;
+  // a block's steps: at most TILE_RUN tiles (kernels/operands.py) of c / BK chunks, an int
+  const int steps = (int)(first < tiles ? min(run, tiles - first) : 0) * chunks;
+  if (steps == 0) return;
+
+  // -- this thread's copies, fixed for the kernel
+  const int x_es = tid % XR0 * VX, x_l = tid / XR0 % BK, x_n = tid / (XR0 * BK);
+  // where vector rep = 0 lands in a stage (later reps X_NSTEP rows further)
+  const unsigned x_at = X_ASYNC ? (x_n * CH + ((x_l * (SLOTS / 4) + x_es / 4) ^ x_swizzle(x_n))) * 16
+                                : (x_es * L::XS_SLOT + x_n * L::XS_LD + x_l) * E;
+  const long long x_nstride = X_NSTEP * sx_b;     // X offset between reps
+  const int w_l = tid % WR0 * VW;
+  // W vector rep: (k, slot) = (w_t + rep * WQ) % BM, / BM. Where WQ is a multiple of BM a
+  // thread keeps its row and moves the slot by W_ESTEP each rep: its vectors lie a constant
+  // step apart in shared and global memory. Otherwise (BM = 48, say) each rep is decoded.
+  constexpr bool W_LINEAR = WQ % BM == 0;
+  constexpr int W_ESTEP = WQ / BM;
+  const int w_t = tid / WR0;
+  auto w_k = [&](int rep) { return W_LINEAR ? w_t % BM : (w_t + rep * WQ) % BM; };
+  auto w_es = [&](int rep) { return W_LINEAR ? w_t / BM + rep * W_ESTEP : (w_t + rep * WQ) / BM; };
+  const unsigned w_at0 = (L::XS_SIZE + w_es(0) * L::WS_SLOT + w_k(0) * L::WS_LD + w_l) * E;
+  // where W vector rep lands in a stage, from w_at0, and lies in W, from w_src (WT 0)
+  auto w_at = [&](int rep) {
+    return W_LINEAR ? w_at0 + rep * W_ESTEP * L::WS_SLOT * E
+                    : (L::XS_SIZE + w_es(rep) * L::WS_SLOT + w_k(rep) * L::WS_LD + w_l) * E;
+  };
+  const long long w_estride = W_ESTEP * bc;
+  auto w_off = [&](int rep) {
+    return W_LINEAR ? rep * w_estride
+                    : (w_es(rep) - w_es(0)) * bc + (long long)(w_k(rep) - w_k(0)) * w_sk;
+  };
+  // ldmatrix rows of a lane: X tiles (q, q + 1) at n = 8q + (lane & 7) + 8 (lane >> 4),
+  // l = kk + 4 ((lane >> 3) & 1); W row tile mt at k = 16 mt + (lane & 15), l = kk + 4 (lane >> 4)
+  const unsigned x_frag = (slot * L::XS_SLOT + ((lane & 7) + 8 * (lane >> 4)) * L::XS_LD
+                           + 4 * ((lane >> 3) & 1)) * E;
+  const unsigned w_frag = W_BULK
+      ? (L::XS_SIZE + slot * BM * BK + (lane & 15) * BK) * E + ((lane >> 4) ^ ((lane >> 2) & 1)) * 16
+      : (L::XS_SIZE + slot * L::WS_SLOT + (lane & 15) * L::WS_LD + 4 * (lane >> 4)) * E;
+  const unsigned bars = smem + L::AREA * E;   // W_BULK: stage s's mbarrier at bars + 8 s
+  // X_ASYNC: B fragment register i of tile q at k-step kk is X[n = 8q + lr][l = kk + lc + 4i]
+  // of this warp's group (lr = lane / 4, lc = lane % 4): x_word[i] plus constants
+  auto x_word = [&](int i) {
+    const int lr = lane >> 2, lc = lane & 3;
+    return (unsigned)((lr * CH + (((lc + 4 * i) * (SLOTS / 4) + slot / 4) ^ x_swizzle(lr))) * 16
+                      + (slot & 3) * E);
+  };
+  const unsigned x_word0 = x_word(0), x_word1 = x_word(1);
+
+  auto stage_at = [&](int stage) { return smem + stage * (L::STAGE * E); };
+
+  // -- the copies' cursor: (load_tile, load_chunk), STAGES - 1 steps ahead of the products
+  using Cursor = TileCursor<BM, BN, SLOTS, false>;
+  const long long r1 = gtiles;
+  const Cursor stride(1, ktiles, r1);
+  Cursor load_tile(first, ktiles, r1);
+  int load_chunk = 0;
+  const float* x_src = X;   // this thread's first X vector in the load tile's chunk
+  // W_BULK: the load tile's chunk; WT 2: this thread's first vector in it; WT 0: its vector
+  // rep = 0 in the load tile's chunk
+  const float* w_src = W;
+  unsigned x_ok = 0, w_ok = 0;   // bit rep: vector rep lies in the problem (but for l)
+  auto enter_load_tile = [&]() {
+    const TileOrigin lt = load_tile.origin();
+    const bool group = lt.g0 + x_es < G;
+    x_src = X + (group ? origins.x(lt.g0 + x_es) + x_l * x_step + (lt.n0 + x_n) * sx_b : 0);
+    x_ok = 0;
+#pragma unroll
+    for (int rep = 0; rep < X_REPS; ++rep)
+      x_ok |= (unsigned)(group && lt.n0 + x_n + rep * X_NSTEP < B) << rep;
+    if constexpr (WT >= 2) {   // packed: the tile's chunks one run after the other, zero-filled
+      w_src = W + ((long long)(lt.g0 / SLOTS) * ktiles + lt.k0 / BM) * chunks * (SLOTS * BM * BK)
+              + (W_BULK ? 0 : tid * VW);
+    } else {
+      w_src = W + (lt.g0 + w_es(0)) * bc + (long long)(lt.k0 + w_k(0)) * w_sk + w_l * w_sl;
+      w_ok = 0;
+#pragma unroll
+      for (int rep = 0; rep < W_REPS; ++rep)
+        w_ok |= (unsigned)(lt.g0 + w_es(rep) < G && lt.k0 + w_k(rep) < b) << rep;
+    }
+  };
+  // The copies of the cursor's step into stage `s` (shared address of its base): X by load_x
+  // into registers (stash_x stores them) or by copy_x; W by load_w (its vectors rep_lo <= rep
+  // < rep_hi) or, W_BULK, by thread 0's bulk_w (whole tile); next_load moves the cursor on.
+  auto load_x = [&](XBits (&staged)[X_REPS]) {   // register-staged (not X_ASYNC)
+    const unsigned ok_bits = load_chunk * BK + x_l < c ? x_ok : 0;
+#pragma unroll
+    for (int rep = 0; rep < X_REPS; ++rep) {
+      const bool ok = ok_bits >> rep & 1;
+      staged[rep] = ok ? *reinterpret_cast<const XBits*>(x_src + rep * x_nstride) : XBits{};
+    }
+  };
+  auto copy_x = [&](unsigned s, int rep_lo, int rep_hi) {   // X_ASYNC
+    const unsigned ok_bits = load_chunk * BK + x_l < c ? x_ok : 0;
+#pragma unroll
+    for (int rep = 0; rep < X_REPS; ++rep) {
+      if (rep < rep_lo || rep >= rep_hi) continue;
+      const bool ok = ok_bits >> rep & 1;
+      cp_async<16>(s + x_at + rep * X_NSTEP * CH * 16, ok ? x_src + rep * x_nstride : X, ok);
+    }
+  };
+  auto stash_x = [&](unsigned s, const XBits (&staged)[X_REPS]) {
+#pragma unroll
+    for (int rep = 0; rep < X_REPS; ++rep) {
+      const float* v = reinterpret_cast<const float*>(&staged[rep]);
+#pragma unroll
+      for (int u = 0; u < VX; ++u)
+        st_shared_f32(s + x_at + (u * L::XS_SLOT + rep * X_NSTEP * L::XS_LD) * E, v[u]);
+    }
+  };
+  auto bulk_w = [&](int stage) {   // W_BULK, thread 0
+    mbarrier_expect_bytes(bars + 8 * stage, W_TILE_BYTES);
+    cp_async_bulk(stage_at(stage) + L::XS_SIZE * E, w_src, W_TILE_BYTES, bars + 8 * stage);
+  };
+  auto load_w = [&](unsigned s, int rep_lo, int rep_hi) {
+    if constexpr (W_BULK) return;
+    const unsigned ok_bits = load_chunk * BK + w_l < c ? w_ok : 0;
+#pragma unroll
+    for (int rep = 0; rep < W_REPS; ++rep) {
+      if (rep < rep_lo || rep >= rep_hi) continue;
+      if constexpr (WT == 2) {
+        cp_async<VW * E>(s + w_at(rep), w_src + rep * NT * VW, true);
+      } else {
+        const bool ok = ok_bits >> rep & 1;
+        cp_async<VW * E>(s + w_at(rep), ok ? w_src + w_off(rep) : W, ok);
+      }
+    }
+  };
+  auto next_load = [&]() {
+    if (++load_chunk == chunks) {
+      load_chunk = 0;
+      load_tile.advance(stride, ktiles, r1);
+      enter_load_tile();
+    } else {
+      x_src += BK * x_step;
+      w_src += WT >= 2 ? SLOTS * BM * BK : BK * w_sl;
+    }
+  };
+  if constexpr (W_BULK) {
+    if (tid == 0) {
+#pragma unroll
+      for (int s = 0; s < STAGES; ++s) mbarrier_init(bars + 8 * s, 1);
+      mbarrier_init_fence();
+    }
+    __syncthreads();
+  }
+  // The first STAGES - 1 steps' copies (staged X: all loads in flight before any is stored).
+  enter_load_tile();
+  XBits x_first[X_ASYNC ? 1 : STAGES - 1][X_REPS];
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < steps) {
+      if constexpr (X_ASYNC) copy_x(stage_at(s), 0, X_REPS);
+      else load_x(x_first[s]);
+      load_w(stage_at(s), 0, W_REPS);
+      if (W_BULK && tid == 0) bulk_w(s);
+      next_load();
+    }
+    cp_async_commit();
+  }
+  if constexpr (!X_ASYNC) {
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s)
+      if (s < steps) stash_x(stage_at(s), x_first[s]);
+  }
+
+  float acc[1][MT][NTL][S::C_REGS];
+  each_register<float>(acc, acc, [](float& sum, float) { sum = 0.0f; });
+  Cursor tile(first, ktiles, r1);   // the tile whose products run
+  int chunk = 0, stage = 0;
+  unsigned phase = 0;   // W_BULK: of the current stage's barrier
+  XBits x_staged[X_ASYNC ? 1 : X_REPS];
+  for (int step = 0; step < steps; ++step) {
+    cp_async_wait<STAGES - 2>();   // this thread's copies of `step` have landed ...
+    if constexpr (W_BULK) mbarrier_wait(bars + 8 * stage, phase);
+    __syncthreads();               // ... everyone's have, and the buffer refilled next is free
+    const int next_stage = stage == 0 ? STAGES - 1 : stage - 1;   // (step + STAGES - 1) % STAGES
+    const bool more = step + STAGES - 1 < steps;
+    const unsigned base = stage_at(stage), next = stage_at(next_stage);
+    if (W_BULK && more && tid == 0) bulk_w(next_stage);
+    if constexpr (!X_ASYNC) {
+      if (more) load_x(x_staged);
+    }
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += S::K) {
+      BOp x[NTL];
+      if constexpr (X_ASYNC) {
+#pragma unroll
+        for (int q = 0; q < NTL; ++q) {
+          const unsigned at = base + (q * S::N * CH + kk * (SLOTS / 4)) * 16;
+          const float v[2] = {ld_shared_f32(at + x_word0), ld_shared_f32(at + x_word1)};
+          x[q].set(v);
+        }
+      } else {
+#pragma unroll
+        for (int q = 0; q < NTL; q += 2) {   // one ldmatrix: registers 0, 1 tile q's, 2, 3 q + 1's
+          unsigned r[4];
+          ldmatrix_x4(r, base + x_frag + (q * S::N * L::XS_LD + kk) * E);
+          const float lo[2] = {__uint_as_float(r[0]), __uint_as_float(r[1])};
+          const float hi[2] = {__uint_as_float(r[2]), __uint_as_float(r[3])};
+          x[q].set(lo);
+          x[q + 1].set(hi);
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int it = kk / S::K * MT + mt;
+        if (X_ASYNC && more) copy_x(next, it * X_REPS / ITERS, (it + 1) * X_REPS / ITERS);
+        if (more) load_w(next, it * W_REPS / ITERS, (it + 1) * W_REPS / ITERS);
+        AOp a;
+        {
+          unsigned r[4];
+          ldmatrix_x4(r, base + w_frag + (mt * S::M * (W_BULK ? BK : L::WS_LD) + kk) * E);
+          const float v[4] = {__uint_as_float(r[0]), __uint_as_float(r[1]),
+                              __uint_as_float(r[2]), __uint_as_float(r[3])};
+          a.set(v);
+        }
+        if constexpr (PRECISION == PRECISION_DEFAULT) {
+          float sums[NTL][S::C_REGS];
+          each_register<float>(sums, sums, [](float& sum, float) { sum = 0.0f; });
+          // term by term over the row's tiles: consecutive MMAs write different sums
+#pragma unroll
+          for (int term = 0; term < Terms<float, PRECISION>::value; ++term)
+#pragma unroll
+            for (int q = 0; q < NTL; ++q) mma_term<PRECISION>(term, sums[q], a, x[q]);
+          each_register<float>(acc[0][mt], sums, [](float& sum, float v) { sum += v; });
+        } else {
+#pragma unroll
+          for (int q = 0; q < NTL; ++q) mma_term<PRECISION>(0, acc[0][mt][q], a, x[q]);
+        }
+      }
+    }
+    if (more) next_load();
+    cp_async_commit();
+    if constexpr (!X_ASYNC) {
+      if (more) stash_x(next, x_staged);
+    }
+    if (++chunk == chunks) {   // the tile is complete
+      store_group_tile<L, VX>(Y, step == steps - 1 ? area : area + stage * L::STAGE,
+                              step == steps - 1, tile.origin(), acc, tid, slot, 0, 0, G, b, B,
+                              y_step, sy_b, origins);
+      each_register<float>(acc, acc, [](float& sum, float) { sum = 0.0f; });
+      chunk = 0;
+      tile.advance(stride, ktiles, r1);
+    }
+    if (stage == STAGES - 1) {
+      stage = 0;
+      phase ^= 1;
+    } else {
+      ++stage;
+    }
+  }
+  cp_async_wait<0>();   // only empty groups remain; leave none behind
+}
+
+}  // namespace ks

@@ -54,21 +54,27 @@ CASES = [("float16", "default", 25088), ("float32", "default", 25088), ("float32
 def kernel_source(path):
     """Within the block, ks_mma compiles ``path`` (an absolute path: another version of
     ks_mma.cu, whose includes still resolve in kernels_cu) instead of kernels_cu/ks_mma.cu;
-    ``None`` leaves it alone."""
-    compile_function = nvrtc.function
-    if path is not None:
+    ``"general"`` runs ks_mma.cu's template where the float32 group order has its own kernel
+    (ks_mma.GROUP_KERNEL off); ``None`` leaves both alone."""
+    compile_function, group_kernel = nvrtc.function, ks_mma.GROUP_KERNEL
+    if path == "general":
+        ks_mma.GROUP_KERNEL = False
+    elif path is not None:
         nvrtc.function = lambda filename, *args, **kwargs: compile_function(
             str(path) if filename == "ks_mma.cu" else filename, *args, **kwargs)
     try:
         yield
     finally:
-        nvrtc.function = compile_function
+        nvrtc.function, ks_mma.GROUP_KERNEL = compile_function, group_kernel
 
 
 def baseline_source(spec):
-    """The path of another ks_mma.cu: ``spec`` itself where it names a file, else the file as
-    of git revision ``spec`` (written to a temporary file; on the lent GPU machines the
-    checkout's history may lag behind the working tree, so a file is the safer baseline)."""
+    """The path of another ks_mma.cu (``"general"``: see kernel_source): ``spec`` itself
+    where it names a file, else the file as of git revision ``spec`` (written to a temporary
+    file; on the lent GPU machines the checkout's history may lag behind the working tree, so
+    a file is the safer baseline)."""
+    if spec == "general":
+        return spec
     if pathlib.Path(spec).is_file():
         return pathlib.Path(spec).resolve()
     text = subprocess.run(["git", "show", f"{spec}:kernels_cu/ks_mma.cu"], cwd=ROOT,
@@ -136,7 +142,8 @@ def main():
                              "min_blocks;...) beside the heuristic's instead of the candidates")
     parser.add_argument("--baseline", default=None, metavar="REV_OR_FILE",
                         help="also time every configuration with another ks_mma.cu (a file, "
-                             "or the one of a git revision), in the same process on the same data")
+                             "or the one of a git revision), in the same process on the same "
+                             "data; 'general': with ks_mma.cu where ks_mma_group.cu would run")
     parser.add_argument("--warp-tile", default=None, metavar="DTYPE=MxN",
                         help="try another warp piece for one dtype (heuristic and candidates)")
     args = parser.parse_args()

@@ -1,15 +1,17 @@
 """The CUDA kernel families, one module each, beside their sources in ``kernels_cu/``.
 
-=====================  ===========================  ==========================================
-module                 source                       what it launches
-=====================  ===========================  ==========================================
-:mod:`.ks_matmul`      ``kernels_cu/ks_matmul.cu``  one factor, any pattern, both layouts
-:mod:`.ks_mma`         ``kernels_cu/ks_mma.cu``     one factor on the tensor cores
-:mod:`.ks_skinny`      ``kernels_cu/ks_skinny.cu``  one factor at a small batch
-:mod:`.ks_chain`       ``kernels_cu/ks_chain.cu``   a segment of a chain in shared memory
-:mod:`.gemm`           (cuBLAS)                     prepared cuBLAS calls: the dense matrix;
-                                                    every group in place (strided-batched)
-=====================  ===========================  ==========================================
+=====================  ==============================  =======================================
+module                 source                          what it launches
+=====================  ==============================  =======================================
+:mod:`.ks_matmul`      ``kernels_cu/ks_matmul.cu``     one factor, any pattern, both layouts
+:mod:`.ks_mma`         ``kernels_cu/ks_mma.cu``        one factor on the tensor cores
+\                      ``kernels_cu/ks_mma_group.cu``  ... its float32 group order in
+                                                       64-column pieces (long batches)
+:mod:`.ks_skinny`      ``kernels_cu/ks_skinny.cu``     one factor at a small batch
+:mod:`.ks_chain`       ``kernels_cu/ks_chain.cu``      a segment of a chain in shared memory
+:mod:`.gemm`           (cuBLAS)                        prepared cuBLAS calls: the dense matrix;
+                                                       every group in place (strided-batched)
+=====================  ==============================  =======================================
 
 Each family module owns everything about its kernel: the tile configuration and how it is
 chosen, the Python mirror of the shared-memory layout (checked against the compiled kernel

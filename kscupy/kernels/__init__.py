@@ -4,8 +4,8 @@
 module                 source                          what it launches
 =====================  ==============================  =======================================
 :mod:`.ks_matmul`      ``kernels_cu/ks_matmul.cu``     one factor, any pattern, both layouts
-:mod:`.ks_mma`         ``kernels_cu/ks_mma.cu``        one factor on the tensor cores
-\                      ``kernels_cu/ks_mma_group.cu``  ... its float32 group order in
+:mod:`.ks_mma`         ``kernels_cu/ks_mma.cu``        one factor on the tensor cores; the
+                       ``kernels_cu/ks_mma_group.cu``  second: its float32 group order in
                                                        64-column pieces (long batches)
 :mod:`.ks_skinny`      ``kernels_cu/ks_skinny.cu``     one factor at a small batch
 :mod:`.ks_chain`       ``kernels_cu/ks_chain.cu``      a segment of a chain in shared memory

@@ -7,7 +7,8 @@ import pytest
 
 import kscupy as ks
 from kscupy import costs, planner
-from kscupy.kernels import ks_direct, ks_matmul, ks_mma, ks_rows, ks_skinny, nvrtc, transpose
+from kscupy.kernels import (ks_direct, ks_matmul, ks_mma, ks_pair, ks_rows, ks_skinny, nvrtc,
+                            transpose)
 from kscupy.kernels.ks_chain import FusedSegment
 from kscupy.problem import Problem
 from nvrtc_program import LIBRARY, compile_source
@@ -92,6 +93,23 @@ def test_mma_group_instantiations_compile(batch):
                     assert filename == "ks_mma_group.cu"
                     names.add(name)
     _compile("ks_mma_group.cu", names)
+
+
+def test_pair_instantiations_compile():
+    """ks_pair (two factors fused on the tensor cores) as make_pair_segment makes it for
+    square blocks in place, a bottleneck and ragged blocks (MASKED), in both layouts and
+    precisions, with vector and scalar copies, and the other tile shapes the GPU tests run."""
+    names = set()
+    for patterns in (((32, 32, 32, 1), (1, 32, 32, 32)), ((2, 48, 192, 1), (1, 192, 48, 2)),
+                     ((3, 20, 12, 2), (2, 9, 30, 2))):
+        factors = tuple(ks.KSMatrix.random(p, dtype=numpy.float32).factor for p in patterns)
+        for layout in ("bsf", "bsl"):
+            chosen = ks_pair.make_pair_segment(factors, numpy.float32, layout)
+            for segment in (chosen, ks_pair.PairSegment(factors, layout, 16, 16, 2),
+                            ks_pair.PairSegment(factors, layout, 8, 8, 1)):
+                for precision in ks_pair.PRECISIONS:
+                    names |= {segment.name(precision, 4, 4), segment.name(precision, 1, 1)}
+    _compile("ks_pair.cu", names)
 
 
 def test_direct_instantiations_compile():

@@ -246,6 +246,18 @@ _ROWS_EFFICIENCY = 0.6
 _ROWS_BSL_DATAPATH = 0.234     # the H200's 3.25 x 4.814e12 B/s over its 6.691e13 flop/s
 _ROWS_BSL_GLOBAL = 1.5
 _ROWS_LONE_BLOCK = 1.5
+# Fused pairs of factors on the tensor cores (kernels_cu/ks_pair.cu): one block an SM (the
+# tile takes most of its shared memory), whose copy of X, products and store of Y follow one
+# another. The products: a warp issues one TF32 MMA about every _PAIR_MMA_CYCLES cycles with
+# up to 8 independent ones in flight (the tensor-core micro-benchmark, docs/performance.md),
+# and the busiest warp sets the pace; the copies take the block's share of the DRAM
+# bandwidth; _PAIR_BLOCK_SECONDS of latency a block besides (its barriers, the weights'
+# first loads from L2). Fitted by hand to three pairs on an H100 (B = 25088: Monarch(512)
+# and Monarch(1024) in place, predicted 0.97x and 0.92x of their times, and (1, 192, 48, 2)
+# after (2, 48, 192, 1), 1.2x: its 16 MMAs in flight issue faster than the model says).
+_PAIR_MMA_CYCLES = 23
+_PAIR_BLOCK_SECONDS = 12e-6
+
 # Computed radix-2 stages (kernels/ks_rows.stage_of): a twiddled stage reads d/DLO twiddles
 # per work item, neighbouring lanes neighbouring values (one line per use, not
 # _ROWS_WEIGHT_LINES), and does a complex multiply and two adds per pair of elements
@@ -516,6 +528,29 @@ def segment_seconds(segment, batch: int, dtype, rates: DeviceRates) -> float:
         efficiency = _FUSED_EFFICIENCY * min(1.0, per_load / 4.0)
         compute += per_mac * batch * p.nnz / (efficiency * rates.peak(dtype))
     return max(dram, l2, compute) + LAUNCH_SECONDS
+
+
+def pair_seconds(segment, batch: int, rates: DeviceRates) -> float:
+    """A fused pair of factors (:class:`kscupy.kernels.ks_pair.PairSegment`) on float32
+    batches: waves of one block an SM, each block its products (the busiest warp's MMAs at
+    _PAIR_MMA_CYCLES each), its copies of X and Y at its share of the bandwidth and
+    _PAIR_BLOCK_SECONDS; at least the weights' reads from L2, every block reading both
+    factors' (3xTF32: two parts each), plus a launch."""
+    sms = rates.sms
+    clock = rates.flops32 / (2 * 128 * sms)          # flops32 = 2 x 128 FMA lanes x SMs x clock
+    blocks = -(-batch // segment.columns)
+    rows = 16 * segment.row_tiles
+    mmas, weights = 0, 0
+    for p in segment.patterns:
+        units = p.a * p.d * -(-p.b // rows)
+        steps = -(-p.c // 8)
+        mmas += -(-units // segment.warps) * steps * segment.row_tiles * (segment.columns // 8) * 3
+        weights += 2 * units * steps * rows * 8
+    n_in, m_out = segment.patterns[0].shape[1], segment.patterns[1].shape[0]
+    copies = 4 * segment.columns * (n_in + m_out) / (rates.bandwidth / sms)
+    block = mmas * _PAIR_MMA_CYCLES / clock + copies + _PAIR_BLOCK_SECONDS
+    l2 = 4 * blocks * weights / (_L2_FACTOR * rates.bandwidth)
+    return max(-(-blocks // sms) * block, l2) + LAUNCH_SECONDS
 
 
 def rows_seconds(segment, batch: int, dtype, rates: DeviceRates, layout: str) -> float:

@@ -11,6 +11,11 @@ A plan is a list of steps, each reading the batch once and writing it once:
   on whole feature vectors (``kernels_cu/ks_rows.cu``): nesting factors (FFT, Hadamard and
   butterfly stages) are applied several at a time from registers, with one round trip
   through shared memory per pass instead of per factor.
+* :class:`~kscupy.kernels.ks_pair.PairSegment` — two consecutive factors of any blocks by
+  one launch of ``kernels_cu/ks_pair.cu`` on the tensor cores (float32): the intermediate of
+  a tile of batch columns stays in shared memory, and every block reads both factors'
+  weights from L2. Weighed under ``fuse="auto"`` (:func:`kscupy.costs.pair_seconds`); a
+  chain permutation next to it is a gather of its own.
 * :class:`FactorStep` — one factor through :func:`kscupy.dispatch.apply` (the
   single-factor kernel, BMM or cuBLAS dense, as ``auto`` or the caller chose).
 * :class:`ProductStep` — a run of factors applied as their product (:func:`product`, formed
@@ -41,6 +46,7 @@ from . import _arrays, costs, dispatch, tuning
 from .factor import Factor
 from .kernels import ks_direct
 from .kernels.ks_chain import make_segment
+from .kernels.ks_pair import make_pair_segment
 from .kernels.ks_rows import make_row_segment, stage_of, STORED
 from .pattern import KSPattern, super_pattern
 from .problem import Problem
@@ -463,6 +469,11 @@ def _plan_factors(chain, factors, layout, dtype, batch, fuse, factor_backend, ra
                 if rows_fit:
                     candidates.append(((row_segment,), costs.rows_seconds(
                         row_segment, batch, dtype, rates, layout)))
+            if fuse == "auto" and j - i == 2:
+                pair = make_pair_segment(factors[i:j], dtype, layout)
+                if pair is not None:
+                    candidates.append(with_gathers(pair, costs.pair_seconds(pair, batch, rates),
+                                                   first, last))
             lone = j - i == 1 and folds["src"] is None and folds["dst"] is None
             if segments_fit and not lone:        # a lone factor: the single-factor path
                 seg = make_segment(factors[i:j], dtype, layout, batch, **folds)

@@ -13,7 +13,12 @@ from .shuffle import inverse_permutation
 __all__ = ["KSChain", "compose"]
 
 #: Plans for batches of this size or more are shared (the plan no longer changes with B).
-_PLAN_BUCKET_CAP = 1024
+#: A fused pair's price (planner, costs.pair_seconds) is a whole number of waves of one
+#: block per SM per 8 to 64 columns: at a few thousand columns one wave, cheaper than two
+#: per-factor launches, at 25088 twelve, dearer; with plans shared from 1024 on, the
+#: first batch planned decided for every larger one ((1, 128, 128, 3)·(6, 64, 256, 1)
+#: batch-size-last ran its pair at 25088 columns, 0.48 ms against 0.23 per factor).
+_PLAN_BUCKET_CAP = 65536
 
 
 class KSChain(KSOperator):

@@ -257,6 +257,12 @@ _ROWS_LONE_BLOCK = 1.5
 # after (2, 48, 192, 1), 1.2x: its 16 MMAs in flight issue faster than the model says).
 _PAIR_MMA_CYCLES = 23
 _PAIR_BLOCK_SECONDS = 12e-6
+#: The planner takes a pair where its price is below this share of the alternatives': the
+#: per-factor model overprices short batches (Monarch(1024) at 1536 columns: 0.045 ms
+#: modelled, 0.032 measured) and a close call went to a pair 1.1-1.4x slower (H100, three
+#: chains at 1024 ... 25088 columns: with the margin, 13 of 15 picks right, the two others
+#: within 0.93x).
+PAIR_MARGIN = 0.85
 
 # Computed radix-2 stages (kernels/ks_rows.stage_of): a twiddled stage reads d/DLO twiddles
 # per work item, neighbouring lanes neighbouring values (one line per use, not

@@ -14,8 +14,9 @@ A plan is a list of steps, each reading the batch once and writing it once:
 * :class:`~kscupy.kernels.ks_pair.PairSegment` — two consecutive factors of any blocks by
   one launch of ``kernels_cu/ks_pair.cu`` on the tensor cores (float32): the intermediate of
   a tile of batch columns stays in shared memory, and every block reads both factors'
-  weights from L2. Weighed under ``fuse="auto"`` (:func:`kscupy.costs.pair_seconds`); a
-  chain permutation next to it is a gather of its own.
+  weights from L2. Weighed under ``fuse="auto"`` (:func:`kscupy.costs.pair_seconds`,
+  taken only by a margin, ``costs.PAIR_MARGIN``); a chain permutation next to it is a
+  gather of its own.
 * :class:`FactorStep` — one factor through :func:`kscupy.dispatch.apply` (the
   single-factor kernel, BMM or cuBLAS dense, as ``auto`` or the caller chose).
 * :class:`ProductStep` — a run of factors applied as their product (:func:`product`, formed
@@ -471,9 +472,10 @@ def _plan_factors(chain, factors, layout, dtype, batch, fuse, factor_backend, ra
                         row_segment, batch, dtype, rates, layout)))
             if fuse == "auto" and j - i == 2:
                 pair = make_pair_segment(factors[i:j], dtype, layout)
-                if pair is not None:
-                    candidates.append(with_gathers(pair, costs.pair_seconds(pair, batch, rates),
-                                                   first, last))
+                if pair is not None:           # priced with a margin (the plan's seconds too)
+                    candidates.append(with_gathers(
+                        pair, costs.pair_seconds(pair, batch, rates) / costs.PAIR_MARGIN,
+                        first, last))
             lone = j - i == 1 and folds["src"] is None and folds["dst"] is None
             if segments_fit and not lone:        # a lone factor: the single-factor path
                 seg = make_segment(factors[i:j], dtype, layout, batch, **folds)

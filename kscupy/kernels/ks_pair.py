@@ -255,7 +255,9 @@ def prepare(segment: PairSegment, X, layout, precision: str = "default"):
     vx = 4 if _aligned(X.data.ptr, ldx, along_x) else 1
     vy = 4 if _aligned(0, ldy, along_y) else 1
     smem = segment.smem
-    fn = nvrtc.function("ks_pair.cu", segment.name(precision, vx, vy), smem.bytes,
+    # one limit for every layout of an instantiation (its shared memory depends on the
+    # patterns, not only on the template arguments)
+    fn = nvrtc.function("ks_pair.cu", segment.name(precision, vx, vy), SMEM_MAX,
                         cupy.cuda.Device().id)
     i32, i64 = numpy.int32, numpy.int64
 

@@ -247,7 +247,9 @@ def _load(filename, name, smem, device_id, prefer_shared):
     module = cupy.RawModule(code=_source(filename), options=("-std=c++17", f"-I{source_dir()}"),
                             name_expressions=[name])
     fn = module.get_function(name)
-    if smem > 48 * 1024:
+    # CuPy may hand out the same CUfunction for the same source and name (its module cache):
+    # raise the limit, never lower it below what an earlier key of this name asked for
+    if smem > 48 * 1024 and fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = smem
     if prefer_shared:
         fn.preferred_shared_memory_carveout = 100

@@ -8,6 +8,7 @@ output element the kernel fails to write fails the test.
 import numpy
 import pytest
 
+import kscupy as ks
 from conftest import RTOL, chain_oracle, gpu_available, gpu_chain, random_array, rel_err
 from kscupy import costs, planner
 from kscupy.kernels import ks_pair
@@ -105,3 +106,20 @@ def test_planner_runs_a_pair(poisoned, rng, monkeypatch):
             Y = plan.prepare(cupy.asarray(X), layout)(cupy.asarray(X))
             ref = D @ X if layout == "bsl" else X @ D.T
             assert rel_err(Y, ref) < 4e-5
+
+
+def test_one_instantiation_for_several_layouts(poisoned, rng):
+    """Two pairs of the same instantiation whose tiles take different shared memory
+    (Monarch(1024) and Monarch(512), 32 columns: 128 and 66 KiB): preparing the smaller
+    after the larger must leave the larger launchable (CuPy hands out one CUfunction per
+    source and name, whose shared-memory limit the second preparation once lowered)."""
+    runs = []
+    for n in (1024, 512):
+        chain = ks.monarch(n, dtype=numpy.float32, xp=cupy, seed=n)
+        factors = tuple(K.factor for K in reversed(chain.factors))
+        segment = ks_pair.PairSegment(factors, "bsf", 32, 8, 2)
+        X = random_array(rng, (100, n), numpy.float32)
+        runs.append((segment.prepare(cupy.asarray(X), "bsf"), X, chain_oracle(chain)))
+    assert len({run[0].launch._function for run in runs}) == 1
+    for run, X, D in runs:
+        assert rel_err(run(cupy.asarray(X)), X @ D.T) < 4e-5

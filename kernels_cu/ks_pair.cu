@@ -40,15 +40,33 @@ struct PairFactor {
 template <int PRECISION>
 __host__ __device__ constexpr int weight_parts() { return PRECISION == PRECISION_DEFAULT ? 2 : 1; }
 
-// Tile element (t, n) for e < F·BN: vectors of V elements along the axis that is contiguous
-// in global memory (t in batch-size-first, n in batch-size-last), consecutive e along it.
+// A thread's walk over the elements of a tile of F features x BN columns, V at a time along
+// the axis that is contiguous in global memory (t in batch-size-first, n in batch-size-last):
+// element e = tid, tid + NT, ... < F·BN / V is (line, along) = (e / per_line, e % per_line·V)
+// with per_line vectors a line, lines the columns (batch-size-first) or the features; the
+// walk steps by NT with a carry instead of dividing each time.
 template <bool BSL, int BN, int V>
-__device__ __forceinline__ void tile_element(int e, int F, int& t, int& n) {
-  const int per_line = BSL ? BN / V : F / V;
-  const int line = e / per_line, along = (e % per_line) * V;
-  t = BSL ? line : along;
-  n = BSL ? along : line;
-}
+struct TileWalk {
+  int per_line, lines, line, along, line_step, along_step;
+  __device__ __forceinline__ TileWalk(int F, int tid, int nt)
+      : per_line(BSL ? BN / V : F / V), lines(BSL ? F : BN) {
+    line = tid / per_line;
+    along = tid - line * per_line;
+    line_step = nt / per_line;
+    along_step = nt - line_step * per_line;
+  }
+  __device__ __forceinline__ bool more() const { return line < lines; }
+  __device__ __forceinline__ int t() const { return BSL ? line : along * V; }
+  __device__ __forceinline__ int n() const { return BSL ? along * V : line; }
+  __device__ __forceinline__ void next() {
+    along += along_step;
+    line += line_step;
+    if (along >= per_line) {
+      along -= per_line;
+      ++line;
+    }
+  }
+};
 
 // Where feature t of batch column n0 + n lies in X or Y (row or feature stride ld).
 template <bool BSL>
@@ -157,9 +175,11 @@ __device__ __forceinline__ void apply_factor(const PairFactor f, const float* sr
       for (int q = 0; q < NQ; ++q) x[q].set(xv[q]);
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
-        float sums[NQ][S::C_REGS] = {};
+        float sums[NQ][S::C_REGS];
 #pragma unroll
-        for (int term = 0; term < Terms<float, PRECISION>::value; ++term)
+        for (int q = 0; q < NQ; ++q) mma_first_term<PRECISION>(sums[q], a[m], x[q]);
+#pragma unroll
+        for (int term = 1; term < Terms<float, PRECISION>::value; ++term)
 #pragma unroll
           for (int q = 0; q < NQ; ++q) mma_term<PRECISION>(term, sums[q], a[m], x[q]);
 #pragma unroll
@@ -213,9 +233,8 @@ ks_pair(const float* __restrict__ X, float* __restrict__ Y,
   float* const zs = smem + z_at;
   float* const ys = smem + y_at;
   const int nt = 32 * WARPS;
-  for (int e = tid; e < N1 * BN / VX; e += nt) {   // X's columns past the batch: zeros
-    int t, n;
-    tile_element<BSL, BN, VX>(e, N1, t, n);
+  for (TileWalk<BSL, BN, VX> e(N1, tid, nt); e.more(); e.next()) {   // past the batch: zeros
+    const int t = e.t(), n = e.n();
     const bool ok = n0 + n < B;
     cp_async<4 * VX>(shared_address(xs + t * x_st + n * x_sn),
                      X + (ok ? global_at<BSL>(t, n0 + n, ldx) : 0), ok);
@@ -227,9 +246,8 @@ ks_pair(const float* __restrict__ X, float* __restrict__ Y,
   __syncthreads();   // Zs complete; Xs free for Ys
   apply_factor<PRECISION, BN, MT, MASKED>(f2, zs, z_st, z_sn, ys, y_st, y_sn, warp, WARPS, lane);
   __syncthreads();
-  for (int e = tid; e < M2 * BN / VY; e += nt) {
-    int t, n;
-    tile_element<BSL, BN, VY>(e, M2, t, n);
+  for (TileWalk<BSL, BN, VY> e(M2, tid, nt); e.more(); e.next()) {
+    const int t = e.t(), n = e.n();
     if (n0 + n >= B) continue;
     const float* s = ys + t * y_st + n * y_sn;
     float* out = Y + global_at<BSL>(t, n0 + n, ldy);

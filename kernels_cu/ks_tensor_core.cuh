@@ -143,6 +143,21 @@ __device__ __forceinline__ void mma_term(float (&c)[4], const Operand<float, PRE
   else mma_tf32(c, a.big, b.big);
 }
 
+// c = the first term of a*b (c's old values unused): the product that starts a sum, with the
+// accumulator input a zero register instead of c zeroed by a move per register.
+template <int PRECISION>
+__device__ __forceinline__ void mma_first_term(float (&c)[4], const Operand<float, PRECISION, 4>& a,
+                                               const Operand<float, PRECISION, 2>& b) {
+  const unsigned* a_regs;   // 3xTF32 starts with a.small * b.big, one product with a.big
+  if constexpr (PRECISION == PRECISION_DEFAULT) a_regs = a.small;
+  else a_regs = a.big;
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"
+      : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+      : "r"(a_regs[0]), "r"(a_regs[1]), "r"(a_regs[2]), "r"(a_regs[3]), "r"(b.big[0]),
+        "r"(b.big[1]), "f"(0.0f));
+}
+
 // Term `term` (a run-time value that unrolling makes constant) of c += a*b.
 template <int PRECISION, class R, int C_REGS, class A, class B>
 __device__ __forceinline__ void mma_term(int term, R (&c)[C_REGS], const A& a, const B& b) {

@@ -277,8 +277,8 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   const long long bc = (long long)b * c;
   const int chunks = (c + BK - 1) / BK;
   const GroupOrigins origins(b, c, d, d_magic, sx_f, sy_f);
-  const long long run = (tiles + gridDim.x - 1) / gridDim.x, first = blockIdx.x * run;
-  const long long steps = (first < tiles ? min(run, tiles - first) : 0) * chunks;
+  const BlockRun block_run(tiles, chunks);
+  const long long first = block_run.first, steps = block_run.steps;
 
   // Vector `e` of X in a chunk: its first slot es, reduction index l and batch column n.
   auto x_vector = [&](int e, int& es, int& l, int& n) {

@@ -103,9 +103,10 @@ ks_mma_group(const float* __restrict__ X, float* __restrict__ Y, const float* __
   const long long bc = (long long)b * c;
   const int chunks = (c + BK - 1) / BK;
   const GroupOrigins origins(b, c, d, d_magic, sx_f, sy_f);
-  const long long run = (tiles + gridDim.x - 1) / gridDim.x, first = blockIdx.x * run;
+  const BlockRun block_run(tiles, chunks);
+  const long long first = block_run.first;
   // a block's steps: at most TILE_RUN tiles (kernels/operands.py) of c / BK chunks, an int
-  const int steps = (int)(first < tiles ? min(run, tiles - first) : 0) * chunks;
+  const int steps = (int)block_run.steps;
   if (steps == 0) return;
 
   // -- this thread's copies, fixed for the kernel

@@ -57,6 +57,18 @@ struct TileCursor {
   }
 };
 
+// A block's run of consecutive tiles (tile_launcher's runs, kernels/operands.py): blocks take
+// runs of ceil(tiles / gridDim.x) tiles from tile `first` on, the last run shorter, and a
+// block walks its run as one stream of `steps` steps, a step one chunk of a tile's reduction.
+struct BlockRun {
+  long long first, steps;
+  __device__ __forceinline__ BlockRun(long long tiles, int chunks) {
+    const long long run = (tiles + gridDim.x - 1) / gridDim.x;
+    first = blockIdx.x * run;
+    steps = (first < tiles ? min(run, tiles - first) : 0) * chunks;
+  }
+};
+
 // n / d for 0 <= n < 2^32 and a run-time d >= 1, by one multiply-high instead of a division
 // (about 20 instructions for a 32-bit one). The host passes m = floor((2^64 - 1) / d) + 1 (0
 // for d = 1; operands.division_magic), which is floor(2^64 / d) + 1 or, for d a power of two,

@@ -123,7 +123,8 @@ def pair_layout(patterns, columns: int, layout: str, row_tiles: int = 1) -> Pair
 @dataclasses.dataclass(frozen=True, eq=False)
 class PairSegment:
     """Two factors (:class:`~kscupy.factor.Factor`, in application order) applied by one
-    launch of ``ks_pair.cu`` in ``layout``, ``columns`` batch columns per block."""
+    launch of ``ks_pair.cu`` in ``layout``: ``columns`` batch columns a block (BN), ``warps``
+    warps a block, units of ``row_tiles`` row tiles of 16 (MT)."""
     factors: tuple
     layout: str
     columns: int
@@ -205,19 +206,24 @@ def fragment_weights(factor, row_tiles: int, precision: str):
     held = factor.cache.setdefault("pair fragments", {})
     if key in held:
         return held[key]
+    from ..memory import check_fits
     a, b, c, d = factor.pattern
     xp = factor.xp
     rows = 16 * row_tiles
     ktiles, steps = -(-b // rows), -(-c // 8)
+    parts = 2 if precision == "default" else 1
+    padded_bytes = 4 * a * d * rows * ktiles * 8 * steps
+    # the padded blocks, their parts and the packed copy at the peak
+    check_fits((1 + 2 * parts) * padded_bytes, xp,
+               f"the packed weights of a {tuple(factor.pattern)} factor")
     padded = xp.zeros((a * d, rows * ktiles, 8 * steps), numpy.float32)
     padded[:, :b, :c] = factor.blocks.reshape(a * d, b, c)
-    parts = _tf32_parts(padded, xp) if precision == "default" else (_tf32_parts(padded, xp)[0],)
+    split = _tf32_parts(padded, xp)[:parts]
     # rows rows·kt + 16 m + 8 h + lr, columns 8 s + 4 v + lc -> (g, kt, s, m, part, lr, lc,
     # v, h): lane = 4 lr + lc, register r = h + 2 v
-    stacked = xp.stack(parts, axis=0).reshape(
-        len(parts), a * d, ktiles, row_tiles, 2, 8, steps, 2, 4)
+    stacked = xp.stack(split, axis=0).reshape(parts, a * d, ktiles, row_tiles, 2, 8, steps, 2, 4)
     fragments = xp.ascontiguousarray(stacked.transpose(1, 2, 6, 3, 0, 5, 8, 7, 4))
-    held[key] = fragments.reshape(a * d * ktiles, steps, row_tiles, len(parts), 32, 4)
+    held[key] = fragments.reshape(a * d * ktiles, steps, row_tiles, parts, 32, 4)
     return held[key]
 
 

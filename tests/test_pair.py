@@ -81,6 +81,8 @@ def test_where_the_pair_applies():
     assert ks_pair.make_pair_segment(f + [_factor((32, 32, 32, 1))], numpy.float32, "bsf") is None
     big = [_factor((64, 64, 64, 1)), _factor((1, 64, 64, 64))]       # no 8-column tile fits
     assert ks_pair.make_pair_segment(big, numpy.float32, "bsl") is None
+    stages = [_factor((4, 2, 2, 8)), _factor((8, 2, 2, 4))]        # smaller than an MMA tile
+    assert ks_pair.make_pair_segment(stages, numpy.float32, "bsf") is None
     ragged = [_factor((3, 20, 12, 2)), _factor((2, 9, 30, 2))]
     segment = ks_pair.make_pair_segment(ragged, numpy.float32, "bsl")
     assert segment.masked and segment.row_tiles == 1

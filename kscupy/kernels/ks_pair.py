@@ -14,6 +14,7 @@ for the planner.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy
 
@@ -34,6 +35,10 @@ SMEM_MAX = 200 * 1024
 COLUMNS = (64, 32, 16, 8)
 #: Warps of a block.
 WARPS = 8
+#: Blocks with a side below this leave most of each 16 x 8 x 8 product padding; chains of
+#: them (FFT, Hadamard, butterfly stages) run on the whole-vector kernel (ks_rows), and
+#: weighing pairs of them only cost planning time (Hadamard(8192): 67 ms a plan).
+MIN_BLOCK_SIDE = 8
 #: Precision names and the kernel's PRECISION argument (ks_tensor_core.cuh).
 PRECISIONS = {"default": 0, "tf32": 1}
 
@@ -103,10 +108,12 @@ def in_place(patterns, row_tiles: int) -> bool:
     return all(p.b == p.c and p.b <= 16 * row_tiles for p in patterns)
 
 
+@functools.lru_cache(maxsize=1024)
 def pair_layout(patterns, columns: int, layout: str, row_tiles: int = 1) -> PairLayout:
     """The shared-memory layout of a block of ``columns`` batch columns for two factors of
     ``patterns`` (application order) in ``layout``, in units of ``row_tiles`` row tiles:
-    one tile where both factors work :func:`in_place`, else X (and Y over it) and Z."""
+    one tile where both factors work :func:`in_place`, else X (and Y over it) and Z.
+    (Cached: the planner asks for every pair of consecutive factors it weighs.)"""
     p1, p2 = patterns
     n1, m1 = p1.shape[1], p1.shape[0]
     m2 = p2.shape[0]
@@ -175,6 +182,8 @@ def make_pair_segment(factors, dtype, layout):
     if len(factors) != 2 or numpy.dtype(dtype) != numpy.float32:
         return None
     patterns = tuple(f.pattern for f in factors)
+    if any(min(p.b, p.c) < MIN_BLOCK_SIDE for p in patterns):
+        return None
     row_tiles = 2 if min(p.b for p in patterns) >= 24 else 1
     for columns in COLUMNS:
         if pair_layout(patterns, columns, layout, row_tiles).bytes <= SMEM_MAX:

@@ -24,7 +24,8 @@
 // are rows of features (ST = 1, SN = the padded row), batch-size-last ones rows of batch
 // columns (SN = 1), as X and Y lie in global memory, so that 16-byte copies move them. The
 // host (kernels/ks_pair.py) pads the rows to spread a warp's fragment reads over the banks
-// and places Ys over Xs where it fits (Xs is dead once Zs is complete).
+// and places Ys over Xs (Xs is dead once Zs is complete; its area is sized for both), and
+// Zs over Xs too where both factors work in place (y_at = z_at = 0, one set of strides).
 #include "ks_launch.cuh"
 #include "ks_tensor_core.cuh"
 

@@ -257,7 +257,9 @@ def prepare(segment: PairSegment, X, layout, precision: str = "default"):
     if any(f.dtype != numpy.float32 for f in (f1, f2)):
         raise TypeError("the pair kernel runs float32 factors")
     N1, M2 = f1.pattern.shape[1], f2.pattern.shape[0]
-    if X.ndim != 2 or X.strides[1] != X.itemsize or X.strides[0] % X.itemsize:
+    if X.ndim != 2:
+        raise ValueError(f"the pair kernel takes a 2-D operand, got shape {X.shape}")
+    if X.strides[1] != X.itemsize or X.strides[0] % X.itemsize:
         run = prepare(segment, cupy.ascontiguousarray(X), layout, precision)
         return lambda X: run(cupy.ascontiguousarray(X))
     B = X.shape[0] if layout == "bsf" else X.shape[1]

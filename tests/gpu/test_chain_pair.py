@@ -73,10 +73,9 @@ def test_pair_operands_of_any_stride(poisoned, rng, layout):
     assert segment.masked
     wide = random_array(rng, (N, 2 * B + 1) if layout == "bsl" else (B, 2 * N + 1),
                         numpy.float32)
-    for host, device in ((wide[:, 1::2], cupy.asarray(wide)[:, 1::2]),
-                         (wide[:, 1:B + 1] if layout == "bsl" else wide[:, 1:N + 1],
-                          cupy.asarray(wide)[:, 1:B + 1] if layout == "bsl"
-                          else cupy.asarray(wide)[:, 1:N + 1])):
+    along = B if layout == "bsl" else N              # the contiguous axis's length
+    for columns in (slice(1, None, 2), slice(1, along + 1)):
+        host, device = wide[:, columns], cupy.asarray(wide)[:, columns]
         ref = D @ host if layout == "bsl" else host @ D.T
         assert rel_err(segment.prepare(device, layout)(device), ref) < 4e-5
     Xi = cupy.asarray(random_array(rng, (N, B) if layout == "bsl" else (B, N), numpy.float32))

@@ -27,6 +27,7 @@
 // batch-size-last, the lanes of one (hi, lo) take neighbouring rows and read the same
 // addresses. FFT, Hadamard and butterfly chains nest, so a pass there does several stages
 // per round trip through shared memory.
+#include "ks_cluster.cuh"
 #include "ks_launch.cuh"
 #include "ks_scalar.cuh"
 
@@ -367,17 +368,36 @@ __host__ __device__ constexpr int rows_per_lane(int vmax, int words, int e, int 
 // What the passes of one launch share: storage type T, vector length N, RT rows a tile, NT
 // threads, MINB blocks per SM (so the registers a thread has), the axis global accesses walk
 // (ALONG) and so the tile's layout, V (batch-size-last: the most rows an access may move as
-// one vector), REVERSED (the input gather is the bit reversal) and TO_Y (the last pass
-// writes Y).
+// one vector), REVERSED (the input gather is the bit reversal), TO_Y (the last pass writes
+// Y), and the cluster (below).
+//
+// Clusters (batch-size-last, CS > 1 blocks a cluster, N a power of two): the cluster holds
+// one tile, each block the N / CS features whose bits SH ... SH + log2(CS) - 1 (the rank
+// bits) are its rank, as a tile of its own (TileLayout of N / CS features at local_t(t), t
+// with the rank bits taken out). A tile of 128-byte runs (32 rows of float32) of n = 4096
+// is 512 KiB, more than an SM has, and runs of 32 bytes (8 rows, one lone block an SM) left
+// the H100's Hadamard(4096) at 0.46 of the bandwidth floor. The host puts the rank bits
+// among the first pass's digits, so the first pass (which reads X) scatters its results to
+// the cluster's blocks and every later pass stays in its own block: a pass whose digits
+// miss the rank bits finds all of a work item's elements in one block (see PassRun).
 template <class T_, int N_, int RT_, int NT_, int MINB_, int ALONG_, int V_, bool REVERSED_,
-          bool TO_Y_>
+          bool TO_Y_, int CS_ = 1, int SH_ = 0>
 struct Launch {
   using T = T_;
   using C = typename compute_of<T>::type;
   static constexpr int N = N_, RT = RT_, NT = NT_, ALONG = ALONG_, V = V_;
   static constexpr int REGISTERS = registers_per_thread(NT_, MINB_);
   static constexpr bool REVERSED = REVERSED_, TO_Y = TO_Y_;
-  using L = TileLayout<T, N, RT, ALONG>;
+  static constexpr int CS = CS_, SH = SH_, LCS = log2_of(CS_);
+  static_assert(CS == 1 || (ALONG == ALONG_ROW && (N & (N - 1)) == 0 && (CS & (CS - 1)) == 0
+                            && SH + LCS <= log2_of(N)),
+                "clusters: batch-size-last, N and CS powers of two, rank bits within t");
+  using L = TileLayout<T, N / CS, RT, ALONG>;
+  // t without its rank bits (linear over disjoint bits), and its block in the cluster
+  __host__ __device__ static constexpr int local_t(int t) {
+    return CS == 1 ? t : ((t >> (SH + LCS)) << SH) | (t & ((1 << SH) - 1));
+  }
+  __host__ __device__ static constexpr int rank_of(int t) { return (t >> SH) & (CS - 1); }
 };
 
 // The operands of the tile of batch rows row0 ... row0 + RT - 1: X and Y, element (row,
@@ -409,14 +429,42 @@ struct TileSide {
     tile[Lc::L::template at<DISJOINT>(row, t0, u * DLO)] = v;
   }
   // Rows row ... row + RV - 1 of element u as one vector (batch-size-last: adjacent in
-  // ColsLayout, row a multiple of RV).
+  // ColsLayout, row a multiple of RV). In a cluster, the item's elements are this block's
+  // (a pass whose digits miss the rank bits), at their local t.
   template <int RV>
   __device__ __forceinline__ vec<T, RV> read_rows(int t0, int row, int u) const {
-    return *reinterpret_cast<const vec<T, RV>*>(tile + Lc::L::template at<DISJOINT>(row, t0, u * DLO));
+    return *reinterpret_cast<const vec<T, RV>*>(tile + at(t0, row, u));
   }
   template <int RV>
   __device__ __forceinline__ void write_rows(int t0, int row, int u, const vec<T, RV>& v) const {
-    *reinterpret_cast<vec<T, RV>*>(tile + Lc::L::template at<DISJOINT>(row, t0, u * DLO)) = v;
+    *reinterpret_cast<vec<T, RV>*>(tile + at(t0, row, u)) = v;
+  }
+  __device__ __forceinline__ static int at(int t0, int row, int u) {
+    return Lc::L::template at<DISJOINT>(row, Lc::local_t(t0), Lc::local_t(u * DLO));
+  }
+};
+
+// The cluster's tile (Launch, CS > 1) as a pass whose digits hold the rank bits reads or
+// writes it: element t of a row in block rank_of(t), at local_t(t), over the SM-to-SM network
+// (rows as one vector, as TileSide; E and DLO powers of two, so t0's bits and u·DLO's are
+// disjoint and each splits apart).
+template <class Lc, int DLO>
+struct ClusterSide {
+  using T = typename Lc::T;
+  unsigned base;   // the tile's shared-window address in this block
+  __device__ __forceinline__ ClusterSide(T* tile, const Ends<T>&) : base(shared_window(tile)) {}
+  __device__ __forceinline__ unsigned address(int t0, int row, int u) const {
+    const int du = u * DLO;
+    const int at = Lc::L::template at<true>(row, Lc::local_t(t0), Lc::local_t(du));
+    return map_to_rank(base + (unsigned)(at * (int)sizeof(T)), Lc::rank_of(t0) | Lc::rank_of(du));
+  }
+  template <int RV>
+  __device__ __forceinline__ vec<T, RV> read_rows(int t0, int row, int u) const {
+    return ld_cluster<vec<T, RV>>(address(t0, row, u));
+  }
+  template <int RV>
+  __device__ __forceinline__ void write_rows(int t0, int row, int u, const vec<T, RV>& v) const {
+    st_cluster(address(t0, row, u), v);
   }
 };
 
@@ -513,10 +561,32 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
   static_assert(N % (E * DLO) == 0, "a pass's element sets tile the vector");
   static_assert(RT % RG == 0, "rows of a work item tile the rows of the tile");
   static constexpr bool DISJOINT = (E & (E - 1)) == 0 && (DLO & (DLO - 1)) == 0;
-  using In = typename either<FROM_X, XSide<Lc, DLO>, TileSide<Lc, DLO, DISJOINT>>::type;
-  using Out = typename either<TO_Y, YSide<Lc, DLO>, TileSide<Lc, DLO, DISJOINT>>::type;
+  // In a cluster (Launch): whether the pass's digits, bits log2(DLO) ... log2(E·DLO) - 1 of
+  // t, hold rank bits, so that an item's elements lie in several blocks (ClusterSide).
+  static constexpr int LO_BIT = log2_of(DLO), HI_BIT = log2_of(E * DLO);
+  static constexpr bool REMOTE = Lc::CS > 1 && LO_BIT < Lc::SH + Lc::LCS && Lc::SH < HI_BIT;
+  static_assert(Lc::CS == 1 || DISJOINT, "clusters: radices and strides powers of two");
+  using Tile = typename either<REMOTE, ClusterSide<Lc, DLO>, TileSide<Lc, DLO, DISJOINT>>::type;
+  using In = typename either<FROM_X, XSide<Lc, DLO>, Tile>::type;
+  using Out = typename either<TO_Y, YSide<Lc, DLO>, Tile>::type;
+  // Batch-size-last items w = q·LANES + (row / RV), LANES = RT / RV. A cluster's block
+  // `rank` takes the WORK / CS of them whose bits WSH ... WSH + log2(CS) - 1 are its rank
+  // (item_of): where the pass misses the rank bits, those of t0 = hi·E·DLO + lo, found in q
+  // at bit SH (in lo, below the pass's digits) or SH - log2(E) (in hi, above them), so that
+  // the block's items are its own elements; where it holds them, any share (the top bits).
+  static constexpr int LANES_LOG = log2_of(RT / RV);
+  static constexpr int WSH = !REMOTE ? (Lc::SH >= HI_BIT ? Lc::SH - log2_of(E) : Lc::SH) + LANES_LOG
+                                     : log2_of(WORK) - Lc::LCS;
+  static_assert(Lc::CS == 1 || (WORK % Lc::CS == 0 && (WORK & (WORK - 1)) == 0 && WSH >= 0),
+                "clusters: a power-of-two count of items, split over the blocks");
+  static constexpr int MY_WORK = WORK / Lc::CS;
+  __device__ __forceinline__ static int item_of(int j, int rank) {
+    if constexpr (Lc::CS == 1) return j;
+    return ((j >> WSH) << (WSH + Lc::LCS)) | (rank << WSH) | (j & ((1 << WSH) - 1));
+  }
 
-  __device__ __forceinline__ static void run(T* tile, const long long* meta, const Ends<T>& e) {
+  __device__ __forceinline__ static void run(T* tile, const long long* meta, const Ends<T>& e,
+                                             int rank) {
     const In in{tile, e};
     const Out out{tile, e};
     if constexpr (Lc::ALONG == ALONG_T) {
@@ -542,13 +612,13 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
       }
     } else {
       constexpr int LANES = RT / RV;              // items, so lanes, of one q
-      for (int w0 = threadIdx.x; w0 < WORK; w0 += NT * U) {
+      for (int j0 = threadIdx.x; j0 < MY_WORK; j0 += NT * U) {
         C wts[U][NW], x[U][RV][E];
         int t0[U], row[U];
 #pragma unroll
         for (int i = 0; i < U; ++i) {
-          const int w = w0 + i * NT;
-          if (w >= WORK) break;
+          if (j0 + i * NT >= MY_WORK) break;
+          const int w = item_of(j0 + i * NT, rank);
           const int q = w / LANES, lo = q % DLO, hi = q / DLO;
           row[i] = (w % LANES) * RV;
           t0[i] = hi * (E * DLO) + lo;
@@ -562,7 +632,7 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
         }
 #pragma unroll
         for (int i = 0; i < U; ++i) {
-          if (w0 + i * NT >= WORK) break;
+          if (j0 + i * NT >= MY_WORK) break;
 #pragma unroll
           for (int r = 0; r < RV; ++r) Fc::apply(x[i][r], wts[i]);
 #pragma unroll
@@ -578,22 +648,29 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
   }
 };
 
-// The passes in order, a barrier between two (the next reads what the last wrote). In
+// The passes in order, a barrier between two (the next reads what the last wrote): the
+// cluster's where either of the two crosses blocks (PassRun::REMOTE), else the block's. In
 // batch-size-last the first reads X; the last writes Y where the launch's TO_Y says so.
 template <class Lc, int FI, class... Ps>
 struct Passes {
+  static constexpr bool FIRST_REMOTE = false;
   __device__ __forceinline__ static void run(typename Lc::T*, const long long*,
-                                             const Ends<typename Lc::T>&) {}
+                                             const Ends<typename Lc::T>&, int) {}
 };
 template <class Lc, int FI, class P, class... Rest>
 struct Passes<Lc, FI, P, Rest...> {
   static constexpr bool FIRST = FI == 0, LAST = sizeof...(Rest) == 0;
   using T = typename Lc::T;
-  __device__ __forceinline__ static void run(T* tile, const long long* meta, const Ends<T>& e) {
-    PassRun<Lc, P, FI, FIRST && Lc::ALONG == ALONG_ROW, LAST && Lc::TO_Y>::run(tile, meta, e);
+  using Run = PassRun<Lc, P, FI, FIRST && Lc::ALONG == ALONG_ROW, LAST && Lc::TO_Y>;
+  using Next = Passes<Lc, FI + P::NF, Rest...>;
+  static constexpr bool FIRST_REMOTE = Run::REMOTE;
+  __device__ __forceinline__ static void run(T* tile, const long long* meta, const Ends<T>& e,
+                                             int rank) {
+    Run::run(tile, meta, e, rank);
     if constexpr (!LAST) {
-      __syncthreads();
-      Passes<Lc, FI + P::NF, Rest...>::run(tile, meta, e);
+      if constexpr (Run::REMOTE || Next::FIRST_REMOTE) cluster_sync();
+      else __syncthreads();
+      Next::run(tile, meta, e, rank);
     }
   }
 };
@@ -701,12 +778,39 @@ __global__ void __launch_bounds__(NT, MINB) ks_rows(
       load_tile<T, N, RT, NT, VX, REVERSED>(tile, X, B, row0, sx_f, sx_b, in_map);
       __syncthreads();
     }
-    Passes<Lc, 0, Ps...>::run(tile, meta, ends);
+    Passes<Lc, 0, Ps...>::run(tile, meta, ends, 0);
     if constexpr (!TO_Y) {
       __syncthreads();
       store_tile<T, N, RT, NT, VY>(tile, Y, B, row0, sy_f, sy_b, out_map);
     }
     __syncthreads();   // the next tile overwrites the shared memory
+  }
+}
+
+// ks_rows in batch-size-last (VX = VY = V, TO_Y) with each tile held by a cluster of CS
+// blocks, the rank bits of t at SH (Launch): the same parameters; the grid is CS blocks per
+// cluster, and each cluster walks the tiles. The first pass (which holds the rank bits)
+// writes to every block of the cluster; the cluster's barriers (Passes) order it against
+// the next pass, and one at the end of each tile against the next tile's first pass, which
+// writes to blocks that may still be in this tile's last.
+template <class T, int N, int RT, int NT, int MINB, int V, bool REVERSED, int CS, int SH,
+          class... Ps>
+__global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(NT, MINB) ks_rows_cluster(
+    const T* __restrict__ X, T* __restrict__ Y, const long long* __restrict__ meta,
+    long long B, long long sx_f, long long sx_b, long long sy_f, long long sy_b,
+    const int* __restrict__ in_map, const int* __restrict__ out_map, long long tiles) {
+  using Lc = Launch<T, N, RT, NT, MINB, ALONG_ROW, V, REVERSED, true, CS, SH>;
+  static_assert(CS > 1 && RT % V == 0, "a cluster of blocks; vectors of rows tile the rows");
+  static_assert(Passes<Lc, 0, Ps...>::FIRST_REMOTE, "the rank bits among the first pass's digits");
+  require_dynamic_smem<Lc::L::SMEM_BYTES>();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* tile = reinterpret_cast<T*>(smem_raw);
+  const int rank = (int)cluster_rank();
+  cluster_sync();   // every block of the cluster runs before any writes to another
+  for (long long it = cluster_index(); it < tiles; it += cluster_count()) {
+    const Ends<T> ends{X, Y, B, it * RT, sx_f, sx_b, sy_f, sy_b, in_map, out_map};
+    Passes<Lc, 0, Ps...>::run(tile, meta, ends, rank);
+    cluster_sync();   // the next tile's first pass writes to every block
   }
 }
 

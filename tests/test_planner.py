@@ -309,15 +309,61 @@ def test_bsl_tiles_keep_runs_of_whole_sectors(dtype, n, rows, blocks):
     lone tile fits. Its layout keeps the rows of a feature side by side."""
     H = ks.hadamard(n, dtype=dtype)
     seg = ks_rows.make_row_segment([K.factor for K in reversed(H.factors)], dtype, "bsl",
-                                   65536)
+                                   65536, max_cluster=1)
     isz = numpy.dtype(dtype).itemsize
-    assert (seg.rows, seg.blocks_per_sm(isz)) == (rows, blocks)
+    assert (seg.rows, seg.blocks_per_sm(isz), seg.cluster) == (rows, blocks, 1)
     assert seg.smem_bytes(isz) == rows * n * isz
     smem, stride, spread = seg.tile_layout(isz)
     assert stride == rows and spread == max(1, 128 // (rows * isz))
     assert seg.threads == (512 if blocks == 1 else 128 if blocks == 6 else 256)
     assert ks_rows.make_row_segment([K.factor for K in reversed(H.factors)], dtype, "bsl",
-                                    3).rows == 4                  # no more rows than the batch
+                                    3, max_cluster=1).rows == 4   # no more rows than the batch
+
+
+@pytest.mark.parametrize("dtype, n, cluster, rows", [
+    (numpy.float32, 256, 1, 32),        # whole runs at six blocks an SM already
+    (numpy.float32, 1024, 2, 32),       # 64 KiB a block: three an SM
+    (numpy.float32, 4096, 8, 32),
+    (numpy.complex64, 4096, 8, 16),
+    (numpy.float32, 8192, 8, 16),       # whole runs would take 16 blocks: half runs
+    (numpy.complex64, 8192, 8, 8),
+])
+def test_bsl_tiles_spread_over_clusters(dtype, n, cluster, rows):
+    """Where a GPU has thread-block clusters, a batch-size-last tile of whole 128-byte runs
+    (else of 64-byte runs) that would leave fewer than three blocks an SM is spread over the
+    smallest cluster that gives each block at most SMEM_TARGET; the rank bits are the top
+    bits of the first pass's digits. batch-size-first tiles never are."""
+    H = ks.hadamard(n, dtype=dtype)
+    factors = [K.factor for K in reversed(H.factors)]
+    isz = numpy.dtype(dtype).itemsize
+    seg = ks_rows.make_row_segment(factors, dtype, "bsl", 65536, max_cluster=8)
+    assert (seg.cluster, seg.rows) == (cluster, rows), seg.describe()
+    assert seg.smem_bytes(isz) == rows * n * isz // cluster
+    lo, hi = seg.first_pass_bits
+    if cluster > 1:
+        assert seg.rank_shift == hi - (cluster.bit_length() - 1) >= lo
+        assert seg.smem_bytes(isz) <= ks_rows.SMEM_TARGET and seg.blocks_per_sm(isz) >= 3
+        assert "ks_rows_cluster" in seg.name(dtype) and f"cluster={cluster}" in seg.describe()
+        assert seg.layout_probe_name(dtype).startswith(
+            f"ks::ks_rows_layout<{ks.kernels.nvrtc.scalar_name(dtype)}, {n // cluster},")
+    assert ks_rows.make_row_segment(factors, dtype, "bsf", 65536, max_cluster=8).cluster == 1
+
+
+def test_cluster_segments_are_checked():
+    """A cluster needs batch-size-last and its rank bits among the first pass's digits."""
+    H = ks.hadamard(4096, dtype=numpy.float32)
+    factors = [K.factor for K in reversed(H.factors)]
+    seg = ks_rows.make_row_segment(factors, numpy.float32, "bsl", 65536, max_cluster=1)
+    lo, hi = seg.first_pass_bits
+    assert (lo, hi) == (0, 4)
+    for bad in (dict(cluster=2, rank_shift=4), dict(cluster=3, rank_shift=0),
+                dict(cluster=16, rank_shift=0), dict(cluster=2, rank_shift=-1)):
+        with pytest.raises(ValueError, match="cluster"):
+            dataclasses.replace(seg, **bad)
+    bsf = ks_rows.make_row_segment(factors, numpy.float32, "bsf", 65536, max_cluster=1)
+    with pytest.raises(ValueError, match="batch-size-last"):
+        dataclasses.replace(bsf, cluster=2, rank_shift=3)
+    assert dataclasses.replace(seg, cluster=4, rank_shift=2).smem_bytes(4) == seg.rows * 1024 * 4
 
 
 @pytest.mark.parametrize("n", [256, 1024, 4096])

@@ -27,8 +27,8 @@ from .launcher import Launcher
 from .operands import copying_odd_strides, geometry, KernelRun
 
 __all__ = ["RowSegment", "make_row_segment", "group_passes", "pass_registers", "rows_smem",
-           "stage_of",
-           "MAX_RADIX", "ALONG_T", "ALONG_ROW", "STORED", "HADAMARD_STAGE", "TWIDDLED_STAGE"]
+           "stage_of", "cluster_limit",
+           "MAX_RADIX", "MAX_CLUSTER", "ALONG_T", "ALONG_ROW", "STORED", "HADAMARD_STAGE", "TWIDDLED_STAGE"]
 
 #: Largest block (b = c) of a factor the family applies.
 MAX_RADIX = 16
@@ -58,6 +58,9 @@ SM_THREADS = 2048
 REGISTER_OVERHEAD = 32
 #: ``Along`` in ks_rows.cu: the axis global accesses walk (t in a row, or the batch row).
 ALONG_T, ALONG_ROW = 0, 1
+#: Most blocks of a thread-block cluster holding one batch-size-last tile (``ks_rows_cluster``;
+#: 8 is the portable limit of Hopper's clusters).
+MAX_CLUSTER = 8
 #: ``META`` in ks_rows.cu: entries of the kernel's meta table per factor.
 _META = 3
 
@@ -190,7 +193,11 @@ class RowSegment:
     factor f's :func:`stage_of` (computed radix-2 DFT and Hadamard stages); ``to_y``: the
     last pass writes Y itself, saving a round trip of the tile through shared memory (always
     in batch-size-last, where the first pass reads X too; in batch-size-first without an
-    output gather, where its stores are whole sectors: :func:`writes_whole_sectors`).
+    output gather, where its stores are whole sectors: :func:`writes_whole_sectors`);
+    ``cluster``: batch-size-last only, blocks of a thread-block cluster that hold one tile
+    together (``ks_rows_cluster``), each the features whose bits ``rank_shift ...
+    rank_shift + log2(cluster) - 1`` are its rank (bits among the first pass's digits, so
+    that only the first pass writes to other blocks; 1: one block a tile).
     Building one touches no device memory (the planner prices many); the kernel's tables
     are made on the first launch.
     """
@@ -205,10 +212,18 @@ class RowSegment:
     src: object = None
     dst: object = None
     to_y: bool = False
+    cluster: int = 1
+    rank_shift: int = 0
 
     def __post_init__(self):
         if self.layout not in ("bsf", "bsl"):
             raise ValueError(f"layout must be 'bsf' or 'bsl', got {self.layout!r}")
+        if self.cluster != 1 and not _cluster_fits(self.layout, self.n, self.cluster,
+                                                   self.first_pass_bits, self.rank_shift):
+            raise ValueError(
+                f"a cluster of {self.cluster} needs batch-size-last, a power-of-two length "
+                f"and its rank bits ({self.rank_shift} on) among the first pass's digits "
+                f"(bits {self.first_pass_bits})")
         if self.layout == "bsl" and not self.to_y:
             raise ValueError("a batch-size-last RowSegment's last pass writes Y (to_y)")
         if self.layout == "bsf" and self.to_y and self.dst is not None:
@@ -286,6 +301,12 @@ class RowSegment:
         return self.factors[0].shape[1]
 
     @property
+    def first_pass_bits(self) -> tuple:
+        """``(lo, hi)``: the first pass's digits are bits lo ... hi - 1 of t (its radices and
+        strides powers of two; else ``(0, 0)``)."""
+        return _pass_bits(self.patterns[:self.passes[0]])
+
+    @property
     def patterns(self):
         return tuple(f.pattern for f in self.factors)
 
@@ -304,7 +325,8 @@ class RowSegment:
         return out
 
     def smem_bytes(self, itemsize: int) -> int:
-        return rows_smem(self.n, self.rows, itemsize, self.layout)
+        """Shared memory of one block: its share of the tile."""
+        return rows_smem(self.n // self.cluster, self.rows, itemsize, self.layout)
 
     def blocks_per_sm(self, itemsize: int) -> int:
         """Blocks an SM holds at once, as shared memory and threads allow (an SM: SM_SMEM
@@ -318,7 +340,7 @@ class RowSegment:
         (bsl)."""
         if self.layout == "bsl":
             return (self.smem_bytes(itemsize), self.rows,
-                    _spread(self.n, self.rows, itemsize))
+                    _spread(self.n // self.cluster, self.rows, itemsize))
         return (self.smem_bytes(itemsize), _row_elements(self.n, itemsize),
                 max(1, 128 // itemsize))
 
@@ -344,13 +366,17 @@ class RowSegment:
         """The instantiation ``ks::ks_rows<T, N, RT, NT, MINB, ALONG, VX, VY, REVERSED, TO_Y,
         Pass<...>...>`` (batch-size-last: VX = VY)."""
         flag = lambda b: "true" if b else "false"  # noqa: E731
+        if self.cluster > 1:
+            return (f"ks::ks_rows_cluster<{nvrtc.scalar_name(dtype)}, {self.n}, {self.rows}, "
+                    f"{self.threads}, {self.min_blocks}, {vx}, {flag(self.reversed_input)}, "
+                    f"{self.cluster}, {self.rank_shift}, {self._pass_arguments()}>")
         return (f"ks::ks_rows<{nvrtc.scalar_name(dtype)}, {self.n}, {self.rows}, "
                 f"{self.threads}, {self.min_blocks}, {self.along}, {vx}, {vy}, "
                 f"{flag(self.reversed_input)}, {flag(self.to_y)}, {self._pass_arguments()}>")
 
     def layout_probe_name(self, dtype) -> str:
-        return (f"ks::ks_rows_layout<{nvrtc.scalar_name(dtype)}, {self.n}, {self.rows}, "
-                f"{self.along}>")
+        return (f"ks::ks_rows_layout<{nvrtc.scalar_name(dtype)}, {self.n // self.cluster}, "
+                f"{self.rows}, {self.along}>")
 
     def __call__(self, X, layout):
         return prepare(self, X, layout)(X)
@@ -366,8 +392,9 @@ class RowSegment:
         computed = sum(stage != STORED for stage, _ in self.stages)
         stages = f" computed={computed}" if computed else ""
         ends = " to Y" if self.to_y and self.layout == "bsf" else ""
+        cluster = f" cluster={self.cluster}" if self.cluster > 1 else ""
         return (f"rows {self.layout} {len(self.factors)} factors [{pats}] "
-                f"passes={list(self.passes)} rows={self.rows}{stages}{extras}{ends}")
+                f"passes={list(self.passes)} rows={self.rows}{cluster}{stages}{extras}{ends}")
 
 
 def is_bit_reversal(src) -> bool:
@@ -394,10 +421,48 @@ def eligible(patterns) -> bool:
         len({p.shape[1] for p in patterns}) == 1
 
 
-def _configure(patterns, stages, dtype, layout, batch):
-    """``(passes, rows, threads, min_blocks)`` or None when one vector does not fit."""
+def _pass_bits(patterns) -> tuple:
+    """``(lo, hi)``: a pass of these (nesting) factors mixes bits lo ... hi - 1 of t, where
+    its smallest stride and the product of its radices are powers of two; else ``(0, 0)``."""
+    elements, low = int(numpy.prod([p.b for p in patterns])), min(p.d for p in patterns)
+    if elements & (elements - 1) or low & (low - 1):
+        return (0, 0)
+    return (low.bit_length() - 1, (elements * low).bit_length() - 1)
+
+
+def _cluster_fits(layout, n, cluster, first_bits, rank_shift) -> bool:
+    """Whether ``ks_rows_cluster`` holds a tile over ``cluster`` blocks with the rank bits
+    at ``rank_shift``: batch-size-last, ``n`` and ``cluster`` powers of two (up to
+    MAX_CLUSTER), the rank bits among the first pass's digits ``first_bits``, and at least
+    one work item of the first pass per block."""
+    lo, hi = first_bits
+    lcs = cluster.bit_length() - 1
+    return (layout == "bsl" and 1 < cluster <= MAX_CLUSTER and not cluster & (cluster - 1)
+            and not n & (n - 1) and lo <= rank_shift and rank_shift + lcs <= hi
+            and n >> (hi - lo) >= cluster)
+
+
+@functools.lru_cache(maxsize=None)
+def _device_cluster_limit(device_id: int) -> int:
+    import cupy
+    return MAX_CLUSTER if int(cupy.cuda.Device(device_id).compute_capability) >= 90 else 1
+
+
+def cluster_limit() -> int:
+    """Most blocks of a cluster the current GPU runs (:data:`MAX_CLUSTER` from Hopper on,
+    sm_90); 1 without a GPU or before Hopper."""
+    try:
+        import cupy
+        return _device_cluster_limit(cupy.cuda.Device().id)
+    except Exception:             # no CuPy, no driver or no GPU: plain tiles
+        return 1
+
+
+def _configure(patterns, stages, dtype, layout, batch, cluster=1):
+    """``(passes, rows, threads, min_blocks)`` or None when one vector does not fit, for
+    tiles held by ``cluster`` blocks (batch-size-last) each with ``1 / cluster`` of it."""
     n, isz, words = patterns[0].shape[1], dtype.itemsize, _words(dtype)
-    smem = lambda rows: rows_smem(n, rows, isz, layout)  # noqa: E731
+    smem = lambda rows: rows_smem(n // cluster, rows, isz, layout)  # noqa: E731
     if smem(1) > SMEM_MAX:
         return None
     # Batch-size-last tiles want rows enough for 128-byte runs of a feature (a warp's access
@@ -440,7 +505,7 @@ def _configure(patterns, stages, dtype, layout, batch):
         sizes.append(int(numpy.prod([r for r, _, _ in trial])))
         need = max(need, pass_registers(trial, words))
         f += count
-    work = max(rows * (n // e) for e in sizes)
+    work = max(rows * (n // e) for e in sizes) // cluster     # a block's share of the items
     threads = min(threads_max, max(64, -(-work // 32) * 32))
     # fewer blocks per SM where the registers a work item needs (its elements and weights)
     # would not fit: spilling them costs more than the occupancy gives
@@ -448,11 +513,44 @@ def _configure(patterns, stages, dtype, layout, batch):
     return passes, rows, threads, min_blocks
 
 
-def make_row_segment(factors, dtype, layout, batch, src=None, dst=None):
+def _cluster_config(patterns, stages, dtype, layout, batch, config, max_cluster):
+    """``(cluster, rank_shift, config)``: where a batch-size-last tile of ``config`` (one
+    block a tile) is thinner than BSL_RUN bytes a feature or leaves one block an SM, the
+    smallest cluster (up to ``max_cluster``) whose blocks, each holding its share, take the
+    rows for whole BSL_RUN runs at several blocks an SM, or failing that runs of half as
+    many bytes, with the rank bits at the top of the first pass's digits; else
+    ``(1, 0, config)``."""
+    n, isz = patterns[0].shape[1], dtype.itemsize
+    single = (1, 0, config)
+    if layout != "bsl" or max_cluster < 2 or n & (n - 1):
+        return single
+    rows = config[1]
+    if rows * isz >= BSL_RUN and SM_SMEM // (rows_smem(n, rows, isz, layout) + 1024) > 1:
+        return single
+    for run in (BSL_RUN, BSL_RUN // 2):
+        wanted = min(max(1, run // isz), pow2_at_least(batch))
+        if wanted <= rows:
+            break                          # no more rows than the one-block tile has
+        cluster = 2
+        while cluster <= max_cluster:
+            trial = _configure(patterns, stages, dtype, layout, batch, cluster)
+            if trial is not None and trial[1] >= wanted and \
+                    rows_smem(n // cluster, trial[1], isz, layout) <= SMEM_TARGET:
+                first = _pass_bits(patterns[:trial[0][0]])
+                shift = first[1] - (cluster.bit_length() - 1)
+                if _cluster_fits(layout, n, cluster, first, shift):
+                    return cluster, shift, trial
+            cluster *= 2
+    return single
+
+
+def make_row_segment(factors, dtype, layout, batch, src=None, dst=None, max_cluster=None):
     """A :class:`RowSegment` applying ``factors`` (Factors of ``dtype``, application order)
     to batches of about ``batch`` in ``layout``, folding the input gather ``src`` (element t
     of the segment's input is column ``src[t]``) and the output scatter ``dst`` (element t of
-    its output goes to column ``dst[t]``); None when ``ks_rows`` does not apply."""
+    its output goes to column ``dst[t]``); None when ``ks_rows`` does not apply.
+    ``max_cluster``: most blocks of a cluster a batch-size-last tile may spread over
+    (default :func:`cluster_limit`, the current GPU's; 1 for one block a tile)."""
     dtype = numpy.dtype(dtype)
     patterns = [f.pattern for f in factors]
     if not eligible(patterns):
@@ -461,6 +559,9 @@ def make_row_segment(factors, dtype, layout, batch, src=None, dst=None):
     config = _configure(patterns, stages, dtype, layout, batch)
     if config is None:
         return None
+    cluster, rank_shift, config = _cluster_config(
+        patterns, stages, dtype, layout, batch, config,
+        cluster_limit() if max_cluster is None else max_cluster)
     passes, rows, threads, min_blocks = config
     # stored blocks of whole 16-byte words are read from their interleaved copy
     vector_blocks = tuple(stage == STORED and not f.transposed
@@ -471,7 +572,7 @@ def make_row_segment(factors, dtype, layout, batch, src=None, dst=None):
     to_y = layout == "bsl" or (dst is None and writes_whole_sectors(
         patterns[len(patterns) - passes[-1]:], dtype.itemsize))
     return RowSegment(layout, tuple(factors), passes, rows, threads, min_blocks,
-                      vector_blocks, stages, src, dst, to_y)
+                      vector_blocks, stages, src, dst, to_y, cluster, rank_shift)
 
 
 # -- launch -------------------------------------------------------------------------------------
@@ -511,7 +612,9 @@ def prepare(segment: RowSegment, X, layout):
                         cupy.cuda.Device().id, prefer_shared=True)
     tiles = -(-B // segment.rows)
     i64 = numpy.int64
-    launch = Launcher(fn, (min(tiles, 2**31 - 1),), (segment.threads,), smem,
+    # a cluster's blocks share each tile; the clusters walk the tiles
+    clusters = min(tiles, (2**31 - 1) // segment.cluster)
+    launch = Launcher(fn, (clusters * segment.cluster,), (segment.threads,), smem,
                       (segment.meta, i64(B), i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b),
                        segment.in_map, segment.out_map, i64(tiles)))
     return KernelRun(launch, y_shape, dtype)

@@ -1,0 +1,123 @@
+"""Development probe for batch-size-last whole-vector segments held by thread-block clusters
+(``ks_rows_cluster``): time each chain's plan, its row segment with one block a tile, and the
+same segment spread over clusters, and check them.
+
+    PYTHONPATH=$PWD python3 benchmarks/probe_cluster.py
+    PYTHONPATH=$PWD python3 benchmarks/probe_cluster.py --chains "hadamard:4096:float32" \
+        --runs 128,64 --elements 67108864
+
+A chain is ``kind:n:dtype`` (kind ``hadamard``, ``butterfly`` or ``dft``; butterflies seeded
+by n, as bench_fft.py builds them). For each it takes the one row segment of its
+batch-size-last plan (or, if the plan holds none, the segment of all its factors), rebuilds
+it with one block a tile and with the clusters the configuration gives for runs of each
+``--runs`` byte count (``ks_rows.BSL_RUN``), and times each prepared run against the copy
+bandwidth measured here (floor = bytes of X and Y over it), checking each against the
+float64 product of the dense chain on the first 64 batch columns. Used to set ks_rows.py's
+cluster choice and costs.rows_seconds; the issue's benchmark is bench_fft.py.
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+import numpy
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from timing import cupy, measure_ceilings, time_fn  # noqa: E402
+
+import kscupy as ks  # noqa: E402
+from kscupy import costs  # noqa: E402
+from kscupy.kernels import ks_rows  # noqa: E402
+
+CHAINS = ("hadamard:1024:float32;hadamard:4096:float32;hadamard:8192:float32;"
+          "butterfly:1024:float32;butterfly:4096:float32;"
+          "butterfly:1024:complex64;butterfly:4096:complex64")
+
+
+def make_chain(spec):
+    kind, n, dtype = spec.split(":")
+    n, dtype = int(n), numpy.dtype(dtype)
+    if kind == "hadamard":
+        return ks.hadamard(n, dtype=dtype, xp=cupy)
+    if kind == "dft":
+        return ks.dft(n, dtype=dtype, xp=cupy)
+    return ks.butterfly(n, dtype=dtype, xp=cupy, seed=n)
+
+
+def plan_segment(chain, dtype, batch):
+    """The plan's RowSegment (its factors and folds), or one of the whole chain."""
+    plan = chain.plan("bsl", dtype, batch)
+    for step in plan.steps:
+        if isinstance(step, ks_rows.RowSegment):
+            return plan, step
+    factors = [K.factor.in_dtype(dtype) for K in reversed(chain.factors)]
+    return plan, ks_rows.make_row_segment(factors, dtype, "bsl", batch, max_cluster=1)
+
+
+def variants(seg, dtype, batch, runs):
+    """(label, segment): one block a tile, then the cluster configuration for each run."""
+    rebuild = lambda mc: ks_rows.make_row_segment(  # noqa: E731
+        seg.factors, dtype, "bsl", batch, src=seg.src, dst=seg.dst, max_cluster=mc)
+    out = [("one block", rebuild(1))]
+    saved = ks_rows.BSL_RUN
+    try:
+        for run in runs:
+            ks_rows.BSL_RUN = run
+            s = rebuild(ks_rows.MAX_CLUSTER)
+            if s.cluster > 1 and all(s.name(dtype) != o.name(dtype) for _, o in out):
+                out.append((f"runs {run} B", s))
+    finally:
+        ks_rows.BSL_RUN = saved
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chains", default=CHAINS)
+    parser.add_argument("--runs", default="128,64", help="BSL_RUN byte counts to configure for")
+    parser.add_argument("--elements", type=int, default=2**26, help="B·n")
+    args = parser.parse_args(argv)
+    if cupy is None:
+        sys.exit(f"{pathlib.Path(__file__).name} times GPU kernels and needs CuPy and a CUDA device")
+    runs = [int(r) for r in args.runs.split(",")]
+    bandwidth = measure_ceilings()["copy_bandwidth_Bps"]
+    rates = costs.device_rates()
+    print(f"{cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}: "
+          f"copy {bandwidth / 1e12:.2f} TB/s", flush=True)
+    for spec in args.chains.split(";"):
+        chain = make_chain(spec)
+        dtype = numpy.dtype(chain.dtype)
+        n = chain.shape[1]
+        batch = args.elements // n
+        X = cupy.random.default_rng(1).standard_normal((n, batch), dtype=numpy.float32)
+        X = (X + 1j * X[::-1] if dtype.kind == "c" else X).astype(dtype)
+        floor = 2 * X.nbytes / bandwidth
+        cols = slice(0, 64)
+        D = cupy.asarray(chain.todense()).astype(numpy.complex128)
+        ref = D @ X[:, cols].astype(numpy.complex128)
+
+        def check(Y):
+            got = Y[:, cols].astype(numpy.complex128)
+            return float(cupy.linalg.norm(got - ref) / cupy.linalg.norm(ref))
+
+        auto = lambda x: chain.matmul(x, layout="bsl")  # noqa: E731
+        t = time_fn(auto, [X])
+        plan, seg = plan_segment(chain, dtype, batch)
+        print(f"{spec:26s} auto {t * 1e3:7.3f} ms floor {floor / t:.2f} "
+              f"err {check(auto(X)):.1e}  plan: {plan.describe().replace(chr(10), ' ; ')}",
+              flush=True)
+        for label, s in variants(seg, dtype, batch, runs):
+            run = s.prepare(X, "bsl")
+            t = time_fn(run, [X])
+            modelled = costs.rows_seconds(s, batch, dtype, rates, "bsl")
+            print(f"    {label:10s} {t * 1e3:7.3f} ms floor {floor / t:.2f} "
+                  f"model {modelled * 1e3:7.3f} err {check(run(X)):.1e}  {s.describe()} "
+                  f"threads={s.threads} min_blocks={s.min_blocks}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+// Thread-block clusters (Hopper, sm_90): a cluster's blocks run together on neighbouring SMs
+// and can read and write each other's shared memory (distributed shared memory).
+//
+// A shared-memory address of this block (32 bits, the shared window) is mapped to the same
+// place in block `rank` of the cluster by mapa; ld/st.shared::cluster then reach it over the
+// SM-to-SM network. A block must not touch a partner's memory before the partner runs, nor
+// leave while a partner may still touch its memory: cluster_sync() at both ends.
+//
+// NVRTC-compilable: no host headers.
+#pragma once
+
+#include "ks_scalar.cuh"
+
+namespace ks {
+
+// This block's rank in its cluster, the cluster's index in the grid and the clusters of the
+// grid (1-D clusters along x).
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ unsigned cluster_index() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ unsigned cluster_count() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
+  return r;
+}
+
+// Every thread of every block of the cluster arrives, then waits for all: what a block wrote
+// to any block's shared memory before is visible after (release / acquire at cluster scope).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+               "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// The shared-window address of a pointer into this block's shared memory.
+__device__ __forceinline__ unsigned shared_window(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// The address in block `rank`'s shared memory that corresponds to `at` in this block's.
+__device__ __forceinline__ unsigned map_to_rank(unsigned at, unsigned rank) {
+  unsigned r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(at), "r"(rank));
+  return r;
+}
+
+// A value of V (2, 4, 8 or 16 bytes, aligned to its size) loaded from or stored to a
+// cluster-mapped shared address, as one access.
+template <class V>
+__device__ __forceinline__ V ld_cluster(unsigned at) {
+  using W = typename Bits<(int)sizeof(V)>::type;
+  W w;
+  if constexpr (sizeof(V) == 16) {
+    asm volatile("ld.shared::cluster.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w) : "r"(at) : "memory");
+  } else if constexpr (sizeof(V) == 8) {
+    asm volatile("ld.shared::cluster.v2.u32 {%0, %1}, [%2];"
+                 : "=r"(w.x), "=r"(w.y) : "r"(at) : "memory");
+  } else if constexpr (sizeof(V) == 4) {
+    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(w) : "r"(at) : "memory");
+  } else {
+    static_assert(sizeof(V) == 2, "2, 4, 8 or 16 bytes");
+    asm volatile("ld.shared::cluster.u16 %0, [%1];" : "=h"(w) : "r"(at) : "memory");
+  }
+  return *reinterpret_cast<const V*>(&w);
+}
+template <class V>
+__device__ __forceinline__ void st_cluster(unsigned at, const V& v) {
+  using W = typename Bits<(int)sizeof(V)>::type;
+  const W w = *reinterpret_cast<const W*>(&v);
+  if constexpr (sizeof(V) == 16) {
+    asm volatile("st.shared::cluster.v4.u32 [%0], {%1, %2, %3, %4};"
+                 :: "r"(at), "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w) : "memory");
+  } else if constexpr (sizeof(V) == 8) {
+    asm volatile("st.shared::cluster.v2.u32 [%0], {%1, %2};"
+                 :: "r"(at), "r"(w.x), "r"(w.y) : "memory");
+  } else if constexpr (sizeof(V) == 4) {
+    asm volatile("st.shared::cluster.u32 [%0], %1;" :: "r"(at), "r"(w) : "memory");
+  } else {
+    static_assert(sizeof(V) == 2, "2, 4, 8 or 16 bytes");
+    asm volatile("st.shared::cluster.u16 [%0], %1;" :: "r"(at), "h"(w) : "memory");
+  }
+}
+
+}  // namespace ks

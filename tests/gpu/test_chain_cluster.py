@@ -1,0 +1,165 @@
+"""Batch-size-last whole-vector segments held by thread-block clusters (``ks_rows_cluster``)
+against float64 oracles on the GPU.
+
+Each case takes the one-block segment of a chain (``make_row_segment(..., max_cluster=1)``)
+and spreads its tile over every cluster size and every place of the rank bits that the first
+pass's digits allow, so small chains reach every kernel path cheaply; the last tests check
+that the configuration takes clusters on its own for long vectors and that ``auto`` runs
+them. Oracles: dense complex128 products from the definition (conftest.chain_oracle) and
+scipy.linalg.hadamard; outputs NaN-poisoned.
+"""
+import dataclasses
+
+import numpy
+import pytest
+import scipy.linalg
+
+import kscupy as ks
+from conftest import (DTYPES, RTOL, chain_oracle, gpu_available, gpu_chain, random_array,
+                      rel_err)
+from kscupy.kernels import ks_rows
+from kscupy.kernels.ks_rows import make_row_segment
+from kscupy.shuffle import inverse_permutation
+
+pytestmark = pytest.mark.gpu
+if not gpu_available():
+    pytest.skip("needs CuPy and a CUDA device", allow_module_level=True)
+
+import cupy  # noqa: E402
+
+if ks_rows.cluster_limit() < 2:
+    pytest.skip("thread-block clusters need a Hopper GPU (sm_90) or later",
+                allow_module_level=True)
+
+BATCHES = [1, 3, 1000, 65537]
+
+# Chains (left to right) whose first pass (the last factor) has power-of-two digits: strides
+# ascending and descending in application order, radix 4 and 16, a nesting pass of four.
+CHAINS = {
+    "butterfly16": [(1, 2, 2, 8), (2, 2, 2, 4), (4, 2, 2, 2), (8, 2, 2, 1)],
+    "butterfly_desc": [(8, 2, 2, 1), (4, 2, 2, 2), (2, 2, 2, 4), (1, 2, 2, 8)],
+    "butterfly512": [(2**l, 2, 2, 2**(8 - l)) for l in range(9)],
+    "radix4_64": [(1, 4, 4, 16), (4, 4, 4, 4), (16, 4, 4, 1)],
+    "radix16": [(1, 16, 16, 16), (16, 16, 16, 1)],
+}
+
+
+def _factors(chain, dtype):
+    return [K.factor.in_dtype(dtype) for K in reversed(chain.factors)]
+
+
+def _folds(chain):
+    dst = None
+    if chain.output_permutation is not None:
+        dst = inverse_permutation(chain.output_permutation, cupy)
+    return dict(src=chain.input_permutation, dst=dst)
+
+
+def _clustered(chain, dtype, batch):
+    """The chain's one-block batch-size-last segment spread over every cluster the first
+    pass allows: (cluster, rank_shift, segment) for each."""
+    seg = make_row_segment(_factors(chain, dtype), dtype, "bsl", batch, max_cluster=1,
+                           **_folds(chain))
+    assert seg is not None and seg.cluster == 1
+    lo, hi = seg.first_pass_bits
+    out = []
+    cluster = 2
+    while cluster <= ks_rows.MAX_CLUSTER:
+        for shift in range(lo, hi - cluster.bit_length() + 2):
+            if ks_rows._cluster_fits("bsl", seg.n, cluster, (lo, hi), shift):
+                out.append((cluster, shift,
+                            dataclasses.replace(seg, cluster=cluster, rank_shift=shift)))
+        cluster *= 2
+    return out
+
+
+def _tol(dtype, chain):
+    return 20 * RTOL[numpy.dtype(dtype)] * len(chain)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", sorted(CHAINS))
+def test_cluster_against_oracle(poisoned, rng, name, dtype):
+    """Every cluster and rank-bit place (float32 and complex128; the smallest and largest
+    cluster for the other dtypes) at B = 1000, the largest cluster at the other batches (each
+    case is an instantiation of its own: NVRTC time)."""
+    chain = gpu_chain(CHAINS[name], dtype, seed=len(name))
+    D = chain_oracle(chain)
+    N = chain.shape[1]
+    every = numpy.dtype(dtype) in (numpy.float32, numpy.complex128)
+    for B in BATCHES:
+        if B * N > 2**22:
+            B = 2**22 // N + 1                      # keep the oracle cheap; still a tail tile
+        cases = _clustered(chain, numpy.dtype(dtype), B)
+        assert cases, "no cluster fits the chain's first pass"
+        if B != 1000:
+            cases = cases[-1:]
+        elif not every:
+            cases = [cases[0], cases[-1]]
+        X = random_array(rng, (N, B), dtype)
+        ref = D @ X
+        for cluster, shift, seg in cases:
+            Y = seg(cupy.asarray(X), "bsl")
+            assert Y.dtype == dtype and Y.shape == ref.shape
+            assert rel_err(Y, ref) < _tol(dtype, chain), (B, cluster, shift, seg.describe())
+
+
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64, numpy.complex128])
+def test_cluster_permutations_folded(poisoned, rng, dtype):
+    """Input and output gathers (tables) folded into the first pass's reads and the last
+    pass's writes, around the cluster's scatter."""
+    base = gpu_chain(CHAINS["butterfly512"], dtype, seed=7)
+    N = base.shape[1]
+    chain = ks.KSChain(base.factors, input_permutation=cupy.asarray(rng.permutation(N)),
+                       output_permutation=cupy.asarray(rng.permutation(N)))
+    D = chain_oracle(chain)
+    X = random_array(rng, (N, 1000), dtype)
+    for cluster, shift, seg in _clustered(chain, numpy.dtype(dtype), 1000):
+        assert seg.in_map is not None and seg.out_map is not None
+        assert rel_err(seg(cupy.asarray(X), "bsl"), D @ X) < _tol(dtype, chain), \
+            (cluster, shift)
+
+
+@pytest.mark.parametrize("dtype", [numpy.complex64, numpy.complex128])
+def test_cluster_dft_stages(poisoned, rng, dtype):
+    """Computed DFT stages (twiddles from the meta table) and the computed bit reversal."""
+    chain = ks.dft(1024, dtype=dtype, xp=cupy)
+    k = numpy.arange(1024)
+    D = numpy.exp(-2j * numpy.pi * numpy.outer(k, k) / 1024)
+    X = random_array(rng, (1024, 300), dtype)
+    cases = _clustered(chain, numpy.dtype(dtype), 300)
+    assert cases and cases[0][2].reversed_input
+    for cluster, shift, seg in cases:
+        assert rel_err(seg(cupy.asarray(X), "bsl"), D @ X) < _tol(dtype, chain), \
+            (cluster, shift)
+
+
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64])
+@pytest.mark.parametrize("n", [1024, 4096])
+def test_long_vectors_take_clusters(poisoned, rng, n, dtype):
+    """Where a one-block tile of whole 128-byte runs does not fit three blocks an SM, the
+    configuration spreads it over a cluster, and the planner's plan for ``auto`` holds it."""
+    H = ks.hadamard(n, dtype=dtype, xp=cupy)
+    ref_m = scipy.linalg.hadamard(n).astype(numpy.float64)
+    B = 1037
+    seg = make_row_segment(_factors(H, numpy.dtype(dtype)), numpy.dtype(dtype), "bsl", B)
+    assert seg.cluster > 1 and seg.rows * numpy.dtype(dtype).itemsize >= ks_rows.BSL_RUN, \
+        seg.describe()
+    X = random_array(rng, (n, B), dtype)
+    assert rel_err(seg(cupy.asarray(X), "bsl"), ref_m @ X) < 1e-5
+    assert rel_err(H.matmul(cupy.asarray(X), layout="bsl"), ref_m @ X) < 1e-5
+
+
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64])
+def test_sanitizer_subset_cluster(poisoned, rng, dtype):
+    """Small cases for compute-sanitizer: every cluster size, gathers, a ragged tile."""
+    base = gpu_chain(CHAINS["radix4_64"], dtype, seed=5)
+    chain = ks.KSChain(base.factors, input_permutation=cupy.asarray(rng.permutation(64)),
+                       output_permutation=cupy.asarray(rng.permutation(64)))
+    D = chain_oracle(chain)
+    X = random_array(rng, (64, 37), dtype)
+    cases = _clustered(chain, numpy.dtype(dtype), 37)
+    assert {cluster for cluster, _, _ in cases} >= {2, 4}
+    for cluster, shift, seg in cases:
+        assert rel_err(seg(cupy.asarray(X), "bsl"), D @ X) < _tol(dtype, chain), \
+            (cluster, shift)

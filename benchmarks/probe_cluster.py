@@ -55,7 +55,10 @@ def plan_segment(chain, dtype, batch):
         if isinstance(step, ks_rows.RowSegment):
             return plan, step
     factors = [K.factor.in_dtype(dtype) for K in reversed(chain.factors)]
-    return plan, ks_rows.make_row_segment(factors, dtype, "bsl", batch, max_cluster=1)
+    dst = None if chain.output_permutation is None else \
+        ks.shuffle.inverse_permutation(chain.output_permutation, cupy)
+    return plan, ks_rows.make_row_segment(factors, dtype, "bsl", batch, max_cluster=1,
+                                          src=chain.input_permutation, dst=dst)
 
 
 def variants(seg, dtype, batch, runs):

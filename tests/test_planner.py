@@ -99,6 +99,8 @@ def test_dft_plans_computed_stages(n, passes):
 def test_hadamard_plans_computed_stages():
     H = ks.hadamard(1024, normalized=True, dtype=numpy.float32)
     seg = planner.plan(H, "bsl", numpy.float32, 65536, rates=RATES).steps[0]
+    assert isinstance(seg, RowSegment) and seg.passes == (5, 5)     # bsl: passes of 32
+    seg = planner.plan(H, "bsf", numpy.float32, 65536, rates=RATES).steps[0]
     assert isinstance(seg, RowSegment) and seg.passes == (4, 4, 2)
     assert all(st == (ks_rows.HADAMARD_STAGE, True) for st in seg.stages)
 
@@ -355,8 +357,8 @@ def test_cluster_segments_are_checked():
     factors = [K.factor for K in reversed(H.factors)]
     seg = ks_rows.make_row_segment(factors, numpy.float32, "bsl", 65536, max_cluster=1)
     lo, hi = seg.first_pass_bits
-    assert (lo, hi) == (0, 4)
-    for bad in (dict(cluster=2, rank_shift=4), dict(cluster=3, rank_shift=0),
+    assert (lo, hi) == (0, 5)                   # a first pass of 32 elements
+    for bad in (dict(cluster=2, rank_shift=5), dict(cluster=3, rank_shift=0),
                 dict(cluster=16, rank_shift=0), dict(cluster=2, rank_shift=-1)):
         with pytest.raises(ValueError, match="cluster"):
             dataclasses.replace(seg, **bad)

@@ -36,8 +36,12 @@ MAX_RADIX = 16
 SMEM_MAX = 200 * 1024
 #: Shared memory a block holding several vectors may use: three blocks per SM.
 SMEM_TARGET = 72 * 1024
-#: Most elements of a pass (the product of its radices).
-MAX_ELEMENTS = 16
+#: Most elements of a pass (the product of its radices), by layout. Batch-size-last items
+#: hold one row of a pass of 32 (rows_per_lane), and fewer passes save round trips of the
+#: tile (H100, Hadamard(4096) float32 bsl on a cluster of 8: passes 4+4+4 0.285 ms, 5+5+2
+#: 0.256; Hadamard(8192) 4+4+4+1 and 5+5+3 alike, 0.33); batch-size-first passes of 16
+#: elements were already slower than those of 8 where twiddles take registers (DFT).
+MAX_ELEMENTS = {"bsf": 16, "bsl": 32}
 #: Blocks per SM that a launch asks the registers to allow (at most; fewer when the shared
 #: memory of a block allows fewer): one block's loads overlap another's arithmetic.
 MIN_BLOCKS = 3
@@ -498,7 +502,7 @@ def _configure(patterns, stages, dtype, layout, batch, cluster=1):
     # 3 blocks per SM, 0.43 ms; of 16 elements, 2 blocks, 0.50 ms); fewer threads when no
     # pass has that many work items.
     budget = SM_REGISTERS // (threads_max * resident)
-    passes = group_passes(patterns, MAX_ELEMENTS, budget, stages, words)
+    passes = group_passes(patterns, MAX_ELEMENTS[layout], budget, stages, words)
     sizes, need, f = [], 0, 0
     for count in passes:
         trial = [(p.b, p.d, st) for p, st in zip(patterns[f:f + count], stages[f:f + count])]

@@ -214,11 +214,13 @@ def test_stage_segments_compile(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cluster_segments_compile(dtype):
-    """ks_rows_cluster (batch-size-last tiles over thread-block clusters): computed and
-    stored factors, rank bits at the top and the bottom of the first pass's digits, the
-    computed bit reversal, element-wise and vector rows, with layout probes."""
+    """ks_rows_cluster (batch-size-last tiles over thread-block clusters, up to Hopper's 16
+    blocks): computed and stored factors, rank bits at the top and the bottom of the first
+    pass's digits, the computed bit reversal, element-wise and vector rows, with layout
+    probes."""
     dtype = numpy.dtype(dtype)
-    chains = [ks.hadamard(4096, dtype=dtype), ks.butterfly(1024, dtype=dtype)]
+    chains = [ks.hadamard(4096, dtype=dtype), ks.hadamard(8192, dtype=dtype),
+              ks.butterfly(1024, dtype=dtype)]
     if dtype.kind == "c":
         chains.append(ks.dft(1024, dtype=dtype))
     vector = max(1, 16 // dtype.itemsize)
@@ -226,7 +228,8 @@ def test_cluster_segments_compile(dtype):
     for chain in chains:
         factors = [K.factor for K in reversed(chain.factors)]
         seg = ks_rows.make_row_segment(factors, dtype, "bsl", 65536,
-                                       src=chain.input_permutation, max_cluster=8)
+                                       src=chain.input_permutation,
+                                       max_cluster=ks_rows.MAX_CLUSTER)
         assert seg.cluster > 1, seg.describe()
         lo = seg.first_pass_bits[0]
         for s in (seg, dataclasses.replace(seg, rank_shift=lo)):

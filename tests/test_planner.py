@@ -351,6 +351,17 @@ def test_bsl_tiles_spread_over_clusters(dtype, n, cluster, rows):
     assert ks_rows.make_row_segment(factors, dtype, "bsf", 65536, max_cluster=8).cluster == 1
 
 
+def test_hopper_clusters_of_sixteen():
+    """Where clusters of 16 are allowed (Hopper), n = 8192 float32 takes whole 128-byte
+    runs on 16 blocks instead of half runs on 8; the name and layout follow."""
+    H = ks.hadamard(8192, dtype=numpy.float32)
+    factors = [K.factor for K in reversed(H.factors)]
+    seg = ks_rows.make_row_segment(factors, numpy.float32, "bsl", 65536,
+                                   max_cluster=ks_rows.MAX_CLUSTER)
+    assert (seg.cluster, seg.rows, seg.smem_bytes(4)) == (16, 32, 32 * 8192 * 4 // 16)
+    assert ", 16, " in seg.name(numpy.float32) and seg.cluster > ks_rows.PORTABLE_CLUSTER
+
+
 def test_cluster_segments_are_checked():
     """A cluster needs batch-size-last and its rank bits among the first pass's digits."""
     H = ks.hadamard(4096, dtype=numpy.float32)
@@ -359,7 +370,7 @@ def test_cluster_segments_are_checked():
     lo, hi = seg.first_pass_bits
     assert (lo, hi) == (0, 5)                   # a first pass of 32 elements
     for bad in (dict(cluster=2, rank_shift=5), dict(cluster=3, rank_shift=0),
-                dict(cluster=16, rank_shift=0), dict(cluster=2, rank_shift=-1)):
+                dict(cluster=32, rank_shift=0), dict(cluster=2, rank_shift=-1)):
         with pytest.raises(ValueError, match="cluster"):
             dataclasses.replace(seg, **bad)
     bsf = ks_rows.make_row_segment(factors, numpy.float32, "bsf", 65536, max_cluster=1)

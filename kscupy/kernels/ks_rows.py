@@ -28,7 +28,7 @@ from .operands import copying_odd_strides, geometry, KernelRun
 
 __all__ = ["RowSegment", "make_row_segment", "group_passes", "pass_registers", "rows_smem",
            "stage_of", "cluster_limit",
-           "MAX_RADIX", "MAX_CLUSTER", "ALONG_T", "ALONG_ROW", "STORED", "HADAMARD_STAGE", "TWIDDLED_STAGE"]
+           "MAX_RADIX", "MAX_CLUSTER", "PORTABLE_CLUSTER", "ALONG_T", "ALONG_ROW", "STORED", "HADAMARD_STAGE", "TWIDDLED_STAGE"]
 
 #: Largest block (b = c) of a factor the family applies.
 MAX_RADIX = 16
@@ -62,9 +62,13 @@ SM_THREADS = 2048
 REGISTER_OVERHEAD = 32
 #: ``Along`` in ks_rows.cu: the axis global accesses walk (t in a row, or the batch row).
 ALONG_T, ALONG_ROW = 0, 1
-#: Most blocks of a thread-block cluster holding one batch-size-last tile (``ks_rows_cluster``;
-#: 8 is the portable limit of Hopper's clusters).
-MAX_CLUSTER = 8
+#: Most blocks of a thread-block cluster holding one batch-size-last tile
+#: (``ks_rows_cluster``): 8 on any GPU with clusters (the portable size), 16 on Hopper, which
+#: runs clusters of 16 where a kernel allows them (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_
+#: ALLOWED; H100, Hadamard(8192) float32 bsl: 16 rows on a cluster of 8 0.320 ms, 32 rows on
+#: one of 16 0.275).
+PORTABLE_CLUSTER, MAX_CLUSTER = 8, 16
+_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14     # CUfunction_attribute
 #: ``META`` in ks_rows.cu: entries of the kernel's meta table per factor.
 _META = 3
 
@@ -449,12 +453,14 @@ def _cluster_fits(layout, n, cluster, first_bits, rank_shift) -> bool:
 @functools.lru_cache(maxsize=None)
 def _device_cluster_limit(device_id: int) -> int:
     import cupy
-    return MAX_CLUSTER if int(cupy.cuda.Device(device_id).compute_capability) >= 90 else 1
+    arch = int(cupy.cuda.Device(device_id).compute_capability)
+    return MAX_CLUSTER if arch == 90 else PORTABLE_CLUSTER if arch > 90 else 1
 
 
 def cluster_limit() -> int:
-    """Most blocks of a cluster the current GPU runs (:data:`MAX_CLUSTER` from Hopper on,
-    sm_90); 1 without a GPU or before Hopper."""
+    """Most blocks of a cluster a tile may take on the current GPU: :data:`MAX_CLUSTER` on
+    Hopper (sm_90), :data:`PORTABLE_CLUSTER` on later GPUs (not measured), 1 without a GPU
+    or before Hopper."""
     try:
         import cupy
         return _device_cluster_limit(cupy.cuda.Device().id)
@@ -614,6 +620,8 @@ def prepare(segment: RowSegment, X, layout):
     smem = segment.smem_bytes(isz)
     fn = nvrtc.function("ks_rows.cu", segment.name(dtype, vx, vy), smem,
                         cupy.cuda.Device().id, prefer_shared=True)
+    if segment.cluster > PORTABLE_CLUSTER:     # a launch of a larger cluster fails without
+        cupy.cuda.driver.funcSetAttribute(fn.kernel.ptr, _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
     tiles = -(-B // segment.rows)
     i64 = numpy.int64
     # a cluster's blocks share each tile; the clusters walk the tiles

@@ -64,7 +64,7 @@ def _clustered(chain, dtype, batch):
     lo, hi = seg.first_pass_bits
     out = []
     cluster = 2
-    while cluster <= ks_rows.MAX_CLUSTER:
+    while cluster <= ks_rows.cluster_limit():
         for shift in range(lo, hi - cluster.bit_length() + 2):
             if ks_rows._cluster_fits("bsl", seg.n, cluster, (lo, hi), shift):
                 out.append((cluster, shift,
@@ -135,16 +135,18 @@ def test_cluster_dft_stages(poisoned, rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64])
-@pytest.mark.parametrize("n", [1024, 4096])
+@pytest.mark.parametrize("n", [1024, 4096, 8192])
 def test_long_vectors_take_clusters(poisoned, rng, n, dtype):
     """Where a one-block tile of whole 128-byte runs does not fit three blocks an SM, the
     configuration spreads it over a cluster, and the planner's plan for ``auto`` holds it."""
     H = ks.hadamard(n, dtype=dtype, xp=cupy)
     ref_m = scipy.linalg.hadamard(n).astype(numpy.float64)
-    B = 1037
+    B = 1037 if n < 8192 else 301            # (the float64 oracle's time)
     seg = make_row_segment(_factors(H, numpy.dtype(dtype)), numpy.dtype(dtype), "bsl", B)
     assert seg.cluster > 1 and seg.rows * numpy.dtype(dtype).itemsize >= ks_rows.BSL_RUN, \
         seg.describe()
+    if n == 8192:      # 16 blocks: a cluster size the kernel must be allowed (Hopper)
+        assert seg.cluster == 16 == ks_rows.cluster_limit()
     X = random_array(rng, (n, B), dtype)
     assert rel_err(seg(cupy.asarray(X), "bsl"), ref_m @ X) < 1e-5
     assert rel_err(H.matmul(cupy.asarray(X), layout="bsl"), ref_m @ X) < 1e-5

@@ -10,7 +10,9 @@ module                 source                          what it launches
 :mod:`.ks_skinny`      ``kernels_cu/ks_skinny.cu``     one factor at a small batch
 :mod:`.ks_chain`       ``kernels_cu/ks_chain.cu``      a segment of a chain in shared memory
 :mod:`.ks_rows`        ``kernels_cu/ks_rows.cu``       a run of small square factors on whole
-                                                       vectors, passes in registers
+                                                       vectors, passes in registers (long
+                                                       batch-size-last vectors: a tile a
+                                                       thread-block cluster)
 :mod:`.ks_pair`        ``kernels_cu/ks_pair.cu``       two factors of a chain on the tensor
                                                        cores, the intermediate on chip
 :mod:`.ks_direct`      ``kernels_cu/ks_direct.cu``     one factor, one thread an output (while

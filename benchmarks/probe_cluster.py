@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from timing import cupy, measure_ceilings, time_fn  # noqa: E402
 
 import kscupy as ks  # noqa: E402
+from bench_fft import transform_chain  # noqa: E402
 from kscupy import costs  # noqa: E402
 from kscupy.kernels import ks_rows  # noqa: E402
 
@@ -40,12 +41,7 @@ CHAINS = ("hadamard:1024:float32;hadamard:4096:float32;hadamard:8192:float32;"
 
 def make_chain(spec):
     kind, n, dtype = spec.split(":")
-    n, dtype = int(n), numpy.dtype(dtype)
-    if kind == "hadamard":
-        return ks.hadamard(n, dtype=dtype, xp=cupy)
-    if kind == "dft":
-        return ks.dft(n, dtype=dtype, xp=cupy)
-    return ks.butterfly(n, dtype=dtype, xp=cupy, seed=n)
+    return transform_chain(kind, int(n), numpy.dtype(dtype), cupy)
 
 
 def plan_segment(chain, dtype, batch):

@@ -31,17 +31,12 @@ if ks_rows.cluster_limit() < 2:
     pytest.skip("thread-block clusters need a Hopper GPU (sm_90) or later",
                 allow_module_level=True)
 
-BATCHES = [1, 3, 1000, 65537]
+from test_chain_rows import BATCHES, CHAINS as ROW_CHAINS  # noqa: E402
 
-# Chains (left to right) whose first pass (the last factor) has power-of-two digits: strides
-# ascending and descending in application order, radix 4 and 16, a nesting pass of four.
-CHAINS = {
-    "butterfly16": [(1, 2, 2, 8), (2, 2, 2, 4), (4, 2, 2, 2), (8, 2, 2, 1)],
-    "butterfly_desc": [(8, 2, 2, 1), (4, 2, 2, 2), (2, 2, 2, 4), (1, 2, 2, 8)],
-    "butterfly512": [(2**l, 2, 2, 2**(8 - l)) for l in range(9)],
-    "radix4_64": [(1, 4, 4, 16), (4, 4, 4, 4), (16, 4, 4, 1)],
-    "radix16": [(1, 16, 16, 16), (16, 16, 16, 1)],
-}
+# test_chain_rows's chains whose first pass (the last factor) has power-of-two digits:
+# strides ascending and descending in application order, radix 4 and 16.
+CHAINS = {name: ROW_CHAINS[name] for name in
+          ("butterfly16", "butterfly_desc", "butterfly512", "radix4_64", "radix16")}
 
 
 def _factors(chain, dtype):

@@ -149,7 +149,8 @@ def test_long_vectors_take_clusters(poisoned, rng, n, dtype):
 
 @pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64])
 def test_sanitizer_subset_cluster(poisoned, rng, dtype):
-    """Small cases for compute-sanitizer: every cluster size, gathers, a ragged tile."""
+    """Small cases for compute-sanitizer: clusters of 2 and 4 with gathers and a ragged tile,
+    and the largest cluster the configuration takes (16 on Hopper)."""
     base = gpu_chain(CHAINS["radix4_64"], dtype, seed=5)
     chain = ks.KSChain(base.factors, input_permutation=cupy.asarray(rng.permutation(64)),
                        output_permutation=cupy.asarray(rng.permutation(64)))
@@ -160,3 +161,10 @@ def test_sanitizer_subset_cluster(poisoned, rng, dtype):
     for cluster, shift, seg in cases:
         assert rel_err(seg(cupy.asarray(X), "bsl"), D @ X) < _tol(dtype, chain), \
             (cluster, shift)
+    # the configuration's largest cluster (16 blocks on Hopper), a ragged tile
+    H = ks.hadamard(8192, dtype=dtype, xp=cupy)
+    seg = make_row_segment(_factors(H, numpy.dtype(dtype)), numpy.dtype(dtype), "bsl", 37)
+    assert seg.cluster == ks_rows.cluster_limit(), seg.describe()
+    X = random_array(rng, (8192, 37), dtype)
+    ref = scipy.linalg.hadamard(8192).astype(numpy.float64) @ X
+    assert rel_err(seg(cupy.asarray(X), "bsl"), ref) < 1e-5

@@ -539,7 +539,8 @@ struct YSide {
 //    last writes Y in runs of RT·sizeof(T) bytes, without the tile's loads and stores of
 //    batch-size-first (the lanes of a q read the same weights, served by one load). RV:
 //    rows_per_lane; U items in flight together (2 where an item has fewer than 8 elements
-//    and two items' elements and weights fit the registers).
+//    and two items' elements and weights fit the registers); with one, the next item's
+//    weights in flight during this one's work where they fit too (PREFETCH).
 template <class Lc, class P, int FI0, bool FROM_X, bool TO_Y> struct PassRun;
 template <class Lc, int FI0, bool FROM_X, bool TO_Y, class... Fs>
 struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
@@ -557,6 +558,12 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
   static constexpr int RV = BSL ? rows_per_lane(Lc::V, words_of<C>(), E, NW, Lc::REGISTERS) : 1;
   static constexpr int U = BSL && E * RV < 8 &&
       2 * words_of<C>() * (E * RV + NW) + REGISTER_OVERHEAD <= Lc::REGISTERS ? 2 : 1;
+  // Batch-size-last, one item at a time: the next item's values are loaded during this one
+  // where the registers hold both (H200, bsl: float32 butterflies 256 / 1024 / 4096 0.260 /
+  // 0.310 / 0.395 -> 0.212 / 0.264 / 0.373 ms, Hadamard(4096) 0.225 -> 0.212; complex64
+  // butterflies, which do not fit, ran 1.3x slower with it).
+  static constexpr bool PREFETCH = BSL && U == 1 &&
+      words_of<C>() * (2 * NW + E * RV) + REGISTER_OVERHEAD <= Lc::REGISTERS;
   static constexpr int WORK = (RT / RG / RV) * Q;
   static_assert(N % (E * DLO) == 0, "a pass's element sets tile the vector");
   static_assert(RT % RG == 0, "rows of a work item tile the rows of the tile");
@@ -612,16 +619,59 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
       }
     } else {
       constexpr int LANES = RT / RV;              // items, so lanes, of one q
+      // an item's q, as (hi, lo), and its first element and row
+      auto item = [&](int j, int& hi, int& lo, int& t0, int& row) {
+        const int w = item_of(j, rank), q = w / LANES;
+        lo = q % DLO;
+        hi = q / DLO;
+        t0 = hi * (E * DLO) + lo;
+        row = (w % LANES) * RV;
+      };
+      if constexpr (PREFETCH) {
+        // One item at a time: the next item's blocks are loaded while this one's elements
+        // are read, applied and written, so that an item does not start by waiting on L2.
+        C wts[NW], next[NW];
+        int hi, lo, t0, row;
+        if (threadIdx.x < MY_WORK) {
+          item(threadIdx.x, hi, lo, t0, row);
+          Fc::load(next, hi, lo, meta);
+        }
+        for (int j = threadIdx.x; j < MY_WORK; j += NT) {
+#pragma unroll
+          for (int m = 0; m < NW; ++m) wts[m] = next[m];
+          item(j, hi, lo, t0, row);
+          if (j + NT < MY_WORK) {
+            int nhi, nlo, nt0, nrow;
+            item(j + NT, nhi, nlo, nt0, nrow);
+            Fc::load(next, nhi, nlo, meta);
+          }
+          C x[RV][E];
+#pragma unroll
+          for (int u = 0; u < E; ++u) {
+            const vec<T, RV> v = in.template read_rows<RV>(t0, row, u);
+#pragma unroll
+            for (int r = 0; r < RV; ++r) x[r][u] = widen(v.v[r]);
+          }
+#pragma unroll
+          for (int r = 0; r < RV; ++r) Fc::apply(x[r], wts);
+#pragma unroll
+          for (int u = 0; u < E; ++u) {
+            vec<T, RV> v;
+#pragma unroll
+            for (int r = 0; r < RV; ++r) v.v[r] = narrow<T>(x[r][u]);
+            out.template write_rows<RV>(t0, row, u, v);
+          }
+        }
+        return;
+      }
       for (int j0 = threadIdx.x; j0 < MY_WORK; j0 += NT * U) {
         C wts[U][NW], x[U][RV][E];
         int t0[U], row[U];
 #pragma unroll
         for (int i = 0; i < U; ++i) {
           if (j0 + i * NT >= MY_WORK) break;
-          const int w = item_of(j0 + i * NT, rank);
-          const int q = w / LANES, lo = q % DLO, hi = q / DLO;
-          row[i] = (w % LANES) * RV;
-          t0[i] = hi * (E * DLO) + lo;
+          int hi, lo;
+          item(j0 + i * NT, hi, lo, t0[i], row[i]);
           Fc::load(wts[i], hi, lo, meta);
 #pragma unroll
           for (int u = 0; u < E; ++u) {

@@ -351,10 +351,11 @@ __host__ __device__ constexpr int words_of() { return (int)(sizeof(C) + 3) / 4; 
 // Batch-size-last rows a work item takes as one vector: the most, a power of two up to vmax
 // (what the launch's alignment allows), whose e elements each (values of `words` registers)
 // come to at most ITEM_WORDS registers and, with the pass's nw weights, fit the registers a
-// thread has. More rows per item serve more rows per load of the weights and move more
-// bytes per access (H200 butterfly(256) float32, radix-4 passes: 1, 2, 4 rows 0.36, 0.29,
-// 0.25 ms), but past 16 registers of elements the loads in flight no longer grow
-// (Hadamard(256), passes of 16 elements: 1 row 0.19 ms, 2 rows 0.27).
+// thread has; one row where even that is more (a pass of 32 elements). More rows per item
+// serve more rows per load of the weights and move more bytes per access (H200
+// butterfly(256) float32, radix-4 passes: 1, 2, 4 rows 0.36, 0.29, 0.25 ms), but past 16
+// registers of elements the loads in flight no longer grow (Hadamard(256), passes of 16
+// elements: 1 row 0.19 ms, 2 rows 0.27; Hadamard(1024), 2 rows again 1.4x slower).
 constexpr int ITEM_WORDS = 16;
 __host__ __device__ constexpr int rows_per_lane(int vmax, int words, int e, int nw,
                                                 int registers) {
@@ -377,9 +378,10 @@ __host__ __device__ constexpr int rows_per_lane(int vmax, int words, int e, int 
 // with the rank bits taken out). A tile of 128-byte runs (32 rows of float32) of n = 4096
 // is 512 KiB, more than an SM has, and runs of 32 bytes (8 rows, one lone block an SM) left
 // the H100's Hadamard(4096) at 0.46 of the bandwidth floor. The host puts the rank bits
-// among the first pass's digits, so the first pass (which reads X) scatters its results to
-// the cluster's blocks and every later pass stays in its own block: a pass whose digits
-// miss the rank bits finds all of a work item's elements in one block (see PassRun).
+// among the first pass's digits and takes a cluster only where no later pass's digits hold
+// them, so the first pass (which reads X) scatters its results to the cluster's blocks and
+// every later pass stays in its own block: a pass whose digits miss the rank bits finds all
+// of a work item's elements in one block (see PassRun).
 template <class T_, int N_, int RT_, int NT_, int MINB_, int ALONG_, int V_, bool REVERSED_,
           bool TO_Y_, int CS_ = 1, int SH_ = 0>
 struct Launch {
@@ -444,27 +446,21 @@ struct TileSide {
   }
 };
 
-// The cluster's tile (Launch, CS > 1) as a pass whose digits hold the rank bits reads or
-// writes it: element t of a row in block rank_of(t), at local_t(t), over the SM-to-SM network
-// (rows as one vector, as TileSide; E and DLO powers of two, so t0's bits and u·DLO's are
-// disjoint and each splits apart).
+// The cluster's tile (Launch, CS > 1) as the first pass, whose digits hold the rank bits,
+// writes it: element t of a row to block rank_of(t), at local_t(t), over the SM-to-SM
+// network (rows as one vector, as TileSide; E and DLO powers of two, so t0's bits and
+// u·DLO's are disjoint and each splits apart). The first pass reads X, never the tile.
 template <class Lc, int DLO>
 struct ClusterSide {
   using T = typename Lc::T;
   unsigned base;   // the tile's shared-window address in this block
   __device__ __forceinline__ ClusterSide(T* tile, const Ends<T>&) : base(shared_window(tile)) {}
-  __device__ __forceinline__ unsigned address(int t0, int row, int u) const {
-    const int du = u * DLO;
-    const int at = Lc::L::template at<true>(row, Lc::local_t(t0), Lc::local_t(du));
-    return map_to_rank(base + (unsigned)(at * (int)sizeof(T)), Lc::rank_of(t0) | Lc::rank_of(du));
-  }
-  template <int RV>
-  __device__ __forceinline__ vec<T, RV> read_rows(int t0, int row, int u) const {
-    return ld_cluster<vec<T, RV>>(address(t0, row, u));
-  }
   template <int RV>
   __device__ __forceinline__ void write_rows(int t0, int row, int u, const vec<T, RV>& v) const {
-    st_cluster(address(t0, row, u), v);
+    const int du = u * DLO;
+    const int at = Lc::L::template at<true>(row, Lc::local_t(t0), Lc::local_t(du));
+    st_cluster(map_to_rank(base + (unsigned)(at * (int)sizeof(T)),
+                           Lc::rank_of(t0) | Lc::rank_of(du)), v);
   }
 };
 
@@ -559,10 +555,10 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
   static constexpr int U = BSL && E * RV < 8 &&
       2 * words_of<C>() * (E * RV + NW) + REGISTER_OVERHEAD <= Lc::REGISTERS ? 2 : 1;
   // Batch-size-last, one item at a time: the next item's values are loaded during this one
-  // where the registers hold both (H200, bsl: float32 butterflies 256 / 1024 / 4096 0.260 /
-  // 0.310 / 0.395 -> 0.212 / 0.264 / 0.373 ms, Hadamard(4096) 0.225 -> 0.212; complex64
-  // butterflies, which do not fit, ran 1.3x slower with it).
-  static constexpr bool PREFETCH = BSL && U == 1 &&
+  // where it has some and the registers hold both sets (H200, bsl: float32 butterflies 256 /
+  // 1024 / 4096 0.258 / 0.307 / 0.393 -> 0.215 / 0.271 / 0.381 ms; complex64 butterflies,
+  // whose two sets do not fit, ran 1.3x slower with it).
+  static constexpr bool PREFETCH = BSL && U == 1 && PassWeights<P, Fs...>::COUNT > 0 &&
       words_of<C>() * (2 * NW + E * RV) + REGISTER_OVERHEAD <= Lc::REGISTERS;
   static constexpr int WORK = (RT / RG / RV) * Q;
   static_assert(N % (E * DLO) == 0, "a pass's element sets tile the vector");
@@ -573,14 +569,17 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
   static constexpr int LO_BIT = log2_of(DLO), HI_BIT = log2_of(E * DLO);
   static constexpr bool REMOTE = Lc::CS > 1 && LO_BIT < Lc::SH + Lc::LCS && Lc::SH < HI_BIT;
   static_assert(Lc::CS == 1 || DISJOINT, "clusters: radices and strides powers of two");
-  using Tile = typename either<REMOTE, ClusterSide<Lc, DLO>, TileSide<Lc, DLO, DISJOINT>>::type;
-  using In = typename either<FROM_X, XSide<Lc, DLO>, Tile>::type;
-  using Out = typename either<TO_Y, YSide<Lc, DLO>, Tile>::type;
+  static_assert(!REMOTE || (FROM_X && !TO_Y), "clusters: only the first pass holds the rank "
+                "bits (it reads X and writes the tile)");
+  using In = typename either<FROM_X, XSide<Lc, DLO>, TileSide<Lc, DLO, DISJOINT>>::type;
+  using Out = typename either<TO_Y, YSide<Lc, DLO>,
+      typename either<REMOTE, ClusterSide<Lc, DLO>, TileSide<Lc, DLO, DISJOINT>>::type>::type;
   // Batch-size-last items w = q·LANES + (row / RV), LANES = RT / RV. A cluster's block
   // `rank` takes the WORK / CS of them whose bits WSH ... WSH + log2(CS) - 1 are its rank
   // (item_of): where the pass misses the rank bits, those of t0 = hi·E·DLO + lo, found in q
   // at bit SH (in lo, below the pass's digits) or SH - log2(E) (in hi, above them), so that
-  // the block's items are its own elements; where it holds them, any share (the top bits).
+  // the block's items are its own elements; where it holds them (the first pass), any share
+  // (the top bits).
   static constexpr int LANES_LOG = log2_of(RT / RV);
   static constexpr int WSH = !REMOTE ? (Lc::SH >= HI_BIT ? Lc::SH - log2_of(E) : Lc::SH) + LANES_LOG
                                      : log2_of(WORK) - Lc::LCS;
@@ -619,78 +618,71 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
       }
     } else {
       constexpr int LANES = RT / RV;              // items, so lanes, of one q
-      // an item's q, as (hi, lo), and its first element and row
-      auto item = [&](int j, int& hi, int& lo, int& t0, int& row) {
-        const int w = item_of(j, rank), q = w / LANES;
-        lo = q % DLO;
-        hi = q / DLO;
-        t0 = hi * (E * DLO) + lo;
-        row = (w % LANES) * RV;
+      struct Item { int hi, lo, t0, row; };       // q as (hi, lo); first element and row
+      auto item = [&](int j) {
+        const int w = item_of(j, rank), q = w / LANES, lo = q % DLO, hi = q / DLO;
+        return Item{hi, lo, hi * (E * DLO) + lo, (w % LANES) * RV};
       };
-      if constexpr (PREFETCH) {
-        // One item at a time: the next item's blocks are loaded while this one's elements
-        // are read, applied and written, so that an item does not start by waiting on L2.
+      auto read_item = [&](C (&x)[RV][E], const Item& it) {
+#pragma unroll
+        for (int u = 0; u < E; ++u) {
+          const vec<T, RV> v = in.template read_rows<RV>(it.t0, it.row, u);
+#pragma unroll
+          for (int r = 0; r < RV; ++r) x[r][u] = widen(v.v[r]);
+        }
+      };
+      auto apply_write_item = [&](C (&x)[RV][E], const C (&wts)[NW], const Item& it) {
+#pragma unroll
+        for (int r = 0; r < RV; ++r) Fc::apply(x[r], wts);
+#pragma unroll
+        for (int u = 0; u < E; ++u) {
+          vec<T, RV> v;
+#pragma unroll
+          for (int r = 0; r < RV; ++r) v.v[r] = narrow<T>(x[r][u]);
+          out.template write_rows<RV>(it.t0, it.row, u, v);
+        }
+      };
+      if constexpr (U == 1) {
+        // One item at a time; with PREFETCH the next item's values are loaded while this
+        // one's elements are read, applied and written, so that it does not start by
+        // waiting on L2 for them.
         C wts[NW], next[NW];
-        int hi, lo, t0, row;
-        if (threadIdx.x < MY_WORK) {
-          item(threadIdx.x, hi, lo, t0, row);
-          Fc::load(next, hi, lo, meta);
+        if (PREFETCH && threadIdx.x < MY_WORK) {
+          const Item first = item(threadIdx.x);
+          Fc::load(next, first.hi, first.lo, meta);
         }
         for (int j = threadIdx.x; j < MY_WORK; j += NT) {
+          const Item it = item(j);
+          if constexpr (PREFETCH) {
 #pragma unroll
-          for (int m = 0; m < NW; ++m) wts[m] = next[m];
-          item(j, hi, lo, t0, row);
-          if (j + NT < MY_WORK) {
-            int nhi, nlo, nt0, nrow;
-            item(j + NT, nhi, nlo, nt0, nrow);
-            Fc::load(next, nhi, nlo, meta);
+            for (int m = 0; m < NW; ++m) wts[m] = next[m];
+            if (j + NT < MY_WORK) {
+              const Item following = item(j + NT);
+              Fc::load(next, following.hi, following.lo, meta);
+            }
+          } else {
+            Fc::load(wts, it.hi, it.lo, meta);
           }
           C x[RV][E];
-#pragma unroll
-          for (int u = 0; u < E; ++u) {
-            const vec<T, RV> v = in.template read_rows<RV>(t0, row, u);
-#pragma unroll
-            for (int r = 0; r < RV; ++r) x[r][u] = widen(v.v[r]);
-          }
-#pragma unroll
-          for (int r = 0; r < RV; ++r) Fc::apply(x[r], wts);
-#pragma unroll
-          for (int u = 0; u < E; ++u) {
-            vec<T, RV> v;
-#pragma unroll
-            for (int r = 0; r < RV; ++r) v.v[r] = narrow<T>(x[r][u]);
-            out.template write_rows<RV>(t0, row, u, v);
-          }
+          read_item(x, it);
+          apply_write_item(x, wts, it);
         }
-        return;
-      }
-      for (int j0 = threadIdx.x; j0 < MY_WORK; j0 += NT * U) {
-        C wts[U][NW], x[U][RV][E];
-        int t0[U], row[U];
+      } else {
+        // U items in flight together: all their loads, then all their products
+        for (int j0 = threadIdx.x; j0 < MY_WORK; j0 += NT * U) {
+          C wts[U][NW], x[U][RV][E];
+          Item its[U];
 #pragma unroll
-        for (int i = 0; i < U; ++i) {
-          if (j0 + i * NT >= MY_WORK) break;
-          int hi, lo;
-          item(j0 + i * NT, hi, lo, t0[i], row[i]);
-          Fc::load(wts[i], hi, lo, meta);
-#pragma unroll
-          for (int u = 0; u < E; ++u) {
-            const vec<T, RV> v = in.template read_rows<RV>(t0[i], row[i], u);
-#pragma unroll
-            for (int r = 0; r < RV; ++r) x[i][r][u] = widen(v.v[r]);
+          for (int i = 0; i < U; ++i) {
+            if (j0 + i * NT >= MY_WORK) break;
+            its[i] = item(j0 + i * NT);
+            Fc::load(wts[i], its[i].hi, its[i].lo, meta);
+            read_item(x[i], its[i]);
           }
-        }
 #pragma unroll
-        for (int i = 0; i < U; ++i) {
-          if (j0 + i * NT >= MY_WORK) break;
-#pragma unroll
-          for (int r = 0; r < RV; ++r) Fc::apply(x[i][r], wts[i]);
-#pragma unroll
-          for (int u = 0; u < E; ++u) {
-            vec<T, RV> v;
-#pragma unroll
-            for (int r = 0; r < RV; ++r) v.v[r] = narrow<T>(x[i][r][u]);
-            out.template write_rows<RV>(t0[i], row[i], u, v);
+          for (int i = 0; i < U; ++i) {
+            if (j0 + i * NT >= MY_WORK) break;
+            apply_write_item(x[i], wts[i], its[i]);
           }
         }
       }
@@ -699,8 +691,9 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
 };
 
 // The passes in order, a barrier between two (the next reads what the last wrote): the
-// cluster's where either of the two crosses blocks (PassRun::REMOTE), else the block's. In
-// batch-size-last the first reads X; the last writes Y where the launch's TO_Y says so.
+// cluster's after the first pass where it writes to other blocks (PassRun::REMOTE), else
+// the block's. In batch-size-last the first reads X; the last writes Y where the launch's
+// TO_Y says so.
 template <class Lc, int FI, class... Ps>
 struct Passes {
   static constexpr bool FIRST_REMOTE = false;
@@ -718,7 +711,7 @@ struct Passes<Lc, FI, P, Rest...> {
                                              int rank) {
     Run::run(tile, meta, e, rank);
     if constexpr (!LAST) {
-      if constexpr (Run::REMOTE || Next::FIRST_REMOTE) cluster_sync();
+      if constexpr (Run::REMOTE) cluster_sync();
       else __syncthreads();
       Next::run(tile, meta, e, rank);
     }

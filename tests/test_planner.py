@@ -359,7 +359,20 @@ def test_hopper_clusters_of_sixteen():
     seg = ks_rows.make_row_segment(factors, numpy.float32, "bsl", 65536,
                                    max_cluster=ks_rows.MAX_CLUSTER)
     assert (seg.cluster, seg.rows, seg.smem_bytes(4)) == (16, 32, 32 * 8192 * 4 // 16)
-    assert ", 16, " in seg.name(numpy.float32) and seg.cluster > ks_rows.PORTABLE_CLUSTER
+    assert ", 16, " in seg.name(numpy.float32)
+    assert seg.cluster > ks_rows.PORTABLE_CLUSTER
+
+
+def test_no_cluster_where_a_later_pass_mixes_the_rank_bits():
+    """ks_rows_cluster writes to other blocks in its first pass only: a chain whose later
+    pass mixes the first pass's digits again keeps one block a tile."""
+    pats = [(4**k, 4, 4, 4**(5 - k)) for k in range(6)] + [(1, 4, 4, 1024)]
+    factors = [ks.KSMatrix.random(p, dtype=numpy.float32).factor for p in reversed(pats)]
+    seg = ks_rows.make_row_segment(factors, numpy.float32, "bsl", 65536, max_cluster=16)
+    bits = seg.pass_bits
+    assert bits[0] == bits[-1] == (10, 12) and seg.cluster == 1, seg.describe()
+    with pytest.raises(ValueError, match="no later pass"):
+        dataclasses.replace(seg, cluster=4, rank_shift=10)
 
 
 def test_cluster_segments_are_checked():

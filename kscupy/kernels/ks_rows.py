@@ -27,8 +27,8 @@ from .launcher import Launcher
 from .operands import copying_odd_strides, geometry, KernelRun
 
 __all__ = ["RowSegment", "make_row_segment", "group_passes", "pass_registers", "rows_smem",
-           "stage_of", "cluster_limit",
-           "MAX_RADIX", "MAX_CLUSTER", "PORTABLE_CLUSTER", "ALONG_T", "ALONG_ROW", "STORED", "HADAMARD_STAGE", "TWIDDLED_STAGE"]
+           "stage_of", "cluster_limit", "MAX_RADIX", "MAX_CLUSTER", "PORTABLE_CLUSTER",
+           "ALONG_T", "ALONG_ROW", "STORED", "HADAMARD_STAGE", "TWIDDLED_STAGE"]
 
 #: Largest block (b = c) of a factor the family applies.
 MAX_RADIX = 16
@@ -38,9 +38,9 @@ SMEM_MAX = 200 * 1024
 SMEM_TARGET = 72 * 1024
 #: Most elements of a pass (the product of its radices), by layout. Batch-size-last items
 #: hold one row of a pass of 32 (rows_per_lane), and fewer passes save round trips of the
-#: tile (H100, Hadamard(4096) float32 bsl on a cluster of 8: passes 4+4+4 0.285 ms, 5+5+2
-#: 0.256; Hadamard(8192) 4+4+4+1 and 5+5+3 alike, 0.33); batch-size-first passes of 16
-#: elements were already slower than those of 8 where twiddles take registers (DFT).
+#: tile (H100, Hadamard(4096) float32 bsl on a cluster of 8: passes 4+4+4 0.292 ms, 5+5+2
+#: 0.262; Hadamard(8192) 4+4+4+1 and 5+5+3 alike); batch-size-first passes of 16 elements
+#: were already slower than those of 8 where twiddles take registers (DFT).
 MAX_ELEMENTS = {"bsf": 16, "bsl": 32}
 #: Blocks per SM that a launch asks the registers to allow (at most; fewer when the shared
 #: memory of a block allows fewer): one block's loads overlap another's arithmetic.
@@ -64,9 +64,9 @@ REGISTER_OVERHEAD = 32
 ALONG_T, ALONG_ROW = 0, 1
 #: Most blocks of a thread-block cluster holding one batch-size-last tile
 #: (``ks_rows_cluster``): 8 on any GPU with clusters (the portable size), 16 on Hopper, which
-#: runs clusters of 16 where a kernel allows them (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_
-#: ALLOWED; H100, Hadamard(8192) float32 bsl: 16 rows on a cluster of 8 0.320 ms, 32 rows on
-#: one of 16 0.275).
+#: runs clusters of 16 where a kernel allows them (H100, Hadamard(8192) float32 bsl: 16 rows
+#: on a cluster of 8 0.320 ms, 32 rows on one of 16 0.275). The allowance is a function
+#: attribute that ``prepare`` sets (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED).
 PORTABLE_CLUSTER, MAX_CLUSTER = 8, 16
 _NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14     # CUfunction_attribute
 #: ``META`` in ks_rows.cu: entries of the kernel's meta table per factor.
@@ -204,8 +204,9 @@ class RowSegment:
     output gather, where its stores are whole sectors: :func:`writes_whole_sectors`);
     ``cluster``: batch-size-last only, blocks of a thread-block cluster that hold one tile
     together (``ks_rows_cluster``), each the features whose bits ``rank_shift ...
-    rank_shift + log2(cluster) - 1`` are its rank (bits among the first pass's digits, so
-    that only the first pass writes to other blocks; 1: one block a tile).
+    rank_shift + log2(cluster) - 1`` are its rank (bits among the first pass's digits and
+    no later pass's, so that only the first pass writes to other blocks; 1: one block a
+    tile).
     Building one touches no device memory (the planner prices many); the kernel's tables
     are made on the first launch.
     """
@@ -227,11 +228,11 @@ class RowSegment:
         if self.layout not in ("bsf", "bsl"):
             raise ValueError(f"layout must be 'bsf' or 'bsl', got {self.layout!r}")
         if self.cluster != 1 and not _cluster_fits(self.layout, self.n, self.cluster,
-                                                   self.first_pass_bits, self.rank_shift):
+                                                   self.pass_bits, self.rank_shift):
             raise ValueError(
                 f"a cluster of {self.cluster} needs batch-size-last, a power-of-two length "
                 f"and its rank bits ({self.rank_shift} on) among the first pass's digits "
-                f"(bits {self.first_pass_bits})")
+                f"and no later pass's (passes' bits {self.pass_bits})")
         if self.layout == "bsl" and not self.to_y:
             raise ValueError("a batch-size-last RowSegment's last pass writes Y (to_y)")
         if self.layout == "bsf" and self.to_y and self.dst is not None:
@@ -309,10 +310,13 @@ class RowSegment:
         return self.factors[0].shape[1]
 
     @property
+    def pass_bits(self) -> tuple:
+        """Per pass ``(lo, hi)``: its digits are bits lo ... hi - 1 of t (:func:`_pass_bits`)."""
+        return _passes_bits(self.patterns, self.passes)
+
+    @property
     def first_pass_bits(self) -> tuple:
-        """``(lo, hi)``: the first pass's digits are bits lo ... hi - 1 of t (its radices and
-        strides powers of two; else ``(0, 0)``)."""
-        return _pass_bits(self.patterns[:self.passes[0]])
+        return self.pass_bits[0]
 
     @property
     def patterns(self):
@@ -372,7 +376,8 @@ class RowSegment:
 
     def name(self, dtype, vx: int = 1, vy: int = 1) -> str:
         """The instantiation ``ks::ks_rows<T, N, RT, NT, MINB, ALONG, VX, VY, REVERSED, TO_Y,
-        Pass<...>...>`` (batch-size-last: VX = VY)."""
+        Pass<...>...>`` (batch-size-last: VX = VY), or on a cluster ``ks::ks_rows_cluster<T,
+        N, RT, NT, MINB, VX, REVERSED, CS, SH, Pass<...>...>``."""
         flag = lambda b: "true" if b else "false"  # noqa: E731
         if self.cluster > 1:
             return (f"ks::ks_rows_cluster<{nvrtc.scalar_name(dtype)}, {self.n}, {self.rows}, "
@@ -438,16 +443,29 @@ def _pass_bits(patterns) -> tuple:
     return (low.bit_length() - 1, (elements * low).bit_length() - 1)
 
 
-def _cluster_fits(layout, n, cluster, first_bits, rank_shift) -> bool:
+def _passes_bits(patterns, passes) -> tuple:
+    """:func:`_pass_bits` of each pass (``passes``: factors per pass)."""
+    out, f = [], 0
+    for count in passes:
+        out.append(_pass_bits(patterns[f:f + count]))
+        f += count
+    return tuple(out)
+
+
+def _cluster_fits(layout, n, cluster, pass_bits, rank_shift) -> bool:
     """Whether ``ks_rows_cluster`` holds a tile over ``cluster`` blocks with the rank bits
     at ``rank_shift``: batch-size-last, ``n`` and ``cluster`` powers of two (up to
-    MAX_CLUSTER), the rank bits among the first pass's digits ``first_bits``, and at least
-    one work item of the first pass per block."""
-    lo, hi = first_bits
+    MAX_CLUSTER), two passes or more (``pass_bits``: each pass's digits), the rank bits
+    among the first pass's digits and no later pass's (whose digits are known: powers of
+    two), and at least one value of the first pass's q (one group of its items) per
+    block."""
     lcs = cluster.bit_length() - 1
+    rank = set(range(rank_shift, rank_shift + lcs))
+    (lo, hi), later = pass_bits[0], pass_bits[1:]
     return (layout == "bsl" and 1 < cluster <= MAX_CLUSTER and not cluster & (cluster - 1)
-            and not n & (n - 1) and lo <= rank_shift and rank_shift + lcs <= hi
-            and n >> (hi - lo) >= cluster)
+            and not n & (n - 1) and len(pass_bits) > 1 and lo <= rank_shift
+            and rank_shift + lcs <= hi and n >> (hi - lo) >= cluster
+            and all(b > a and not rank & set(range(a, b)) for a, b in later))
 
 
 @functools.lru_cache(maxsize=None)
@@ -525,18 +543,15 @@ def _configure(patterns, stages, dtype, layout, batch, cluster=1):
 
 def _cluster_config(patterns, stages, dtype, layout, batch, config, max_cluster):
     """``(cluster, rank_shift, config)``: where a batch-size-last tile of ``config`` (one
-    block a tile) is thinner than BSL_RUN bytes a feature or leaves one block an SM, the
-    smallest cluster (up to ``max_cluster``) whose blocks, each holding its share, take the
-    rows for whole BSL_RUN runs at several blocks an SM, or failing that runs of half as
-    many bytes, with the rank bits at the top of the first pass's digits; else
-    ``(1, 0, config)``."""
+    block a tile) is thinner than BSL_RUN bytes a feature, the smallest cluster (up to
+    ``max_cluster``) whose blocks, each holding its share, take the rows for whole BSL_RUN
+    runs at several blocks an SM, or failing that runs of half as many bytes, with the rank
+    bits at the top of the first pass's digits; else ``(1, 0, config)``."""
     n, isz = patterns[0].shape[1], dtype.itemsize
     single = (1, 0, config)
     if layout != "bsl" or max_cluster < 2 or n & (n - 1):
         return single
     rows = config[1]
-    if rows * isz >= BSL_RUN and SM_SMEM // (rows_smem(n, rows, isz, layout) + 1024) > 1:
-        return single
     for run in (BSL_RUN, BSL_RUN // 2):
         wanted = min(max(1, run // isz), pow2_at_least(batch))
         if wanted <= rows:
@@ -546,9 +561,9 @@ def _cluster_config(patterns, stages, dtype, layout, batch, config, max_cluster)
             trial = _configure(patterns, stages, dtype, layout, batch, cluster)
             if trial is not None and trial[1] >= wanted and \
                     rows_smem(n // cluster, trial[1], isz, layout) <= SMEM_TARGET:
-                first = _pass_bits(patterns[:trial[0][0]])
-                shift = first[1] - (cluster.bit_length() - 1)
-                if _cluster_fits(layout, n, cluster, first, shift):
+                bits = _passes_bits(patterns, trial[0])
+                shift = bits[0][1] - (cluster.bit_length() - 1)
+                if _cluster_fits(layout, n, cluster, bits, shift):
                     return cluster, shift, trial
             cluster *= 2
     return single
@@ -618,9 +633,12 @@ def prepare(segment: RowSegment, X, layout):
         vx = vy = min(_vector_width(X.data.ptr, isz, sx_b == 1, sx_f, segment.rows),
                       _vector_width(0, isz, True, sy_f, segment.rows))
     smem = segment.smem_bytes(isz)
+    if segment.cluster > cluster_limit():
+        raise ValueError(f"a RowSegment on a cluster of {segment.cluster} blocks, more than "
+                         f"this GPU runs ({cluster_limit()})")
     fn = nvrtc.function("ks_rows.cu", segment.name(dtype, vx, vy), smem,
                         cupy.cuda.Device().id, prefer_shared=True)
-    if segment.cluster > PORTABLE_CLUSTER:     # a launch of a larger cluster fails without
+    if segment.cluster > PORTABLE_CLUSTER:     # else its launches fail
         cupy.cuda.driver.funcSetAttribute(fn.kernel.ptr, _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
     tiles = -(-B // segment.rows)
     i64 = numpy.int64

@@ -61,7 +61,7 @@ def _clustered(chain, dtype, batch):
     cluster = 2
     while cluster <= ks_rows.cluster_limit():
         for shift in range(lo, hi - cluster.bit_length() + 2):
-            if ks_rows._cluster_fits("bsl", seg.n, cluster, (lo, hi), shift):
+            if ks_rows._cluster_fits("bsl", seg.n, cluster, seg.pass_bits, shift):
                 out.append((cluster, shift,
                             dataclasses.replace(seg, cluster=cluster, rank_shift=shift)))
         cluster *= 2

@@ -696,7 +696,6 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
 // TO_Y says so.
 template <class Lc, int FI, class... Ps>
 struct Passes {
-  static constexpr bool FIRST_REMOTE = false;
   __device__ __forceinline__ static void run(typename Lc::T*, const long long*,
                                              const Ends<typename Lc::T>&, int) {}
 };
@@ -706,7 +705,7 @@ struct Passes<Lc, FI, P, Rest...> {
   using T = typename Lc::T;
   using Run = PassRun<Lc, P, FI, FIRST && Lc::ALONG == ALONG_ROW, LAST && Lc::TO_Y>;
   using Next = Passes<Lc, FI + P::NF, Rest...>;
-  static constexpr bool FIRST_REMOTE = Run::REMOTE;
+  static constexpr bool FIRST_REMOTE = Run::REMOTE;   // (of the first: ks_rows_cluster)
   __device__ __forceinline__ static void run(T* tile, const long long* meta, const Ends<T>& e,
                                              int rank) {
     Run::run(tile, meta, e, rank);

@@ -20,14 +20,6 @@
 //   - every address is fixed once per block or per tile and moved by constants, shared memory
 //     by 32-bit offsets. (ks_mma.cu's 64-bit copy origins and generic pointers were about 350
 //     of a warp's 680 instructions a step; cutting them alone left the time as it was.)
-//   - L2 keeps the weights: W's bulk copies are evict-last, X's register-staged 16-byte loads
-//     and Y's stores evict-first (ks_tensor_core.cuh). Every batch tile reads all of W again,
-//     and X and Y streaming through L2 pushed it out (Nsight, (16, 128, 128, 16): device
-//     memory moved 1.5x the bytes of X and Y). Probe (H100, B = 25088, 28 patterns, twice
-//     against the previous code in one process): 0.88-0.94x the time on the (x, 128, 128, y)
-//     rows, 0.98x geometric mean; W evict-last alone 0.98-0.99x; X's loads evict-first in L1
-//     too (.cs) 1.03-1.08x on (x, 64, 64, y) rows; X_ASYNC's copies evict-first 1.05x on
-//     (1, 48, 48, 128), so they keep the default.
 //
 // Products (3xTF32, PRECISION_DEFAULT): the three products of one row of MMA tiles and one
 // k-step go to fresh sums (MMAs whose first term adds to zero), which FP32 adds to the
@@ -200,10 +192,7 @@ ks_mma_group(const float* __restrict__ X, float* __restrict__ Y, const float* __
 #pragma unroll
     for (int rep = 0; rep < X_REPS; ++rep) {
       const bool ok = ok_bits >> rep & 1;
-      if constexpr (VX == 4)
-        staged[rep] = ok ? ld_global_16(x_src + rep * x_nstride, l2_evict_first()) : XBits{};
-      else
-        staged[rep] = ok ? *reinterpret_cast<const XBits*>(x_src + rep * x_nstride) : XBits{};
+      staged[rep] = ok ? *reinterpret_cast<const XBits*>(x_src + rep * x_nstride) : XBits{};
     }
   };
   auto copy_x = [&](unsigned s, int rep_lo, int rep_hi) {   // X_ASYNC
@@ -226,8 +215,7 @@ ks_mma_group(const float* __restrict__ X, float* __restrict__ Y, const float* __
   };
   auto bulk_w = [&](int stage) {   // W_BULK, thread 0
     mbarrier_expect_bytes(bars + 8 * stage, W_TILE_BYTES);
-    cp_async_bulk(stage_at(stage) + L::XS_SIZE * E, w_src, W_TILE_BYTES, bars + 8 * stage,
-                  l2_evict_last());
+    cp_async_bulk(stage_at(stage) + L::XS_SIZE * E, w_src, W_TILE_BYTES, bars + 8 * stage);
   };
   auto load_w = [&](unsigned s, int rep_lo, int rep_hi) {
     if constexpr (W_BULK) return;
@@ -353,9 +341,9 @@ ks_mma_group(const float* __restrict__ X, float* __restrict__ Y, const float* __
       if (more) stash_x(next, x_staged);
     }
     if (++chunk == chunks) {   // the tile is complete
-      store_group_tile<L, VX, true>(Y, step == steps - 1 ? area : area + stage * L::STAGE,
-                                    step == steps - 1, tile.origin(), acc, tid, slot, 0, 0, G,
-                                    b, B, y_step, sy_b, origins);
+      store_group_tile<L, VX>(Y, step == steps - 1 ? area : area + stage * L::STAGE,
+                              step == steps - 1, tile.origin(), acc, tid, slot, 0, 0, G, b, B,
+                              y_step, sy_b, origins);
       each_register<float>(acc, acc, [](float& sum, float) { sum = 0.0f; });
       chunk = 0;
       tile.advance(stride, ktiles, r1);

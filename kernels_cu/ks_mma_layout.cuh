@@ -116,8 +116,8 @@ struct MmaLayout {
 // and a thread's vectors of one pair lie a constant step apart in Ys and in Y, so each costs a
 // pointer increment, not a 64-bit origin (the general walk made the epilogue a quarter of the
 // instructions of a float32 (8, 64, 64, 64) tile). Where P does not divide NT, threads from
-// PH * P on idle. STREAM: the stores are evict-first (st.global.cs), lines L2 may drop first.
-template <class L, int VX, bool STREAM = false, class T, class Acc>
+// PH * P on idle.
+template <class L, int VX, class T, class Acc>
 __device__ __forceinline__ void store_group_tile(
     T* Y, T* ys, bool whole, const TileOrigin& tile,
     const Acc (&acc)[L::PARTS][L::MT][L::NTL][L::S::C_REGS], int tid, int slot, int wm, int wn,
@@ -160,10 +160,7 @@ __device__ __forceinline__ void store_group_tile(
           vec<T, VX> v;
 #pragma unroll
           for (int u = 0; u < VX; ++u) v.v[u] = src[u * YS];
-          if constexpr (STREAM)
-            __stcs(reinterpret_cast<XBits*>(dst), *reinterpret_cast<const XBits*>(&v));
-          else
-            *reinterpret_cast<XBits*>(dst) = *reinterpret_cast<const XBits*>(&v);
+          *reinterpret_cast<XBits*>(dst) = *reinterpret_cast<const XBits*>(&v);
         }
       }
     }

@@ -235,29 +235,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned row
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(row));
 }
 
-// -- L2 eviction priorities (createpolicy, sm_80) -------------------------------------------------
-// A cache policy that a copy or load carries (.L2::cache_hint): the lines it brings are the
-// last L2 evicts (weights that every batch tile reads again) or the first (operands read once
-// or twice in a row, results written once), so that streaming X and Y through L2 does not
-// push the weights out. Plain asm: the compiler may share or rematerialize a policy.
-__device__ __forceinline__ unsigned long long l2_evict_last() {
-  unsigned long long policy;
-  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-__device__ __forceinline__ unsigned long long l2_evict_first() {
-  unsigned long long policy;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-// 16 bytes from global `p` (16-byte aligned) through registers, under `policy`.
-__device__ __forceinline__ uint4 ld_global_16(const void* p, unsigned long long policy) {
-  uint4 v;
-  asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(policy));
-  return v;
-}
-
 // -- asynchronous global -> shared copies (cp.async, sm_80) --------------------------------------
 // Copy BYTES (2, 4, 8 or 16) from global `src` to shared `dst`; zero-fill instead when !ok
 // (the source is then not read). 16-byte copies bypass L1 (.cg): every tile is read once per
@@ -308,13 +285,6 @@ __device__ __forceinline__ void cp_async_bulk(unsigned dst, const void* src, uns
                                               unsigned bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
-}
-// The same under an L2 `policy`.
-__device__ __forceinline__ void cp_async_bulk(unsigned dst, const void* src, unsigned bytes,
-                                              unsigned bar, unsigned long long policy) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
-               "[%0], [%1], %2, [%3], %4;"
-               :: "r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(policy) : "memory");
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }

@@ -361,6 +361,15 @@ def heuristic_config(problem: Problem) -> MmaConfig:
         bn //= 2
     # several groups per block hold several W tiles: halve the chunk (probe: faster too)
     bk = chunk // (2 if slots > 1 else 1)
+    # float32 in the batch order with a short reduction (32 < c <= 128) and a long batch:
+    # chunks of 16, half the shared memory a stage (probe, H100, B = 25088, against chunks
+    # of 32: 0.89-0.98x the time on the 12 patterns with c = 48, 64 or 128 and on
+    # (3, 384, 96, 16), (32, 384, 96, 4); 1.01-1.015x on (x, 96, 96, y); 1.02-1.19x where
+    # c = 32, one chunk against two, or c >= 192, which keep 32). Shorter batches, where
+    # each chunk's latency shows (costs._MMA_CHUNK_SECONDS), were not measured with them.
+    if (order == ORDER_BATCH and dtype == numpy.float32 and 32 < c <= 128
+            and problem.batch >= _WIDE_GROUP_BATCH):
+        bk = 16
     config = MmaConfig(slots=slots, bm=bm, bn=bn, bk=max(bk, mma_shape(dtype)[2]), wm=wm,
                        wn=wn, stages=stages, order=order,
                        min_blocks=2 if dmma and bm >= 64 and 32 * slots * wm * wn <= 256 else 1)

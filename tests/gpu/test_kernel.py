@@ -325,6 +325,26 @@ def test_float32_group_tiles_of_long_batches(poisoned):
     assert {(1, 2), (2, 2), (4, 2), (8, 3)} <= picked, picked
 
 
+def test_float32_batch_tiles_of_long_batches(poisoned):
+    """float32 batch-size-last with a batch of 8192 or more takes chunks of 16 where
+    32 < c <= 128 and keeps 32 elsewhere; ragged batch, rows and reduction."""
+    from kscupy.kernels import ks_mma
+    from kscupy.problem import problem_of
+    rng = cupy.random.default_rng(47)
+    for pattern, bk in [((2, 72, 40, 3), 16), ((1, 96, 100, 2), 16), ((3, 128, 128, 1), 16),
+                        ((1, 40, 32, 4), 32), ((1, 64, 200, 2), 32)]:
+        K = ks.KSMatrix(_random(rng, pattern, numpy.float32))
+        B = 8192 + 40
+        X = _random(rng, (K.shape[1], B), numpy.float32)
+        config = ks_mma.heuristic_config(problem_of(K.factor, X, "bsl"))
+        assert config.order == ks_mma.ORDER_BATCH and config.bk == bk, (pattern, config)
+        try:
+            check(ks_mma.launch(K.factor, X, "bsl", config), oracle(K.values, X, "bsl"),
+                  numpy.float32)
+        except AssertionError as exc:
+            raise AssertionError(f"{pattern} {config}: {exc}") from None
+
+
 @pytest.mark.parametrize("precision", ["default", "tf32"])
 def test_float32_group_kernel(poisoned, precision):
     """kernels_cu/ks_mma_group.cu (the float32 group order's own kernel, which the heuristic

@@ -30,7 +30,9 @@ def prepare(factor, X, layout, backend):
     (their ``prepare``). ``backend`` is a registry name, ``"auto"`` or ``"auto_tf32"``
     (the opt-in choice among the TF32 backends).
 
-    On the GPU ``"auto"`` (and ``"auto_tf32"``) does not wait for its kernel to compile:
+    On the GPU ``"auto"`` (and ``"auto_tf32"``) runs what :func:`kscupy.tuning.prepare_chosen`
+    gives: the tuning cache's or the cost model's choice, or on a close call of the model
+    the faster of its two best candidates timed on ``X``. It does not wait for its kernel to compile:
     while the instantiation it chose compiles in the background (:mod:`kscupy.kernels.nvrtc`), the run it returns
     is the direct kernel's (``backend="direct"``), unless the model prices that above
     :data:`kscupy.costs.DIRECT_MAX_SECONDS` per call; the caller's next preparation (a
@@ -43,13 +45,16 @@ def prepare(factor, X, layout, backend):
     if backend in backends.AUTOS:
         if gpu:
             problem = problem_of(factor, X, layout)
-            choice = tuning.choose(problem, precision=backends.AUTOS[backend])
-            entry = backends.get(choice.backend)
+            precision = backends.AUTOS[backend]
+
+            def prepared(choice):
+                return _prepared(backends.get(choice.backend), factor, X, layout, choice.config)
+
             if costs.direct_seconds(problem, costs.device_rates()) > costs.DIRECT_MAX_SECONDS:
-                return _prepared(entry, factor, X, layout, choice.config)
+                return tuning.prepare_chosen(problem, X, prepared, precision)
             try:
                 with nvrtc.unless_compiled():
-                    return _prepared(entry, factor, X, layout, choice.config)
+                    return tuning.prepare_chosen(problem, X, prepared, precision)
             except nvrtc.StillCompiling:
                 return _prepared(backends.get(DIRECT), factor, X, layout, None)
         if _stored_in_other_layout(X, layout):

@@ -10,7 +10,9 @@ On the GPU, three layers, each falling back on the next:
    pattern, transposition, batch-size bucket). Never written inside the installed package.
 2. **Cost model** — :func:`choose` weighs every backend of :data:`kscupy.backends.REGISTRY`
    that ``auto`` may pick with its modelled time (:mod:`kscupy.costs`) and picks the
-   smallest.
+   smallest. Where the model cannot tell its two best apart on a product long enough to
+   time (:data:`GPU_CLOSE_CALL`), the first preparation times both on the operand
+   (:func:`prepare_chosen`) and the faster one is this process's choice.
 3. **Heuristic** — each kernel backend's ``heuristic`` (for ``"kernel"``,
    :func:`kscupy.kernels.ks_mma.heuristic_config`) gives a tile configuration for any
    problem with no table.
@@ -30,7 +32,8 @@ from . import backends, costs
 from .factor import Factor
 from .problem import Problem, problem_of
 
-__all__ = ["Choice", "choose", "choose_cpu", "choose_cpu_for", "CPU_CLOSE_CALL",
+__all__ = ["Choice", "choose", "prepare_chosen", "GPU_CLOSE_CALL", "GPU_MEASURE_MIN_SECONDS",
+           "choose_cpu", "choose_cpu_for", "CPU_CLOSE_CALL",
            "cpu_chain_in_batch_order", "configuration", "seconds", "tune", "cache_path",
            "clear_cache"]
 
@@ -189,12 +192,69 @@ def _choose(problem: Problem, rates: costs.DeviceRates, precision: str) -> Choic
             return cached
         if os.environ.get("KSCUPY_AUTOTUNE", "0") not in ("", "0"):
             return tune(problem, progress=False)
+    return _choice_of(_ranked(problem, rates, precision)[0][1], problem)
+
+
+def _ranked(problem: Problem, rates: costs.DeviceRates, precision: str) -> list:
+    """``(modelled seconds, backend)`` of the candidates, fastest first (the FMA kernel
+    weighed with its margin, :data:`kscupy.costs.KERNEL_MARGIN`)."""
     candidates = _candidates(problem, rates, precision)
     if not candidates:
         raise TypeError(f"no backend runs {problem.dtype} at precision {precision!r}")
     margin = {"kernel_fma": costs.KERNEL_MARGIN[problem.access]}
-    best = min(candidates, key=lambda b: b.seconds(problem, rates) * margin.get(b.name, 1.0))
-    return Choice(best.name, best.heuristic(problem) if best.heuristic else None)
+    return sorted(((b.seconds(problem, rates) * margin.get(b.name, 1.0), b) for b in candidates),
+                  key=lambda ranked: ranked[0])
+
+
+def _choice_of(entry, problem: Problem) -> Choice:
+    return Choice(entry.name, entry.heuristic(problem) if entry.heuristic else None)
+
+
+#: ``auto`` on CuPy times its two best candidates on the first operand of a problem when the
+#: model puts them within this factor of each other: the model's error is 10-30% per
+#: backend (benchmarks/fit_costs.py), and it misses cuBLAS's edge on blocks that fill its
+#: tiles ((128, 128, 128, 1) float32, B = 25088, on an H100: bmm 0.90-0.97x the kernel's
+#: time, which the model prices 1.10-1.19x; Monarch(16384) in chains.json) ...
+GPU_CLOSE_CALL = 1.25
+#: ... and prices the faster one at this or more. The timing runs each about four times,
+#: which a product this long repays within a few hundred calls where the model was wrong
+#: by a few percent; shorter products keep the model's choice.
+GPU_MEASURE_MIN_SECONDS = 1e-3
+
+
+def prepare_chosen(problem: Problem, X, prepared, precision: str = "default"):
+    """The prepared run of ``auto``'s choice for ``problem`` on the GPU, ``X`` an operand of
+    it: ``prepared(choice)`` of :func:`choose`'s choice, or, on a close call
+    (:data:`GPU_CLOSE_CALL`, :data:`GPU_MEASURE_MIN_SECONDS`), of the faster of the model's
+    two best candidates, each timed on ``X``. The verdict replaces the model's choice for
+    this problem for the rest of the process (:func:`choose` returns it, and the chain
+    planner prices with it). Not timed: a choice from the tuning cache, and products
+    prepared while the current stream captures a CUDA graph (the model's choice, settled on
+    a later preparation). ``prepared`` may raise :class:`kscupy.kernels.nvrtc.StillCompiling`
+    (a kernel still compiling): nothing is settled then."""
+    rates = costs.device_rates()
+    choice = choose(problem, rates, precision)
+    settled = _memo_key("timed", problem, rates, precision)
+    if settled in _MEMO or (precision == "default"
+                            and _cache().get(_cache_key(problem, rates)) is not None):
+        return prepared(choice)
+    ranked = _ranked(problem, rates, precision)
+    if (len(ranked) < 2 or ranked[0][0] < GPU_MEASURE_MIN_SECONDS
+            or ranked[1][0] > GPU_CLOSE_CALL * ranked[0][0]):
+        _MEMO[settled] = None
+        return prepared(choice)
+    rival = _choice_of(ranked[1][1], problem)
+    runs = [prepared(choice), prepared(rival)]
+    import cupy
+    if cupy.cuda.get_current_stream().is_capturing():
+        return runs[0]
+    from cupyx.profiler import benchmark
+    seconds = [float(benchmark(run, (X,), n_repeat=3, n_warmup=1, name=c.backend)
+                     .gpu_times.min()) for run, c in zip(runs, (choice, rival))]
+    fastest = seconds.index(min(seconds))
+    _MEMO[_memo_key("auto", problem, rates, precision)] = (choice, rival)[fastest]
+    _MEMO[settled] = {c.backend: s for c, s in zip((choice, rival), seconds)}
+    return runs[fastest]
 
 
 def seconds(problem: Problem, backend: str, rates) -> float:

@@ -256,6 +256,31 @@ def test_tune_and_cache(tmp_path, monkeypatch):
     check(K @ X, oracle(K.values, X, "bsl"), numpy.float32)
 
 
+def test_auto_times_a_close_call(tmp_path, monkeypatch, poisoned):
+    """Where the model cannot tell its two best backends apart on a product long enough to
+    time, auto's first preparation times both on the operand and runs the faster; the
+    verdict is the process's choice for that problem from then on (tuning.prepare_chosen).
+    Every problem counts as a close call here."""
+    monkeypatch.setenv("KSCUPY_CACHE_DIR", str(tmp_path))   # an empty tuning cache
+    from kscupy import costs, tuning
+    from kscupy.problem import problem_of
+    monkeypatch.setattr(tuning, "GPU_CLOSE_CALL", float("inf"))
+    monkeypatch.setattr(tuning, "GPU_MEASURE_MIN_SECONDS", 0.0)
+    rng = numpy.random.default_rng(11)
+    K = ks.KSMatrix(cupy.asarray(_random(rng, (3, 32, 48, 2), numpy.float32)))
+    rates = costs.device_rates()
+    for layout in ("bsl", "bsf"):
+        M, N = K.shape
+        X = cupy.asarray(_random(rng, (N, 777) if layout == "bsl" else (777, N), numpy.float32))
+        problem = problem_of(K.factor, X, layout)
+        two_best = {entry.name for _, entry in tuning._ranked(problem, rates, "default")[:2]}
+        check(K.matmul(X, layout=layout), oracle(K.values, X, layout), numpy.float32)
+        timed = tuning._MEMO[tuning._memo_key("timed", problem, rates, "default")]
+        assert set(timed) == two_best and all(s > 0 for s in timed.values()), timed
+        assert tuning.choose(problem).backend == min(timed, key=timed.get)
+        check(K.matmul(X, layout=layout), oracle(K.values, X, layout), numpy.float32)
+
+
 @pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64], ids=lambda t: numpy.dtype(t).name)
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
 @pytest.mark.parametrize("backend", ["kernel_tf32", "bmm_tf32", "dense_tf32", "auto_tf32"])

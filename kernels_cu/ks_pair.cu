@@ -25,7 +25,7 @@
 // columns (SN = 1), as X and Y lie in global memory, so that 16-byte copies move them. The
 // host (kernels/ks_pair.py) pads the rows to spread a warp's fragment reads over the banks
 // and places Ys over Xs (Xs is dead once Zs is complete; its area is sized for both), and
-// Zs over Xs too where both factors work in place (y_at = z_at = 0, one set of strides).
+// Zs over Xs too where both factors work in place (z_at = 0, one set of strides).
 #include "ks_launch.cuh"
 #include "ks_tensor_core.cuh"
 
@@ -210,14 +210,14 @@ __device__ __forceinline__ void apply_factor(const PairFactor f, const float* sr
 // The launch: one block per BN batch columns. X and Y: batch-size-first (B x N1, B x M2, row
 // n at n·ldx, n·ldy) or batch-size-last (N1 x B, M2 x B, feature t at t·ldx, t·ldy). VX, VY:
 // elements per copy of X and Y (4 where every row start is 16-byte aligned, else 1). Shared
-// memory: Xs at 0, Zs at z_at, Ys at y_at (elements), with strides (x_st, x_sn) and so on.
+// memory: Xs and Ys at 0, Zs at z_at (elements), with strides (x_st, x_sn) and so on.
 template <int PRECISION, int BN, int WARPS, bool BSL, int VX, int VY, int MT, bool MASKED>
 __global__ void __launch_bounds__(32 * WARPS, 1)
 ks_pair(const float* __restrict__ X, float* __restrict__ Y,
         const float4* __restrict__ W1, int a1, int b1, int c1, int d1,
         const float4* __restrict__ W2, int a2, int b2, int c2, int d2,
         long long B, long long ldx, long long ldy, int x_st, int x_sn, int z_at, int z_st,
-        int z_sn, int y_at, int y_st, int y_sn) {
+        int z_sn, int y_st, int y_sn) {
   static_assert(BN % 8 == 0 && BN % VX == 0 && BN % VY == 0, "whole MMA tiles and vectors");
   const PairFactor f1{W1, a1, b1, c1, d1}, f2{W2, a2, b2, c2, d2};
   extern __shared__ __align__(16) float smem[];
@@ -228,11 +228,11 @@ ks_pair(const float* __restrict__ X, float* __restrict__ Y,
   // the host's layout must fit the launch's memory: stop loudly rather than write past it
   const int extent = max(tile_extent<BN>(N1, x_st, x_sn),
                          max(z_at + tile_extent<BN>(M1, z_st, z_sn),
-                             y_at + tile_extent<BN>(M2, y_st, y_sn)));
+                             tile_extent<BN>(M2, y_st, y_sn)));
   if (dynamic_smem_bytes() < 4u * (unsigned)extent) __trap();
   float* const xs = smem;
   float* const zs = smem + z_at;
-  float* const ys = smem + y_at;
+  float* const ys = smem;   // over Xs
   const int nt = 32 * WARPS;
   for (TileWalk<BSL, BN, VX> e(N1, tid, nt); e.more(); e.next()) {   // past the batch: zeros
     const int t = e.t(), n = e.n();

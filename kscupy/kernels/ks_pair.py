@@ -46,12 +46,11 @@ PRECISIONS = {"default": 0, "tf32": 1}
 @dataclasses.dataclass(frozen=True)
 class PairLayout:
     """Shared memory of a block in elements: tile element (t, n) of X at ``t·x[0] + n·x[1]``,
-    of Z at ``z_at + t·z[0] + n·z[1]``, of Y at ``y_at + t·y[0] + n·y[1]`` (Y over X: X is
-    dead once Z is complete); ``elements`` in all."""
+    of Z at ``z_at + t·z[0] + n·z[1]``, of Y at ``t·y[0] + n·y[1]`` (Y over X: X is dead once
+    Z is complete); ``elements`` in all."""
     x: tuple
     z_at: int
     z: tuple
-    y_at: int
     y: tuple
     elements: int
 
@@ -119,12 +118,12 @@ def pair_layout(patterns, columns: int, layout: str, row_tiles: int = 1) -> Pair
     m2 = p2.shape[0]
     if in_place(patterns, row_tiles):
         t, size = _tile(n1, columns, layout, (p1.d, p2.d), (p1.d, p2.d))
-        return PairLayout(t, 0, t, 0, t, size)
+        return PairLayout(t, 0, t, t, size)
     x, x_size = _tile(n1, columns, layout, (p1.d,), ())
     z, z_size = _tile(m1, columns, layout, (p2.d,), (p1.d,))
     y, y_size = _tile(m2, columns, layout, (), (p2.d,))
     z_at = -(-max(x_size, y_size) // 4) * 4
-    return PairLayout(x, z_at, z, 0, y, z_at + z_size)
+    return PairLayout(x, z_at, z, y, z_at + z_size)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -286,5 +285,5 @@ def prepare(segment: PairSegment, X, layout, precision: str = "default"):
                       smem.bytes,
                       (*factor_arguments(f1), *factor_arguments(f2), i64(B), i64(ldx), i64(ldy),
                        i32(smem.x[0]), i32(smem.x[1]), i32(smem.z_at), i32(smem.z[0]),
-                       i32(smem.z[1]), i32(smem.y_at), i32(smem.y[0]), i32(smem.y[1])))
+                       i32(smem.z[1]), i32(smem.y[0]), i32(smem.y[1])))
     return KernelRun(launch, (B, M2) if layout == "bsf" else (M2, B), numpy.float32)

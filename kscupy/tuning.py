@@ -243,18 +243,27 @@ def prepare_chosen(problem: Problem, X, prepared, precision: str = "default"):
             or ranked[1][0] > GPU_CLOSE_CALL * ranked[0][0]):
         _MEMO[settled] = None
         return prepared(choice)
-    rival = _choice_of(ranked[1][1], problem)
-    runs = [prepared(choice), prepared(rival)]
-    import cupy
-    if cupy.cuda.get_current_stream().is_capturing():
+    rivals = (choice, _choice_of(ranked[1][1], problem))
+    runs = [prepared(c) for c in rivals]
+    seconds = _gpu_seconds(runs, X)
+    if seconds is None:
         return runs[0]
-    from cupyx.profiler import benchmark
-    seconds = [float(benchmark(run, (X,), n_repeat=3, n_warmup=1, name=c.backend)
-                     .gpu_times.min()) for run, c in zip(runs, (choice, rival))]
     fastest = seconds.index(min(seconds))
-    _MEMO[_memo_key("auto", problem, rates, precision)] = (choice, rival)[fastest]
-    _MEMO[settled] = {c.backend: s for c, s in zip((choice, rival), seconds)}
+    _MEMO[_memo_key("auto", problem, rates, precision)] = rivals[fastest]
+    _MEMO[settled] = {c.backend: s for c, s in zip(rivals, seconds)}
     return runs[fastest]
+
+
+def _gpu_seconds(runs, X):
+    """The best of three timings of each prepared run on ``X`` (after one untimed run), in
+    seconds; None while the current stream captures a CUDA graph, where nothing may
+    synchronise."""
+    import cupy
+    from cupyx.profiler import benchmark
+    if cupy.cuda.get_current_stream().is_capturing():
+        return None
+    return [float(benchmark(run, (X,), n_repeat=3, n_warmup=1, name="auto close call")
+                  .gpu_times.min()) for run in runs]
 
 
 def seconds(problem: Problem, backend: str, rates) -> float:

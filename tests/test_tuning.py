@@ -239,3 +239,89 @@ def test_whole_vector_load_store_path_follows_the_sms_not_the_dram():
         # the path's rate on the H200 as fitted there, in bytes/s
         constant = costs._ROWS_DATAPATH if layout == "bsf" else costs._ROWS_BSL_DATAPATH
         assert constant * h200.flops32 == pytest.approx(fitted * h200.bandwidth, rel=2e-3)
+
+
+class _Entry:
+    """A registry backend as _ranked hands it out: a name and no tile configuration."""
+    heuristic = None
+
+    def __init__(self, name):
+        self.name = name
+
+
+@pytest.fixture
+def close_call(tmp_path, monkeypatch):
+    """prepare_chosen on the CPU: the model's ranking, the device and the GPU timing replaced.
+    Returns (set_ranking, timings, prepared): ``set_ranking([(seconds, name), ...])``;
+    ``timings`` the list of run pairs timed; ``prepared(choice)`` the run of a choice (its
+    backend's name)."""
+    monkeypatch.setenv("KSCUPY_CACHE_DIR", str(tmp_path))     # an empty tuning cache
+    monkeypatch.setattr(costs, "device_rates", lambda: RATES)
+    ranking, timings, measured = [], [], {}
+
+    def set_ranking(rows, seconds=None):
+        ranking[:] = [(s, _Entry(name)) for s, name in rows]
+        measured.update(seconds or {})
+    monkeypatch.setattr(tuning, "_ranked", lambda problem, rates, precision: list(ranking))
+
+    def gpu_seconds(runs, X):
+        timings.append(tuple(runs))
+        return None if measured.get("capturing") else [measured[run] for run in runs]
+    monkeypatch.setattr(tuning, "_gpu_seconds", gpu_seconds)
+    tuning._forget_decisions()
+    yield set_ranking, timings, lambda choice: choice.backend
+    tuning._forget_decisions()
+
+
+def test_a_close_call_is_timed_once_and_the_faster_kept(close_call):
+    set_ranking, timings, prepared = close_call
+    p = _problem((128, 128, 128, 1), 25088)
+    set_ranking([(2.6e-3, "kernel"), (2.9e-3, "bmm")], {"kernel": 2.55e-3, "bmm": 2.49e-3})
+    assert tuning.prepare_chosen(p, None, prepared) == "bmm"
+    assert timings == [("kernel", "bmm")]
+    assert tuning.choose(p).backend == "bmm"            # the planner prices what runs
+    assert tuning.prepare_chosen(p, None, prepared) == "bmm" and len(timings) == 1
+
+
+@pytest.mark.parametrize("rows", [
+    [(2.6e-3, "kernel"), (2.6e-3 * tuning.GPU_CLOSE_CALL * 1.01, "bmm")],   # not close
+    [(0.9 * tuning.GPU_MEASURE_MIN_SECONDS, "kernel"), (1e-3, "bmm")],     # too short to time
+    [(2.6e-3, "kernel")]])                                                 # no rival
+def test_clear_or_short_calls_keep_the_models_choice_untimed(close_call, rows):
+    set_ranking, timings, prepared = close_call
+    set_ranking(rows, {"kernel": 1.0, "bmm": 0.5})
+    assert tuning.prepare_chosen(_problem((4, 64, 64, 4), 25088), None, prepared) == "kernel"
+    assert timings == []
+
+
+def test_a_tuned_choice_is_not_timed_again(close_call):
+    set_ranking, timings, prepared = close_call
+    p = _problem((128, 128, 128, 1), 25088)
+    set_ranking([(2.6e-3, "kernel"), (2.9e-3, "bmm")], {"kernel": 2.0, "bmm": 1.0})
+    tuning._cache().put(tuning._cache_key(p, RATES), tuning.Choice("kernel"), {"kernel": 2.6e-3})
+    assert tuning.prepare_chosen(p, None, prepared) == "kernel"
+    assert timings == []
+
+
+def test_no_timing_while_a_graph_is_captured(close_call):
+    """Under stream capture nothing may synchronise: the model's choice runs, and the call is
+    timed at a later preparation instead."""
+    set_ranking, timings, prepared = close_call
+    p = _problem((128, 128, 128, 1), 25088)
+    set_ranking([(2.6e-3, "kernel"), (2.9e-3, "bmm")], {"capturing": True})
+    assert tuning.prepare_chosen(p, None, prepared) == "kernel"
+    set_ranking([(2.6e-3, "kernel"), (2.9e-3, "bmm")], {"capturing": False, "kernel": 2.0, "bmm": 1.0})
+    assert tuning.prepare_chosen(p, None, prepared) == "bmm" and len(timings) == 2
+
+
+def test_a_kernel_still_compiling_settles_nothing(close_call):
+    set_ranking, timings, _ = close_call
+    p = _problem((128, 128, 128, 1), 25088)
+    set_ranking([(2.6e-3, "kernel"), (2.9e-3, "bmm")], {"kernel": 2.0, "bmm": 1.0})
+
+    def compiling(choice):
+        raise ks.kernels.nvrtc.StillCompiling(("ks_mma.cu", "ks::ks_mma<...>", 0, 0, False))
+    with pytest.raises(ks.kernels.nvrtc.StillCompiling):
+        tuning.prepare_chosen(p, None, compiling)
+    assert timings == []
+    assert tuning.prepare_chosen(p, None, lambda choice: choice.backend) == "bmm"

@@ -216,10 +216,13 @@ def _choice_of(entry, problem: Problem) -> Choice:
 #: tiles ((128, 128, 128, 1) float32, B = 25088, on an H100: bmm 0.90-0.97x the kernel's
 #: time, which the model prices 1.10-1.19x; Monarch(16384) in chains.json) ...
 GPU_CLOSE_CALL = 1.25
-#: ... and prices the faster one at this or more. The timing runs each about four times,
-#: which a product this long repays within a few hundred calls where the model was wrong
-#: by a few percent; shorter products keep the model's choice.
-GPU_MEASURE_MIN_SECONDS = 1e-3
+#: ... and prices the faster one at this or more. The timing runs each candidate four times
+#: and synchronises after each (about 0.3 ms at this length), which a few hundred calls
+#: repay where the model was wrong by 5%; shorter products, where the host's launch path
+#: is most of the time, keep the model's choice. (The engine runs' rows below 0.95 of the
+#: best baseline are 50-80 us products whose model puts kernel, bmm and dense within 1.2x:
+#: float16 (2, 64, 64, 4) bsl, float64 (1, 256, 64, 3) bsf.)
+GPU_MEASURE_MIN_SECONDS = 30e-6
 
 
 def prepare_chosen(problem: Problem, X, prepared, precision: str = "default"):

@@ -219,9 +219,9 @@ GPU_CLOSE_CALL = 1.25
 #: ... and prices the faster one at this or more. The timing runs each candidate four times
 #: and synchronises after each (about 0.3 ms at this length), which a few hundred calls
 #: repay where the model was wrong by 5%; shorter products, where the host's launch path
-#: is most of the time, keep the model's choice. (The engine runs' rows below 0.95 of the
-#: best baseline are 50-80 us products whose model puts kernel, bmm and dense within 1.2x:
-#: float16 (2, 64, 64, 4) bsl, float64 (1, 256, 64, 3) bsf.)
+#: is most of the time, keep the model's choice. (Rows below 0.95 of the best baseline in
+#: the float16 and float64 engine runs before this rule were 50-80 us products whose model
+#: put its two best within 1.2x: float16 (2, 64, 64, 4) bsl, float64 (1, 256, 64, 3) bsf.)
 GPU_MEASURE_MIN_SECONDS = 30e-6
 
 

@@ -234,7 +234,10 @@ def prepare_chosen(problem: Problem, X, prepared, precision: str = "default"):
     planner prices with it). Not timed: a choice from the tuning cache, and products
     prepared while the current stream captures a CUDA graph (the model's choice, settled on
     a later preparation). ``prepared`` may raise :class:`kscupy.kernels.nvrtc.StillCompiling`
-    (a kernel still compiling): nothing is settled then."""
+    (a kernel still compiling): nothing is settled then. The timing sees the GPU as it is:
+    work that other threads run on it at the same time (:func:`kscupy.warmup`'s pool, say)
+    can sway a verdict between the two, which the model had found within
+    :data:`GPU_CLOSE_CALL` of each other."""
     rates = costs.device_rates()
     choice = choose(problem, rates, precision)
     settled = _memo_key("timed", problem, rates, precision)

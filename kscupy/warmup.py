@@ -6,9 +6,10 @@ the slower direct kernel until it is compiled. Which
 instantiations a product needs depends on its pattern, dtype, layout and batch size (the
 tile configuration follows the batch bucket). :func:`warmup` runs one product of each
 combination it is given, so that a later script or solver loop finds every kernel compiled
-(and, in the same process, every decision of ``auto`` made). The products run from a pool
-of threads and wait for their kernels: NVRTC compiles without holding the GIL, so their
-kernels compile in parallel.
+(and, in the same process, every decision of ``auto`` made; where ``auto`` times a close
+call of its model, the products running beside it in the pool share the GPU with the
+timing). The products run from a pool of threads and wait for their kernels: NVRTC compiles
+without holding the GIL, so their kernels compile in parallel.
 """
 from __future__ import annotations
 

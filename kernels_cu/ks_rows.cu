@@ -705,7 +705,8 @@ struct Passes<Lc, FI, P, Rest...> {
   using T = typename Lc::T;
   using Run = PassRun<Lc, P, FI, FIRST && Lc::ALONG == ALONG_ROW, LAST && Lc::TO_Y>;
   using Next = Passes<Lc, FI + P::NF, Rest...>;
-  static constexpr bool FIRST_REMOTE = Run::REMOTE;   // (of the first: ks_rows_cluster)
+  // whether this pass, the first of the list, writes other blocks (ks_rows_cluster asserts it)
+  static constexpr bool FIRST_REMOTE = Run::REMOTE;
   __device__ __forceinline__ static void run(T* tile, const long long* meta, const Ends<T>& e,
                                              int rank) {
     Run::run(tile, meta, e, rank);

@@ -50,11 +50,11 @@ def test_heuristic_walks_the_contiguous_axis():
 
 
 def test_float32_group_order_widens_its_warp_pieces_for_long_batches():
-    """64-column warp pieces (the kernel's row sums, NTL >= 8) from _WIDE_GROUP_BATCH on,
+    """64-column warp pieces (the kernel's row sums, NTL >= 8) from _LONG_BATCH on,
     with chunks of 8; the 64 x 32 pieces with chunks of 16 below it and for other dtypes;
     the tuner tries the other width either way."""
-    for B, width, chunk in ((ks_mma._WIDE_GROUP_BATCH, 64, 8),
-                            (ks_mma._WIDE_GROUP_BATCH - 1, 32, 16)):
+    for B, width, chunk in ((ks_mma._LONG_BATCH, 64, 8),
+                            (ks_mma._LONG_BATCH - 1, 32, 16)):
         p = _problem((1, 256, 256, 16), B, "float32", "bsf", False)
         cfg = ks_mma.heuristic_config(p)
         assert (cfg.order, cfg.bn // cfg.wn, cfg.bk) == (1, width, chunk)

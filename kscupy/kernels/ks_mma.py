@@ -229,9 +229,10 @@ def _warp_tile(dtype) -> tuple:
             numpy.dtype(numpy.complex128): (16, 32)}[dtype]
 
 
-#: The shortest batch whose float32 group-order tiles take 64-column warp pieces
-#: (heuristic_config): 128 batch tiles of 64 or more.
-_WIDE_GROUP_BATCH = 8192
+#: The shortest batch that heuristic_config treats as long for float32: group-order tiles
+#: take 64-column warp pieces (128 batch tiles of 64 or more), batch-order tiles with
+#: 32 < c <= 128 chunks of 16.
+_LONG_BATCH = 8192
 
 
 def _chunk(dtype) -> int:
@@ -313,7 +314,7 @@ def heuristic_config(problem: Problem) -> MmaConfig:
         # 16). Shorter batches, where halving the batch tiles costs parallelism and which
         # were not measured with them, keep the 64 x 32 pieces.
         slots = min(slots, 8)
-        if problem.batch >= _WIDE_GROUP_BATCH:
+        if problem.batch >= _LONG_BATCH:
             wtn, chunk = 64, 16
             # Slots that divide the groups, for long batches and blocks of 32768 values or
             # more, where more than an eighth of the slots would be empty: with a = 1 and
@@ -369,7 +370,7 @@ def heuristic_config(problem: Problem) -> MmaConfig:
     # c = 32, one chunk against two, or c >= 192, which keep 32). Shorter batches, where
     # each chunk's latency shows (costs._MMA_CHUNK_SECONDS), were not measured with them.
     if (order == ORDER_BATCH and dtype == numpy.float32 and 32 < c <= 128
-            and problem.batch >= _WIDE_GROUP_BATCH):
+            and problem.batch >= _LONG_BATCH):
         bk = 16
     config = MmaConfig(slots=slots, bm=bm, bn=bn, bk=max(bk, mma_shape(dtype)[2]), wm=wm,
                        wn=wn, stages=stages, order=order,

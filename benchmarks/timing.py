@@ -3,6 +3,7 @@ progress bars."""
 from __future__ import annotations
 
 import datetime
+import os
 import pathlib
 import subprocess
 import sys
@@ -67,11 +68,15 @@ def measure_ceilings():
 def run_metadata() -> dict:
     """GPU, CUDA runtime, CuPy version, commit, date and command of this run."""
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip() or "unknown"
-    except OSError:
-        commit = "unknown"
+    # BENCH_COMMIT names the commit where the checkout's own HEAD is not it (a copy of a
+    # working tree whose .git is older than its files)
+    commit = os.environ.get("BENCH_COMMIT")
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                                    text=True).stdout.strip() or "unknown"
+        except OSError:
+            commit = "unknown"
     return {
         "gpu": props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
         "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "cupy": cupy.__version__,

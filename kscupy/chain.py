@@ -89,7 +89,8 @@ class KSChain(KSOperator):
         self._xp = xp
         self._in = self._check_permutation(input_permutation, flat[-1].shape[1], "input")
         self._out = self._check_permutation(output_permutation, flat[0].shape[0], "output")
-        self._plans = {}      # (layout, dtype, batch bucket, backend) -> (generations, plan)
+        # (layout, dtype, batch bucket, backend) -> ((generations, tuning epoch), plan)
+        self._plans = {}
         self._views = {}      # "T", "H" -> the transposed / adjoint chain (see T)
         self._runs = {}       # prepared runs (KSOperator.matmul); each looks its plan up
 
@@ -259,12 +260,14 @@ class KSChain(KSOperator):
         dtype = numpy.dtype(self.dtype if dtype is None else dtype)
         key = (layout, dtype, min(batch_bucket(batch), _PLAN_BUCKET_CAP), backend)
         # a plan may hold values derived from the factors' (merged factors): it is valid for
-        # the generations of the factors' storage it was built from (see FactorCache)
-        generations = self._generations()
+        # the generations of the factors' storage it was built from (see FactorCache); and
+        # it is priced with auto's decisions of its tuning epoch (a close call timed since,
+        # a tuning cache changed: kscupy.tuning.expire_prepared_runs)
+        valid_for = (self._generations(), tuning.epoch)
         found = self._plans.get(key)
-        if found is None or found[0] != generations:
+        if found is None or found[0] != valid_for:
             fused = backend == backends.FUSED       # the segment kernel, fewest launches
-            found = self._plans[key] = (generations, planner.plan(
+            found = self._plans[key] = (valid_for, planner.plan(
                 self, layout, dtype, max(batch, 1), fuse="always" if fused else "auto",
                 rows=not fused))
         return found[1]

@@ -19,6 +19,7 @@ On the GPU, three layers, each falling back on the next:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -32,7 +33,8 @@ from . import backends, costs
 from .factor import Factor
 from .problem import Problem, problem_of
 
-__all__ = ["Choice", "choose", "prepare_chosen", "GPU_CLOSE_CALL", "GPU_MEASURE_MIN_SECONDS",
+__all__ = ["Choice", "choose", "prepare_chosen", "close_calls_deferred", "expire_prepared_runs",
+           "GPU_CLOSE_CALL", "GPU_MEASURE_MIN_SECONDS",
            "choose_cpu", "choose_cpu_for", "CPU_CLOSE_CALL",
            "cpu_chain_in_batch_order", "configuration", "seconds", "tune", "cache_path",
            "clear_cache"]
@@ -59,8 +61,14 @@ epoch = 0
 
 
 def _forget_decisions():
-    global epoch
     _MEMO.clear()
+    expire_prepared_runs()
+
+
+def expire_prepared_runs():
+    """Make every prepared run and chain plan built before now be rebuilt at its next use
+    (bumps :data:`epoch`), the memoized decisions kept: for a decision that changed since."""
+    global epoch
     epoch += 1
 
 
@@ -237,7 +245,8 @@ def prepare_chosen(problem: Problem, X, prepared, precision: str = "default"):
     (a kernel still compiling): nothing is settled then. The timing sees the GPU as it is:
     work that other threads run on it at the same time (:func:`kscupy.warmup`'s pool, say)
     can sway a verdict between the two, which the model had found within
-    :data:`GPU_CLOSE_CALL` of each other."""
+    :data:`GPU_CLOSE_CALL` of each other; :func:`kscupy.warmup` defers its pool's close
+    calls (:func:`close_calls_deferred`) and times them one by one after the pool."""
     rates = costs.device_rates()
     choice = choose(problem, rates, precision)
     settled = _memo_key("timed", problem, rates, precision)
@@ -250,7 +259,11 @@ def prepare_chosen(problem: Problem, X, prepared, precision: str = "default"):
         _MEMO[settled] = None
         return prepared(choice)
     rivals = (choice, _choice_of(ranked[1][1], problem))
-    runs = [prepared(c) for c in rivals]
+    runs = [prepared(c) for c in rivals]    # both compiled, even where the timing waits
+    deferred = getattr(_deferring, "problems", None)
+    if deferred is not None:                # close_calls_deferred: timed later, alone
+        deferred.append(problem)
+        return runs[0]
     seconds = _gpu_seconds(runs, X)
     if seconds is None:
         return runs[0]
@@ -258,6 +271,25 @@ def prepare_chosen(problem: Problem, X, prepared, precision: str = "default"):
     _MEMO[_memo_key("auto", problem, rates, precision)] = rivals[fastest]
     _MEMO[settled] = {c.backend: s for c, s in zip(rivals, seconds)}
     return runs[fastest]
+
+
+_deferring = threading.local()
+
+
+@contextlib.contextmanager
+def close_calls_deferred():
+    """In this thread, :func:`prepare_chosen` prepares both rivals of a close call (so their
+    kernels compile) but runs the model's choice untimed and leaves the call unsettled, so
+    that a later preparation times it; the context yields a list gathering the problems so
+    deferred. For work that runs products
+    side by side, whose timings would share the GPU (:func:`kscupy.warmup`'s pool): time
+    them after it, one at a time (:func:`expire_prepared_runs`, then prepare again)."""
+    outer = getattr(_deferring, "problems", None)
+    _deferring.problems = problems = []
+    try:
+        yield problems
+    finally:
+        _deferring.problems = outer
 
 
 def _gpu_seconds(runs, X):

@@ -6,10 +6,12 @@ the slower direct kernel until it is compiled. Which
 instantiations a product needs depends on its pattern, dtype, layout and batch size (the
 tile configuration follows the batch bucket). :func:`warmup` runs one product of each
 combination it is given, so that a later script or solver loop finds every kernel compiled
-(and, in the same process, every decision of ``auto`` made; where ``auto`` times a close
-call of its model, the products running beside it in the pool share the GPU with the
-timing). The products run from a pool of threads and wait for their kernels: NVRTC compiles
-without holding the GIL, so their kernels compile in parallel.
+(and, in the same process, every decision of ``auto`` made). The products run from a pool
+of threads and wait for their kernels: NVRTC compiles without holding the GIL, so their
+kernels compile in parallel. Where ``auto`` would time a close call of its model
+(:func:`kscupy.tuning.prepare_chosen`), the pool defers it, so that no timing shares the
+GPU with the products beside it; those products run again after the pool, one at a time,
+and time their close calls then.
 """
 from __future__ import annotations
 
@@ -19,7 +21,9 @@ import itertools
 import os
 import time
 
-from . import _arrays
+import numpy
+
+from . import _arrays, tuning
 from .pattern import KSPattern
 
 __all__ = ["warmup", "WarmupReport"]
@@ -28,11 +32,13 @@ __all__ = ["warmup", "WarmupReport"]
 @dataclasses.dataclass(frozen=True)
 class WarmupReport:
     """What :func:`warmup` ran: ``products`` products in ``seconds`` (compilation included),
-    and ``kernels_loaded`` kernel instantiations new to this process (compiled by NVRTC, or
-    read from CuPy's disk cache when an earlier process compiled them)."""
+    ``kernels_loaded`` kernel instantiations new to this process (compiled by NVRTC, or
+    read from CuPy's disk cache when an earlier process compiled them), and ``timed_after``
+    of the products run again after the pool to time ``auto``'s close calls alone."""
     products: int
     kernels_loaded: int
     seconds: float
+    timed_after: int = 0
 
 
 def warmup(patterns=(), *, operators=(), dtypes=("float32",), layouts=("bsl", "bsf"),
@@ -53,8 +59,9 @@ def warmup(patterns=(), *, operators=(), dtypes=("float32",), layouts=("bsl", "b
     threads : products run at once, each compiling its kernels (default: the CPU count, at
         most 8). Their operands and results are in GPU memory at the same time.
 
-    The operands are zeros (their values do not matter to what is compiled). Returns a
-    :class:`WarmupReport`. Raises RuntimeError without a GPU, ValueError or TypeError for
+    The operands are zeros (their values do not matter to what is compiled), but for the
+    products run again after the pool to time ``auto``'s close calls (see the module),
+    whose operands are standard normal values. Returns a :class:`WarmupReport`. Raises RuntimeError without a GPU, ValueError or TypeError for
     bad arguments, and the first error a product raised.
 
     Examples
@@ -88,18 +95,38 @@ def warmup(patterns=(), *, operators=(), dtypes=("float32",), layouts=("bsl", "b
     tasks = list(itertools.product(work, layouts, batches))
     device = cupy.cuda.Device()         # the caller's device, current in every thread
 
-    def product(task):
+    def product(task, random=False):
+        """The task's product, on zeros or (``random``: where it times close calls, which
+        run faster on zeros) on standard normal values."""
         op, layout, B = task
-        N = op.shape[1]
+        shape = (op.shape[1], B) if layout == "bsl" else (B, op.shape[1])
         with device, nvrtc.waiting():
-            X = cupy.zeros((N, B) if layout == "bsl" else (B, N), dtype=op.dtype)
+            if random:
+                rng = cupy.random.default_rng(0)
+                X = rng.standard_normal(shape, dtype=numpy.float64)
+                if op.dtype.kind == "c":
+                    X = X + 1j * rng.standard_normal(shape, dtype=numpy.float64)
+                X = X.astype(op.dtype)
+            else:
+                X = cupy.zeros(shape, dtype=op.dtype)
             op.matmul(X, layout=layout, backend=backend)
             cupy.cuda.get_current_stream().synchronize()
+
+    def pooled_product(task):
+        """The product with its close calls deferred; whether it had one (see the module)."""
+        with tuning.close_calls_deferred() as deferred:
+            product(task)
+        return bool(deferred)
 
     loaded_before = nvrtc.kernels_loaded()
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=threads) as pool:
-        for _ in pool.map(product, tasks):      # re-raises a product's error
-            pass
+        deferred = [task for task, had in zip(tasks, pool.map(pooled_product, tasks)) if had]
+    if deferred:
+        # the pool's runs of these products are the model's choices, kept by their
+        # operators: rebuilt at the next call, which times the close call alone
+        tuning.expire_prepared_runs()
+        for task in deferred:
+            product(task, random=True)
     return WarmupReport(len(tasks), nvrtc.kernels_loaded() - loaded_before,
-                        time.perf_counter() - start)
+                        time.perf_counter() - start, len(deferred))

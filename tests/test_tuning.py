@@ -325,3 +325,57 @@ def test_a_kernel_still_compiling_settles_nothing(close_call):
         tuning.prepare_chosen(p, None, compiling)
     assert timings == []
     assert tuning.prepare_chosen(p, None, lambda choice: choice.backend) == "bmm"
+
+
+def test_a_deferred_close_call_compiles_both_and_is_timed_at_the_next_preparation(close_call):
+    """kscupy.warmup's pool: no timing beside the other products, both rivals prepared (their
+    kernels compiled), the model's choice run, and the call left for a later preparation."""
+    set_ranking, timings, _ = close_call
+    p = _problem((128, 128, 128, 1), 25088)
+    set_ranking([(2.6e-3, "kernel"), (2.9e-3, "bmm")], {"kernel": 2.55e-3, "bmm": 2.49e-3})
+    prepared_names = []
+
+    def prepared(choice):
+        prepared_names.append(choice.backend)
+        return choice.backend
+    with tuning.close_calls_deferred() as deferred:
+        assert tuning.prepare_chosen(p, None, prepared) == "kernel"
+        assert tuning.prepare_chosen(_problem((4, 64, 64, 4)), None, prepared) == "kernel"
+    assert deferred == [p, _problem((4, 64, 64, 4))]
+    assert prepared_names == ["kernel", "bmm", "kernel", "bmm"] and timings == []
+    assert tuning.choose(p).backend == "kernel"              # nothing settled yet
+    assert tuning.prepare_chosen(p, None, prepared) == "bmm"  # outside: timed, settled
+    assert timings == [("kernel", "bmm")] and tuning.choose(p).backend == "bmm"
+
+
+def test_deferral_is_per_thread_and_nests(close_call):
+    import threading
+    set_ranking, timings, prepared = close_call
+    set_ranking([(2.6e-3, "kernel"), (2.9e-3, "bmm")], {"kernel": 2.0, "bmm": 1.0})
+    with tuning.close_calls_deferred() as outer:
+        with tuning.close_calls_deferred() as inner:
+            tuning.prepare_chosen(_problem((2, 64, 64, 4)), None, prepared)
+        tuning.prepare_chosen(_problem((3, 64, 64, 4)), None, prepared)
+        # another thread is not deferred: it times its close call
+        other = threading.Thread(target=tuning.prepare_chosen,
+                                 args=(_problem((5, 64, 64, 4)), None, prepared))
+        other.start()
+        other.join()
+    assert inner == [_problem((2, 64, 64, 4))] and outer == [_problem((3, 64, 64, 4))]
+    assert timings == [("kernel", "bmm")]
+
+
+def test_expiring_prepared_runs_keeps_the_decisions_and_replans_chains(monkeypatch):
+    monkeypatch.setattr(costs, "device_rates", lambda: RATES)
+    tuning._forget_decisions()
+    p = _problem((4, 64, 64, 4))
+    choice = tuning.choose(p)
+    chain = ks.KSChain([ks.KSMatrix.random((1, 4, 4, 16), seed=1),
+                        ks.KSMatrix.random((4, 4, 4, 4), seed=2)])
+    plan = chain.plan("bsl", batch=1000)
+    assert chain.plan("bsl", batch=1000) is plan
+    epoch = tuning.epoch
+    tuning.expire_prepared_runs()
+    assert tuning.epoch == epoch + 1
+    assert tuning.choose(p) is choice                     # still memoized
+    assert chain.plan("bsl", batch=1000) is not plan       # priced again

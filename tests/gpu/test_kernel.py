@@ -281,6 +281,32 @@ def test_auto_times_a_close_call(tmp_path, monkeypatch, poisoned):
         check(K.matmul(X, layout=layout), oracle(K.values, X, layout), numpy.float32)
 
 
+def test_warmup_times_its_close_calls_after_the_pool(tmp_path, monkeypatch, poisoned):
+    """kscupy.warmup defers the close calls of its pool's products and times each afterwards,
+    alone: every product with two candidates is run again, its verdict settled, and the
+    operator's next product runs the verdict (checked against the oracle). Every problem
+    counts as a close call here."""
+    monkeypatch.setenv("KSCUPY_CACHE_DIR", str(tmp_path))   # an empty tuning cache
+    from kscupy import costs, tuning
+    from kscupy.problem import problem_of
+    monkeypatch.setattr(tuning, "GPU_CLOSE_CALL", float("inf"))
+    monkeypatch.setattr(tuning, "GPU_MEASURE_MIN_SECONDS", 0.0)
+    tuning._forget_decisions()
+    rng = numpy.random.default_rng(12)
+    K = ks.KSMatrix(cupy.asarray(_random(rng, (2, 48, 32, 3), numpy.float32)))
+    report = ks.warmup(operators=[K], layouts=("bsl", "bsf"), batches=(513,), threads=2)
+    assert report.products == 2 and report.timed_after == 2, report
+    rates = costs.device_rates()
+    for layout in ("bsl", "bsf"):
+        M, N = K.shape
+        X = cupy.asarray(_random(rng, (N, 513) if layout == "bsl" else (513, N), numpy.float32))
+        problem = problem_of(K.factor, X, layout)
+        timed = tuning._MEMO[tuning._memo_key("timed", problem, rates, "default")]
+        assert len(timed) == 2 and all(s > 0 for s in timed.values()), timed
+        assert tuning.choose(problem).backend == min(timed, key=timed.get)
+        check(K.matmul(X, layout=layout), oracle(K.values, X, layout), numpy.float32)
+
+
 @pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64], ids=lambda t: numpy.dtype(t).name)
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
 @pytest.mark.parametrize("backend", ["kernel_tf32", "bmm_tf32", "dense_tf32", "auto_tf32"])

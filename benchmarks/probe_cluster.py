@@ -1,19 +1,22 @@
-"""Development probe for batch-size-last whole-vector segments held by thread-block clusters
-(``ks_rows_cluster``): time each chain's plan, its row segment with one block a tile, and the
-same segment spread over clusters, and check them.
+"""Development probe for whole-vector segments (``ks_rows``): time each chain's plan, its row
+segment with one block a tile, and in batch-size-last the same segment spread over
+thread-block clusters (``ks_rows_cluster``), and check them.
 
     PYTHONPATH=$PWD python3 benchmarks/probe_cluster.py
     PYTHONPATH=$PWD python3 benchmarks/probe_cluster.py --chains "hadamard:4096:float32" \
         --runs 128,64 --elements 67108864
+    PYTHONPATH=$PWD python3 benchmarks/probe_cluster.py --layouts bsf,bsl --baseline main
 
 A chain is ``kind:n:dtype`` (kind ``hadamard``, ``butterfly`` or ``dft``; butterflies seeded
-by n, as bench_fft.py builds them). For each it takes the one row segment of its
-batch-size-last plan (or, if the plan holds none, the segment of all its factors), rebuilds
-it with one block a tile and with the clusters the configuration gives for runs of each
-``--runs`` byte count (``ks_rows.BSL_RUN``), and times each prepared run against the copy
-bandwidth measured here (floor = bytes of X and Y over it), checking each against the
-float64 product of the dense chain on the first 64 batch columns. Used to set ks_rows.py's
-cluster choice and costs.rows_seconds; the issue's benchmark is bench_fft.py.
+by n, as bench_fft.py builds them). For each it takes the one row segment of its plan in
+each of ``--layouts`` (or, if the plan holds none, the segment of all its factors), rebuilds
+it with one block a tile and, in batch-size-last, with the clusters the configuration gives
+for runs of each ``--runs`` byte count (``ks_rows.BSL_RUN``), and times each prepared run
+against the copy bandwidth measured here (floor = bytes of X and Y over it), checking each
+against the float64 product of the dense chain on the first 64 batch columns.
+``--baseline REV`` times each segment again with ks_rows.cu as of a git revision (or a
+file), in the same process (kernel_ab.py): an A/B test of a kernel change. Used to set
+ks_rows.py's cluster choice and costs.rows_seconds; the issue's benchmark is bench_fft.py.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from timing import cupy, measure_ceilings, time_fn  # noqa: E402
 
 import kscupy as ks  # noqa: E402
 from bench_fft import transform_chain  # noqa: E402
+from kernel_ab import file_as_of, kernel_file  # noqa: E402
 from kscupy import costs  # noqa: E402
 from kscupy.kernels import ks_rows  # noqa: E402
 
@@ -44,24 +48,27 @@ def make_chain(spec):
     return transform_chain(kind, int(n), numpy.dtype(dtype), cupy)
 
 
-def plan_segment(chain, dtype, batch):
+def plan_segment(chain, dtype, batch, layout):
     """The plan's RowSegment (its factors and folds), or one of the whole chain."""
-    plan = chain.plan("bsl", dtype, batch)
+    plan = chain.plan(layout, dtype, batch)
     for step in plan.steps:
         if isinstance(step, ks_rows.RowSegment):
             return plan, step
     factors = [K.factor.in_dtype(dtype) for K in reversed(chain.factors)]
     dst = None if chain.output_permutation is None else \
         ks.shuffle.inverse_permutation(chain.output_permutation, cupy)
-    return plan, ks_rows.make_row_segment(factors, dtype, "bsl", batch, max_cluster=1,
+    return plan, ks_rows.make_row_segment(factors, dtype, layout, batch, max_cluster=1,
                                           src=chain.input_permutation, dst=dst)
 
 
 def variants(seg, dtype, batch, runs):
-    """(label, segment): one block a tile, then the cluster configuration for each run."""
+    """(label, segment): one block a tile, then (batch-size-last) the cluster configuration
+    for each run."""
     rebuild = lambda mc: ks_rows.make_row_segment(  # noqa: E731
-        seg.factors, dtype, "bsl", batch, src=seg.src, dst=seg.dst, max_cluster=mc)
+        seg.factors, dtype, seg.layout, batch, src=seg.src, dst=seg.dst, max_cluster=mc)
     out = [("one block", rebuild(1))]
+    if seg.layout == "bsf":
+        return out
     saved = ks_rows.BSL_RUN
     try:
         for run in runs:
@@ -77,12 +84,18 @@ def variants(seg, dtype, batch, runs):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chains", default=CHAINS)
+    parser.add_argument("--layouts", default="bsl", help="bsl and/or bsf")
     parser.add_argument("--runs", default="128,64", help="BSL_RUN byte counts to configure for")
     parser.add_argument("--elements", type=int, default=2**26, help="B·n")
+    parser.add_argument("--baseline", default=None, metavar="REV_OR_FILE",
+                        help="time each segment again with this version of ks_rows.cu")
     args = parser.parse_args(argv)
     if cupy is None:
         sys.exit(f"{pathlib.Path(__file__).name} times GPU kernels and needs CuPy and a CUDA device")
     runs = [int(r) for r in args.runs.split(",")]
+    sources = [("", None)]
+    if args.baseline:
+        sources.append((f" @{args.baseline}", file_as_of("ks_rows.cu", args.baseline)))
     bandwidth = measure_ceilings()["copy_bandwidth_Bps"]
     rates = costs.device_rates()
     print(f"{cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}: "
@@ -98,24 +111,29 @@ def main(argv=None):
         cols = slice(0, 64)
         D = cupy.asarray(chain.todense()).astype(numpy.complex128)
         ref = D @ X[:, cols].astype(numpy.complex128)
+        for layout in args.layouts.split(","):
+            Xl = X if layout == "bsl" else cupy.ascontiguousarray(X.T)
 
-        def check(Y):
-            got = Y[:, cols].astype(numpy.complex128)
-            return float(cupy.linalg.norm(got - ref) / cupy.linalg.norm(ref))
+            def check(Y):
+                got = (Y[:, cols] if layout == "bsl" else Y[cols].T).astype(numpy.complex128)
+                return float(cupy.linalg.norm(got - ref) / cupy.linalg.norm(ref))
 
-        auto = lambda x: chain.matmul(x, layout="bsl")  # noqa: E731
-        t = time_fn(auto, [X])
-        plan, seg = plan_segment(chain, dtype, batch)
-        print(f"{spec:26s} auto {t * 1e3:7.3f} ms floor {floor / t:.2f} "
-              f"err {check(auto(X)):.1e}  plan: {plan.describe().replace(chr(10), ' ; ')}",
-              flush=True)
-        for label, s in variants(seg, dtype, batch, runs):
-            run = s.prepare(X, "bsl")
-            t = time_fn(run, [X])
-            modelled = costs.rows_seconds(s, batch, dtype, rates, "bsl")
-            print(f"    {label:10s} {t * 1e3:7.3f} ms floor {floor / t:.2f} "
-                  f"model {modelled * 1e3:7.3f} err {check(run(X)):.1e}  {s.describe()} "
-                  f"threads={s.threads} min_blocks={s.min_blocks}", flush=True)
+            auto = lambda x: chain.matmul(x, layout=layout)  # noqa: E731
+            t = time_fn(auto, [Xl])
+            plan, seg = plan_segment(chain, dtype, batch, layout)
+            print(f"{spec:26s} {layout} auto {t * 1e3:7.3f} ms floor {floor / t:.2f} "
+                  f"err {check(auto(Xl)):.1e}  plan: {plan.describe().replace(chr(10), ' ; ')}",
+                  flush=True)
+            for label, s in variants(seg, dtype, batch, runs):
+                modelled = costs.rows_seconds(s, batch, dtype, rates, layout)
+                for suffix, path in sources:
+                    with kernel_file("ks_rows.cu", path):   # prepared once, timed by launches
+                        run = s.prepare(Xl, layout)
+                    t = time_fn(run, [Xl])
+                    print(f"    {label + suffix:22s} {t * 1e3:7.3f} ms floor {floor / t:.2f} "
+                          f"model {modelled * 1e3:7.3f} err {check(run(Xl)):.1e}  "
+                          f"{s.describe()} threads={s.threads} min_blocks={s.min_blocks}",
+                          flush=True)
 
 
 if __name__ == "__main__":

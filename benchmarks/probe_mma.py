@@ -22,9 +22,7 @@ import argparse
 import contextlib
 import json
 import pathlib
-import subprocess
 import sys
-import tempfile
 
 import numpy
 
@@ -36,9 +34,10 @@ import cupy  # noqa: E402
 
 import kscupy as ks  # noqa: E402
 from kscupy import _reference  # noqa: E402
-from kscupy.kernels import ks_matmul, ks_mma, nvrtc  # noqa: E402
+from kscupy.kernels import ks_matmul, ks_mma  # noqa: E402
 from kscupy.problem import problem_of  # noqa: E402
 from baselines import torch_bmm  # noqa: E402
+from kernel_ab import file_as_of, kernel_file  # noqa: E402
 from engine import oracle, relative_error  # noqa: E402
 from timing import time_fn  # noqa: E402
 
@@ -52,36 +51,24 @@ CASES = [("float16", "default", 25088), ("float32", "default", 25088), ("float32
 
 @contextlib.contextmanager
 def kernel_source(path):
-    """Within the block, ks_mma compiles ``path`` (an absolute path: another version of
-    ks_mma.cu, whose includes still resolve in kernels_cu) instead of kernels_cu/ks_mma.cu;
-    ``"general"`` runs ks_mma.cu's template where the float32 group order has its own kernel
-    (ks_mma.GROUP_KERNEL off); ``None`` leaves both alone."""
-    compile_function, group_kernel = nvrtc.function, ks_mma.GROUP_KERNEL
+    """Within the block, ks_mma compiles ``path`` (another version of ks_mma.cu: see
+    kernel_ab.kernel_file) instead of kernels_cu/ks_mma.cu; ``"general"`` runs ks_mma.cu's
+    template where the float32 group order has its own kernel (ks_mma.GROUP_KERNEL off);
+    ``None`` leaves both alone."""
+    group_kernel = ks_mma.GROUP_KERNEL
     if path == "general":
         ks_mma.GROUP_KERNEL = False
-    elif path is not None:
-        nvrtc.function = lambda filename, *args, **kwargs: compile_function(
-            str(path) if filename == "ks_mma.cu" else filename, *args, **kwargs)
     try:
-        yield
+        with kernel_file("ks_mma.cu", None if path == "general" else path):
+            yield
     finally:
-        nvrtc.function, ks_mma.GROUP_KERNEL = compile_function, group_kernel
+        ks_mma.GROUP_KERNEL = group_kernel
 
 
 def baseline_source(spec):
-    """The path of another ks_mma.cu (``"general"``: see kernel_source): ``spec`` itself
-    where it names a file, else the file as of git revision ``spec`` (written to a temporary
-    file; on the lent GPU machines the checkout's history may lag behind the working tree, so
-    a file is the safer baseline)."""
-    if spec == "general":
-        return spec
-    if pathlib.Path(spec).is_file():
-        return pathlib.Path(spec).resolve()
-    text = subprocess.run(["git", "show", f"{spec}:kernels_cu/ks_mma.cu"], cwd=ROOT,
-                          check=True, capture_output=True, text=True).stdout
-    path = pathlib.Path(tempfile.mkdtemp()) / "ks_mma_baseline.cu"
-    path.write_text(text)
-    return path
+    """The path of another ks_mma.cu (kernel_ab.file_as_of), or ``"general"`` (see
+    kernel_source)."""
+    return spec if spec == "general" else file_as_of("ks_mma.cu", spec)
 
 
 def case(pattern, layout, dtype, precision, B, configs, baseline=None):

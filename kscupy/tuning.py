@@ -281,9 +281,9 @@ def close_calls_deferred():
     """In this thread, :func:`prepare_chosen` prepares both rivals of a close call (so their
     kernels compile) but runs the model's choice untimed and leaves the call unsettled, so
     that a later preparation times it; the context yields a list gathering the problems so
-    deferred. For work that runs products
-    side by side, whose timings would share the GPU (:func:`kscupy.warmup`'s pool): time
-    them after it, one at a time (:func:`expire_prepared_runs`, then prepare again)."""
+    deferred. For work that runs products side by side, whose timings would share the GPU
+    (:func:`kscupy.warmup`'s pool): time them after it, one at a time
+    (:func:`expire_prepared_runs`, then prepare again)."""
     outer = getattr(_deferring, "problems", None)
     _deferring.problems = problems = []
     try:

@@ -61,8 +61,9 @@ def warmup(patterns=(), *, operators=(), dtypes=("float32",), layouts=("bsl", "b
 
     The operands are zeros (their values do not matter to what is compiled), but for the
     products run again after the pool to time ``auto``'s close calls (see the module),
-    whose operands are standard normal values. Returns a :class:`WarmupReport`. Raises RuntimeError without a GPU, ValueError or TypeError for
-    bad arguments, and the first error a product raised.
+    whose operands are standard normal values. Returns a :class:`WarmupReport`. Raises
+    RuntimeError without a GPU, ValueError or TypeError for bad arguments, and the first
+    error a product raised.
 
     Examples
     --------
@@ -96,8 +97,8 @@ def warmup(patterns=(), *, operators=(), dtypes=("float32",), layouts=("bsl", "b
     device = cupy.cuda.Device()         # the caller's device, current in every thread
 
     def product(task, random=False):
-        """The task's product, on zeros or (``random``: where it times close calls, which
-        run faster on zeros) on standard normal values."""
+        """The task's product, on zeros or (``random``: where it times close calls, whose
+        timing should see data as a program's) on standard normal values."""
         op, layout, B = task
         shape = (op.shape[1], B) if layout == "bsl" else (B, op.shape[1])
         with device, nvrtc.waiting():

@@ -186,19 +186,22 @@ def speedup(row, method):
     return base / row["seconds"][method]
 
 
-def lead_ratio(row):
-    """:func:`speedup` of the precision's lead method (its automatic choice)."""
-    return speedup(row, LEAD[row["precision"]])
+def lead_ratio(row, lead=None):
+    """:func:`speedup` of ``lead``, by default the precision's lead method (its automatic
+    choice)."""
+    return speedup(row, lead or LEAD[row["precision"]])
 
 
-def retime_misses(row, methods, inputs, timer):
-    """Time every method of ``row`` a second time where its lead method reads below
-    :data:`RETIME_BELOW` of the best baseline, each keeping the faster of its two times.
+def retime_misses(row, methods, inputs, timer, lead=None):
+    """Time every method of ``row`` (``{name: fn}``, baselines included) a second time where
+    ``lead`` (:func:`lead_ratio`'s) reads below :data:`RETIME_BELOW` of the best baseline,
+    each keeping the faster of its two times; rows without a baseline are left alone.
 
     One median of a cell can be an outlier (another process's work, a clock step). Every
     method is timed again, baselines too, so a second chance helps them as much as kscupy;
     the first times stay in ``first_seconds``."""
-    if lead_ratio(row) >= RETIME_BELOW:
+    if not any(k.startswith("base_") for k in row["seconds"]) \
+            or lead_ratio(row, lead) >= RETIME_BELOW:
         return
     row["first_seconds"] = dict(row["seconds"])
     for name, fn in methods.items():

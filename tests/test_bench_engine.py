@@ -46,3 +46,17 @@ def test_a_miss_is_timed_again_and_every_method_keeps_its_faster_time():
 def test_the_tf32_rows_lead_with_their_own_choice():
     row = {"precision": "tf32", "seconds": {"auto_tf32": 2.0, "base_dense_tf32": 1.0}}
     assert engine.lead_ratio(row) == 0.5
+
+
+def test_a_chain_row_names_its_lead_and_rows_without_baselines_are_left_alone():
+    """bench_fft's rows have no precision (lead "auto"); its butterfly and Hadamard rows
+    have a floor and no baseline."""
+    row = {"seconds": {"auto": 2.0, "base_per_factor": 1.0}}
+    timer = scripted_timer({"auto": [0.9], "base_per_factor": [1.1]})
+    engine.retime_misses(row, {"auto": "auto", "base_per_factor": "base_per_factor"}, [None],
+                         timer, lead="auto")
+    assert row["seconds"] == {"auto": 0.9, "base_per_factor": 1.0}
+    alone = {"seconds": {"auto": 2.0}}
+    engine.retime_misses(alone, {"auto": "auto"}, [None], scripted_timer({"auto": []}),
+                         lead="auto")
+    assert alone == {"seconds": {"auto": 2.0}}

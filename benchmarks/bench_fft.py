@@ -19,8 +19,9 @@ Rows (``{"suite": "transforms", "transform": ..., "seconds": {...}, "relerr": {.
 
 ``base_per_factor`` is the chain applied one factor at a time with the fastest single-factor
 method for each factor (each backend prepared once and timed on the intermediate that factor
-receives, the fastest of three medians of its winner), plus its permutation passes. A row
-whose ``auto`` reads below 0.95 of its best baseline is timed again, ``auto`` and the other
+receives, the fastest of three medians of its winner), plus its permutation passes;
+``base_torch_bmm`` likewise keeps the fastest of three medians a factor. A row whose
+``auto`` reads below 0.95 of its best baseline is timed again, ``auto`` and the other
 baselines alike, each keeping its faster time (``engine.retime_misses``; the first times in
 ``first_seconds``). ``floor_s`` is the bytes of X, Y and the weights over the measured
 copy bandwidth (X read and Y written once). Every timed result is checked against an
@@ -115,13 +116,14 @@ def per_factor(chain, X, layout):
 
 def torch_per_factor(chain, X, layout):
     """Seconds of the chain applied factor by factor with the paper's PyTorch BMM (no
-    permutations: the chains timed with it have none), or None without torch."""
+    permutations: the chains timed with it have none), each factor's the fastest of three
+    medians (as ``per_factor``'s), or None without torch."""
     total = 0.0
     for K in reversed(chain.factors):
         run = torch_bmm(K.factor.blocks, layout)
         if run is None:
             return None
-        total += time_fn(run, [X], max_repeat=20)
+        total += min(time_fn(run, [X], max_repeat=20) for _ in range(3))
         X = K.matmul(X, layout=layout)
     return total
 
@@ -157,8 +159,8 @@ def chain_row(transform, chain, layout, batch, ceilings, *, extra=None, referenc
         if seconds is not None:
             row["seconds"]["base_torch_bmm"] = seconds
     # a row where auto reads below 0.95 of its best baseline: auto and the baselines timed
-    # here once more, each keeping its faster time (the per-factor ones already keep the
-    # fastest of three medians of each factor)
+    # here once more, each keeping its faster time (the per-factor baselines already keep
+    # the fastest of three medians of each factor's product)
     retime_misses(row, methods, [X], lead="auto",
                   timer=lambda fn, inputs: {"seconds": time_fn(fn, inputs, max_repeat=30)})
     return row

@@ -198,14 +198,19 @@ def retime_misses(row, methods, inputs, timer, lead=None):
     each keeping the faster of its two times; rows without a baseline are left alone.
 
     One median of a cell can be an outlier (another process's work, a clock step). Every
-    method is timed again, baselines too, so a second chance helps them as much as kscupy;
-    the first times stay in ``first_seconds``."""
+    method is timed again, baselines too, so a second chance helps them as much as kscupy.
+    Every field the timer gives (``seconds``; bench_latency's also ``host_seconds``) keeps
+    its faster value, and its first values stay in ``first_<field>``."""
     if not any(k.startswith("base_") for k in row["seconds"]) \
             or lead_ratio(row, lead) >= RETIME_BELOW:
         return
-    row["first_seconds"] = dict(row["seconds"])
+    again = {}
     for name, fn in methods.items():
         for field, seconds in timer(fn, inputs).items():
+            again.setdefault(field, {})[name] = seconds
+    for field, times in again.items():
+        row["first_" + field] = dict(row[field])
+        for name, seconds in times.items():
             row[field][name] = min(row[field][name], seconds)
 
 

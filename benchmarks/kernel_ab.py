@@ -14,8 +14,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 @contextlib.contextmanager
-def kernel_file(filename, path):
-    """Within the block, kernels compiled from ``kernels_cu/filename`` are compiled from
+def kernel_file(swapped, path):
+    """Within the block, kernels compiled from ``kernels_cu/<swapped>`` are compiled from
     ``path`` instead (an absolute path to another version of the file: its includes still
     resolve in kernels_cu, so the launch, shared-memory size included, stays this
     checkout's); ``None`` leaves it alone. Kernels already loaded from one version stay
@@ -23,8 +23,10 @@ def kernel_file(filename, path):
     from kscupy.kernels import nvrtc
     compile_function = nvrtc.function
     if path is not None:
-        nvrtc.function = lambda requested, *args, **kwargs: compile_function(
-            str(path) if requested == filename else requested, *args, **kwargs)
+        def function(filename, *args, **kwargs):    # nvrtc.function's signature
+            return compile_function(str(path) if filename == swapped else filename,
+                                    *args, **kwargs)
+        nvrtc.function = function
     try:
         yield
     finally:

@@ -49,7 +49,8 @@ def make_chain(spec):
 
 
 def plan_segment(chain, dtype, batch, layout):
-    """The plan's RowSegment (its factors and folds), or one of the whole chain."""
+    """The plan's RowSegment (its factors and folds) where the plan has one as a step of its
+    own, else one of the whole chain (None where none applies)."""
     plan = chain.plan(layout, dtype, batch)
     for step in plan.steps:
         if isinstance(step, ks_rows.RowSegment):
@@ -124,6 +125,9 @@ def main(argv=None):
             print(f"{spec:26s} {layout} auto {t * 1e3:7.3f} ms floor {floor / t:.2f} "
                   f"err {check(auto(Xl)):.1e}  plan: {plan.describe().replace(chr(10), ' ; ')}",
                   flush=True)
+            if seg is None:
+                print("    no whole-vector segment applies the chain here", flush=True)
+                continue
             for label, s in variants(seg, dtype, batch, runs):
                 modelled = costs.rows_seconds(s, batch, dtype, rates, layout)
                 for suffix, path in sources:

@@ -106,8 +106,10 @@ class KSOperator:
         On the GPU, a product repeated with an operand of the same shape, strides, dtype and
         alignment reuses every decision of the first (``auto``'s choice, the kernel and its
         launch), until the values change, ``clear_cache()`` is called, ``kscupy.tune`` /
-        ``kscupy.tuning.clear_cache`` forget the tuning decisions, or a kernel finishes
-        compiling in the background (``auto`` runs the direct kernel until the one it
+        ``kscupy.tuning.clear_cache`` forget the tuning decisions, ``auto`` times a close
+        call whose verdict differs from its model's or ``kscupy.warmup`` expires what its
+        pool prepared (``kscupy.tuning.epoch``), or a kernel finishes compiling in the
+        background (``auto`` runs the direct kernel until the one it
         chose is compiled, see :mod:`kscupy.kernels.nvrtc`). (Pointing
         ``KSCUPY_CACHE_DIR`` elsewhere during a run does not reach shapes already seen.)
         """
@@ -118,14 +120,17 @@ class KSOperator:
         # A repeated product (same operand shape, strides, dtype and 16-byte alignment, same
         # layout, backend, device and tuning decisions) costs a dictionary lookup and the
         # launch: every check and decision below was made for the first one.
-        key = (X.shape, X.strides, X.dtype, X.data.ptr & 15, layout, backend, tuning.epoch,
-               nvrtc.compiles_finished, xp.cuda.runtime.getDevice())
-        run = runs.get(key)
-        if run is None:
-            if len(runs) >= MAX_PREPARED_RUNS:
+        # A run is valid for the decisions and compiled kernels it was built with (its
+        # stamp); a newer stamp replaces it in place, so stale runs are not kept.
+        key = (X.shape, X.strides, X.dtype, X.data.ptr & 15, layout, backend,
+               xp.cuda.runtime.getDevice())
+        stamp = (tuning.epoch, nvrtc.compiles_finished)
+        found = runs.get(key)
+        if found is None or found[0] != stamp:
+            if found is None and len(runs) >= MAX_PREPARED_RUNS:
                 runs.clear()
-            run = runs[key] = self._prepare(X, layout, backend)
-        return run(X)
+            found = runs[key] = (stamp, self._prepare(X, layout, backend))
+        return found[1](X)
 
     def _prepare(self, X, layout, backend):
         """``run(X)`` for operands like ``X``: the operand checked, the result dtype decided,

@@ -33,7 +33,8 @@ from . import backends, costs
 from .factor import Factor
 from .problem import Problem, problem_of
 
-__all__ = ["Choice", "choose", "prepare_chosen", "close_calls_deferred", "expire_prepared_runs",
+__all__ = ["Choice", "choose", "prepare_chosen", "close_calls_deferred", "close_calls_timed",
+           "expire_prepared_runs",
            "GPU_CLOSE_CALL", "GPU_MEASURE_MIN_SECONDS",
            "choose_cpu", "choose_cpu_for", "CPU_CLOSE_CALL",
            "cpu_chain_in_batch_order", "configuration", "seconds", "tune", "cache_path",
@@ -54,9 +55,11 @@ def _memo_key(*parts):
 
 
 _MEMO: dict = {}
-#: Counts the times the memoized decisions were forgotten (:func:`tune`, :func:`clear_cache`):
-#: whoever keeps something built from a decision (the prepared runs of repeated products,
-#: see :meth:`kscupy.operator.KSOperator.matmul`) compares it.
+#: Counts the times the decisions changed under what was built from them: forgotten
+#: (:func:`tune`, :func:`clear_cache`), or a close call's verdict other than the model's
+#: choice (:func:`prepare_chosen`), or :func:`expire_prepared_runs`. Whoever keeps something
+#: built from a decision (the prepared runs of repeated products, see
+#: :meth:`kscupy.operator.KSOperator.matmul`, and chain plans) compares it.
 epoch = 0
 
 
@@ -239,9 +242,11 @@ def prepare_chosen(problem: Problem, X, prepared, precision: str = "default"):
     (:data:`GPU_CLOSE_CALL`, :data:`GPU_MEASURE_MIN_SECONDS`), of the faster of the model's
     two best candidates, each timed on ``X``. The verdict replaces the model's choice for
     this problem for the rest of the process (:func:`choose` returns it, and the chain
-    planner prices with it). Not timed: a choice from the tuning cache, and products
-    prepared while the current stream captures a CUDA graph (the model's choice, settled on
-    a later preparation). ``prepared`` may raise :class:`kscupy.kernels.nvrtc.StillCompiling`
+    planner prices with it: a verdict other than the model's choice expires what was built
+    before it, :func:`expire_prepared_runs`). Not timed: a choice from the tuning cache,
+    products prepared while the current stream captures a CUDA graph, and those prepared
+    inside :func:`close_calls_deferred` (the model's choice, settled on a later
+    preparation). ``prepared`` may raise :class:`kscupy.kernels.nvrtc.StillCompiling`
     (a kernel still compiling): nothing is settled then. The timing sees the GPU as it is:
     work that other threads run on it at the same time (:func:`kscupy.warmup`'s pool, say)
     can sway a verdict between the two, which the model had found within
@@ -270,6 +275,8 @@ def prepare_chosen(problem: Problem, X, prepared, precision: str = "default"):
     fastest = seconds.index(min(seconds))
     _MEMO[_memo_key("auto", problem, rates, precision)] = rivals[fastest]
     _MEMO[settled] = {c.backend: s for c, s in zip(rivals, seconds)}
+    if fastest != 0:    # chain plans priced with the model's choice are priced again
+        expire_prepared_runs()
     return runs[fastest]
 
 
@@ -284,8 +291,25 @@ def close_calls_deferred():
     deferred. For work that runs products side by side, whose timings would share the GPU
     (:func:`kscupy.warmup`'s pool): time them after it, one at a time
     (:func:`expire_prepared_runs`, then prepare again)."""
+    with _deferral([]) as problems:
+        yield problems
+
+
+@contextlib.contextmanager
+def close_calls_timed():
+    """In this thread, close calls are timed again as :func:`prepare_chosen` says, inside a
+    :func:`close_calls_deferred` too (warmup's pass after its pool, which a caller may run
+    inside one of its own)."""
+    with _deferral(None):
+        yield
+
+
+@contextlib.contextmanager
+def _deferral(problems):
+    """This thread's deferral: ``problems`` a list gathering the deferred problems, or None
+    (timed)."""
     outer = getattr(_deferring, "problems", None)
-    _deferring.problems = problems = []
+    _deferring.problems = problems
     try:
         yield problems
     finally:

@@ -127,7 +127,8 @@ def warmup(patterns=(), *, operators=(), dtypes=("float32",), layouts=("bsl", "b
         # the pool's runs of these products are the model's choices, kept by their
         # operators: rebuilt at the next call, which times the close call alone
         tuning.expire_prepared_runs()
-        for task in deferred:
-            product(task, random=True)
+        with tuning.close_calls_timed():
+            for task in deferred:
+                product(task, random=True)
     return WarmupReport(len(tasks), nvrtc.kernels_loaded() - loaded_before,
                         time.perf_counter() - start, len(deferred))

@@ -60,3 +60,17 @@ def test_a_chain_row_names_its_lead_and_rows_without_baselines_are_left_alone():
     engine.retime_misses(alone, {"auto": "auto"}, [None], scripted_timer({"auto": []}),
                          lead="auto")
     assert alone == {"seconds": {"auto": 2.0}}
+
+
+def test_every_field_of_the_timer_keeps_its_faster_value_and_its_first():
+    """bench_latency's timer gives host_seconds beside seconds."""
+    row = {"precision": "default",
+           "seconds": {"auto": 2.0, "base_dense": 1.0},
+           "host_seconds": {"auto": 3.0, "base_dense": 1.0}}
+    again = {"auto": {"seconds": 0.9, "host_seconds": 3.5},
+             "base_dense": {"seconds": 1.2, "host_seconds": 0.5}}
+    engine.retime_misses(row, {"auto": "auto", "base_dense": "base_dense"}, [None],
+                         lambda fn, inputs: again[fn])
+    assert row["seconds"] == {"auto": 0.9, "base_dense": 1.0}
+    assert row["host_seconds"] == {"auto": 3.0, "base_dense": 0.5}
+    assert row["first_host_seconds"] == {"auto": 3.0, "base_dense": 1.0}

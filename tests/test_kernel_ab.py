@@ -1,6 +1,9 @@
 """benchmarks/kernel_ab.py: the A/B probes' swap of a kernel file (no GPU)."""
 import pathlib
+import shutil
 import sys
+
+import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "benchmarks"))
 import kernel_ab  # noqa: E402
@@ -26,6 +29,8 @@ def test_no_path_leaves_the_file_alone(monkeypatch):
     assert asked == ["ks_rows.cu"]
 
 
+@pytest.mark.skipif(not (kernel_ab.ROOT / ".git").exists() or shutil.which("git") is None,
+                    reason="needs the git checkout (a revision of the file)")
 def test_file_as_of_takes_a_file_or_a_revision(tmp_path):
     mine = tmp_path / "mine.cu"
     mine.write_text("// a version")

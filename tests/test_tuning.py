@@ -363,11 +363,34 @@ def test_deferral_is_per_thread_and_nests(close_call):
         other.join()
     assert inner == [_problem((2, 64, 64, 4))] and outer == [_problem((3, 64, 64, 4))]
     assert timings == [("kernel", "bmm")]
+    with tuning.close_calls_deferred() as deferred:
+        with tuning.close_calls_timed():         # warmup's pass after its pool
+            tuning.prepare_chosen(_problem((6, 64, 64, 4)), None, prepared)
+    assert deferred == [] and len(timings) == 2
 
 
-def test_expiring_prepared_runs_keeps_the_decisions_and_replans_chains(monkeypatch):
-    monkeypatch.setattr(costs, "device_rates", lambda: RATES)
+@pytest.mark.parametrize("model_right", [True, False])
+def test_a_verdict_against_the_model_expires_what_was_built(close_call, model_right):
+    """Chain plans and prepared runs priced with the model's choice are rebuilt once a
+    close call finds the other candidate faster, and only then."""
+    set_ranking, timings, prepared = close_call
+    faster = {"kernel": 1.0, "bmm": 2.0} if model_right else {"kernel": 2.0, "bmm": 1.0}
+    set_ranking([(2.6e-3, "kernel"), (2.9e-3, "bmm")], faster)
+    epoch = tuning.epoch
+    tuning.prepare_chosen(_problem((7, 64, 64, 4)), None, prepared)
+    assert tuning.epoch == epoch + (0 if model_right else 1)
+
+
+@pytest.fixture
+def forgetting():
+    """Decisions forgotten before and after the test."""
     tuning._forget_decisions()
+    yield
+    tuning._forget_decisions()
+
+
+def test_expiring_prepared_runs_keeps_the_decisions_and_replans_chains(monkeypatch, forgetting):
+    monkeypatch.setattr(costs, "device_rates", lambda: RATES)
     p = _problem((4, 64, 64, 4))
     choice = tuning.choose(p)
     chain = ks.KSChain([ks.KSMatrix.random((1, 4, 4, 16), seed=1),

@@ -51,7 +51,7 @@ except ImportError:     # --help works without CuPy; main() says what is missing
 import kscupy as ks  # noqa: E402
 from kscupy import costs, dispatch  # noqa: E402
 from baselines import torch_bmm  # noqa: E402
-from engine import retime_misses  # noqa: E402
+from engine import median_gpu_seconds, retime_misses  # noqa: E402
 from timing import measure_ceilings, run_metadata, time_fn  # noqa: E402
 
 PAPER_CHAINS = (((1, 192, 48, 2), (2, 48, 192, 1)), ((1, 768, 192, 2), (6, 64, 64, 1)),
@@ -85,6 +85,11 @@ def _dense_reference(chain, X, layout):
     return _check_slice(X, layout).astype(wide) @ D.T
 
 
+def fastest_median(run, X, count):
+    """The fastest of ``count`` medians of ``run(X)`` (a factor of a per-factor baseline)."""
+    return min(time_fn(run, [X], max_repeat=20) for _ in range(count))
+
+
 def per_factor(chain, X, layout):
     """``(seconds, detail)``: the chain one factor at a time, each with its fastest
     single-factor backend timed on the intermediate it receives, plus its gathers."""
@@ -106,7 +111,7 @@ def per_factor(chain, X, layout):
         # the winner's fastest of three medians: one slow sample of the baseline must not
         # read as a gain of auto's (Monarch(4096) bsl once timed 0.451 ms a factor where the
         # same kernel runs 0.42)
-        total += min([times[best]] + [time_fn(runs[best], [X], max_repeat=20) for _ in range(2)])
+        total += min(times[best], fastest_median(runs[best], X, 2))
         detail.append(best)
         X = dispatch.apply(K.factor, X, layout, best)
     if gathers[1] is not None:
@@ -123,7 +128,7 @@ def torch_per_factor(chain, X, layout):
         run = torch_bmm(K.factor.blocks, layout)
         if run is None:
             return None
-        total += min(time_fn(run, [X], max_repeat=20) for _ in range(3))
+        total += fastest_median(run, X, 3)
         X = K.matmul(X, layout=layout)
     return total
 
@@ -161,8 +166,7 @@ def chain_row(transform, chain, layout, batch, ceilings, *, extra=None, referenc
     # a row where auto reads below 0.95 of its best baseline: auto and the baselines timed
     # here once more, each keeping its faster time (the per-factor baselines already keep
     # the fastest of three medians of each factor's product)
-    retime_misses(row, methods, [X], lead="auto",
-                  timer=lambda fn, inputs: {"seconds": time_fn(fn, inputs, max_repeat=30)})
+    retime_misses(row, methods, [X], median_gpu_seconds, lead="auto")
     return row
 
 

@@ -21,8 +21,6 @@ import itertools
 import os
 import time
 
-import numpy
-
 from . import _arrays, tuning
 from .pattern import KSPattern
 
@@ -61,7 +59,7 @@ def warmup(patterns=(), *, operators=(), dtypes=("float32",), layouts=("bsl", "b
 
     The operands are zeros (their values do not matter to what is compiled), but for the
     products run again after the pool to time ``auto``'s close calls (see the module),
-    whose operands are standard normal values. Returns a :class:`WarmupReport`. Raises
+    whose operands are real standard normal values. Returns a :class:`WarmupReport`. Raises
     RuntimeError without a GPU, ValueError or TypeError for bad arguments, and the first
     error a product raised.
 
@@ -98,18 +96,12 @@ def warmup(patterns=(), *, operators=(), dtypes=("float32",), layouts=("bsl", "b
 
     def product(task, random=False):
         """The task's product, on zeros or (``random``: where it times close calls, whose
-        timing should see data as a program's) on standard normal values."""
+        timing should see data as a program's) on real standard normal values."""
         op, layout, B = task
         shape = (op.shape[1], B) if layout == "bsl" else (B, op.shape[1])
         with device, nvrtc.waiting():
-            if random:
-                rng = cupy.random.default_rng(0)
-                X = rng.standard_normal(shape, dtype=numpy.float64)
-                if op.dtype.kind == "c":
-                    X = X + 1j * rng.standard_normal(shape, dtype=numpy.float64)
-                X = X.astype(op.dtype)
-            else:
-                X = cupy.zeros(shape, dtype=op.dtype)
+            X = (cupy.random.default_rng(0).standard_normal(shape).astype(op.dtype) if random
+                 else cupy.zeros(shape, dtype=op.dtype))
             op.matmul(X, layout=layout, backend=backend)
             cupy.cuda.get_current_stream().synchronize()
 

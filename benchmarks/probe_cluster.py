@@ -6,6 +6,7 @@ thread-block clusters (``ks_rows_cluster``), and check them.
     PYTHONPATH=$PWD python3 benchmarks/probe_cluster.py --chains "hadamard:4096:float32" \
         --runs 128,64 --elements 67108864
     PYTHONPATH=$PWD python3 benchmarks/probe_cluster.py --layouts bsf,bsl --baseline main
+    PYTHONPATH=$PWD python3 benchmarks/probe_cluster.py --chains "hadamard:8192:float32" --knobs
 
 A chain is ``kind:n:dtype`` (kind ``hadamard``, ``butterfly`` or ``dft``; butterflies seeded
 by n, as bench_fft.py builds them). For each it takes the one row segment of its plan in
@@ -15,12 +16,16 @@ for runs of each ``--runs`` byte count (``ks_rows.BSL_RUN``), and times each pre
 against the copy bandwidth measured here (floor = bytes of X and Y over it), checking each
 against the float64 product of the dense chain on the first 64 batch columns.
 ``--baseline REV`` times each segment again with ks_rows.cu as of a git revision (or a
-file), in the same process (kernel_ab.py): an A/B test of a kernel change. Used to set
-ks_rows.py's cluster choice and costs.rows_seconds; the issue's benchmark is bench_fft.py.
+file), in the same process (kernel_ab.py): an A/B test of a kernel change. ``--knobs``
+times the plan's segment instead with each other block size and blocks-per-SM allowance
+(threads and ``min_blocks``, the kernel's launch bounds) that fit an SM. Used to set
+ks_rows.py's cluster choice, block sizes and costs.rows_seconds; the issue's benchmark is
+bench_fft.py.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pathlib
 import sys
 
@@ -82,6 +87,20 @@ def variants(seg, dtype, batch, runs):
     return out
 
 
+def knob_variants(seg):
+    """(label, segment): the plan's segment, then the same with each other block size (128,
+    256 or 512 threads) and blocks per SM its registers must allow (``min_blocks``) whose
+    threads fit an SM."""
+    out = [("plan's", seg)]
+    for threads in (128, 256, 512):
+        for min_blocks in (1, 2, 3, 4, 6):
+            if (threads, min_blocks) != (seg.threads, seg.min_blocks) and \
+                    threads * min_blocks <= 2048:
+                out.append((f"{threads} threads x {min_blocks}",
+                            dataclasses.replace(seg, threads=threads, min_blocks=min_blocks)))
+    return out
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chains", default=CHAINS)
@@ -90,6 +109,9 @@ def main(argv=None):
     parser.add_argument("--elements", type=int, default=2**26, help="B·n")
     parser.add_argument("--baseline", default=None, metavar="REV_OR_FILE",
                         help="time each segment again with this version of ks_rows.cu")
+    parser.add_argument("--knobs", action="store_true",
+                        help="time the plan's segment with other threads and min_blocks instead "
+                             "of the one-block and cluster variants")
     args = parser.parse_args(argv)
     if cupy is None:
         sys.exit(f"{pathlib.Path(__file__).name} times GPU kernels and needs CuPy and a CUDA device")
@@ -128,12 +150,17 @@ def main(argv=None):
             if seg is None:
                 print("    no whole-vector segment applies the chain here", flush=True)
                 continue
-            for label, s in variants(seg, dtype, batch, runs):
+            for label, s in (knob_variants(seg) if args.knobs
+                             else variants(seg, dtype, batch, runs)):
                 modelled = costs.rows_seconds(s, batch, dtype, rates, layout)
                 for suffix, path in sources:
-                    with kernel_file("ks_rows.cu", path):   # prepared once, timed by launches
-                        run = s.prepare(Xl, layout)
-                    t = time_fn(run, [Xl])
+                    try:
+                        with kernel_file("ks_rows.cu", path):   # prepared once, timed by launches
+                            run = s.prepare(Xl, layout)
+                        t = time_fn(run, [Xl])
+                    except cupy.cuda.driver.CUDADriverError as exc:   # a block that cannot launch
+                        print(f"    {label + suffix:22s} does not launch: {exc}", flush=True)
+                        continue
                     print(f"    {label + suffix:22s} {t * 1e3:7.3f} ms floor {floor / t:.2f} "
                           f"model {modelled * 1e3:7.3f} err {check(run(Xl)):.1e}  "
                           f"{s.describe()} threads={s.threads} min_blocks={s.min_blocks}",

@@ -49,6 +49,9 @@ MIN_BLOCKS = 3
 #: wanted, or MIN_SMALL_ROWS for computed stages in bsf: :func:`_configure`).
 SMALL_BLOCKS = 6
 MIN_SMALL_ROWS = 4
+#: Most rows of a batch-size-first tile of stored blocks that takes two 512-thread blocks per
+#: SM instead of three of 256 (:func:`_configure`): tiles of long vectors.
+LONG_TILE_ROWS = 4
 #: Bytes of a feature's run a batch-size-last tile wants (a warp's access one 128-byte line:
 #: H200 float32 Hadamard(256), 32 rows 0.19 ms, 16 rows 0.24), and the least it takes where
 #: a lone tile fits (a 32-byte sector).
@@ -527,18 +530,34 @@ def _configure(patterns, stages, dtype, layout, batch, cluster=1):
     # pass has that many work items.
     budget = SM_REGISTERS // (threads_max * resident)
     passes = group_passes(patterns, MAX_ELEMENTS[layout], budget, stages, words)
-    sizes, need, f = [], 0, 0
-    for count in passes:
-        trial = [(p.b, p.d, st) for p, st in zip(patterns[f:f + count], stages[f:f + count])]
+    # Batch-size-first tiles of stored blocks and at most LONG_TILE_ROWS rows (long vectors):
+    # two blocks of 512 threads an SM instead of three of 256 where the same passes fit the
+    # registers that leaves, 1024 threads instead of 768 (H100, butterfly(4096) float32:
+    # 0.371 -> 0.333 ms; complex64's items need more than 64 registers and keep three).
+    if (layout == "bsf" and not computed and rows <= LONG_TILE_ROWS and resident == 3
+            and SM_SMEM // (smem(rows) + 1024) >= 2):
+        wide = SM_REGISTERS // (512 * 2)
+        if group_passes(patterns, MAX_ELEMENTS[layout], wide, stages, words) == passes and all(
+                pass_registers(trial, words) <= wide for trial in _pass_trials(patterns, stages, passes)):
+            resident, threads_max = 2, 512
+    sizes, need = [], 0
+    for trial in _pass_trials(patterns, stages, passes):
         sizes.append(int(numpy.prod([r for r, _, _ in trial])))
         need = max(need, pass_registers(trial, words))
-        f += count
     work = max(rows * (n // e) for e in sizes) // cluster     # a block's share of the items
     threads = min(threads_max, max(64, -(-work // 32) * 32))
     # fewer blocks per SM where the registers a work item needs (its elements and weights)
     # would not fit: spilling them costs more than the occupancy gives
     min_blocks = max(1, min(resident, SM_REGISTERS // (threads * need)))
     return passes, rows, threads, min_blocks
+
+
+def _pass_trials(patterns, stages, passes):
+    """Each pass's ``(r, d, stage)`` of its factors (:func:`pass_registers`'s argument)."""
+    f = 0
+    for count in passes:
+        yield [(p.b, p.d, st) for p, st in zip(patterns[f:f + count], stages[f:f + count])]
+        f += count
 
 
 def _cluster_config(patterns, stages, dtype, layout, batch, config, max_cluster):

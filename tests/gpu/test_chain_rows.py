@@ -307,6 +307,24 @@ def test_rows_auto_plan_end_to_end(poisoned, rng):
             numpy.float32, chain)
 
 
+def test_long_stored_tiles_of_wide_blocks(poisoned, rng):
+    """Batch-size-first tiles of 4 rows of a random butterfly(4096) float32 take two blocks
+    of 512 threads an SM (ks_rows._configure); checked factor by factor against the
+    definition in float64 (einsum over each factor's canonical values), a ragged last tile
+    included."""
+    C = ks.butterfly(4096, dtype=numpy.float32, xp=cupy, seed=17)
+    B = 1001
+    seg = _segment(C, numpy.dtype(numpy.float32), "bsf", B)
+    assert (seg.rows, seg.threads, seg.min_blocks) == (4, 512, 2), seg.describe()
+    X = random_array(rng, (B, 4096), numpy.float32)
+    ref = X.astype(numpy.float64)
+    for K in reversed(C.factors):   # application order
+        a, b, c, d = K.pattern
+        ref = numpy.einsum("iklj,nilj->nikj", to_numpy(K.values).astype(numpy.float64),
+                           ref.reshape(B, a, c, d)).reshape(B, a * b * d)
+    assert rel_err(seg(cupy.asarray(X), "bsf"), ref) < _tol(numpy.float32, C)
+
+
 def test_rows_large_offsets(poisoned):
     """B·N above 2^31 elements: 64-bit addressing of rows (float16 keeps it to 4.3 GB)."""
     N, dtype = 16, numpy.float16

@@ -50,25 +50,25 @@ CASES = [("float16", "default", 25088), ("float32", "default", 25088), ("float32
 
 
 @contextlib.contextmanager
-def kernel_source(path):
-    """Within the block, ks_mma compiles ``path`` (another version of ks_mma.cu: see
-    kernel_ab.kernel_file) instead of kernels_cu/ks_mma.cu; ``"general"`` runs ks_mma.cu's
-    template where the float32 group order has its own kernel (ks_mma.GROUP_KERNEL off);
-    ``None`` leaves both alone."""
+def kernel_source(path, swapped="ks_mma.cu"):
+    """Within the block, ks_mma compiles ``path`` (another version of ``kernels_cu/swapped``,
+    ks_mma.cu or ks_mma_group.cu: see kernel_ab.kernel_file) instead of that file;
+    ``"general"`` runs ks_mma.cu's template where the float32 group order has its own kernel
+    (ks_mma.GROUP_KERNEL off); ``None`` leaves both alone."""
     group_kernel = ks_mma.GROUP_KERNEL
     if path == "general":
         ks_mma.GROUP_KERNEL = False
     try:
-        with kernel_file("ks_mma.cu", None if path == "general" else path):
+        with kernel_file(swapped, None if path == "general" else path):
             yield
     finally:
         ks_mma.GROUP_KERNEL = group_kernel
 
 
-def baseline_source(spec):
-    """The path of another ks_mma.cu (kernel_ab.file_as_of), or ``"general"`` (see
-    kernel_source)."""
-    return spec if spec == "general" else file_as_of("ks_mma.cu", spec)
+def baseline_source(spec, swapped="ks_mma.cu"):
+    """The path of another ``kernels_cu/swapped`` (kernel_ab.file_as_of), or ``"general"``
+    (see kernel_source)."""
+    return spec if spec == "general" else file_as_of(swapped, spec)
 
 
 def case(pattern, layout, dtype, precision, B, configs, baseline=None):
@@ -86,10 +86,10 @@ def case(pattern, layout, dtype, precision, B, configs, baseline=None):
     out = {"pattern": pattern, "layout": layout, "dtype": dtype, "precision": precision, "B": B,
            "configs": {},
            "heuristic": str(ks_mma.heuristic_config(problem).as_tuple())}
-    sources = [("", None)] + ([(f" @{baseline[0]}", baseline[1])] if baseline else [])
+    sources = [("", None, None)] + ([(f" @{baseline[0]}", *baseline[1:])] if baseline else [])
     for cfg in configs(problem):
-        for suffix, path in sources:
-            with kernel_source(path):   # prepared once: the times leave out the host's setup
+        for suffix, path, swapped in sources:
+            with kernel_source(path, swapped):   # prepared once: times leave out the setup
                 run = ks_mma.prepare(f, X, layout, cfg, precision)
             err = relative_error(run(X), ref, layout)
             t = time_fn(run, [X])
@@ -131,6 +131,8 @@ def main():
                         help="also time every configuration with another ks_mma.cu (a file, "
                              "or the one of a git revision), in the same process on the same "
                              "data; 'general': with ks_mma.cu where ks_mma_group.cu would run")
+    parser.add_argument("--swap", default="ks_mma.cu", choices=("ks_mma.cu", "ks_mma_group.cu"),
+                        help="the kernels_cu file that --baseline replaces")
     parser.add_argument("--warp-tile", default=None, metavar="DTYPE=MxN",
                         help="try another warp piece for one dtype (heuristic and candidates)")
     args = parser.parse_args()
@@ -162,7 +164,8 @@ def main():
         given = [ks_mma.MmaConfig(*(int(v) for v in c.split(","))) for c in args.configs.split(";")]
         configs = lambda p: [ks_mma.heuristic_config(p)] + [
             c for c in given if c.valid_for(p.dtype) and c.fits(p.itemsize, p.transposed)]
-    baseline = (args.baseline, baseline_source(args.baseline)) if args.baseline else None
+    baseline = ((args.baseline, baseline_source(args.baseline, args.swap), args.swap)
+                if args.baseline else None)
     results = []
     print(f"{'dtype':10s} {'prec':7s} {'pattern':20s} {'lay':4s} {'best ms':>8s} {'heur ms':>8s} "
           f"{'err':>8s} {'fma':>6s} {'torch':>6s} {'cupy':>6s} {'dense':>6s}  best config")

@@ -87,15 +87,16 @@ def variants(seg, dtype, batch, runs):
     return out
 
 
-def knob_variants(seg):
+def knob_variants(seg, itemsize):
     """(label, segment): the plan's segment, then the same with each other block size (128,
     256 or 512 threads) and blocks per SM its registers must allow (``min_blocks``) whose
-    threads fit an SM."""
+    threads and shared memory fit an SM."""
+    fit = ks_rows.SM_SMEM // (seg.smem_bytes(itemsize) + 1024)
     out = [("plan's", seg)]
     for threads in (128, 256, 512):
         for min_blocks in (1, 2, 3, 4, 6):
             if (threads, min_blocks) != (seg.threads, seg.min_blocks) and \
-                    threads * min_blocks <= 2048:
+                    threads * min_blocks <= ks_rows.SM_THREADS and min_blocks <= fit:
                 out.append((f"{threads} threads x {min_blocks}",
                             dataclasses.replace(seg, threads=threads, min_blocks=min_blocks)))
     return out
@@ -150,7 +151,7 @@ def main(argv=None):
             if seg is None:
                 print("    no whole-vector segment applies the chain here", flush=True)
                 continue
-            for label, s in (knob_variants(seg) if args.knobs
+            for label, s in (knob_variants(seg, dtype.itemsize) if args.knobs
                              else variants(seg, dtype, batch, runs)):
                 modelled = costs.rows_seconds(s, batch, dtype, rates, layout)
                 for suffix, path in sources:
@@ -158,7 +159,9 @@ def main(argv=None):
                         with kernel_file("ks_rows.cu", path):   # prepared once, timed by launches
                             run = s.prepare(Xl, layout)
                         t = time_fn(run, [Xl])
-                    except cupy.cuda.driver.CUDADriverError as exc:   # a block that cannot launch
+                    # a block that cannot launch (too many resources); an error that poisons
+                    # the context (an illegal address) would fail every later launch too
+                    except cupy.cuda.driver.CUDADriverError as exc:
                         print(f"    {label + suffix:22s} does not launch: {exc}", flush=True)
                         continue
                     print(f"    {label + suffix:22s} {t * 1e3:7.3f} ms floor {floor / t:.2f} "

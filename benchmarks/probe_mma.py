@@ -9,8 +9,9 @@ candidate configuration of :func:`kscupy.kernels.ks_mma.candidate_configs`, chec
 the float64 definition on fresh random data (engine.py's oracle) and times it beside PyTorch's
 BMM (when torch imports), CuPy's BMM, cuBLAS dense and the FMA kernel. Prints one line per
 case: the best configuration and the ratios. ``--configs`` times given configurations
-instead of the candidates; ``--baseline REV`` times each one again with ks_mma.cu as of a
-git revision (or a file), in the same process (an A/B test of a kernel change; the launch,
+instead of the candidates; ``--baseline REV`` times each one again with ks_mma.cu (or, with
+``--swap ks_mma_group.cu``, the float32 group order's own kernel) as of a git revision (or
+a file), in the same process (an A/B test of a kernel change; the launch,
 shared-memory size included, is this checkout's, so a baseline whose layout differs from
 ``MmaConfig``'s mirror of it needs its own checkout and process). Each configuration is
 prepared once and timed by its launches alone. Used to set the heuristic; the issue's
@@ -132,7 +133,8 @@ def main():
                              "or the one of a git revision), in the same process on the same "
                              "data; 'general': with ks_mma.cu where ks_mma_group.cu would run")
     parser.add_argument("--swap", default="ks_mma.cu", choices=("ks_mma.cu", "ks_mma_group.cu"),
-                        help="the kernels_cu file that --baseline replaces")
+                        help="the kernels_cu file that --baseline replaces (configurations "
+                             "that do not run it time the same code twice)")
     parser.add_argument("--warp-tile", default=None, metavar="DTYPE=MxN",
                         help="try another warp piece for one dtype (heuristic and candidates)")
     args = parser.parse_args()

@@ -322,6 +322,29 @@ def test_bsl_tiles_keep_runs_of_whole_sectors(dtype, n, rows, blocks):
                                     3, max_cluster=1).rows == 4   # no more rows than the batch
 
 
+@pytest.mark.parametrize("dtype, n, shape", [
+    (numpy.float32, 4096, (4, 512, 2)),     # long float32 vectors of stored blocks: 2 x 512
+    (numpy.float32, 8192, (2, 512, 2)),
+    (numpy.float32, 1024, (16, 256, 3)),    # more rows than WIDE_BLOCK_MAX_ROWS
+    (numpy.complex64, 4096, (2, 256, 3)),   # its items need 72 registers
+    (numpy.complex128, 1024, (4, 256, 3)),  # other dtypes were not measured
+])
+def test_bsf_long_stored_tiles_take_wide_blocks(dtype, n, shape):
+    """Batch-size-first float32 tiles of a butterfly's stored blocks with at most
+    WIDE_BLOCK_MAX_ROWS rows take two 512-thread blocks an SM; other dtypes and taller tiles
+    keep three of 256, and so do computed stages (Hadamard) and batch-size-last tiles."""
+    C = ks.butterfly(n, dtype=dtype, seed=1)
+    factors = [K.factor for K in reversed(C.factors)]
+    seg = ks_rows.make_row_segment(factors, dtype, "bsf", 1000)
+    assert (seg.rows, seg.threads, seg.min_blocks) == shape
+    H = ks.hadamard(n, dtype=dtype)
+    computed = ks_rows.make_row_segment([K.factor for K in reversed(H.factors)], dtype, "bsf",
+                                        1000)
+    assert (computed.threads, computed.min_blocks) != (512, 2)
+    bsl = ks_rows.make_row_segment(factors, dtype, "bsl", 1000, max_cluster=1)
+    assert (bsl.threads, bsl.min_blocks) != (512, 2)
+
+
 @pytest.mark.parametrize("dtype, n, cluster, rows", [
     (numpy.float32, 256, 1, 32),        # whole runs at six blocks an SM already
     (numpy.float32, 1024, 2, 32),       # 64 KiB a block: three an SM

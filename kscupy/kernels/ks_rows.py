@@ -49,9 +49,9 @@ MIN_BLOCKS = 3
 #: wanted, or MIN_SMALL_ROWS for computed stages in bsf: :func:`_configure`).
 SMALL_BLOCKS = 6
 MIN_SMALL_ROWS = 4
-#: Most rows of a batch-size-first tile of stored blocks that takes two 512-thread blocks per
-#: SM instead of three of 256 (:func:`_configure`): tiles of long vectors.
-LONG_TILE_ROWS = 4
+#: Most rows of a batch-size-first float32 tile of stored blocks that takes two 512-thread
+#: blocks per SM instead of three of 256 (:func:`_configure`): tiles of long vectors.
+WIDE_BLOCK_MAX_ROWS = 4
 #: Bytes of a feature's run a batch-size-last tile wants (a warp's access one 128-byte line:
 #: H200 float32 Hadamard(256), 32 rows 0.19 ms, 16 rows 0.24), and the least it takes where
 #: a lone tile fits (a 32-byte sector).
@@ -530,15 +530,17 @@ def _configure(patterns, stages, dtype, layout, batch, cluster=1):
     # pass has that many work items.
     budget = SM_REGISTERS // (threads_max * resident)
     passes = group_passes(patterns, MAX_ELEMENTS[layout], budget, stages, words)
-    # Batch-size-first tiles of stored blocks and at most LONG_TILE_ROWS rows (long vectors):
-    # two blocks of 512 threads an SM instead of three of 256 where the same passes fit the
-    # registers that leaves, 1024 threads instead of 768 (H100, butterfly(4096) float32:
-    # 0.371 -> 0.333 ms; complex64's items need more than 64 registers and keep three).
-    if (layout == "bsf" and not computed and rows <= LONG_TILE_ROWS and resident == 3
-            and SM_SMEM // (smem(rows) + 1024) >= 2):
+    # Batch-size-first float32 tiles of stored blocks alone and at most WIDE_BLOCK_MAX_ROWS
+    # rows (vectors of 4096 and more): two blocks of 512 threads an SM instead of three of 256
+    # (which fit, so two do) where every pass fits the 64 registers that leaves, 1024
+    # threads instead of 768 (H100, butterfly(4096): 0.371 -> 0.333 ms; measured there only,
+    # longer vectors take it unmeasured; complex64's items need 72 registers and were slower
+    # with it, other dtypes were not measured and keep three).
+    if (layout == "bsf" and dtype == numpy.float32 and rows <= WIDE_BLOCK_MAX_ROWS
+            and resident == 3 and all(stage == STORED for stage, _ in stages)):
         wide = SM_REGISTERS // (512 * 2)
-        if group_passes(patterns, MAX_ELEMENTS[layout], wide, stages, words) == passes and all(
-                pass_registers(trial, words) <= wide for trial in _pass_trials(patterns, stages, passes)):
+        if all(pass_registers(trial, words) <= wide
+               for trial in _pass_trials(patterns, stages, passes)):
             resident, threads_max = 2, 512
     sizes, need = [], 0
     for trial in _pass_trials(patterns, stages, passes):

@@ -322,7 +322,7 @@ def test_long_stored_tiles_of_wide_blocks(poisoned, rng):
         a, b, c, d = K.pattern
         ref = numpy.einsum("iklj,nilj->nikj", to_numpy(K.values).astype(numpy.float64),
                            ref.reshape(B, a, c, d)).reshape(B, a * b * d)
-    assert rel_err(seg(cupy.asarray(X), "bsf"), ref) < _tol(numpy.float32, C)
+    assert rel_err(seg(cupy.asarray(X), "bsf"), ref) < RTOL[numpy.dtype(numpy.float32)]
 
 
 def test_rows_large_offsets(poisoned):

@@ -345,7 +345,9 @@ class RowSegment:
 
     def blocks_per_sm(self, itemsize: int) -> int:
         """Blocks an SM holds at once, as shared memory and threads allow (an SM: SM_SMEM
-        bytes, 1 KiB reserved per block, 2048 threads)."""
+        bytes, 1 KiB reserved per block, 2048 threads). Registers are not counted: a block
+        may hold fewer where its registers a thread (at most what ``min_blocks`` leaves)
+        are many, e.g. two 512-thread blocks where this says three."""
         return max(1, min(SM_SMEM // (self.smem_bytes(itemsize) + 1024),
                           SM_THREADS // self.threads))
 

@@ -11,8 +11,9 @@ thread-block clusters (``ks_rows_cluster``), and check them.
 A chain is ``kind:n:dtype`` (kind ``hadamard``, ``butterfly`` or ``dft``; butterflies seeded
 by n, as bench_fft.py builds them). For each it takes the one row segment of its plan in
 each of ``--layouts`` (or, if the plan holds none, the segment of all its factors), rebuilds
-it with one block a tile and, in batch-size-last, with the clusters the configuration gives
-for runs of each ``--runs`` byte count (``ks_rows.BSL_RUN``), and times each prepared run
+it with one block a tile and with the clusters the configuration gives: in batch-size-last
+for runs of each ``--runs`` byte count (``ks_rows.BSL_RUN``), in batch-size-first for each
+largest cluster allowed (2 to 16), and times each prepared run
 against the copy bandwidth measured here (floor = bytes of X and Y over it), checking each
 against the float64 product of the dense chain on the first 64 batch columns.
 ``--baseline REV`` times each segment again with ks_rows.cu as of a git revision (or a
@@ -68,12 +69,17 @@ def plan_segment(chain, dtype, batch, layout):
 
 
 def variants(seg, dtype, batch, runs):
-    """(label, segment): one block a tile, then (batch-size-last) the cluster configuration
-    for each run."""
+    """(label, segment): one block a tile, then the cluster configuration for each run
+    (batch-size-last) or for each largest cluster allowed (batch-size-first)."""
     rebuild = lambda mc: ks_rows.make_row_segment(  # noqa: E731
         seg.factors, dtype, seg.layout, batch, src=seg.src, dst=seg.dst, max_cluster=mc)
     out = [("one block", rebuild(1))]
     if seg.layout == "bsf":
+        for mc in (2, 4, 8, 16):
+            s = rebuild(mc)
+            if s is not None and s.cluster > 1 and all(s.name(dtype) != o.name(dtype)
+                                                       for _, o in out):
+                out.append((f"cluster of {s.cluster}", s))
         return out
     saved = ks_rows.BSL_RUN
     try:

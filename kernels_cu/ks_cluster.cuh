@@ -2,9 +2,10 @@
 // and can read and write each other's shared memory (distributed shared memory).
 //
 // A shared-memory address of this block (32 bits, the shared window) is mapped to the same
-// place in block `rank` of the cluster by mapa; st.shared::cluster then reaches it over the
-// SM-to-SM network. A block must not touch a partner's memory before the partner runs, nor
-// leave while a partner may still touch its memory: cluster_sync() at both ends.
+// place in block `rank` of the cluster by mapa; st.shared::cluster and ld.shared::cluster then
+// reach it over the SM-to-SM network. A block must not touch a partner's memory before the
+// partner runs, nor leave while a partner may still touch its memory: cluster_sync() at both
+// ends.
 //
 // NVRTC-compilable: no host headers.
 #pragma once
@@ -68,6 +69,27 @@ __device__ __forceinline__ void st_cluster(unsigned at, const V& v) {
     static_assert(sizeof(V) == 2, "2, 4, 8 or 16 bytes");
     asm volatile("st.shared::cluster.u16 [%0], %1;" :: "r"(at), "h"(w) : "memory");
   }
+}
+
+// A value of V (2, 4, 8 or 16 bytes, aligned to its size) loaded from a cluster-mapped
+// shared address, as one access.
+template <class V>
+__device__ __forceinline__ V ld_cluster(unsigned at) {
+  using W = typename Bits<(int)sizeof(V)>::type;
+  W w;
+  if constexpr (sizeof(V) == 16) {
+    asm volatile("ld.shared::cluster.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w) : "r"(at) : "memory");
+  } else if constexpr (sizeof(V) == 8) {
+    asm volatile("ld.shared::cluster.v2.u32 {%0, %1}, [%2];"
+                 : "=r"(w.x), "=r"(w.y) : "r"(at) : "memory");
+  } else if constexpr (sizeof(V) == 4) {
+    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(w) : "r"(at) : "memory");
+  } else {
+    static_assert(sizeof(V) == 2, "2, 4, 8 or 16 bytes");
+    asm volatile("ld.shared::cluster.u16 %0, [%1];" : "=h"(w) : "r"(at) : "memory");
+  }
+  return *reinterpret_cast<const V*>(&w);
 }
 
 }  // namespace ks

@@ -372,16 +372,21 @@ __host__ __device__ constexpr int rows_per_lane(int vmax, int words, int e, int 
 // one vector), REVERSED (the input gather is the bit reversal), TO_Y (the last pass writes
 // Y), and the cluster (below).
 //
-// Clusters (batch-size-last, CS > 1 blocks a cluster, N a power of two): the cluster holds
-// one tile, each block the N / CS features whose bits SH ... SH + log2(CS) - 1 (the rank
-// bits) are its rank, as a tile of its own (TileLayout of N / CS features at local_t(t), t
-// with the rank bits taken out). A tile of 128-byte runs (32 rows of float32) of n = 4096
-// is 512 KiB, more than an SM has, and runs of 32 bytes (8 rows, one lone block an SM) left
-// the H100's Hadamard(4096) at 0.46 of the bandwidth floor. The host puts the rank bits
-// among the first pass's digits and takes a cluster only where no later pass's digits hold
-// them, so the first pass (which reads X) scatters its results to the cluster's blocks and
-// every later pass stays in its own block: a pass whose digits miss the rank bits finds all
-// of a work item's elements in one block (see PassRun).
+// Clusters (CS > 1 blocks a cluster, N a power of two): the cluster holds one tile, each
+// block the N / CS features whose bits SH ... SH + log2(CS) - 1 (the rank bits) are its
+// rank, as a tile of its own (TileLayout of N / CS features at local_t(t), t with the rank
+// bits taken out). A pass whose digits miss the rank bits finds all of a work item's
+// elements in one block; one whose digits hold them reads and writes other blocks
+// (PassRun::REMOTE), between cluster barriers.
+//  - Batch-size-last: a tile of 128-byte runs (32 rows of float32) of n = 4096 is 512 KiB,
+//    more than an SM has, and runs of 32 bytes (8 rows, one lone block an SM) left the
+//    H100's Hadamard(4096) at 0.46 of the bandwidth floor. The host puts the rank bits among
+//    the first pass's digits and no later pass's, so the first pass (which reads X) scatters
+//    its results to the cluster's blocks and every later pass stays in its own block.
+//  - Batch-size-first: the rank bits are t's top bits, so that a block loads and stores one
+//    contiguous share of each row. A tile of 4 rows of n = 4096 float32 (2 of complex64)
+//    reads every factor's blocks for 4 rows; spread over a cluster of 4, 16 rows (8) share
+//    each read of them, and a work item's setup serves 4x the rows.
 template <class T_, int N_, int RT_, int NT_, int MINB_, int ALONG_, int V_, bool REVERSED_,
           bool TO_Y_, int CS_ = 1, int SH_ = 0>
 struct Launch {
@@ -391,9 +396,9 @@ struct Launch {
   static constexpr int REGISTERS = registers_per_thread(NT_, MINB_);
   static constexpr bool REVERSED = REVERSED_, TO_Y = TO_Y_;
   static constexpr int CS = CS_, SH = SH_, LCS = log2_of(CS_);
-  static_assert(CS == 1 || (ALONG == ALONG_ROW && (N & (N - 1)) == 0 && (CS & (CS - 1)) == 0
-                            && SH + LCS <= log2_of(N)),
-                "clusters: batch-size-last, N and CS powers of two, rank bits within t");
+  static_assert(CS == 1 || ((N & (N - 1)) == 0 && (CS & (CS - 1)) == 0 && SH + LCS <= log2_of(N)
+                            && (ALONG == ALONG_ROW || SH + LCS == log2_of(N))),
+                "clusters: N and CS powers of two, rank bits within t (batch-size-first: the top)");
   using L = TileLayout<T, N / CS, RT, ALONG>;
   // t without its rank bits (linear over disjoint bits), and its block in the cluster
   __host__ __device__ static constexpr int local_t(int t) {
@@ -424,15 +429,14 @@ struct TileSide {
   using T = typename Lc::T;
   T* tile;
   __device__ __forceinline__ TileSide(T* tile_, const Ends<T>&) : tile(tile_) {}
-  __device__ __forceinline__ T read(int t0, int row, int u) const {
-    return tile[Lc::L::template at<DISJOINT>(row, t0, u * DLO)];
-  }
+  // In a cluster, the item's elements are this block's (a pass whose digits miss the rank
+  // bits), at their local t.
+  __device__ __forceinline__ T read(int t0, int row, int u) const { return tile[at(t0, row, u)]; }
   __device__ __forceinline__ void write(int t0, int row, int u, T v) const {
-    tile[Lc::L::template at<DISJOINT>(row, t0, u * DLO)] = v;
+    tile[at(t0, row, u)] = v;
   }
   // Rows row ... row + RV - 1 of element u as one vector (batch-size-last: adjacent in
-  // ColsLayout, row a multiple of RV). In a cluster, the item's elements are this block's
-  // (a pass whose digits miss the rank bits), at their local t.
+  // ColsLayout, row a multiple of RV).
   template <int RV>
   __device__ __forceinline__ vec<T, RV> read_rows(int t0, int row, int u) const {
     return *reinterpret_cast<const vec<T, RV>*>(tile + at(t0, row, u));
@@ -446,21 +450,32 @@ struct TileSide {
   }
 };
 
-// The cluster's tile (Launch, CS > 1) as the first pass, whose digits hold the rank bits,
-// writes it: element t of a row to block rank_of(t), at local_t(t), over the SM-to-SM
-// network (rows as one vector, as TileSide; E and DLO powers of two, so t0's bits and
-// u·DLO's are disjoint and each splits apart). The first pass reads X, never the tile.
+// The cluster's tile (Launch, CS > 1) as a pass whose digits hold the rank bits reads and
+// writes it: element t of a row in block rank_of(t), at local_t(t), over the SM-to-SM
+// network (E and DLO powers of two, so t0's bits and u·DLO's are disjoint and each splits
+// apart). Batch-size-last, only the first pass holds them: it reads X and writes rows as one
+// vector; batch-size-first, any pass, element by element (as TileSide).
 template <class Lc, int DLO>
 struct ClusterSide {
   using T = typename Lc::T;
   unsigned base;   // the tile's shared-window address in this block
   __device__ __forceinline__ ClusterSide(T* tile, const Ends<T>&) : base(shared_window(tile)) {}
+  // element t0 + u·DLO of tile row `row`, mapped to the block that holds it
+  __device__ __forceinline__ unsigned at(int t0, int row, int u) const {
+    const int du = u * DLO;
+    const int local = Lc::L::template at<true>(row, Lc::local_t(t0), Lc::local_t(du));
+    return map_to_rank(base + (unsigned)(local * (int)sizeof(T)),
+                       Lc::rank_of(t0) | Lc::rank_of(du));
+  }
+  __device__ __forceinline__ T read(int t0, int row, int u) const {
+    return ld_cluster<T>(at(t0, row, u));
+  }
+  __device__ __forceinline__ void write(int t0, int row, int u, T v) const {
+    st_cluster(at(t0, row, u), v);
+  }
   template <int RV>
   __device__ __forceinline__ void write_rows(int t0, int row, int u, const vec<T, RV>& v) const {
-    const int du = u * DLO;
-    const int at = Lc::L::template at<true>(row, Lc::local_t(t0), Lc::local_t(du));
-    st_cluster(map_to_rank(base + (unsigned)(at * (int)sizeof(T)),
-                           Lc::rank_of(t0) | Lc::rank_of(du)), v);
+    st_cluster(at(t0, row, u), v);
   }
 };
 
@@ -549,7 +564,8 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
   using Fc = Factors<T, C, N, P, FI0, 0, NW, Fs...>;
   static constexpr int E = P::E, DLO = P::DLO, Q = N / E;
   static constexpr bool BSL = Lc::ALONG == ALONG_ROW;
-  static constexpr int RG = BSL ? 1 : rows_per_item(RT, Q, NT);
+  // (a cluster's block takes 1 / CS of the items: as many per thread as NT · CS threads)
+  static constexpr int RG = BSL ? 1 : rows_per_item(RT, Q, NT * Lc::CS);
   static constexpr int RU = RG < 2 ? RG : 2;
   static constexpr int RV = BSL ? rows_per_lane(Lc::V, words_of<C>(), E, NW, Lc::REGISTERS) : 1;
   static constexpr int U = BSL && E * RV < 8 &&
@@ -569,18 +585,18 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
   static constexpr int LO_BIT = log2_of(DLO), HI_BIT = log2_of(E * DLO);
   static constexpr bool REMOTE = Lc::CS > 1 && LO_BIT < Lc::SH + Lc::LCS && Lc::SH < HI_BIT;
   static_assert(Lc::CS == 1 || DISJOINT, "clusters: radices and strides powers of two");
-  static_assert(!REMOTE || (FROM_X && !TO_Y), "clusters: only the first pass holds the rank "
-                "bits (it reads X and writes the tile)");
-  using In = typename either<FROM_X, XSide<Lc, DLO>, TileSide<Lc, DLO, DISJOINT>>::type;
-  using Out = typename either<TO_Y, YSide<Lc, DLO>,
-      typename either<REMOTE, ClusterSide<Lc, DLO>, TileSide<Lc, DLO, DISJOINT>>::type>::type;
-  // Batch-size-last items w = q·LANES + (row / RV), LANES = RT / RV. A cluster's block
-  // `rank` takes the WORK / CS of them whose bits WSH ... WSH + log2(CS) - 1 are its rank
-  // (item_of): where the pass misses the rank bits, those of t0 = hi·E·DLO + lo, found in q
-  // at bit SH (in lo, below the pass's digits) or SH - log2(E) (in hi, above them), so that
-  // the block's items are its own elements; where it holds them (the first pass), any share
-  // (the top bits).
-  static constexpr int LANES_LOG = log2_of(RT / RV);
+  static_assert(!REMOTE || !BSL || (FROM_X && !TO_Y), "batch-size-last clusters: only the "
+                "first pass holds the rank bits (it reads X and writes the tile)");
+  using Tile = typename either<REMOTE, ClusterSide<Lc, DLO>, TileSide<Lc, DLO, DISJOINT>>::type;
+  using In = typename either<FROM_X, XSide<Lc, DLO>, Tile>::type;
+  using Out = typename either<TO_Y, YSide<Lc, DLO>, Tile>::type;
+  // Items w = q·LANES + (row / RV), LANES = RT / RV (batch-size-last), or w = (row / RG)·Q +
+  // q (batch-size-first). A cluster's block `rank` takes the WORK / CS of them whose bits
+  // WSH ... WSH + log2(CS) - 1 are its rank (item_of): where the pass misses the rank bits,
+  // those of t0 = hi·E·DLO + lo, found in q at bit SH (in lo, below the pass's digits) or
+  // SH - log2(E) (in hi, above them), so that the block's items are its own elements; where
+  // it holds them, any share (the top bits).
+  static constexpr int LANES_LOG = BSL ? log2_of(RT / RV) : 0;
   static constexpr int WSH = !REMOTE ? (Lc::SH >= HI_BIT ? Lc::SH - log2_of(E) : Lc::SH) + LANES_LOG
                                      : log2_of(WORK) - Lc::LCS;
   static_assert(Lc::CS == 1 || (WORK % Lc::CS == 0 && (WORK & (WORK - 1)) == 0 && WSH >= 0),
@@ -596,8 +612,8 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
     const In in{tile, e};
     const Out out{tile, e};
     if constexpr (Lc::ALONG == ALONG_T) {
-      for (int w = threadIdx.x; w < WORK; w += NT) {
-        const int q = w % Q, row0 = (w / Q) * RG;
+      for (int j = threadIdx.x; j < MY_WORK; j += NT) {
+        const int w = item_of(j, rank), q = w % Q, row0 = (w / Q) * RG;
         const int lo = q % DLO, hi = q / DLO;
         const int t0 = hi * (E * DLO) + lo;
         C wts[NW];
@@ -691,11 +707,12 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
 };
 
 // The passes in order, a barrier between two (the next reads what the last wrote): the
-// cluster's after the first pass where it writes to other blocks (PassRun::REMOTE), else
-// the block's. In batch-size-last the first reads X; the last writes Y where the launch's
-// TO_Y says so.
+// cluster's where either of the two reaches other blocks (PassRun::REMOTE), else the
+// block's. In batch-size-last the first reads X; the last writes Y where the launch's TO_Y
+// says so.
 template <class Lc, int FI, class... Ps>
 struct Passes {
+  static constexpr bool FIRST_REMOTE = false, ANY_REMOTE = false;
   __device__ __forceinline__ static void run(typename Lc::T*, const long long*,
                                              const Ends<typename Lc::T>&, int) {}
 };
@@ -705,13 +722,13 @@ struct Passes<Lc, FI, P, Rest...> {
   using T = typename Lc::T;
   using Run = PassRun<Lc, P, FI, FIRST && Lc::ALONG == ALONG_ROW, LAST && Lc::TO_Y>;
   using Next = Passes<Lc, FI + P::NF, Rest...>;
-  // whether this pass, the first of the list, writes other blocks (ks_rows_cluster asserts it)
-  static constexpr bool FIRST_REMOTE = Run::REMOTE;
+  // whether this pass, the first of the list, or any pass reaches other blocks
+  static constexpr bool FIRST_REMOTE = Run::REMOTE, ANY_REMOTE = Run::REMOTE || Next::ANY_REMOTE;
   __device__ __forceinline__ static void run(T* tile, const long long* meta, const Ends<T>& e,
                                              int rank) {
     Run::run(tile, meta, e, rank);
     if constexpr (!LAST) {
-      if constexpr (Run::REMOTE) cluster_sync();
+      if constexpr (Run::REMOTE || Next::FIRST_REMOTE) cluster_sync();
       else __syncthreads();
       Next::run(tile, meta, e, rank);
     }
@@ -830,30 +847,56 @@ __global__ void __launch_bounds__(NT, MINB) ks_rows(
   }
 }
 
-// ks_rows in batch-size-last (VX = VY = V, TO_Y) with each tile held by a cluster of CS
-// blocks, the rank bits of t at SH (Launch): the same parameters; the grid is CS blocks per
-// cluster, and each cluster walks the tiles. The first pass (which holds the rank bits)
-// writes to every block of the cluster; the cluster's barriers (Passes) order it against
-// the next pass, and one at the end of each tile against the next tile's first pass, which
-// writes to blocks that may still be in this tile's last.
-template <class T, int N, int RT, int NT, int MINB, int V, bool REVERSED, int CS, int SH,
-          class... Ps>
+// ks_rows with each tile held by a cluster of CS blocks, the rank bits of t at SH (Launch):
+// the same parameters; the grid is CS blocks per cluster, and each cluster walks the tiles.
+// The cluster's barriers (Passes) order a pass that reaches other blocks against its
+// neighbours, and one at the end of each tile orders this tile's last accesses to a block
+// against the next tile's first (and keeps every block's memory until no partner reads it).
+//  - Batch-size-last (VX = VY, TO_Y): the first pass (which holds the rank bits) reads X and
+//    writes to every block of the cluster.
+//  - Batch-size-first (no gathers: REVERSED false, no tables): the rank bits are t's top
+//    bits, so block `rank` loads and stores features rank·N/CS ... (rank + 1)·N/CS - 1 of
+//    each row, one contiguous share; the passes whose digits hold them read and write the
+//    other blocks.
+template <class T, int N, int RT, int NT, int MINB, int ALONG, int VX, int VY, bool REVERSED,
+          bool TO_Y, int CS, int SH, class... Ps>
 __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(NT, MINB) ks_rows_cluster(
     const T* __restrict__ X, T* __restrict__ Y, const long long* __restrict__ meta,
     long long B, long long sx_f, long long sx_b, long long sy_f, long long sy_b,
     const int* __restrict__ in_map, const int* __restrict__ out_map, long long tiles) {
-  using Lc = Launch<T, N, RT, NT, MINB, ALONG_ROW, V, REVERSED, true, CS, SH>;
-  static_assert(CS > 1 && RT % V == 0, "a cluster of blocks; vectors of rows tile the rows");
-  static_assert(Passes<Lc, 0, Ps...>::FIRST_REMOTE, "the rank bits among the first pass's digits");
+  using Lc = Launch<T, N, RT, NT, MINB, ALONG, VX, REVERSED, TO_Y, CS, SH>;
+  using All = Passes<Lc, 0, Ps...>;
+  constexpr bool bsl = ALONG == ALONG_ROW;
+  constexpr int NB = N / CS;   // features a block holds
+  static_assert(CS > 1, "a cluster of blocks");
+  static_assert(!bsl || (TO_Y && VX == VY && RT % VX == 0 && All::FIRST_REMOTE),
+                "batch-size-last: the passes read X and write Y, vectors of rows tile the rows, "
+                "the rank bits among the first pass's digits");
+  static_assert(bsl || (!REVERSED && NB % VX == 0 && NB % VY == 0 && All::ANY_REMOTE),
+                "batch-size-first: no input gather, vectors tile a block's share of a row, "
+                "a pass holds the rank bits");
   require_dynamic_smem<Lc::L::SMEM_BYTES>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* tile = reinterpret_cast<T*>(smem_raw);
   const int rank = (int)cluster_rank();
-  cluster_sync();   // every block of the cluster runs before any writes to another
+  cluster_sync();   // every block of the cluster runs before any reaches another
   for (long long it = cluster_index(); it < tiles; it += cluster_count()) {
-    const Ends<T> ends{X, Y, B, it * RT, sx_f, sx_b, sy_f, sy_b, in_map, out_map};
-    Passes<Lc, 0, Ps...>::run(tile, meta, ends, rank);
-    cluster_sync();   // the next tile's first pass writes to every block
+    const long long row0 = it * RT;
+    const Ends<T> ends{X, Y, B, row0, sx_f, sx_b, sy_f, sy_b,
+                       bsl ? in_map : nullptr, bsl ? out_map : nullptr};
+    if constexpr (!bsl) {
+      load_tile<T, NB, RT, NT, VX, false>(tile, X + (long long)rank * NB * sx_f, B, row0, sx_f,
+                                          sx_b, nullptr);
+      if constexpr (All::FIRST_REMOTE) cluster_sync();
+      else __syncthreads();
+    }
+    All::run(tile, meta, ends, rank);
+    if constexpr (!TO_Y) {
+      cluster_sync();   // the last pass may have written here from other blocks
+      store_tile<T, NB, RT, NT, VY>(tile, Y + (long long)rank * NB * sy_f, B, row0, sy_f, sy_b,
+                                    nullptr);
+    }
+    cluster_sync();
   }
 }
 

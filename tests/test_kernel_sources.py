@@ -214,10 +214,10 @@ def test_stage_segments_compile(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cluster_segments_compile(dtype):
-    """ks_rows_cluster (batch-size-last tiles over thread-block clusters, up to Hopper's 16
-    blocks): computed and stored factors, rank bits at the top and the bottom of the first
-    pass's digits, the computed bit reversal, element-wise and vector rows, with layout
-    probes."""
+    """ks_rows_cluster (tiles over thread-block clusters, up to Hopper's 16 blocks):
+    batch-size-last with computed and stored factors, rank bits at the top and the bottom
+    of the first pass's digits, the computed bit reversal, element-wise and vector rows;
+    batch-size-first with stored factors; with layout probes."""
     dtype = numpy.dtype(dtype)
     chains = [ks.hadamard(4096, dtype=dtype), ks.hadamard(8192, dtype=dtype),
               ks.butterfly(1024, dtype=dtype)]
@@ -234,6 +234,15 @@ def test_cluster_segments_compile(dtype):
         lo = seg.first_pass_bits[0]
         for s in (seg, dataclasses.replace(seg, rank_shift=lo)):
             names |= {s.name(dtype), s.name(dtype, vector, vector), s.layout_probe_name(dtype)}
+    # batch-size-first: stored blocks, the rank bits in the last pass (which writes Y) or in
+    # the first (after the load), element-wise and vector loads and stores
+    factors = [K.factor for K in reversed(ks.butterfly(4096, dtype=dtype).factors)]
+    one = ks_rows.make_row_segment(factors, dtype, "bsf", 65536, max_cluster=1)
+    last = dataclasses.replace(one, cluster=2, rank_shift=11)
+    first = dataclasses.replace(last, factors=tuple(factors[::-1]), to_y=False)
+    assert last.to_y and first.pass_bits[0][1] == 12, first.describe()
+    for s in (last, first):
+        names |= {s.name(dtype), s.name(dtype, vector, vector), s.layout_probe_name(dtype)}
     _compile("ks_rows.cu", names)
 
 

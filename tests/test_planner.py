@@ -357,7 +357,7 @@ def test_bsl_tiles_spread_over_clusters(dtype, n, cluster, rows):
     """Where a GPU has thread-block clusters, a batch-size-last tile of whole 128-byte runs
     (else of 64-byte runs) that would leave fewer than three blocks an SM is spread over the
     smallest cluster that gives each block at most SMEM_TARGET; the rank bits are the top
-    bits of the first pass's digits. batch-size-first tiles never are."""
+    bits of the first pass's digits. batch-size-first tiles of computed stages never are."""
     H = ks.hadamard(n, dtype=dtype)
     factors = [K.factor for K in reversed(H.factors)]
     isz = numpy.dtype(dtype).itemsize
@@ -399,7 +399,8 @@ def test_no_cluster_where_a_later_pass_mixes_the_rank_bits():
 
 
 def test_cluster_segments_are_checked():
-    """A cluster needs batch-size-last and its rank bits among the first pass's digits."""
+    """A cluster needs its rank bits among the first pass's digits (batch-size-last), or
+    t's top bits and no gathers (batch-size-first)."""
     H = ks.hadamard(4096, dtype=numpy.float32)
     factors = [K.factor for K in reversed(H.factors)]
     seg = ks_rows.make_row_segment(factors, numpy.float32, "bsl", 65536, max_cluster=1)
@@ -410,9 +411,52 @@ def test_cluster_segments_are_checked():
         with pytest.raises(ValueError, match="cluster"):
             dataclasses.replace(seg, **bad)
     bsf = ks_rows.make_row_segment(factors, numpy.float32, "bsf", 65536, max_cluster=1)
-    with pytest.raises(ValueError, match="batch-size-last"):
+    with pytest.raises(ValueError, match="top bits"):
         dataclasses.replace(bsf, cluster=2, rank_shift=3)
+    assert dataclasses.replace(bsf, cluster=2, rank_shift=11).cluster == 2
+    with pytest.raises(ValueError, match="no gathers"):
+        dataclasses.replace(bsf, cluster=2, rank_shift=11, src=numpy.arange(4096)[::-1])
     assert dataclasses.replace(seg, cluster=4, rank_shift=2).smem_bytes(4) == seg.rows * 1024 * 4
+
+
+@pytest.mark.parametrize("dtype, n, cluster, rows", [
+    (numpy.float32, 4096, 4, 16),       # one block: 4 rows
+    (numpy.complex64, 4096, 4, 8),      # one block: 2 rows; 8 blocks would split two passes
+    (numpy.float32, 8192, 4, 8),
+    (numpy.complex64, 1024, 1, 8),      # one block keeps 8 rows already
+    (numpy.float32, 1024, 1, 16),
+])
+def test_bsf_stored_tiles_of_few_rows_spread_over_clusters(dtype, n, cluster, rows):
+    """A batch-size-first tile of stored blocks that keeps at most BSF_CLUSTER_MAX_ROWS rows
+    on one block is spread over the smallest cluster whose tiles keep BSF_ROWS rows (else
+    the one of the most rows), the rank bits t's top bits, all among the last pass's
+    digits; not with a gather, nor for computed stages."""
+    chain = ks.butterfly(n, dtype=dtype, seed=1)
+    factors = planner.merge_all([K.factor for K in chain.factors])[::-1]   # application order
+    isz = numpy.dtype(dtype).itemsize
+    seg = ks_rows.make_row_segment(factors, dtype, "bsf", 2**26 // n, max_cluster=16)
+    assert (seg.cluster, seg.rows) == (cluster, rows), seg.describe()
+    if cluster > 1:
+        lcs = cluster.bit_length() - 1
+        assert seg.rank_shift == n.bit_length() - 1 - lcs
+        lo, hi = seg.pass_bits[-1]
+        assert lo <= seg.rank_shift and hi == n.bit_length() - 1
+        assert seg.smem_bytes(isz) == ks_rows.rows_smem(n // cluster, rows, isz, "bsf")
+        assert seg.name(dtype).startswith(
+            f"ks::ks_rows_cluster<{ks.kernels.nvrtc.scalar_name(dtype)}, {n}, {rows}, ")
+        assert f", {cluster}, {seg.rank_shift}, ks::Pass<" in seg.name(dtype)
+        # the items of a pass walk rows_per_item over the cluster's threads
+        assert seg.pass_patterns()[0][2] == ks_rows.rows_per_item(
+            rows, n // 4, seg.threads * cluster)
+    one = ks_rows.make_row_segment(factors, dtype, "bsf", 2**26 // n, max_cluster=1)
+    assert one.cluster == 1 and (cluster == 1 or one.rows <= ks_rows.BSF_CLUSTER_MAX_ROWS)
+    gathered = ks_rows.make_row_segment(factors, dtype, "bsf", 2**26 // n, max_cluster=16,
+                                        src=numpy.arange(n)[::-1].copy())
+    assert gathered.cluster == 1
+    H = ks.hadamard(n, dtype=dtype)
+    computed = ks_rows.make_row_segment([K.factor for K in reversed(H.factors)], dtype, "bsf",
+                                        2**26 // n, max_cluster=16)
+    assert computed.cluster == 1
 
 
 @pytest.mark.parametrize("n", [256, 1024, 4096])

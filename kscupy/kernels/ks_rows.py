@@ -52,6 +52,18 @@ MIN_SMALL_ROWS = 4
 #: Most rows of a batch-size-first float32 tile of stored blocks that takes two 512-thread
 #: blocks per SM instead of three of 256 (:func:`_configure`): tiles of long vectors.
 WIDE_BLOCK_MAX_ROWS = 4
+#: Rows a batch-size-first tile wants: a pass's blocks, read once per work item, serve the
+#: rows the item walks (rows_per_item).
+BSF_ROWS = 16
+#: Most rows of a one-block batch-size-first tile of stored blocks that a thread-block
+#: cluster takes over (:func:`_bsf_cluster_config`): each block holds a share of the
+#: features of more rows, which share each read of the blocks. H100, as planned before:
+#: butterfly(4096) float32 4 -> 16 rows on a cluster of 4, 0.346 -> 0.309 ms; complex64
+#: 2 -> 8 rows, 0.878 -> 0.656; butterfly(8192) float32 2 -> 8 rows, 0.491 -> 0.398. Not
+#: taken: complex64 butterfly(1024) (8 -> 16 rows on 2, 0.541 -> 0.539 ms) and computed
+#: stages, which read no blocks (Hadamard(4096) 0.207 -> 0.221, Hadamard(8192) 0.232 ->
+#: 0.243).
+BSF_CLUSTER_MAX_ROWS = 4
 #: Bytes of a feature's run a batch-size-last tile wants (a warp's access one 128-byte line:
 #: H200 float32 Hadamard(256), 32 rows 0.19 ms, 16 rows 0.24), and the least it takes where
 #: a lone tile fits (a 32-byte sector).
@@ -205,11 +217,13 @@ class RowSegment:
     last pass writes Y itself, saving a round trip of the tile through shared memory (always
     in batch-size-last, where the first pass reads X too; in batch-size-first without an
     output gather, where its stores are whole sectors: :func:`writes_whole_sectors`);
-    ``cluster``: batch-size-last only, blocks of a thread-block cluster that hold one tile
-    together (``ks_rows_cluster``), each the features whose bits ``rank_shift ...
-    rank_shift + log2(cluster) - 1`` are its rank (bits among the first pass's digits and
-    no later pass's, so that only the first pass writes to other blocks; 1: one block a
-    tile).
+    ``cluster``: blocks of a thread-block cluster that hold one tile together
+    (``ks_rows_cluster``), each the features whose bits ``rank_shift ... rank_shift +
+    log2(cluster) - 1`` are its rank (1: one block a tile; :func:`_cluster_fits`):
+    batch-size-last, bits among the first pass's digits and no later pass's, so that only
+    the first pass writes to other blocks; batch-size-first, without gathers, t's top bits
+    (each block loads and stores a contiguous share of a row), all among one pass's digits,
+    the pass that reads and writes other blocks.
     Building one touches no device memory (the planner prices many); the kernel's tables
     are made on the first launch.
     """
@@ -230,12 +244,15 @@ class RowSegment:
     def __post_init__(self):
         if self.layout not in ("bsf", "bsl"):
             raise ValueError(f"layout must be 'bsf' or 'bsl', got {self.layout!r}")
-        if self.cluster != 1 and not _cluster_fits(self.layout, self.n, self.cluster,
-                                                   self.pass_bits, self.rank_shift):
+        if self.cluster != 1 and not (
+                _cluster_fits(self.layout, self.n, self.cluster, self.pass_bits,
+                              self.rank_shift)
+                and (self.layout == "bsl" or (self.src is None and self.dst is None))):
+            where = ("among the first pass's digits and no later pass's" if self.layout == "bsl"
+                     else "the top bits of t, all among one pass's digits, and no gathers")
             raise ValueError(
-                f"a cluster of {self.cluster} needs batch-size-last, a power-of-two length "
-                f"and its rank bits ({self.rank_shift} on) among the first pass's digits "
-                f"and no later pass's (passes' bits {self.pass_bits})")
+                f"a cluster of {self.cluster} needs a power-of-two length and its rank bits "
+                f"({self.rank_shift} on) {where} (passes' bits {self.pass_bits})")
         if self.layout == "bsl" and not self.to_y:
             raise ValueError("a batch-size-last RowSegment's last pass writes Y (to_y)")
         if self.layout == "bsf" and self.to_y and self.dst is not None:
@@ -334,7 +351,7 @@ class RowSegment:
             pats = self.patterns[f:f + count]
             elements = int(numpy.prod([p.b for p in pats]))
             served = self.rows if self.layout == "bsl" else \
-                rows_per_item(self.rows, self.n // elements, self.threads)
+                rows_per_item(self.rows, self.n // elements, self.threads * self.cluster)
             out.append((pats, self.stages[f:f + count], served))
             f += count
         return out
@@ -381,16 +398,16 @@ class RowSegment:
 
     def name(self, dtype, vx: int = 1, vy: int = 1) -> str:
         """The instantiation ``ks::ks_rows<T, N, RT, NT, MINB, ALONG, VX, VY, REVERSED, TO_Y,
-        Pass<...>...>`` (batch-size-last: VX = VY), or on a cluster ``ks::ks_rows_cluster<T,
-        N, RT, NT, MINB, VX, REVERSED, CS, SH, Pass<...>...>``."""
+        Pass<...>...>`` (batch-size-last: VX = VY), or on a cluster ``ks::ks_rows_cluster<...,
+        TO_Y, CS, SH, Pass<...>...>`` (the same, then the cluster and the rank bits)."""
         flag = lambda b: "true" if b else "false"  # noqa: E731
+        kernel, cluster = "ks_rows", ""
         if self.cluster > 1:
-            return (f"ks::ks_rows_cluster<{nvrtc.scalar_name(dtype)}, {self.n}, {self.rows}, "
-                    f"{self.threads}, {self.min_blocks}, {vx}, {flag(self.reversed_input)}, "
-                    f"{self.cluster}, {self.rank_shift}, {self._pass_arguments()}>")
-        return (f"ks::ks_rows<{nvrtc.scalar_name(dtype)}, {self.n}, {self.rows}, "
+            kernel, cluster = "ks_rows_cluster", f"{self.cluster}, {self.rank_shift}, "
+        return (f"ks::{kernel}<{nvrtc.scalar_name(dtype)}, {self.n}, {self.rows}, "
                 f"{self.threads}, {self.min_blocks}, {self.along}, {vx}, {vy}, "
-                f"{flag(self.reversed_input)}, {flag(self.to_y)}, {self._pass_arguments()}>")
+                f"{flag(self.reversed_input)}, {flag(self.to_y)}, {cluster}"
+                f"{self._pass_arguments()}>")
 
     def layout_probe_name(self, dtype) -> str:
         return (f"ks::ks_rows_layout<{nvrtc.scalar_name(dtype)}, {self.n // self.cluster}, "
@@ -459,18 +476,27 @@ def _passes_bits(patterns, passes) -> tuple:
 
 def _cluster_fits(layout, n, cluster, pass_bits, rank_shift) -> bool:
     """Whether ``ks_rows_cluster`` holds a tile over ``cluster`` blocks with the rank bits
-    at ``rank_shift``: batch-size-last, ``n`` and ``cluster`` powers of two (up to
-    MAX_CLUSTER), two passes or more (``pass_bits``: each pass's digits), the rank bits
-    among the first pass's digits and no later pass's (whose digits are known: powers of
-    two), and at least one value of the first pass's q (one group of its items) per
-    block."""
+    at ``rank_shift``: ``n`` and ``cluster`` powers of two (up to MAX_CLUSTER), and
+    (``pass_bits``: each pass's digits)
+    - batch-size-last: two passes or more, the rank bits among the first pass's digits and
+      no later pass's (whose digits are known: powers of two), and at least one value of
+      the first pass's q (one group of its items) per block;
+    - batch-size-first: the rank bits t's top bits, all among the digits of one pass and
+      none of another's (every pass's digits known), that pass with a value of q per block.
+    (Batch-size-first clusters also need a segment without gathers: RowSegment checks.)"""
     lcs = cluster.bit_length() - 1
     rank = set(range(rank_shift, rank_shift + lcs))
-    (lo, hi), later = pass_bits[0], pass_bits[1:]
-    return (layout == "bsl" and 1 < cluster <= MAX_CLUSTER and not cluster & (cluster - 1)
-            and not n & (n - 1) and len(pass_bits) > 1 and lo <= rank_shift
-            and rank_shift + lcs <= hi and n >> (hi - lo) >= cluster
-            and all(b > a and not rank & set(range(a, b)) for a, b in later))
+    if not (1 < cluster <= MAX_CLUSTER and not cluster & (cluster - 1) and not n & (n - 1)):
+        return False
+    if layout == "bsl":
+        (lo, hi), later = pass_bits[0], pass_bits[1:]
+        return (len(pass_bits) > 1 and lo <= rank_shift and rank_shift + lcs <= hi
+                and n >> (hi - lo) >= cluster
+                and all(b > a and not rank & set(range(a, b)) for a, b in later))
+    holding = [(a, b) for a, b in pass_bits if rank & set(range(a, b))]
+    return (rank_shift + lcs == n.bit_length() - 1 and all(b > a for a, b in pass_bits)
+            and len(holding) == 1 and rank <= set(range(*holding[0]))
+            and n >> (holding[0][1] - holding[0][0]) >= cluster)
 
 
 @functools.lru_cache(maxsize=None)
@@ -501,7 +527,7 @@ def _configure(patterns, stages, dtype, layout, batch, cluster=1):
     # Batch-size-last tiles want rows enough for 128-byte runs of a feature (a warp's access
     # one whole line); batch-size-first tiles rows enough for a pass's weights to serve
     # several; either a few tiles per SM.
-    wanted = BSL_RUN // isz if layout == "bsl" else 16
+    wanted = BSL_RUN // isz if layout == "bsl" else BSF_ROWS
     rows = min(wanted, pow2_at_least(batch))
     # SMALL_BLOCKS blocks per SM of 128 threads: the warps and registers of three 256-thread
     # blocks, in groups that wait less at their barriers. Taken where the tile keeps all the
@@ -564,16 +590,22 @@ def _pass_trials(patterns, stages, passes):
         f += count
 
 
-def _cluster_config(patterns, stages, dtype, layout, batch, config, max_cluster):
-    """``(cluster, rank_shift, config)``: where a batch-size-last tile of ``config`` (one
-    block a tile) is thinner than BSL_RUN bytes a feature, the smallest cluster (up to
-    ``max_cluster``) whose blocks, each holding its share, take the rows for whole BSL_RUN
-    runs at several blocks an SM, or failing that runs of half as many bytes, with the rank
-    bits at the top of the first pass's digits; else ``(1, 0, config)``."""
+def _cluster_config(patterns, stages, dtype, layout, batch, config, max_cluster, gathers):
+    """``(cluster, rank_shift, config)``, else ``(1, 0, config)`` (one block a tile):
+    - batch-size-last, where a tile of ``config`` is thinner than BSL_RUN bytes a feature:
+      the smallest cluster (up to ``max_cluster``) whose blocks, each holding its share,
+      take the rows for whole BSL_RUN runs at several blocks an SM, or failing that runs of
+      half as many bytes, with the rank bits at the top of the first pass's digits;
+    - batch-size-first without ``gathers``, where a tile of ``config`` holds fewer rows
+      than a block wants: the smallest cluster that takes them (or the one of the most
+      rows), the rank bits t's top bits (:func:`_bsf_cluster_config`)."""
     n, isz = patterns[0].shape[1], dtype.itemsize
     single = (1, 0, config)
-    if layout != "bsl" or max_cluster < 2 or n & (n - 1):
+    if max_cluster < 2 or n & (n - 1):
         return single
+    if layout == "bsf":
+        return single if gathers else _bsf_cluster_config(patterns, stages, dtype, batch,
+                                                          config, max_cluster)
     rows = config[1]
     for run in (BSL_RUN, BSL_RUN // 2):
         wanted = min(max(1, run // isz), pow2_at_least(batch))
@@ -590,6 +622,27 @@ def _cluster_config(patterns, stages, dtype, layout, batch, config, max_cluster)
                     return cluster, shift, trial
             cluster *= 2
     return single
+
+
+def _bsf_cluster_config(patterns, stages, dtype, batch, config, max_cluster):
+    """:func:`_cluster_config` in batch-size-first, for stored blocks whose one-block tile
+    (``config``) keeps at most BSF_CLUSTER_MAX_ROWS rows: clusters of up to ``max_cluster``
+    blocks whose tiles keep more rows, the first that keeps all a block wants (BSF_ROWS),
+    else the one of the most rows; the rank bits t's top bits."""
+    n = patterns[0].shape[1]
+    best = (1, 0, config)
+    if config[1] > BSF_CLUSTER_MAX_ROWS or any(stage != STORED for stage, _ in stages):
+        return best
+    wanted = min(BSF_ROWS, pow2_at_least(batch))
+    cluster = 2
+    while cluster <= max_cluster and best[2][1] < wanted:
+        trial = _configure(patterns, stages, dtype, "bsf", batch, cluster)
+        shift = n.bit_length() - cluster.bit_length()
+        if trial is not None and trial[1] > best[2][1] and _cluster_fits(
+                "bsf", n, cluster, _passes_bits(patterns, trial[0]), shift):
+            best = (cluster, shift, trial)
+        cluster *= 2
+    return best
 
 
 def make_row_segment(factors, dtype, layout, batch, src=None, dst=None, max_cluster=None):
@@ -609,7 +662,8 @@ def make_row_segment(factors, dtype, layout, batch, src=None, dst=None, max_clus
         return None
     cluster, rank_shift, config = _cluster_config(
         patterns, stages, dtype, layout, batch, config,
-        cluster_limit() if max_cluster is None else max_cluster)
+        cluster_limit() if max_cluster is None else max_cluster,
+        gathers=src is not None or dst is not None)
     passes, rows, threads, min_blocks = config
     # stored blocks of whole 16-byte words are read from their interleaved copy
     vector_blocks = tuple(stage == STORED and not f.transposed
@@ -650,8 +704,9 @@ def prepare(segment: RowSegment, X, layout):
     if B == 0:
         return lambda X: cupy.empty(y_shape, dtype=dtype)
     if layout == "bsf":             # Y is new and C-ordered (256-byte aligned)
-        vx = _vector_width(X.data.ptr, isz, sx_f == 1, sx_b, n)
-        vy = 1 if segment.to_y else _vector_width(0, isz, True, sy_b, n)
+        share = n // segment.cluster            # the features a block loads and stores
+        vx = _vector_width(X.data.ptr, isz, sx_f == 1, sx_b, share)
+        vy = 1 if segment.to_y else _vector_width(0, isz, True, sy_b, share)
     else:                           # the passes read X and write Y by the same rows
         vx = vy = min(_vector_width(X.data.ptr, isz, sx_b == 1, sx_f, segment.rows),
                       _vector_width(0, isz, True, sy_f, segment.rows))

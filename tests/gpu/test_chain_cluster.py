@@ -1,12 +1,14 @@
-"""Batch-size-last whole-vector segments held by thread-block clusters (``ks_rows_cluster``)
-against float64 oracles on the GPU.
+"""Whole-vector segments held by thread-block clusters (``ks_rows_cluster``) against
+float64 oracles on the GPU.
 
 Each case takes the one-block segment of a chain (``make_row_segment(..., max_cluster=1)``)
-and spreads its tile over every cluster size and every place of the rank bits that the first
-pass's digits allow, so small chains reach every kernel path cheaply; the last tests check
-that the configuration takes clusters on its own for long vectors and that ``auto`` runs
-them. Oracles: dense complex128 products from the definition (conftest.chain_oracle) and
-scipy.linalg.hadamard; outputs NaN-poisoned.
+and spreads its tile over every cluster size and every place of the rank bits that its
+passes allow (batch-size-last: within the first pass's digits; batch-size-first: t's top
+bits, within one pass's digits), so small chains reach every kernel path cheaply; the last
+tests check that the configuration takes clusters on its own for long vectors and that
+``auto`` runs them. Oracles: dense complex128 products from the definition
+(conftest.chain_oracle), the definition factor by factor, and scipy.linalg.hadamard; outputs
+NaN-poisoned.
 """
 import dataclasses
 
@@ -31,7 +33,7 @@ if ks_rows.cluster_limit() < 2:
     pytest.skip("thread-block clusters need a Hopper GPU (sm_90) or later",
                 allow_module_level=True)
 
-from test_chain_rows import BATCHES, CHAINS as ROW_CHAINS  # noqa: E402
+from test_chain_rows import BATCHES, CHAINS as ROW_CHAINS, _factor_by_factor  # noqa: E402
 
 # test_chain_rows's chains whose first pass (the last factor) has power-of-two digits:
 # strides ascending and descending in application order, radix 4 and 16.
@@ -168,3 +170,77 @@ def test_sanitizer_subset_cluster(poisoned, rng, dtype):
     X = random_array(rng, (8192, 37), dtype)
     ref = scipy.linalg.hadamard(8192).astype(numpy.float64) @ X
     assert rel_err(seg(cupy.asarray(X), "bsl"), ref) < 1e-5
+
+
+# -- batch-size-first ---------------------------------------------------------------------------
+def _clustered_bsf(chain, dtype, batch):
+    """The chain's one-block batch-size-first segment spread over every cluster whose rank
+    bits (t's top bits) one pass's digits hold: (cluster, segment) for each."""
+    seg = make_row_segment(_factors(chain, dtype), dtype, "bsf", batch, max_cluster=1)
+    assert seg is not None and seg.cluster == 1
+    out = []
+    cluster = 2
+    while cluster <= ks_rows.cluster_limit():
+        shift = seg.n.bit_length() - cluster.bit_length()
+        if ks_rows._cluster_fits("bsf", seg.n, cluster, seg.pass_bits, shift):
+            out.append((cluster, dataclasses.replace(seg, cluster=cluster, rank_shift=shift)))
+        cluster *= 2
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", sorted(CHAINS))
+def test_bsf_cluster_against_oracle(poisoned, rng, name, dtype):
+    """Batch-size-first tiles over every cluster the top bits allow at B = 1000, the largest
+    at the other batches: the pass that reaches other blocks first (butterfly_desc, after
+    the load), last (writing Y itself, or the tile before the store) or in between."""
+    chain = gpu_chain(CHAINS[name], dtype, seed=len(name) + 1)
+    D = chain_oracle(chain)
+    N = chain.shape[1]
+    for B in BATCHES:
+        if B * N > 2**22:
+            B = 2**22 // N + 1                      # keep the oracle cheap; still a tail tile
+        cases = _clustered_bsf(chain, numpy.dtype(dtype), B)
+        assert cases, "no pass holds the top bits alone"
+        if B != 1000:
+            cases = cases[-1:]
+        X = random_array(rng, (B, N), dtype)
+        ref = X @ D.T
+        for cluster, seg in cases:
+            Y = seg(cupy.asarray(X), "bsf")
+            assert Y.dtype == dtype and Y.shape == ref.shape
+            assert rel_err(Y, ref) < _tol(dtype, chain), (B, cluster, seg.describe())
+
+
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64])
+def test_bsf_long_stored_tiles_take_clusters(poisoned, rng, dtype):
+    """A random butterfly(4096), whose one-block batch-size-first tiles keep 4 rows (float32)
+    or 2 (complex64), is spread over a cluster of 4 by the configuration, and ``auto``'s
+    plan runs it; checked against the definition factor by factor, a ragged tile
+    included."""
+    C = ks.butterfly(4096, dtype=dtype, xp=cupy, seed=19)
+    B = 1001
+    plan = C.plan("bsf", dtype, B)
+    segs = [s for s in plan.steps if isinstance(s, ks_rows.RowSegment)]
+    assert len(segs) == 1 and segs[0].cluster == 4, plan.describe()
+    X = random_array(rng, (B, 4096), dtype)
+    ref = _factor_by_factor(C, X)
+    tol = RTOL[numpy.dtype(dtype)]
+    assert rel_err(segs[0](cupy.asarray(X), "bsf"), ref) < tol
+    assert rel_err(C.matmul(cupy.asarray(X), layout="bsf"), ref) < tol
+
+
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64])
+def test_sanitizer_subset_cluster_bsf(poisoned, rng, dtype):
+    """Small batch-size-first cases for compute-sanitizer: every cluster of the top bits,
+    ragged tiles, the pass that reaches other blocks first, last and alone."""
+    for name in ("butterfly16", "butterfly_desc", "radix16"):
+        chain = gpu_chain(CHAINS[name], dtype, seed=9)
+        D = chain_oracle(chain)
+        N = chain.shape[1]
+        X = random_array(rng, (37, N), dtype)
+        cases = _clustered_bsf(chain, numpy.dtype(dtype), 37)
+        assert cases
+        for cluster, seg in cases:
+            assert rel_err(seg(cupy.asarray(X), "bsf"), X @ D.T) < _tol(dtype, chain), \
+                (name, cluster)

@@ -40,14 +40,15 @@ CHAINS = {
 }
 
 
-def _segment(chain, dtype, layout, batch):
+def _segment(chain, dtype, layout, batch, max_cluster=None):
     """The chain's factors (application order) as one RowSegment, permutations folded the
-    way the planner folds them."""
+    way the planner folds them (``max_cluster``: make_row_segment's)."""
     factors = [K.factor.in_dtype(dtype) for K in reversed(chain.factors)]
     dst = None
     if chain.output_permutation is not None:
         dst = inverse_permutation(chain.output_permutation, cupy)
-    seg = make_row_segment(factors, dtype, layout, batch, src=chain.input_permutation, dst=dst)
+    seg = make_row_segment(factors, dtype, layout, batch, src=chain.input_permutation, dst=dst,
+                           max_cluster=max_cluster)
     assert seg is not None
     return seg
 
@@ -307,22 +308,29 @@ def test_rows_auto_plan_end_to_end(poisoned, rng):
             numpy.float32, chain)
 
 
+def _factor_by_factor(chain, X):
+    """The definition in float64, factor by factor (einsum over each factor's canonical
+    values) on the rows of X: no dense matrix of a long chain."""
+    B = X.shape[0]
+    ref = X.astype(numpy.complex128 if X.dtype.kind == "c" else numpy.float64)
+    for K in reversed(chain.factors):   # application order
+        a, b, c, d = K.pattern
+        ref = numpy.einsum("iklj,nilj->nikj", to_numpy(K.values).astype(ref.dtype),
+                           ref.reshape(B, a, c, d)).reshape(B, a * b * d)
+    return ref
+
+
 def test_long_stored_tiles_of_wide_blocks(poisoned, rng):
-    """Batch-size-first tiles of 4 rows of a random butterfly(4096) float32 take two blocks
-    of 512 threads an SM (ks_rows._configure); checked factor by factor against the
-    definition in float64 (einsum over each factor's canonical values), a ragged last tile
-    included."""
+    """Batch-size-first one-block tiles of 4 rows of a random butterfly(4096) float32 (as on
+    a GPU without clusters) take two blocks of 512 threads an SM (ks_rows._configure);
+    checked against the definition, a ragged last tile included."""
     C = ks.butterfly(4096, dtype=numpy.float32, xp=cupy, seed=17)
     B = 1001
-    seg = _segment(C, numpy.dtype(numpy.float32), "bsf", B)
+    seg = _segment(C, numpy.dtype(numpy.float32), "bsf", B, max_cluster=1)
     assert (seg.rows, seg.threads, seg.min_blocks) == (4, 512, 2), seg.describe()
     X = random_array(rng, (B, 4096), numpy.float32)
-    ref = X.astype(numpy.float64)
-    for K in reversed(C.factors):   # application order
-        a, b, c, d = K.pattern
-        ref = numpy.einsum("iklj,nilj->nikj", to_numpy(K.values).astype(numpy.float64),
-                           ref.reshape(B, a, c, d)).reshape(B, a * b * d)
-    assert rel_err(seg(cupy.asarray(X), "bsf"), ref) < RTOL[numpy.dtype(numpy.float32)]
+    assert rel_err(seg(cupy.asarray(X), "bsf"), _factor_by_factor(C, X)) < \
+        RTOL[numpy.dtype(numpy.float32)]
 
 
 def test_rows_large_offsets(poisoned):

@@ -712,7 +712,7 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
 // says so.
 template <class Lc, int FI, class... Ps>
 struct Passes {
-  static constexpr bool FIRST_REMOTE = false, ANY_REMOTE = false;
+  static constexpr bool FIRST_REMOTE = false, LAST_REMOTE = false, ANY_REMOTE = false;
   __device__ __forceinline__ static void run(typename Lc::T*, const long long*,
                                              const Ends<typename Lc::T>&, int) {}
 };
@@ -722,8 +722,9 @@ struct Passes<Lc, FI, P, Rest...> {
   using T = typename Lc::T;
   using Run = PassRun<Lc, P, FI, FIRST && Lc::ALONG == ALONG_ROW, LAST && Lc::TO_Y>;
   using Next = Passes<Lc, FI + P::NF, Rest...>;
-  // whether this pass, the first of the list, or any pass reaches other blocks
-  static constexpr bool FIRST_REMOTE = Run::REMOTE, ANY_REMOTE = Run::REMOTE || Next::ANY_REMOTE;
+  // whether this pass (the first of the list), the last or any pass reaches other blocks
+  static constexpr bool FIRST_REMOTE = Run::REMOTE, ANY_REMOTE = Run::REMOTE || Next::ANY_REMOTE,
+                        LAST_REMOTE = LAST ? Run::REMOTE : Next::LAST_REMOTE;
   __device__ __forceinline__ static void run(T* tile, const long long* meta, const Ends<T>& e,
                                              int rank) {
     Run::run(tile, meta, e, rank);
@@ -850,8 +851,11 @@ __global__ void __launch_bounds__(NT, MINB) ks_rows(
 // ks_rows with each tile held by a cluster of CS blocks, the rank bits of t at SH (Launch):
 // the same parameters; the grid is CS blocks per cluster, and each cluster walks the tiles.
 // The cluster's barriers (Passes) order a pass that reaches other blocks against its
-// neighbours, and one at the end of each tile orders this tile's last accesses to a block
-// against the next tile's first (and keeps every block's memory until no partner reads it).
+// neighbours. One at the end of a tile orders its last accesses to a block against the next
+// tile's first, where the cluster has a next tile, and keeps every block's memory until no
+// partner reads it, where the last pass reads other blocks; elsewhere a block leaves
+// without it (Nsight, H100: the end barrier took 7-13% of the warps' stall samples of bsl
+// butterfly(4096) and Hadamard(8192), most of it waiting for the tile's stores of Y).
 //  - Batch-size-last (VX = VY, TO_Y): the first pass (which holds the rank bits) reads X and
 //    writes to every block of the cluster.
 //  - Batch-size-first (no gathers: REVERSED false, no tables): the rank bits are t's top
@@ -879,7 +883,7 @@ __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(NT, MINB) ks_rows_c
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* tile = reinterpret_cast<T*>(smem_raw);
   const int rank = (int)cluster_rank();
-  cluster_sync();   // every block of the cluster runs before any reaches another
+  cluster_sync_relaxed();   // every block of the cluster runs before any reaches another
   for (long long it = cluster_index(); it < tiles; it += cluster_count()) {
     const long long row0 = it * RT;
     const Ends<T> ends{X, Y, B, row0, sx_f, sx_b, sy_f, sy_b,
@@ -896,7 +900,7 @@ __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(NT, MINB) ks_rows_c
       store_tile<T, NB, RT, NT, VY>(tile, Y + (long long)rank * NB * sy_f, B, row0, sy_f, sy_b,
                                     nullptr);
     }
-    cluster_sync();
+    if (All::LAST_REMOTE || it + cluster_count() < tiles) cluster_sync();
   }
 }
 

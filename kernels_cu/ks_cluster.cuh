@@ -101,4 +101,49 @@ __device__ __forceinline__ V ld_cluster(unsigned at) {
   return *reinterpret_cast<const V*>(&w);
 }
 
+// -- mbarriers: transactions of bytes that other blocks write here --------------------------
+// An mbarrier (8 bytes of shared memory, at shared-window address `bar`) completes a phase
+// when its one arrival (this block's: arrive_expect_tx, which also adds the bytes the phase
+// expects) has come and every expected byte has been written by st_async; a wait on the
+// phase then sees the bytes. The arrival and the writes may come in any order.
+__device__ __forceinline__ void mbarrier_init(unsigned bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar) : "memory");
+}
+// Makes the initialization visible to the cluster's blocks (before the cluster barrier that
+// lets them write here).
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+               :: "r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
+  asm volatile("{\n\t.reg .pred done;\n"
+               "WAIT:\n\t"
+               "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
+               "@!done bra WAIT;\n}" :: "r"(bar), "r"(parity) : "memory");
+}
+
+// A value of V (4, 8 or 16 bytes, aligned to its size) written to a cluster-mapped shared
+// address `at`, its bytes counted on the mbarrier at cluster-mapped `bar` (in the same
+// block): no barrier of the writer's orders it, the reader's wait on `bar` does.
+template <class V>
+__device__ __forceinline__ void st_async(unsigned at, const V& v, unsigned bar) {
+  using W = typename Bits<(int)sizeof(V)>::type;
+  const W w = *reinterpret_cast<const W*>(&v);
+  if constexpr (sizeof(V) == 16) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], "
+                 "{%1, %2, %3, %4}, [%5];"
+                 :: "r"(at), "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w), "r"(bar) : "memory");
+  } else if constexpr (sizeof(V) == 8) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], "
+                 "{%1, %2}, [%3];" :: "r"(at), "r"(w.x), "r"(w.y), "r"(bar) : "memory");
+  } else {
+    static_assert(sizeof(V) == 4, "4, 8 or 16 bytes");
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+                 :: "r"(at), "r"(w), "r"(bar) : "memory");
+  }
+}
+
 }  // namespace ks

@@ -400,6 +400,15 @@ struct Launch {
                             && (ALONG == ALONG_ROW || SH + LCS == log2_of(N))),
                 "clusters: N and CS powers of two, rank bits within t (batch-size-first: the top)");
   using L = TileLayout<T, N / CS, RT, ALONG>;
+  // Batch-size-last, the first pass's writes of rows of rv elements go to the other blocks
+  // as st.async counted on each block's mbarrier (8 bytes after the tile, at BAR_OFFSET), so
+  // that a block waits for its own tile's bytes instead of the cluster's barrier (whose
+  // release waited for every store in flight: 12-17% of the warps' stall samples of bsl
+  // Hadamard(8192) and butterfly(1024) complex64 on an H100); st.async moves 4 bytes or more.
+  static constexpr int BAR_OFFSET = (L::SMEM_BYTES + 7) / 8 * 8;
+  __host__ __device__ static constexpr bool async_rows(int rv) {
+    return ALONG == ALONG_ROW && CS > 1 && rv * (int)sizeof(T) >= 4;
+  }
   // t without its rank bits (linear over disjoint bits), and its block in the cluster
   __host__ __device__ static constexpr int local_t(int t) {
     return CS == 1 ? t : ((t >> (SH + LCS)) << SH) | (t & ((1 << SH) - 1));
@@ -411,6 +420,8 @@ struct Launch {
 // column) at row·s_b + column·s_f; in batch-size-last, the folded gathers as the first pass
 // reads and the last writes them (element t of the input is column src[t] of X, element t
 // of the output goes to column dst[t] of Y; null: t).
+// parity: of the tile's phase of the mbarrier of a batch-size-last cluster's exchange
+// (Launch::async_rows; the cluster's n-th tile, n from 0: n mod 2).
 template <class T>
 struct Ends {
   const T* __restrict__ X;
@@ -418,6 +429,7 @@ struct Ends {
   long long B, row0, sx_f, sx_b, sy_f, sy_b;
   const int* __restrict__ src;
   const int* __restrict__ dst;
+  unsigned parity;
 };
 
 // Where a pass reads and writes the elements of its work items (each side is made from the
@@ -460,6 +472,10 @@ struct ClusterSide {
   using T = typename Lc::T;
   unsigned base;   // the tile's shared-window address in this block
   __device__ __forceinline__ ClusterSide(T* tile, const Ends<T>&) : base(shared_window(tile)) {}
+  // the cluster-mapped address of element t0 + u·DLO's block's exchange mbarrier
+  __device__ __forceinline__ unsigned bar(int t0, int u) const {
+    return map_to_rank(base + (unsigned)Lc::BAR_OFFSET, Lc::rank_of(t0) | Lc::rank_of(u * DLO));
+  }
   // element t0 + u·DLO of tile row `row`, mapped to the block that holds it
   __device__ __forceinline__ unsigned at(int t0, int row, int u) const {
     const int du = u * DLO;
@@ -475,7 +491,8 @@ struct ClusterSide {
   }
   template <int RV>
   __device__ __forceinline__ void write_rows(int t0, int row, int u, const vec<T, RV>& v) const {
-    st_cluster(at(t0, row, u), v);
+    if constexpr (Lc::async_rows(RV)) st_async(at(t0, row, u), v, bar(t0, u));
+    else st_cluster(at(t0, row, u), v);
   }
 };
 
@@ -587,6 +604,8 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
   static_assert(Lc::CS == 1 || DISJOINT, "clusters: radices and strides powers of two");
   static_assert(!REMOTE || !BSL || (FROM_X && !TO_Y), "batch-size-last clusters: only the "
                 "first pass holds the rank bits (it reads X and writes the tile)");
+  // its writes to other blocks counted on their mbarriers (Launch::async_rows)
+  static constexpr bool ASYNC = REMOTE && Lc::async_rows(RV);
   using Tile = typename either<REMOTE, ClusterSide<Lc, DLO>, TileSide<Lc, DLO, DISJOINT>>::type;
   using In = typename either<FROM_X, XSide<Lc, DLO>, Tile>::type;
   using Out = typename either<TO_Y, YSide<Lc, DLO>, Tile>::type;
@@ -712,7 +731,8 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
 // says so.
 template <class Lc, int FI, class... Ps>
 struct Passes {
-  static constexpr bool FIRST_REMOTE = false, LAST_REMOTE = false, ANY_REMOTE = false;
+  static constexpr bool FIRST_REMOTE = false, FIRST_ASYNC = false, LAST_REMOTE = false,
+                        ANY_REMOTE = false;
   __device__ __forceinline__ static void run(typename Lc::T*, const long long*,
                                              const Ends<typename Lc::T>&, int) {}
 };
@@ -722,14 +742,18 @@ struct Passes<Lc, FI, P, Rest...> {
   using T = typename Lc::T;
   using Run = PassRun<Lc, P, FI, FIRST && Lc::ALONG == ALONG_ROW, LAST && Lc::TO_Y>;
   using Next = Passes<Lc, FI + P::NF, Rest...>;
-  // whether this pass (the first of the list), the last or any pass reaches other blocks
+  // whether this pass (the first of the list), the last or any pass reaches other blocks;
+  // whether this one writes them by st.async (PassRun::ASYNC)
   static constexpr bool FIRST_REMOTE = Run::REMOTE, ANY_REMOTE = Run::REMOTE || Next::ANY_REMOTE,
-                        LAST_REMOTE = LAST ? Run::REMOTE : Next::LAST_REMOTE;
+                        LAST_REMOTE = LAST ? Run::REMOTE : Next::LAST_REMOTE,
+                        FIRST_ASYNC = Run::ASYNC;
   __device__ __forceinline__ static void run(T* tile, const long long* meta, const Ends<T>& e,
                                              int rank) {
     Run::run(tile, meta, e, rank);
     if constexpr (!LAST) {
-      if constexpr (Run::REMOTE || Next::FIRST_REMOTE) cluster_sync();
+      // (after st.async writes: this block's tile is complete when its mbarrier's phase is)
+      if constexpr (Run::ASYNC) mbarrier_wait(shared_window(tile) + Lc::BAR_OFFSET, e.parity);
+      else if constexpr (Run::REMOTE || Next::FIRST_REMOTE) cluster_sync();
       else __syncthreads();
       Next::run(tile, meta, e, rank);
     }
@@ -834,7 +858,7 @@ __global__ void __launch_bounds__(NT, MINB) ks_rows(
   for (long long it = blockIdx.x; it < tiles; it += gridDim.x) {
     const long long row0 = it * RT;
     const Ends<T> ends{X, Y, B, row0, sx_f, sx_b, sy_f, sy_b,
-                       bsl ? in_map : nullptr, bsl ? out_map : nullptr};
+                       bsl ? in_map : nullptr, bsl ? out_map : nullptr, 0u};
     if constexpr (!bsl) {
       load_tile<T, N, RT, NT, VX, REVERSED>(tile, X, B, row0, sx_f, sx_b, in_map);
       __syncthreads();
@@ -879,15 +903,25 @@ __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(NT, MINB) ks_rows_c
   static_assert(bsl || (!REVERSED && NB % VX == 0 && NB % VY == 0 && All::ANY_REMOTE),
                 "batch-size-first: no input gather, vectors tile a block's share of a row, "
                 "a pass holds the rank bits");
-  require_dynamic_smem<Lc::L::SMEM_BYTES>();
+  constexpr bool exchange = All::FIRST_ASYNC;   // the first pass writes by st.async
+  require_dynamic_smem<exchange ? Lc::BAR_OFFSET + 8 : Lc::L::SMEM_BYTES>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* tile = reinterpret_cast<T*>(smem_raw);
   const int rank = (int)cluster_rank();
-  cluster_sync_relaxed();   // every block of the cluster runs before any reaches another
-  for (long long it = cluster_index(); it < tiles; it += cluster_count()) {
+  const unsigned bar = shared_window(tile) + Lc::BAR_OFFSET;
+  if (exchange && threadIdx.x == 0) {
+    mbarrier_init(bar);
+    fence_mbarrier_init();
+  }
+  cluster_sync_relaxed();   // every block of the cluster runs (and its mbarrier is set up)
+  unsigned parity = 0;      // before any reaches another
+  for (long long it = cluster_index(); it < tiles; it += cluster_count(), parity ^= 1u) {
     const long long row0 = it * RT;
+    // this tile's phase of the mbarrier: this block's arrival and the tile's bytes, which the
+    // cluster's first pass writes
+    if (exchange && threadIdx.x == 0) mbarrier_arrive_expect_tx(bar, Lc::L::SMEM_BYTES);
     const Ends<T> ends{X, Y, B, row0, sx_f, sx_b, sy_f, sy_b,
-                       bsl ? in_map : nullptr, bsl ? out_map : nullptr};
+                       bsl ? in_map : nullptr, bsl ? out_map : nullptr, parity};
     if constexpr (!bsl) {
       load_tile<T, NB, RT, NT, VX, false>(tile, X + (long long)rank * NB * sx_f, B, row0, sx_f,
                                           sx_b, nullptr);

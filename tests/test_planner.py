@@ -364,6 +364,8 @@ def test_bsl_tiles_spread_over_clusters(dtype, n, cluster, rows):
     seg = ks_rows.make_row_segment(factors, dtype, "bsl", 65536, max_cluster=8)
     assert (seg.cluster, seg.rows) == (cluster, rows), seg.describe()
     assert seg.smem_bytes(isz) == rows * n * isz // cluster
+    # a cluster's block also holds the mbarrier of the first pass's st.async writes
+    assert seg.launch_smem_bytes(isz) == seg.smem_bytes(isz) + (8 if cluster > 1 else 0)
     lo, hi = seg.first_pass_bits
     if cluster > 1:
         assert seg.rank_shift == hi - (cluster.bit_length() - 1) >= lo

@@ -357,15 +357,24 @@ class RowSegment:
         return out
 
     def smem_bytes(self, itemsize: int) -> int:
-        """Shared memory of one block: its share of the tile."""
+        """Shared memory of one block's share of the tile."""
         return rows_smem(self.n // self.cluster, self.rows, itemsize, self.layout)
+
+    def launch_smem_bytes(self, itemsize: int) -> int:
+        """Shared memory a block is launched with: its share of the tile and, batch-size-last
+        on a cluster, the mbarrier that counts the bytes the first pass writes to it
+        (``Launch::BAR_OFFSET`` in ks_rows.cu: 8 bytes, 8-aligned after the tile)."""
+        tile = self.smem_bytes(itemsize)
+        if self.layout == "bsl" and self.cluster > 1:
+            return -(-tile // 8) * 8 + 8
+        return tile
 
     def blocks_per_sm(self, itemsize: int) -> int:
         """Blocks an SM holds at once, as shared memory and threads allow (an SM: SM_SMEM
         bytes, 1 KiB reserved per block, 2048 threads). Registers are not counted: a block
         may hold fewer where its registers a thread (at most what ``min_blocks`` leaves)
         are many, e.g. two 512-thread blocks where this says three."""
-        return max(1, min(SM_SMEM // (self.smem_bytes(itemsize) + 1024),
+        return max(1, min(SM_SMEM // (self.launch_smem_bytes(itemsize) + 1024),
                           SM_THREADS // self.threads))
 
     def tile_layout(self, itemsize: int) -> tuple:
@@ -710,7 +719,7 @@ def prepare(segment: RowSegment, X, layout):
     else:                           # the passes read X and write Y by the same rows
         vx = vy = min(_vector_width(X.data.ptr, isz, sx_b == 1, sx_f, segment.rows),
                       _vector_width(0, isz, True, sy_f, segment.rows))
-    smem = segment.smem_bytes(isz)
+    smem = segment.launch_smem_bytes(isz)
     if segment.cluster > cluster_limit():
         raise ValueError(f"a RowSegment on a cluster of {segment.cluster} blocks, more than "
                          f"this GPU runs ({cluster_limit()})")

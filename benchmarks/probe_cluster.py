@@ -170,6 +170,12 @@ def main(argv=None):
                     except cupy.cuda.driver.CUDADriverError as exc:
                         print(f"    {label + suffix:22s} does not launch: {exc}", flush=True)
                         continue
+                    # a baseline whose kernel templates differ from this revision's names
+                    # (ks_rows_cluster's took ALONG, VY and TO_Y at b75d582)
+                    except cupy.cuda.compiler.CompileException as exc:
+                        print(f"    {label + suffix:22s} does not compile: "
+                              f"{str(exc).splitlines()[0]}", flush=True)
+                        continue
                     print(f"    {label + suffix:22s} {t * 1e3:7.3f} ms floor {floor / t:.2f} "
                           f"model {modelled * 1e3:7.3f} err {check(run(Xl)):.1e}  "
                           f"{s.describe()} threads={s.threads} min_blocks={s.min_blocks}",

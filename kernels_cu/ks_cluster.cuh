@@ -4,8 +4,9 @@
 // A shared-memory address of this block (32 bits, the shared window) is mapped to the same
 // place in block `rank` of the cluster by mapa; st.shared::cluster and ld.shared::cluster then
 // reach it over the SM-to-SM network. A block must not touch a partner's memory before the
-// partner runs, nor leave while a partner may still touch its memory: cluster_sync() at both
-// ends.
+// partner runs (a cluster barrier at the start), nor leave while a partner may still touch
+// its memory (a cluster barrier after the last such access, or an mbarrier the partner
+// waits on for the bytes written to it).
 //
 // NVRTC-compilable: no host headers.
 #pragma once
@@ -104,8 +105,10 @@ __device__ __forceinline__ V ld_cluster(unsigned at) {
 // -- mbarriers: transactions of bytes that other blocks write here --------------------------
 // An mbarrier (8 bytes of shared memory, at shared-window address `bar`) completes a phase
 // when its one arrival (this block's: arrive_expect_tx, which also adds the bytes the phase
-// expects) has come and every expected byte has been written by st_async; a wait on the
-// phase then sees the bytes. The arrival and the writes may come in any order.
+// expects) has come and every expected byte has been written by st_async. The arrival and
+// the writes may come in any order (the byte count may go below zero meanwhile; the pending
+// arrival keeps the phase open). A wait on the phase acquires at cluster scope, the scope of
+// the other blocks' writes, so it sees their bytes.
 __device__ __forceinline__ void mbarrier_init(unsigned bar) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar) : "memory");
 }
@@ -121,7 +124,7 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned
 __device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
   asm volatile("{\n\t.reg .pred done;\n"
                "WAIT:\n\t"
-               "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
+               "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n\t"
                "@!done bra WAIT;\n}" :: "r"(bar), "r"(parity) : "memory");
 }
 

@@ -727,8 +727,9 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
 
 // The passes in order, a barrier between two (the next reads what the last wrote): the
 // cluster's where either of the two reaches other blocks (PassRun::REMOTE), else the
-// block's. In batch-size-last the first reads X; the last writes Y where the launch's TO_Y
-// says so.
+// block's; after a pass that wrote other blocks by st.async (PassRun::ASYNC), a wait on this
+// block's mbarrier for the bytes written to it instead. In batch-size-last the first reads
+// X; the last writes Y where the launch's TO_Y says so.
 template <class Lc, int FI, class... Ps>
 struct Passes {
   static constexpr bool FIRST_REMOTE = false, FIRST_ASYNC = false, LAST_REMOTE = false,
@@ -742,6 +743,8 @@ struct Passes<Lc, FI, P, Rest...> {
   using T = typename Lc::T;
   using Run = PassRun<Lc, P, FI, FIRST && Lc::ALONG == ALONG_ROW, LAST && Lc::TO_Y>;
   using Next = Passes<Lc, FI + P::NF, Rest...>;
+  static_assert(!Run::ASYNC || !Next::ANY_REMOTE, "the mbarrier wait after a pass that writes "
+                "by st.async orders no later pass that reaches other blocks");
   // whether this pass (the first of the list), the last or any pass reaches other blocks;
   // whether this one writes them by st.async (PassRun::ASYNC)
   static constexpr bool FIRST_REMOTE = Run::REMOTE, ANY_REMOTE = Run::REMOTE || Next::ANY_REMOTE,
@@ -904,6 +907,7 @@ __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(NT, MINB) ks_rows_c
                 "batch-size-first: no input gather, vectors tile a block's share of a row, "
                 "a pass holds the rank bits");
   constexpr bool exchange = All::FIRST_ASYNC;   // the first pass writes by st.async
+  static_assert(!exchange || Lc::L::SMEM_BYTES < (1 << 20), "an mbarrier counts under 2^20 bytes");
   require_dynamic_smem<exchange ? Lc::BAR_OFFSET + 8 : Lc::L::SMEM_BYTES>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* tile = reinterpret_cast<T*>(smem_raw);
@@ -930,7 +934,7 @@ __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(NT, MINB) ks_rows_c
     }
     All::run(tile, meta, ends, rank);
     if constexpr (!TO_Y) {
-      cluster_sync();   // the last pass may have written here from other blocks
+      cluster_sync();   // the last pass's writes here (another block's, where it reaches here)
       store_tile<T, NB, RT, NT, VY>(tile, Y + (long long)rank * NB * sy_f, B, row0, sy_f, sy_b,
                                     nullptr);
     }

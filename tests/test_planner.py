@@ -447,9 +447,11 @@ def test_bsf_stored_tiles_of_few_rows_spread_over_clusters(dtype, n, cluster, ro
         assert seg.name(dtype).startswith(
             f"ks::ks_rows_cluster<{ks.kernels.nvrtc.scalar_name(dtype)}, {n}, {rows}, ")
         assert f", {cluster}, {seg.rank_shift}, ks::Pass<" in seg.name(dtype)
-        # the items of a pass walk rows_per_item over the cluster's threads
-        assert seg.pass_patterns()[0][2] == ks_rows.rows_per_item(
-            rows, n // 4, seg.threads * cluster)
+        # each item walks every row of the tile (its block's items: 1 / cluster of them)
+        assert seg.pass_patterns()[-1][2] == rows
+        # the layout of a block's share: rows of n / cluster features (whole 128-byte lines
+        # here) and one element
+        assert seg.tile_layout(isz) == (seg.smem_bytes(isz), n // cluster + 1, 128 // isz)
     one = ks_rows.make_row_segment(factors, dtype, "bsf", 2**26 // n, max_cluster=1)
     assert one.cluster == 1 and (cluster == 1 or one.rows <= ks_rows.BSF_CLUSTER_MAX_ROWS)
     gathered = ks_rows.make_row_segment(factors, dtype, "bsf", 2**26 // n, max_cluster=16,

@@ -77,13 +77,16 @@ SM_THREADS = 2048
 REGISTER_OVERHEAD = 32
 #: ``Along`` in ks_rows.cu: the axis global accesses walk (t in a row, or the batch row).
 ALONG_T, ALONG_ROW = 0, 1
-#: Most blocks of a thread-block cluster holding one batch-size-last tile
-#: (``ks_rows_cluster``): 8 on any GPU with clusters (the portable size), 16 on Hopper, which
+#: Most blocks of a thread-block cluster holding one tile (``ks_rows_cluster``): 8 on any
+#: GPU with clusters (the portable size), 16 on Hopper, which
 #: runs clusters of 16 where a kernel allows them (H100, Hadamard(8192) float32 bsl: 16 rows
 #: on a cluster of 8 0.320 ms, 32 rows on one of 16 0.275). The allowance is a function
 #: attribute that ``prepare`` sets (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED).
 PORTABLE_CLUSTER, MAX_CLUSTER = 8, 16
 _NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14     # CUfunction_attribute
+#: Most blocks a launch has: its blocks (or clusters) walk the tiles, one each while they
+#: are fewer (tests lower it to make clusters walk several tiles).
+MAX_GRID_BLOCKS = 2**31 - 1
 #: ``META`` in ks_rows.cu: entries of the kernel's meta table per factor.
 _META = 3
 
@@ -363,7 +366,8 @@ class RowSegment:
     def launch_smem_bytes(self, itemsize: int) -> int:
         """Shared memory a block is launched with: its share of the tile and, batch-size-last
         on a cluster, the mbarrier that counts the bytes the first pass writes to it
-        (``Launch::BAR_OFFSET`` in ks_rows.cu: 8 bytes, 8-aligned after the tile)."""
+        (``Launch::BAR_OFFSET`` in ks_rows.cu: 8 bytes, 8-aligned after the tile; used where
+        the first pass writes rows of 4 bytes or more, ``Launch::async_rows``)."""
         tile = self.smem_bytes(itemsize)
         if self.layout == "bsl" and self.cluster > 1:
             return -(-tile // 8) * 8 + 8
@@ -384,7 +388,7 @@ class RowSegment:
         if self.layout == "bsl":
             return (self.smem_bytes(itemsize), self.rows,
                     _spread(self.n // self.cluster, self.rows, itemsize))
-        return (self.smem_bytes(itemsize), _row_elements(self.n, itemsize),
+        return (self.smem_bytes(itemsize), _row_elements(self.n // self.cluster, itemsize),
                 max(1, 128 // itemsize))
 
     @property
@@ -528,7 +532,7 @@ def cluster_limit() -> int:
 
 def _configure(patterns, stages, dtype, layout, batch, cluster=1):
     """``(passes, rows, threads, min_blocks)`` or None when one vector does not fit, for
-    tiles held by ``cluster`` blocks (batch-size-last) each with ``1 / cluster`` of it."""
+    tiles held by ``cluster`` blocks each with ``1 / cluster`` of it."""
     n, isz, words = patterns[0].shape[1], dtype.itemsize, _words(dtype)
     smem = lambda rows: rows_smem(n // cluster, rows, isz, layout)  # noqa: E731
     if smem(1) > SMEM_MAX:
@@ -659,7 +663,7 @@ def make_row_segment(factors, dtype, layout, batch, src=None, dst=None, max_clus
     to batches of about ``batch`` in ``layout``, folding the input gather ``src`` (element t
     of the segment's input is column ``src[t]``) and the output scatter ``dst`` (element t of
     its output goes to column ``dst[t]``); None when ``ks_rows`` does not apply.
-    ``max_cluster``: most blocks of a cluster a batch-size-last tile may spread over
+    ``max_cluster``: most blocks of a cluster a tile may spread over
     (default :func:`cluster_limit`, the current GPU's; 1 for one block a tile)."""
     dtype = numpy.dtype(dtype)
     patterns = [f.pattern for f in factors]
@@ -730,7 +734,7 @@ def prepare(segment: RowSegment, X, layout):
     tiles = -(-B // segment.rows)
     i64 = numpy.int64
     # a cluster's blocks share each tile; the clusters walk the tiles
-    clusters = min(tiles, (2**31 - 1) // segment.cluster)
+    clusters = min(tiles, MAX_GRID_BLOCKS // segment.cluster)
     launch = Launcher(fn, (clusters * segment.cluster,), (segment.threads,), smem,
                       (segment.meta, i64(B), i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b),
                        segment.in_map, segment.out_map, i64(tiles)))

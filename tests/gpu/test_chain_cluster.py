@@ -173,6 +173,13 @@ def test_sanitizer_subset_cluster(poisoned, rng, dtype):
 
 
 # -- batch-size-first ---------------------------------------------------------------------------
+# Chains whose pass that holds the top bits (the one that reaches other blocks) comes in the
+# middle (between two local passes, the tile stored at the end) or alone (writing Y itself).
+BSF_CHAINS = {**CHAINS,
+              "remote_middle": [(4, 4, 4, 4), (1, 4, 4, 16), (16, 4, 4, 1)],
+              "remote_only": [(1, 4, 4, 16)]}
+
+
 def _clustered_bsf(chain, dtype, batch):
     """The chain's one-block batch-size-first segment spread over every cluster whose rank
     bits (t's top bits) one pass's digits hold: (cluster, segment) for each."""
@@ -189,12 +196,13 @@ def _clustered_bsf(chain, dtype, batch):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", sorted(CHAINS))
+@pytest.mark.parametrize("name", sorted(BSF_CHAINS))
 def test_bsf_cluster_against_oracle(poisoned, rng, name, dtype):
     """Batch-size-first tiles over every cluster the top bits allow at B = 1000, the largest
     at the other batches: the pass that reaches other blocks first (butterfly_desc, after
-    the load), last (writing Y itself, or the tile before the store) or in between."""
-    chain = gpu_chain(CHAINS[name], dtype, seed=len(name) + 1)
+    the load), last (writing Y itself, or the tile before the store), in the middle
+    (remote_middle) or alone (remote_only)."""
+    chain = gpu_chain(BSF_CHAINS[name], dtype, seed=len(name) + 1)
     D = chain_oracle(chain)
     N = chain.shape[1]
     for B in BATCHES:
@@ -233,9 +241,9 @@ def test_bsf_long_stored_tiles_take_clusters(poisoned, rng, dtype):
 @pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64])
 def test_sanitizer_subset_cluster_bsf(poisoned, rng, dtype):
     """Small batch-size-first cases for compute-sanitizer: every cluster of the top bits,
-    ragged tiles, the pass that reaches other blocks first, last and alone."""
-    for name in ("butterfly16", "butterfly_desc", "radix16"):
-        chain = gpu_chain(CHAINS[name], dtype, seed=9)
+    ragged tiles, the pass that reaches other blocks first, last, in the middle and alone."""
+    for name in ("butterfly16", "butterfly_desc", "radix16", "remote_middle", "remote_only"):
+        chain = gpu_chain(BSF_CHAINS[name], dtype, seed=9)
         D = chain_oracle(chain)
         N = chain.shape[1]
         X = random_array(rng, (37, N), dtype)
@@ -244,3 +252,37 @@ def test_sanitizer_subset_cluster_bsf(poisoned, rng, dtype):
         for cluster, seg in cases:
             assert rel_err(seg(cupy.asarray(X), "bsf"), X @ D.T) < _tol(dtype, chain), \
                 (name, cluster)
+
+
+# -- clusters that walk several tiles ---------------------------------------------------------
+@pytest.mark.parametrize("layout, dtype, strided", [
+    ("bsl", numpy.float32, False),    # the first pass's scatter by st.async: phases 0, 1, 0, ...
+    ("bsl", numpy.float16, True),     # rows of one 2-byte element: the cluster barrier instead
+    ("bsf", numpy.float32, False),
+    ("bsf", numpy.complex64, False),
+])
+def test_clusters_walk_several_tiles(poisoned, rng, monkeypatch, layout, dtype, strided):
+    """With two clusters for many tiles (ks_rows.MAX_GRID_BLOCKS lowered; a plan's grid has a
+    cluster a tile) each cluster walks 8 tiles or more: the exchange's mbarrier phases
+    alternate, and the barriers between tiles order one tile's accesses to a block against
+    the next tile's. ``strided``: every other batch column, so that rows move one element
+    at a time."""
+    chain = gpu_chain(CHAINS["butterfly512"], dtype, seed=21)
+    D = chain_oracle(chain)
+    N, B = chain.shape[1], 1000
+    if layout == "bsl":
+        cases = [(c, s) for c, _, s in _clustered(chain, numpy.dtype(dtype), B)]
+        full = random_array(rng, (N, 2 * B if strided else B), dtype)
+        ref = D @ (full[:, ::2] if strided else full)
+        Xd = cupy.asarray(full)[:, ::2] if strided else cupy.asarray(full)
+    else:
+        cases = _clustered_bsf(chain, numpy.dtype(dtype), B)
+        X = random_array(rng, (B, N), dtype)
+        ref = X @ D.T
+        Xd = cupy.asarray(X)
+    assert cases
+    cluster, seg = cases[-1]
+    assert -(-B // seg.rows) >= 2 * 8, seg.describe()
+    monkeypatch.setattr(ks_rows, "MAX_GRID_BLOCKS", 2 * cluster)
+    Y = seg(Xd, layout)
+    assert rel_err(Y, ref) < _tol(dtype, chain), (cluster, seg.describe())

@@ -90,6 +90,8 @@ def test_rows_layout_matches_the_kernel(dtype):
     chains = [ks.hadamard(n, dtype=dtype, xp=cupy) for n in (2, 256, 4096)]
     chains.append(ks.KSChain([ks.KSMatrix.random(p, dtype=dtype, xp=cupy, seed=i) for i, p in
                               enumerate([(5, 3, 3, 7), (1, 7, 7, 15), (35, 3, 3, 1)])]))
+    # stored blocks of a long vector: batch-size-first tiles on a cluster (where it has them)
+    chains.append(ks.butterfly(4096, dtype=dtype, xp=cupy, seed=3))
     segments = []
     for chain in chains:
         factors = [K.factor for K in reversed(chain.factors)]

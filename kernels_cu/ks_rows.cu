@@ -528,18 +528,24 @@ struct XSide {
   }
 };
 
-// Y as the last pass's destination: element t of batch row row0 + row goes to column dst[t]
-// (batch-size-first: never a gather, ks_rows.py), rows past B not at all; batch-size-last,
-// rows row ... row + RV - 1 as one vector where they are all below B.
+// Y as the last pass's destination: element t of batch row row0 + row goes to column dst[t],
+// rows past B not at all.
+//  - Batch-size-first (write, element by element): Y is new and C-ordered and never
+//    gathered (ks_rows.py's prepare: sy_f = 1, sy_b = N, no dst), so element t of row b is
+//    at b·N + t: one address per row and item, offset by the constant u·DLO (with the
+//    strides and the gather read at run time, the last pass spent 9 instructions an element
+//    on 64-bit index math; Nsight, H100, butterfly(4096) float32 on a cluster of 4).
+//  - Batch-size-last (write_rows): rows row ... row + RV - 1 as one vector where they are all
+//    below B.
 template <class Lc, int DLO>
 struct YSide {
   using T = typename Lc::T;
   const Ends<T>& e;
   __device__ __forceinline__ YSide(T*, const Ends<T>& e_) : e(e_) {}
   __device__ __forceinline__ void write(int t0, int row, int u, T v) const {
+    static_assert(Lc::ALONG == ALONG_T, "batch-size-last writes rows of a feature");
     const long long b = e.row0 + row;
-    const int t = t0 + u * DLO;
-    if (b < e.B) e.Y[b * e.sy_b + (long long)(e.dst ? e.dst[t] : t) * e.sy_f] = v;
+    if (b < e.B) (e.Y + b * Lc::N + t0)[u * DLO] = v;
   }
   template <int RV>
   __device__ __forceinline__ void write_rows(int t0, int row, int u, const vec<T, RV>& v) const {
@@ -780,14 +786,18 @@ __device__ __forceinline__ void load_tile(T* tile, const T* __restrict__ X, long
   using L = RowsLayout<T, N, RT>;
   using Vec = vec<T, V>;
   constexpr int VECS = RT * N / V;
-  for (int e0 = threadIdx.x; e0 < VECS; e0 += NT * ROUND) {
+  static_assert(L::PADQ % V == 0, "a vector's elements share a line of the layout");
+  const bool gathered = REVERSED || load_to;
+  // (unsigned: vector e's row and t by shifts where N / V is a power of two)
+  for (unsigned e0 = threadIdx.x; e0 < VECS; e0 += NT * ROUND) {
     Vec v[ROUND];
 #pragma unroll
     for (int i = 0; i < ROUND; ++i) {
-      const int e = e0 + i * NT, row = e / (N / V), t = (e % (N / V)) * V;
+      const unsigned e = e0 + i * NT;
+      const int row = (int)(e / (N / V)), t = (int)(e % (N / V)) * V;
       const long long b = row0 + row;
-      if (e < VECS && b < B) {
-        v[i] = *reinterpret_cast<const Vec*>(X + b * s_b + t * s_f);
+      if (e < VECS && b < B) {   // (V > 1: the host checked s_f = 1)
+        v[i] = *reinterpret_cast<const Vec*>(X + b * s_b + (V > 1 ? t : t * s_f));
       } else {
 #pragma unroll
         for (int m = 0; m < V; ++m) v[i].v[m] = zero(T());
@@ -795,8 +805,19 @@ __device__ __forceinline__ void load_tile(T* tile, const T* __restrict__ X, long
     }
 #pragma unroll
     for (int i = 0; i < ROUND; ++i) {
-      const int e = e0 + i * NT, row = e / (N / V), t = (e % (N / V)) * V;
+      const unsigned e = e0 + i * NT;
+      const int row = (int)(e / (N / V)), t = (int)(e % (N / V)) * V;
       if (e >= VECS) break;
+      if (!gathered) {
+        // t + m = t | m shares t's line and swizzle, so it lands at (t ^ swizzle) ^ m: one
+        // swizzle and row address per vector (per element, they took 20 instructions an
+        // element of the tile's load; Nsight, H100, butterfly(4096) float32)
+        T* line = tile + row * L::ROW;
+        const int at = t ^ L::swizzle(t / L::PADQ);
+#pragma unroll
+        for (int m = 0; m < V; ++m) line[at ^ m] = v[i].v[m];
+        continue;
+      }
 #pragma unroll
       for (int m = 0; m < V; ++m) {
         int to = load_to ? load_to[t + m] : t + m;
@@ -816,13 +837,21 @@ __device__ __forceinline__ void store_tile(const T* tile, T* __restrict__ Y, lon
   using L = RowsLayout<T, N, RT>;
   using Vec = vec<T, V>;
   constexpr int VECS = RT * N / V;
-  for (int e = threadIdx.x; e < VECS; e += NT) {
-    const int row = e / (N / V), t = (e % (N / V)) * V;
+  static_assert(L::PADQ % V == 0, "a vector's elements share a line of the layout");
+  for (unsigned e = threadIdx.x; e < VECS; e += NT) {
+    const int row = (int)(e / (N / V)), t = (int)(e % (N / V)) * V;
     const long long b = row0 + row;
     if (b >= B) continue;
     Vec v;
+    if (store_from) {
 #pragma unroll
-    for (int m = 0; m < V; ++m) v.v[m] = tile[L::at(row, store_from ? store_from[t + m] : t + m)];
+      for (int m = 0; m < V; ++m) v.v[m] = tile[L::at(row, store_from[t + m])];
+    } else {   // as load_tile: one swizzle and row address per vector
+      const T* line = tile + row * L::ROW;
+      const int at = t ^ L::swizzle(t / L::PADQ);
+#pragma unroll
+      for (int m = 0; m < V; ++m) v.v[m] = line[at ^ m];
+    }
     *reinterpret_cast<Vec*>(Y + b * s_b + t * s_f) = v;
   }
 }

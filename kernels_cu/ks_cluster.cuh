@@ -54,10 +54,12 @@ __device__ __forceinline__ unsigned shared_window(const void* p) {
   return (unsigned)__cvta_generic_to_shared(p);
 }
 
-// The address in block `rank`'s shared memory that corresponds to `at` in this block's.
+// The address in block `rank`'s shared memory that corresponds to `at` in this block's (a
+// function of its arguments alone, so not volatile: the compiler may reuse or hoist it).
+// Offsets carry over: map_to_rank(at + k, rank) = map_to_rank(at, rank) + k within the window.
 __device__ __forceinline__ unsigned map_to_rank(unsigned at, unsigned rank) {
   unsigned r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(at), "r"(rank));
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(at), "r"(rank));
   return r;
 }
 

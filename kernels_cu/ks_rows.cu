@@ -774,9 +774,34 @@ struct Passes<Lc, FI, P, Rest...> {
   }
 };
 
-// Elements each thread moves per round of a load or store: loads in flight before the
+// Vectors each thread moves per round of a load or store: loads in flight before the
 // shared-memory writes.
 constexpr int ROUND = 4;
+
+// The vectors of a batch-size-first tile that a thread moves between global and shared
+// memory (load_tile, store_tile): column c (elements c·V ... c·V + V - 1) of tile rows r0,
+// r0 + rs, r0 + 2·rs, ...; with VR = N / V vectors a row, columns threadIdx.x,
+// threadIdx.x + NT, ... of every row where VR >= NT, else column threadIdx.x mod VR of rows
+// threadIdx.x / VR + k·NT / VR (threads past that many rows' worth idle). Neighbouring lanes
+// take neighbouring vectors of a row. A thread keeps its columns over the rows, so where a
+// column's elements land in a row (the swizzle, or a gather's table) is found once for all
+// rows: found per element, it took most of the 20 instructions an element of the tile's load
+// (Nsight, H100, butterfly(4096) float32).
+template <int N, int NT, int V, class Column>
+__device__ __forceinline__ void for_each_column(Column&& column) {
+  constexpr int VR = N / V;
+  if constexpr (VR >= NT) {
+    for (int c = threadIdx.x; c < VR; c += NT) column(c, 0, 1);
+  } else if (threadIdx.x < NT / VR * VR) {
+    column(threadIdx.x % VR, threadIdx.x / VR, NT / VR);
+  }
+}
+
+// The tile's rows below B: rows row0 ... row0 + RT - 1 of the batch that exist.
+template <int RT>
+__device__ __forceinline__ int rows_below(long long B, long long row0) {
+  return B - row0 < RT ? (int)(B - row0) : RT;
+}
 
 // Batch-size-first, global -> shared: tile row `row` is batch row row0 + row; element (row,
 // t) is read from column t of X, V elements along t per load, and lands at position
@@ -790,47 +815,38 @@ __device__ __forceinline__ void load_tile(T* tile, const T* __restrict__ X, long
                                           const int* __restrict__ load_to) {
   using L = RowsLayout<T, N, RT>;
   using Vec = vec<T, V>;
-  constexpr int VECS = RT * N / V;
-  static_assert(L::PADQ % V == 0, "a vector's elements share a line of the layout");
-  const bool gathered = REVERSED || load_to;
-  // (unsigned: vector e's row and t by shifts where N / V is a power of two)
-  for (unsigned e0 = threadIdx.x; e0 < VECS; e0 += NT * ROUND) {
-    Vec v[ROUND];
+  const int rows = rows_below<RT>(B, row0);
+  for_each_column<N, NT, V>([&](int c, int r0, int rs) {
+    const int t = c * V;
+    int to[V];   // where element t + m lands in a row
 #pragma unroll
-    for (int i = 0; i < ROUND; ++i) {
-      const unsigned e = e0 + i * NT;
-      const int row = (int)(e / (N / V)), t = (int)(e % (N / V)) * V;
-      const long long b = row0 + row;
-      if (e < VECS && b < B) {   // (V > 1: the host checked s_f = 1)
-        v[i] = *reinterpret_cast<const Vec*>(X + b * s_b + (V > 1 ? t : t * s_f));
-      } else {
+    for (int m = 0; m < V; ++m) {
+      int d = load_to ? load_to[t + m] : t + m;
+      if constexpr (REVERSED) d = bit_reversed<N>(t + m);
+      to[m] = L::at(0, d);
+    }
+    const T* x = X + (row0 + r0) * s_b + t * s_f;
+    const long long step = rs * s_b;
+    for (int row = r0; row < RT; row += rs * ROUND, x += ROUND * step) {
+      Vec v[ROUND];
 #pragma unroll
-        for (int m = 0; m < V; ++m) v[i].v[m] = zero(T());
+      for (int i = 0; i < ROUND; ++i) {
+        if (row + i * rs < rows) {
+          v[i] = *reinterpret_cast<const Vec*>(x + i * step);
+        } else {
+#pragma unroll
+          for (int m = 0; m < V; ++m) v[i].v[m] = zero(T());
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < ROUND; ++i) {
+        if (row + i * rs >= RT) break;
+        T* line = tile + (row + i * rs) * L::ROW;
+#pragma unroll
+        for (int m = 0; m < V; ++m) line[to[m]] = v[i].v[m];
       }
     }
-#pragma unroll
-    for (int i = 0; i < ROUND; ++i) {
-      const unsigned e = e0 + i * NT;
-      const int row = (int)(e / (N / V)), t = (int)(e % (N / V)) * V;
-      if (e >= VECS) break;
-      if (!gathered) {
-        // t + m = t | m shares t's line and swizzle, so it lands at (t ^ swizzle) ^ m: one
-        // swizzle and row address per vector (per element, they took 20 instructions an
-        // element of the tile's load; Nsight, H100, butterfly(4096) float32)
-        T* line = tile + row * L::ROW;
-        const int at = t ^ L::swizzle(t / L::PADQ);
-#pragma unroll
-        for (int m = 0; m < V; ++m) line[at ^ m] = v[i].v[m];
-        continue;
-      }
-#pragma unroll
-      for (int m = 0; m < V; ++m) {
-        int to = load_to ? load_to[t + m] : t + m;
-        if constexpr (REVERSED) to = bit_reversed<N>(t + m);
-        tile[L::at(row, to)] = v[i].v[m];
-      }
-    }
-  }
+  });
 }
 
 // Batch-size-first, shared -> global, the mirror image: column t of batch row row0 + row of
@@ -841,24 +857,21 @@ __device__ __forceinline__ void store_tile(const T* tile, T* __restrict__ Y, lon
                                            const int* __restrict__ store_from) {
   using L = RowsLayout<T, N, RT>;
   using Vec = vec<T, V>;
-  constexpr int VECS = RT * N / V;
-  static_assert(L::PADQ % V == 0, "a vector's elements share a line of the layout");
-  for (unsigned e = threadIdx.x; e < VECS; e += NT) {
-    const int row = (int)(e / (N / V)), t = (int)(e % (N / V)) * V;
-    const long long b = row0 + row;
-    if (b >= B) continue;
-    Vec v;
-    if (store_from) {
+  const int rows = rows_below<RT>(B, row0);
+  for_each_column<N, NT, V>([&](int c, int r0, int rs) {
+    const int t = c * V;
+    int from[V];   // where element t + m is in a row
 #pragma unroll
-      for (int m = 0; m < V; ++m) v.v[m] = tile[L::at(row, store_from[t + m])];
-    } else {   // as load_tile: one swizzle and row address per vector
+    for (int m = 0; m < V; ++m) from[m] = L::at(0, store_from ? store_from[t + m] : t + m);
+    T* y = Y + (row0 + r0) * s_b + t * s_f;
+    for (int row = r0; row < rows; row += rs, y += rs * s_b) {
       const T* line = tile + row * L::ROW;
-      const int at = t ^ L::swizzle(t / L::PADQ);
+      Vec v;
 #pragma unroll
-      for (int m = 0; m < V; ++m) v.v[m] = line[at ^ m];
+      for (int m = 0; m < V; ++m) v.v[m] = line[from[m]];
+      *reinterpret_cast<Vec*>(y) = v;
     }
-    *reinterpret_cast<Vec*>(Y + b * s_b + t * s_f) = v;
-  }
+  });
 }
 
 // Y = K_F ... K_1 X on whole feature vectors of length N. Ps: the passes (Pass<Radix...>),

@@ -717,8 +717,8 @@ def prepare(segment: RowSegment, X, layout):
     if B == 0:
         return lambda X: cupy.empty(y_shape, dtype=dtype)
     if layout == "bsf":             # Y is new and C-ordered (256-byte aligned)
-        # (ks_rows.cu's YSide writes element t of batch row b at b·n + t)
-        assert (sy_f, sy_b) == (1, n), "batch-size-first Y is C-ordered"
+        if (sy_f, sy_b) != (1, n):   # ks_rows.cu's YSide writes element t of row b at b·n + t
+            raise RuntimeError(f"batch-size-first Y must be C-ordered: strides {(sy_f, sy_b)}")
         share = n // segment.cluster            # the features a block loads and stores
         vx = _vector_width(X.data.ptr, isz, sx_f == 1, sx_b, share)
         vy = 1 if segment.to_y else _vector_width(0, isz, True, sy_b, share)

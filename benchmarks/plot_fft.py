@@ -1,6 +1,9 @@
-"""Plot the DFT rows of a bench_fft.py result (issue #11's chains.json) into a bar chart.
+"""Plot a bench_fft.py result (issue #11's chains.json): the DFT rows' times against cuFFT and
+the bmm chain, and, given a second output, the butterfly and Hadamard rows' fractions of
+the bandwidth floor against the issue's targets.
 
-    python3 benchmarks/plot_fft.py benchmarks/results/chains.json docs/img/fft_chains.png
+    python3 benchmarks/plot_fft.py benchmarks/results/chains.json docs/img/fft_chains.png \
+        docs/img/chains_floor.png
 """
 import json
 import sys
@@ -30,10 +33,41 @@ def main(src, dst):
     ax.set_xticks(x, [f"n={r['n']}\nB={r['batch']}" for r in rows])
     ax.set_ylabel("ms (log scale)")
     ax.set_title(f"Batched complex64 DFT along rows (BSF) - {result['device']}")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, markerscale=0.4)   # (the floor's marks are bar-wide)
+    fig.tight_layout()
+    fig.savefig(dst, dpi=110)
+
+
+#: Issue 11's targets: the least fraction of the floor for n up to the given size.
+TARGETS = {"butterfly": (0.6, 4096), "hadamard": (0.7, 8192)}
+
+
+def plot_floor_fractions(result, dst):
+    """One panel per transform: floor_s / auto for each n, a bar per (dtype, layout)."""
+    fig, axes = plt.subplots(1, len(TARGETS), figsize=(11, 4.2), sharey=True)
+    for ax, (transform, (target, n_max)) in zip(axes, TARGETS.items()):
+        rows = [r for r in result["rows"] if r["transform"] == transform]
+        sizes = sorted({r["n"] for r in rows})
+        kinds = sorted({(r["dtype"], r["layout"]) for r in rows})
+        x = numpy.arange(len(sizes))
+        width = 0.8 / len(kinds)
+        for k, (dtype, layout) in enumerate(kinds):
+            frac = {r["n"]: r["floor_s"] / r["seconds"]["auto"] for r in rows
+                    if (r["dtype"], r["layout"]) == (dtype, layout)}
+            ax.bar(x + (k - (len(kinds) - 1) / 2) * width,
+                   [frac.get(n, numpy.nan) for n in sizes], width, label=f"{dtype} {layout}")
+        ax.axhline(target, color="k", lw=1.5, ls="--", label=f"target (n <= {n_max})")
+        ax.set_xticks(x, [f"n={n}" for n in sizes])
+        ax.set_ylim(0, 1.25)   # (room for the legend above the bars)
+        ax.set_title("random butterflies" if transform == "butterfly" else "Hadamard")
+        ax.legend(fontsize=8, loc="upper center", ncol=3)
+    axes[0].set_ylabel("fraction of the bandwidth floor (auto)")
+    fig.suptitle(f"Whole-vector chains, B·n = 2^26 - {result['device']}")
     fig.tight_layout()
     fig.savefig(dst, dpi=110)
 
 
 if __name__ == "__main__":
     main(*sys.argv[1:3])
+    if len(sys.argv) > 3:
+        plot_floor_fractions(json.loads(open(sys.argv[1]).read()), sys.argv[3])

@@ -19,7 +19,8 @@ against the float64 product of the dense chain on the first 64 batch columns.
 ``--baseline REV`` times each segment again with ks_rows.cu as of a git revision (or a
 file), in the same process (kernel_ab.py): an A/B test of a kernel change. ``--knobs``
 times the plan's segment instead with each other block size and blocks-per-SM allowance
-(threads and ``min_blocks``, the kernel's launch bounds) that fit an SM. Used to set
+(threads and ``min_blocks``, the kernel's launch bounds) that fit an SM, at its rows and
+half of them. Used to set
 ks_rows.py's cluster choice, block sizes and costs.rows_seconds; the issue's benchmark is
 bench_fft.py.
 """
@@ -96,15 +97,19 @@ def variants(seg, dtype, batch, runs):
 def knob_variants(seg, itemsize):
     """(label, segment): the plan's segment, then the same with each other block size (128,
     256 or 512 threads) and blocks per SM its registers must allow (``min_blocks``) whose
-    threads and shared memory fit an SM."""
-    fit = ks_rows.SM_SMEM // (seg.smem_bytes(itemsize) + 1024)
+    threads and shared memory fit an SM, with the plan's rows and with half as many (a
+    smaller tile leaves room for more blocks: batch-size-last clusters of 32-byte runs)."""
     out = [("plan's", seg)]
-    for threads in (128, 256, 512):
-        for min_blocks in (1, 2, 3, 4, 6):
-            if (threads, min_blocks) != (seg.threads, seg.min_blocks) and \
-                    threads * min_blocks <= ks_rows.SM_THREADS and min_blocks <= fit:
-                out.append((f"{threads} threads x {min_blocks}",
-                            dataclasses.replace(seg, threads=threads, min_blocks=min_blocks)))
+    for rows in (seg.rows, seg.rows // 2) if seg.rows > 1 else (seg.rows,):
+        trial = dataclasses.replace(seg, rows=rows)
+        fit = ks_rows.SM_SMEM // (trial.launch_smem_bytes(itemsize) + 1024)
+        for threads in (128, 256, 512):
+            for min_blocks in (1, 2, 3, 4, 6):
+                if (rows, threads, min_blocks) != (seg.rows, seg.threads, seg.min_blocks) and \
+                        threads * min_blocks <= ks_rows.SM_THREADS and min_blocks <= fit:
+                    out.append((f"{rows} rows, {threads} threads x {min_blocks}",
+                                dataclasses.replace(trial, threads=threads,
+                                                    min_blocks=min_blocks)))
     return out
 
 

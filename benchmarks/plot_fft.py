@@ -18,8 +18,8 @@ METHODS = [("auto", "kscupy dft (planned chain)"), ("base_cufft", "cupy.fft (cuF
            ("base_bmm_chain", "radix-2 chain, bmm (cuBLAS) per factor")]
 
 
-def main(src, dst):
-    result = json.loads(open(src).read())
+def plot_dft(result, dst):
+    """The DFT rows' times: kscupy, cuFFT and the bmm chain per n, against the floor."""
     rows = [r for r in result["rows"] if r["transform"] == "dft"]
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     x = numpy.arange(len(rows))
@@ -43,9 +43,13 @@ TARGETS = {"butterfly": (0.6, 4096), "hadamard": (0.7, 8192)}
 
 
 def plot_floor_fractions(result, dst):
-    """One panel per transform: floor_s / auto for each n, a bar per (dtype, layout)."""
-    fig, axes = plt.subplots(1, len(TARGETS), figsize=(11, 4.2), sharey=True)
-    for ax, (transform, (target, n_max)) in zip(axes, TARGETS.items()):
+    """One panel per transform of TARGETS the result has: floor_s / auto for each n, a bar
+    per (dtype, layout)."""
+    present = {t: v for t, v in TARGETS.items()
+               if any(r["transform"] == t for r in result["rows"])}
+    fig, axes = plt.subplots(1, len(present), figsize=(5.5 * len(present), 4.2), sharey=True,
+                             squeeze=False)
+    for ax, (transform, (target, n_max)) in zip(axes[0], present.items()):
         rows = [r for r in result["rows"] if r["transform"] == transform]
         sizes = sorted({r["n"] for r in rows})
         kinds = sorted({(r["dtype"], r["layout"]) for r in rows})
@@ -61,13 +65,18 @@ def plot_floor_fractions(result, dst):
         ax.set_ylim(0, 1.25)   # (room for the legend above the bars)
         ax.set_title("random butterflies" if transform == "butterfly" else "Hadamard")
         ax.legend(fontsize=8, loc="upper center", ncol=3)
-    axes[0].set_ylabel("fraction of the bandwidth floor (auto)")
+    axes[0][0].set_ylabel("fraction of the bandwidth floor (auto)")
     fig.suptitle(f"Whole-vector chains, B·n = 2^26 - {result['device']}")
     fig.tight_layout()
     fig.savefig(dst, dpi=110)
 
 
+def main(src, dst, floor_dst=None):
+    result = json.loads(open(src).read())
+    plot_dft(result, dst)
+    if floor_dst:
+        plot_floor_fractions(result, floor_dst)
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
-    if len(sys.argv) > 3:
-        plot_floor_fractions(json.loads(open(sys.argv[1]).read()), sys.argv[3])
+    main(*sys.argv[1:4])

@@ -375,32 +375,38 @@ __host__ __device__ constexpr int rows_per_lane(int vmax, int words, int e, int 
 // Y), and the cluster (below).
 //
 // Clusters (CS > 1 blocks a cluster, N a power of two): the cluster holds one tile, each
-// block the N / CS features whose bits SH ... SH + log2(CS) - 1 (the rank bits) are its
-// rank, as a tile of its own (TileLayout of N / CS features at local_t(t), t with the rank
-// bits taken out). A pass whose digits miss the rank bits finds all of a work item's
-// elements in one block; one whose digits hold them reads and writes other blocks
-// (PassRun::REMOTE), between cluster barriers.
+// block the N / CS features whose rank bits, log2(CS) bits of t, are its rank, as a tile of
+// its own (TileLayout of N / CS features at local_t(t), t with the rank bits taken out). The
+// rank bits are L1 = log2(CS) - L2 bits at SH and L2 at SH2 (above them; L2 = 0 in all but
+// the case below), the rank's low and high bits. A pass whose digits miss the rank bits
+// finds all of a work item's elements in one block; one whose digits hold them reads and
+// writes other blocks (PassRun::REMOTE), between cluster barriers.
 //  - Batch-size-last: a tile of 128-byte runs (32 rows of float32) of n = 4096 is 512 KiB,
 //    more than an SM has, and runs of 32 bytes (8 rows, one lone block an SM) left the
 //    H100's Hadamard(4096) at 0.46 of the bandwidth floor. The host puts the rank bits among
-//    the first pass's digits and no later pass's, so the first pass (which reads X) scatters
-//    its results to the cluster's blocks and every later pass stays in its own block.
+//    the first pass's digits, so the first pass (which reads X) scatters its results to the
+//    cluster's blocks, and the middle passes stay in their own block. Where the cluster
+//    needs more bits than the first pass's digits hold (128-byte runs of n = 4096 float32 on
+//    8 blocks, over radix-4 passes), the rest (L2) are the top of the last pass's digits: it
+//    reads the other blocks as it writes Y.
 //  - Batch-size-first: the rank bits are t's top bits, so that a block loads and stores one
 //    contiguous share of each row. A tile of 4 rows of n = 4096 float32 (2 of complex64)
 //    reads every factor's blocks for 4 rows; spread over a cluster of 4, 16 rows (8) share
 //    each read of them, and a work item's setup serves 4x the rows.
 template <class T_, int N_, int RT_, int NT_, int MINB_, int ALONG_, int V_, bool REVERSED_,
-          bool TO_Y_, int CS_ = 1, int SH_ = 0>
+          bool TO_Y_, int CS_ = 1, int SH_ = 0, int SH2_ = 0, int L2_ = 0>
 struct Launch {
   using T = T_;
   using C = typename compute_of<T>::type;
   static constexpr int N = N_, RT = RT_, NT = NT_, ALONG = ALONG_, V = V_;
   static constexpr int REGISTERS = registers_per_thread(NT_, MINB_);
   static constexpr bool REVERSED = REVERSED_, TO_Y = TO_Y_;
-  static constexpr int CS = CS_, SH = SH_, LCS = log2_of(CS_);
-  static_assert(CS == 1 || ((N & (N - 1)) == 0 && (CS & (CS - 1)) == 0 && SH + LCS <= log2_of(N)
+  static constexpr int CS = CS_, SH = SH_, LCS = log2_of(CS_), SH2 = SH2_, L2 = L2_, L1 = LCS - L2_;
+  static_assert(CS == 1 || ((N & (N - 1)) == 0 && (CS & (CS - 1)) == 0 && SH + L1 <= log2_of(N)
                             && (ALONG == ALONG_ROW || SH + LCS == log2_of(N))),
                 "clusters: N and CS powers of two, rank bits within t (batch-size-first: the top)");
+  static_assert(L2 == 0 || (ALONG == ALONG_ROW && L1 > 0 && SH + L1 <= SH2 && SH2 + L2 <= log2_of(N)),
+                "rank bits in two places: batch-size-last, the high ones above the low ones");
   using L = TileLayout<T, N / CS, RT, ALONG>;
   // Batch-size-last, the first pass's writes of rows of rv elements go to the other blocks
   // as st.async counted on each block's mbarrier (8 bytes after the tile, at BAR_OFFSET), so
@@ -411,11 +417,22 @@ struct Launch {
   __host__ __device__ static constexpr bool async_rows(int rv) {
     return ALONG == ALONG_ROW && CS > 1 && rv * (int)sizeof(T) >= 4;
   }
-  // t without its rank bits (linear over disjoint bits), and its block in the cluster
-  __host__ __device__ static constexpr int local_t(int t) {
-    return CS == 1 ? t : ((t >> (SH + LCS)) << SH) | (t & ((1 << SH) - 1));
+  // x without its k bits at `at` (linear over disjoint bits); x with `bits` (k of them)
+  // put in at `at`
+  __host__ __device__ static constexpr int without(int x, int at, int k) {
+    return ((x >> (at + k)) << at) | (x & ((1 << at) - 1));
   }
-  __host__ __device__ static constexpr int rank_of(int t) { return (t >> SH) & (CS - 1); }
+  __host__ __device__ static constexpr int with(int x, int at, int k, int bits) {
+    return ((x >> at) << (at + k)) | (bits << at) | (x & ((1 << at) - 1));
+  }
+  // t without its rank bits (the high ones first, so that the low ones stay in place), and
+  // its block in the cluster
+  __host__ __device__ static constexpr int local_t(int t) {
+    return CS == 1 ? t : without(without(t, SH2, L2), SH, L1);
+  }
+  __host__ __device__ static constexpr int rank_of(int t) {
+    return ((t >> SH) & ((1 << L1) - 1)) | (((t >> SH2) & ((1 << L2) - 1)) << L1);
+  }
 };
 
 // The operands of the tile of batch rows row0 ... row0 + RT - 1: X and Y, element (row,
@@ -467,8 +484,9 @@ struct TileSide {
 // The cluster's tile (Launch, CS > 1) as a pass whose digits hold the rank bits reads and
 // writes it: element t of a row in block rank_of(t), at local_t(t), over the SM-to-SM
 // network (E and DLO powers of two, so t0's bits and u·DLO's are disjoint and each splits
-// apart). Batch-size-last, only the first pass holds them: it reads X and writes rows as one
-// vector; batch-size-first, any pass, element by element (as TileSide).
+// apart). Batch-size-last, the first pass holds them (it reads X and writes rows as one
+// vector), and the last may hold the high ones (it reads rows as one vector and writes Y);
+// batch-size-first, any pass, element by element (as TileSide).
 template <class Lc, int DLO>
 struct ClusterSide {
   using T = typename Lc::T;
@@ -493,6 +511,10 @@ struct ClusterSide {
   }
   __device__ __forceinline__ void write(int t0, int row, int u, T v) const {
     st_cluster(at(t0, row, u), v);
+  }
+  template <int RV>
+  __device__ __forceinline__ vec<T, RV> read_rows(int t0, int row, int u) const {
+    return ld_cluster<vec<T, RV>>(at(t0, row, u));
   }
   template <int RV>
   __device__ __forceinline__ void write_rows(int t0, int row, int u, const vec<T, RV>& v) const {
@@ -611,30 +633,39 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
   // In a cluster (Launch): whether the pass's digits, bits log2(DLO) ... log2(E·DLO) - 1 of
   // t, hold rank bits, so that an item's elements lie in several blocks (ClusterSide).
   static constexpr int LO_BIT = log2_of(DLO), HI_BIT = log2_of(E * DLO);
-  static constexpr bool REMOTE = Lc::CS > 1 && LO_BIT < Lc::SH + Lc::LCS && Lc::SH < HI_BIT;
+  __host__ __device__ static constexpr bool holds(int at, int k) {
+    return k > 0 && LO_BIT < at + k && at < HI_BIT;
+  }
+  static constexpr bool REMOTE = Lc::CS > 1 && (holds(Lc::SH, Lc::L1) || holds(Lc::SH2, Lc::L2));
   static_assert(Lc::CS == 1 || DISJOINT, "clusters: radices and strides powers of two");
-  static_assert(!REMOTE || !BSL || (FROM_X && !TO_Y), "batch-size-last clusters: only the "
-                "first pass holds the rank bits (it reads X and writes the tile)");
+  static_assert(!REMOTE || !BSL || (FROM_X && !TO_Y) || (Lc::L2 > 0 && TO_Y && !FROM_X),
+                "batch-size-last clusters: the first pass holds the rank bits (it reads X and "
+                "writes the tile), and the last maybe the high ones (it writes Y)");
   // its writes to other blocks counted on their mbarriers (Launch::async_rows)
-  static constexpr bool ASYNC = REMOTE && Lc::async_rows(RV);
+  static constexpr bool ASYNC = REMOTE && !TO_Y && Lc::async_rows(RV);
   using Tile = typename either<REMOTE, ClusterSide<Lc, DLO>, TileSide<Lc, DLO, DISJOINT>>::type;
   using In = typename either<FROM_X, XSide<Lc, DLO>, Tile>::type;
   using Out = typename either<TO_Y, YSide<Lc, DLO>, Tile>::type;
   // Items w = q·LANES + (row / RV), LANES = RT / RV (batch-size-last), or w = (row / RG)·Q +
-  // q (batch-size-first). A cluster's block `rank` takes the WORK / CS of them whose bits
-  // WSH ... WSH + log2(CS) - 1 are its rank (item_of): where the pass misses the rank bits,
-  // those of t0 = hi·E·DLO + lo, found in q at bit SH (in lo, below the pass's digits) or
-  // SH - log2(E) (in hi, above them), so that the block's items are its own elements; where
-  // it holds them, any share (the top bits).
+  // q (batch-size-first). A cluster's block `rank` takes the WORK / CS of them whose rank
+  // bits are its rank (item_of): where the pass misses the rank bits, the L1 bits at WSH and
+  // the L2 at WSH2 of w are those of t0 = hi·E·DLO + lo at SH and SH2, found in q at the
+  // same bit (in lo, below the pass's digits) or log2(E) lower (in hi, above them), so that
+  // the block's items are its own elements; where it holds them, any share (the top
+  // log2(CS) bits at WSH, the low part of the rank below the high).
   static constexpr int LANES_LOG = BSL ? log2_of(RT / RV) : 0;
-  static constexpr int WSH = !REMOTE ? (Lc::SH >= HI_BIT ? Lc::SH - log2_of(E) : Lc::SH) + LANES_LOG
-                                     : log2_of(WORK) - Lc::LCS;
-  static_assert(Lc::CS == 1 || (WORK % Lc::CS == 0 && (WORK & (WORK - 1)) == 0 && WSH >= 0),
+  __host__ __device__ static constexpr int in_q(int at) { return at >= HI_BIT ? at - log2_of(E) : at; }
+  static constexpr int WSH = !REMOTE ? in_q(Lc::SH) + LANES_LOG : log2_of(WORK) - Lc::LCS;
+  static constexpr int WSH2 = !REMOTE ? in_q(Lc::SH2) + LANES_LOG : WSH + Lc::L1;
+  static_assert(Lc::CS == 1 || (WORK % Lc::CS == 0 && (WORK & (WORK - 1)) == 0 && WSH >= 0 &&
+                                (Lc::L2 == 0 || WSH + Lc::L1 <= WSH2)),
                 "clusters: a power-of-two count of items, split over the blocks");
   static constexpr int MY_WORK = WORK / Lc::CS;
   __device__ __forceinline__ static int item_of(int j, int rank) {
     if constexpr (Lc::CS == 1) return j;
-    return ((j >> WSH) << (WSH + Lc::LCS)) | (rank << WSH) | (j & ((1 << WSH) - 1));
+    // the low bits of the rank first, then the high ones at their place in w
+    return Lc::with(Lc::with(j, WSH, Lc::L1, rank & ((1 << Lc::L1) - 1)), WSH2, Lc::L2,
+                    rank >> Lc::L1);
   }
 
   __device__ __forceinline__ static void run(T* tile, const long long* meta, const Ends<T>& e,
@@ -754,8 +785,6 @@ struct Passes<Lc, FI, P, Rest...> {
   using T = typename Lc::T;
   using Run = PassRun<Lc, P, FI, FIRST && Lc::ALONG == ALONG_ROW, LAST && Lc::TO_Y>;
   using Next = Passes<Lc, FI + P::NF, Rest...>;
-  static_assert(!Run::ASYNC || !Next::ANY_REMOTE, "the mbarrier wait after a pass that writes "
-                "by st.async orders no later pass that reaches other blocks");
   // whether this pass (the first of the list), the last or any pass reaches other blocks;
   // whether this one writes them by st.async (PassRun::ASYNC)
   static constexpr bool FIRST_REMOTE = Run::REMOTE, ANY_REMOTE = Run::REMOTE || Next::ANY_REMOTE,
@@ -765,9 +794,16 @@ struct Passes<Lc, FI, P, Rest...> {
                                              int rank) {
     Run::run(tile, meta, e, rank);
     if constexpr (!LAST) {
-      // (after st.async writes: this block's tile is complete when its mbarrier's phase is)
-      if constexpr (Run::ASYNC) mbarrier_wait(shared_window(tile) + Lc::BAR_OFFSET, e.parity);
-      else if constexpr (Run::REMOTE || Next::FIRST_REMOTE) cluster_sync();
+      // After st.async writes this block's tile is complete when its mbarrier's phase is;
+      // where the next pass reads the other blocks' too, a cluster barrier follows, which
+      // each block reaches after its own wait.
+      if constexpr (Run::ASYNC) {
+        mbarrier_wait(shared_window(tile) + Lc::BAR_OFFSET, e.parity);
+        if constexpr (Next::FIRST_REMOTE) {
+          __syncwarp();   // (the wait's retry loop may leave a warp apart; the barrier is .aligned)
+          cluster_sync();
+        }
+      } else if constexpr (Run::REMOTE || Next::FIRST_REMOTE) cluster_sync();
       else __syncthreads();
       Next::run(tile, meta, e, rank);
     }
@@ -922,7 +958,12 @@ __global__ void __launch_bounds__(NT, MINB) ks_rows(
   }
 }
 
-// ks_rows with each tile held by a cluster of CS blocks, the rank bits of t at SH (Launch):
+// The last of a list of passes.
+template <class P, class... Rest> struct last_of { using type = typename last_of<Rest...>::type; };
+template <class P> struct last_of<P> { using type = P; };
+
+// ks_rows with each tile held by a cluster of CS blocks, the rank bits of t at SH (Launch),
+// and LAST_BITS of them (the rank's high bits) instead at the top of the last pass's digits:
 // the same parameters; the grid is CS blocks per cluster, and each cluster walks the tiles.
 // The cluster's barriers (Passes) order a pass that reaches other blocks against its
 // neighbours. One at the end of a tile orders its last accesses to a block against the next
@@ -930,19 +971,22 @@ __global__ void __launch_bounds__(NT, MINB) ks_rows(
 // partner reads it, where the last pass reads other blocks; elsewhere a block leaves
 // without it (Nsight, H100: the end barrier took 7-13% of the warps' stall samples of bsl
 // butterfly(4096) and Hadamard(8192), most of it waiting for the tile's stores of Y).
-//  - Batch-size-last (VX = VY, TO_Y): the first pass (which holds the rank bits) reads X and
-//    writes to every block of the cluster.
+//  - Batch-size-last (VX = VY, TO_Y): the first pass (which holds the rank bits, or the low
+//    ones) reads X and writes to every block of the cluster; the last, where it holds the
+//    high ones, reads them as it writes Y.
 //  - Batch-size-first (no gathers: REVERSED false, no tables): the rank bits are t's top
 //    bits, so block `rank` loads and stores features rank·N/CS ... (rank + 1)·N/CS - 1 of
 //    each row, one contiguous share; the passes whose digits hold them read and write the
 //    other blocks.
 template <class T, int N, int RT, int NT, int MINB, int ALONG, int VX, int VY, bool REVERSED,
-          bool TO_Y, int CS, int SH, class... Ps>
+          bool TO_Y, int CS, int SH, int LAST_BITS, class... Ps>
 __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(NT, MINB) ks_rows_cluster(
     const T* __restrict__ X, T* __restrict__ Y, const long long* __restrict__ meta,
     long long B, long long sx_f, long long sx_b, long long sy_f, long long sy_b,
     const int* __restrict__ in_map, const int* __restrict__ out_map, long long tiles) {
-  using Lc = Launch<T, N, RT, NT, MINB, ALONG, VX, REVERSED, TO_Y, CS, SH>;
+  using Last = typename last_of<Ps...>::type;
+  using Lc = Launch<T, N, RT, NT, MINB, ALONG, VX, REVERSED, TO_Y, CS, SH,
+                    LAST_BITS ? log2_of(Last::E * Last::DLO) - LAST_BITS : 0, LAST_BITS>;
   using All = Passes<Lc, 0, Ps...>;
   constexpr bool bsl = ALONG == ALONG_ROW;
   constexpr int NB = N / CS;   // features a block holds

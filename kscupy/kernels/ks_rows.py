@@ -221,12 +221,14 @@ class RowSegment:
     in batch-size-last, where the first pass reads X too; in batch-size-first without an
     output gather, where its stores are whole sectors: :func:`writes_whole_sectors`);
     ``cluster``: blocks of a thread-block cluster that hold one tile together
-    (``ks_rows_cluster``), each the features whose bits ``rank_shift ... rank_shift +
-    log2(cluster) - 1`` are its rank (1: one block a tile; :func:`_cluster_fits`):
-    batch-size-last, bits among the first pass's digits and no later pass's, so that only
-    the first pass writes to other blocks; batch-size-first, without gathers, t's top bits
-    (each block loads and stores a contiguous share of a row), all among one pass's digits,
-    the pass that reads and writes other blocks.
+    (``ks_rows_cluster``), each the features whose rank bits are its rank (1: one block a
+    tile; :func:`_cluster_fits`): ``log2(cluster) - last_rank_bits`` bits from
+    ``rank_shift`` on and ``last_rank_bits`` at the top of the last pass's digits.
+    Batch-size-last, the first among the first pass's digits and no later pass's, so that
+    the first pass writes to other blocks, and the last pass reads from them where it holds
+    the others; batch-size-first, without gathers, t's top bits (each block loads and
+    stores a contiguous share of a row), all among one pass's digits, the pass that reads
+    and writes other blocks.
     Building one touches no device memory (the planner prices many); the kernel's tables
     are made on the first launch.
     """
@@ -243,15 +245,17 @@ class RowSegment:
     to_y: bool = False
     cluster: int = 1
     rank_shift: int = 0
+    last_rank_bits: int = 0
 
     def __post_init__(self):
         if self.layout not in ("bsf", "bsl"):
             raise ValueError(f"layout must be 'bsf' or 'bsl', got {self.layout!r}")
         if self.cluster != 1 and not (
                 _cluster_fits(self.layout, self.n, self.cluster, self.pass_bits,
-                              self.rank_shift)
+                              self.rank_shift, self.last_rank_bits)
                 and (self.layout == "bsl" or (self.src is None and self.dst is None))):
-            where = ("among the first pass's digits and no later pass's" if self.layout == "bsl"
+            where = ("among the first pass's digits, the rest (last_rank_bits) at the top of "
+                     "the last pass's, and no other pass's" if self.layout == "bsl"
                      else "the top bits of t, all among one pass's digits, and no gathers")
             raise ValueError(
                 f"a cluster of {self.cluster} needs a power-of-two length and its rank bits "
@@ -412,11 +416,13 @@ class RowSegment:
     def name(self, dtype, vx: int = 1, vy: int = 1) -> str:
         """The instantiation ``ks::ks_rows<T, N, RT, NT, MINB, ALONG, VX, VY, REVERSED, TO_Y,
         Pass<...>...>`` (batch-size-last: VX = VY), or on a cluster ``ks::ks_rows_cluster<...,
-        TO_Y, CS, SH, Pass<...>...>`` (the same, then the cluster and the rank bits)."""
+        TO_Y, CS, SH, LAST_BITS, Pass<...>...>`` (the same, then the cluster and the rank
+        bits)."""
         flag = lambda b: "true" if b else "false"  # noqa: E731
         kernel, cluster = "ks_rows", ""
         if self.cluster > 1:
-            kernel, cluster = "ks_rows_cluster", f"{self.cluster}, {self.rank_shift}, "
+            kernel, cluster = ("ks_rows_cluster",
+                               f"{self.cluster}, {self.rank_shift}, {self.last_rank_bits}, ")
         return (f"ks::{kernel}<{nvrtc.scalar_name(dtype)}, {self.n}, {self.rows}, "
                 f"{self.threads}, {self.min_blocks}, {self.along}, {vx}, {vy}, "
                 f"{flag(self.reversed_input)}, {flag(self.to_y)}, {cluster}"
@@ -441,6 +447,8 @@ class RowSegment:
         stages = f" computed={computed}" if computed else ""
         ends = " to Y" if self.to_y and self.layout == "bsf" else ""
         cluster = f" cluster={self.cluster}" if self.cluster > 1 else ""
+        if self.last_rank_bits:
+            cluster += f" ({self.last_rank_bits} rank bits in the last pass)"
         return (f"rows {self.layout} {len(self.factors)} factors [{pats}] "
                 f"passes={list(self.passes)} rows={self.rows}{cluster}{stages}{extras}{ends}")
 
@@ -487,25 +495,37 @@ def _passes_bits(patterns, passes) -> tuple:
     return tuple(out)
 
 
-def _cluster_fits(layout, n, cluster, pass_bits, rank_shift) -> bool:
+def _cluster_fits(layout, n, cluster, pass_bits, rank_shift, last_rank_bits=0) -> bool:
     """Whether ``ks_rows_cluster`` holds a tile over ``cluster`` blocks with the rank bits
-    at ``rank_shift``: ``n`` and ``cluster`` powers of two (up to MAX_CLUSTER), and
-    (``pass_bits``: each pass's digits)
-    - batch-size-last: two passes or more, the rank bits among the first pass's digits and
-      no later pass's (whose digits are known: powers of two), and at least one value of
-      the first pass's q (one group of its items) per block;
+    at ``rank_shift`` (``last_rank_bits`` of them instead at the top of the last pass's
+    digits): ``n`` and ``cluster`` powers of two (up to MAX_CLUSTER), and (``pass_bits``:
+    each pass's digits)
+    - batch-size-last: two passes or more, the rank bits (at least one) among the first
+      pass's digits and no later pass's but the last's top ones (every pass's digits known:
+      powers of two), and at least one value of q (one group of items) per block in the
+      passes that hold them;
     - batch-size-first: the rank bits t's top bits, all among the digits of one pass and
       none of another's (every pass's digits known), that pass with a value of q per block.
     (Batch-size-first clusters also need a segment without gathers: RowSegment checks.)"""
     lcs = cluster.bit_length() - 1
-    rank = set(range(rank_shift, rank_shift + lcs))
-    if not (1 < cluster <= MAX_CLUSTER and not cluster & (cluster - 1) and not n & (n - 1)):
+    rank = set(range(rank_shift, rank_shift + lcs - last_rank_bits))
+    if not (1 < cluster <= MAX_CLUSTER and not cluster & (cluster - 1) and not n & (n - 1)
+            and 0 <= last_rank_bits < lcs):
         return False
     if layout == "bsl":
-        (lo, hi), later = pass_bits[0], pass_bits[1:]
-        return (len(pass_bits) > 1 and lo <= rank_shift and rank_shift + lcs <= hi
-                and n >> (hi - lo) >= cluster
-                and all(b > a and not rank & set(range(a, b)) for a, b in later))
+        if len(pass_bits) < 2 or not all(b > a for a, b in pass_bits):
+            return False
+        (lo, hi), (last_lo, last_hi) = pass_bits[0], pass_bits[-1]
+        high = set(range(last_hi - last_rank_bits, last_hi))
+        holding = [(lo, hi)] + ([(last_lo, last_hi)] if last_rank_bits else [])
+        return (lo <= rank_shift and rank_shift + lcs - last_rank_bits <= hi
+                and last_hi - last_rank_bits >= max(last_lo, rank_shift + lcs - last_rank_bits)
+                and not high & set(range(lo, hi))
+                and not rank & set(range(last_lo, last_hi))
+                and all(not (rank | high) & set(range(a, b)) for a, b in pass_bits[1:-1])
+                and all(n >> (b - a) >= cluster for a, b in holding))
+    if last_rank_bits:
+        return False
     holding = [(a, b) for a, b in pass_bits if rank & set(range(a, b))]
     return (rank_shift + lcs == n.bit_length() - 1 and all(b > a for a, b in pass_bits)
             and len(holding) == 1 and rank <= set(range(*holding[0]))
@@ -604,21 +624,26 @@ def _pass_trials(patterns, stages, passes):
 
 
 def _cluster_config(patterns, stages, dtype, layout, batch, config, max_cluster, gathers):
-    """``(cluster, rank_shift, config)``, else ``(1, 0, config)`` (one block a tile):
+    """``(cluster, rank_shift, last_rank_bits, config)``, else ``(1, 0, 0, config)`` (one
+    block a tile):
     - batch-size-last, where a tile of ``config`` is thinner than BSL_RUN bytes a feature:
       the smallest cluster (up to ``max_cluster``) whose blocks, each holding its share,
       take the rows for whole BSL_RUN runs at several blocks an SM, or failing that runs of
-      half as many bytes, with the rank bits at the top of the first pass's digits;
+      half as many bytes, with the rank bits at the top of the first pass's digits, or
+      where they are more, all its digits and the rest at the top of the last pass's;
     - batch-size-first without ``gathers``, where a tile of ``config`` holds fewer rows
       than a block wants: the smallest cluster that takes them (or the one of the most
       rows), the rank bits t's top bits (:func:`_bsf_cluster_config`)."""
     n, isz = patterns[0].shape[1], dtype.itemsize
-    single = (1, 0, config)
+    single = (1, 0, 0, config)
     if max_cluster < 2 or n & (n - 1):
         return single
     if layout == "bsf":
-        return single if gathers else _bsf_cluster_config(patterns, stages, dtype, batch,
-                                                          config, max_cluster)
+        if gathers:
+            return single
+        cluster, shift, config = _bsf_cluster_config(patterns, stages, dtype, batch, config,
+                                                     max_cluster)
+        return cluster, shift, 0, config
     rows = config[1]
     for run in (BSL_RUN, BSL_RUN // 2):
         wanted = min(max(1, run // isz), pow2_at_least(batch))
@@ -630,9 +655,10 @@ def _cluster_config(patterns, stages, dtype, layout, batch, config, max_cluster,
             if trial is not None and trial[1] >= wanted and \
                     rows_smem(n // cluster, trial[1], isz, layout) <= SMEM_TARGET:
                 bits = _passes_bits(patterns, trial[0])
-                shift = bits[0][1] - (cluster.bit_length() - 1)
-                if _cluster_fits(layout, n, cluster, bits, shift):
-                    return cluster, shift, trial
+                lcs, (lo, hi) = cluster.bit_length() - 1, bits[0]
+                for shift, last in ((hi - lcs, 0), (lo, lcs - (hi - lo))):
+                    if _cluster_fits(layout, n, cluster, bits, shift, last):
+                        return cluster, shift, last, trial
             cluster *= 2
     return single
 
@@ -673,7 +699,7 @@ def make_row_segment(factors, dtype, layout, batch, src=None, dst=None, max_clus
     config = _configure(patterns, stages, dtype, layout, batch)
     if config is None:
         return None
-    cluster, rank_shift, config = _cluster_config(
+    cluster, rank_shift, last_rank_bits, config = _cluster_config(
         patterns, stages, dtype, layout, batch, config,
         cluster_limit() if max_cluster is None else max_cluster,
         gathers=src is not None or dst is not None)
@@ -687,7 +713,7 @@ def make_row_segment(factors, dtype, layout, batch, src=None, dst=None, max_clus
     to_y = layout == "bsl" or (dst is None and writes_whole_sectors(
         patterns[len(patterns) - passes[-1]:], dtype.itemsize))
     return RowSegment(layout, tuple(factors), passes, rows, threads, min_blocks,
-                      vector_blocks, stages, src, dst, to_y, cluster, rank_shift)
+                      vector_blocks, stages, src, dst, to_y, cluster, rank_shift, last_rank_bits)
 
 
 # -- launch -------------------------------------------------------------------------------------

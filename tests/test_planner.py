@@ -396,8 +396,10 @@ def test_no_cluster_where_a_later_pass_mixes_the_rank_bits():
     seg = ks_rows.make_row_segment(factors, numpy.float32, "bsl", 65536, max_cluster=16)
     bits = seg.pass_bits
     assert bits[0] == bits[-1] == (10, 12) and seg.cluster == 1, seg.describe()
-    with pytest.raises(ValueError, match="no later pass"):
+    with pytest.raises(ValueError, match="no other pass"):
         dataclasses.replace(seg, cluster=4, rank_shift=10)
+    with pytest.raises(ValueError, match="no other pass"):        # nor split with the last
+        dataclasses.replace(seg, cluster=8, rank_shift=10, last_rank_bits=1)
 
 
 def test_cluster_segments_are_checked():
@@ -419,6 +421,74 @@ def test_cluster_segments_are_checked():
     with pytest.raises(ValueError, match="no gathers"):
         dataclasses.replace(bsf, cluster=2, rank_shift=11, src=numpy.arange(4096)[::-1])
     assert dataclasses.replace(seg, cluster=4, rank_shift=2).smem_bytes(4) == seg.rows * 1024 * 4
+
+
+@pytest.mark.parametrize("dtype, n, cluster, rows, last_bits", [
+    (numpy.float32, 4096, 8, 32, 1),    # 3 rank bits; the first pass's digits hold 2
+    (numpy.complex64, 4096, 8, 16, 1),
+    (numpy.float64, 4096, 8, 16, 1),
+    (numpy.float32, 16384, 16, 16, 2),  # 64-byte runs: 128-byte ones take 128 KiB a block
+    (numpy.float32, 1024, 2, 32, 0),    # the first pass's digits hold them all
+])
+def test_bsl_rank_bits_past_the_first_pass_go_to_the_last(dtype, n, cluster, rows, last_bits):
+    """Batch-size-last stored butterflies whose cluster needs more rank bits than the first
+    pass's digits hold (radix-4 passes: 2) put the rest at the top of the last pass's
+    digits, so that the tile keeps 128-byte runs of a feature: the low rank bits are all of
+    the first pass's digits, the kernel's name carries the count, and the segment checks."""
+    chain = ks.butterfly(n, dtype=dtype, seed=1)
+    factors = planner.merge_all([K.factor for K in chain.factors])[::-1]   # application order
+    isz = numpy.dtype(dtype).itemsize
+    seg = ks_rows.make_row_segment(factors, dtype, "bsl", 2**26 // n, max_cluster=16)
+    assert (seg.cluster, seg.rows, seg.last_rank_bits) == (cluster, rows, last_bits), \
+        seg.describe()
+    assert rows * isz in (ks_rows.BSL_RUN, ks_rows.BSL_RUN // 2)
+    (lo, hi), (last_lo, last_hi) = seg.pass_bits[0], seg.pass_bits[-1]
+    lcs = cluster.bit_length() - 1
+    if last_bits:
+        assert (seg.rank_shift, seg.rank_shift + lcs - last_bits) == (lo, hi)
+        assert last_hi - last_bits >= last_lo and f"{last_bits} rank bits in the last pass" \
+            in seg.describe()
+    else:
+        assert seg.rank_shift == hi - lcs >= lo
+    assert f", {cluster}, {seg.rank_shift}, {last_bits}, ks::Pass<" in seg.name(dtype)
+    assert seg.smem_bytes(isz) == rows * n * isz // cluster <= ks_rows.SMEM_TARGET
+    # the rank bits elsewhere, or too many for the last pass, do not check
+    bad = [dict(last_rank_bits=lcs), dict(rank_shift=hi)]
+    if last_bits:
+        bad.append(dict(last_rank_bits=0))
+    for change in bad:
+        with pytest.raises(ValueError, match="cluster"):
+            dataclasses.replace(seg, **change)
+
+
+def test_bsl_split_rank_bits_need_the_last_pass_above_the_first():
+    """The rank's high bits lie at the top of the last pass's digits, above the low ones in
+    the first pass's: a chain applied from its top digits down (the last pass's digits below
+    the first's) keeps its rank bits in the first pass, and a middle pass whose digits hold
+    the high bits rules the split out."""
+    down = [(4**(5 - k), 4, 4, 4**k) for k in range(5, -1, -1)]   # application order: d falls
+    up = down[::-1]
+    for pats in (down, up):
+        factors = [ks.KSMatrix.random(p, dtype=numpy.float32).factor for p in pats]
+        seg = ks_rows.make_row_segment(factors, numpy.float32, "bsl", 2**14, max_cluster=16)
+        bits = seg.pass_bits
+        assert len(bits) == 6
+        if pats is down:
+            # 64-byte runs on 4 blocks, the rank bits the first pass's digits
+            assert bits[0] == (10, 12) and bits[-1] == (0, 2)
+            assert (seg.cluster, seg.rows, seg.rank_shift, seg.last_rank_bits) == (4, 16, 10, 0)
+            with pytest.raises(ValueError, match="cluster"):
+                dataclasses.replace(seg, cluster=8, rank_shift=10, last_rank_bits=1)
+        else:
+            assert seg.last_rank_bits == 1 and seg.cluster == 8
+            # a middle pass mixes the last pass's digits too
+            assert not ks_rows._cluster_fits("bsl", 4096, 8, bits[:-1] + ((10, 12),) * 2, 0, 1)
+            assert ks_rows._cluster_fits("bsl", 4096, 8, bits, 0, 1)
+            # two passes: the first and the last hold them
+            assert ks_rows._cluster_fits("bsl", 4096, 8, ((0, 6), (6, 12)), 4, 1)
+            assert not ks_rows._cluster_fits("bsl", 4096, 8, ((0, 6),), 4, 1)
+    # batch-size-first keeps its rank bits in one place
+    assert not ks_rows._cluster_fits("bsf", 4096, 8, ((0, 6), (6, 12)), 10, 1)
 
 
 @pytest.mark.parametrize("dtype, n, cluster, rows", [
@@ -446,7 +516,7 @@ def test_bsf_stored_tiles_of_few_rows_spread_over_clusters(dtype, n, cluster, ro
         assert seg.smem_bytes(isz) == ks_rows.rows_smem(n // cluster, rows, isz, "bsf")
         assert seg.name(dtype).startswith(
             f"ks::ks_rows_cluster<{ks.kernels.nvrtc.scalar_name(dtype)}, {n}, {rows}, ")
-        assert f", {cluster}, {seg.rank_shift}, ks::Pass<" in seg.name(dtype)
+        assert f", {cluster}, {seg.rank_shift}, 0, ks::Pass<" in seg.name(dtype)
         # each item walks every row of the tile (its block's items: 1 / cluster of them)
         assert seg.pass_patterns()[-1][2] == rows
         # the layout of a block's share: rows of n / cluster features (whole 128-byte lines

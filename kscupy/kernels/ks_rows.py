@@ -519,7 +519,8 @@ def _cluster_fits(layout, n, cluster, pass_bits, rank_shift, last_rank_bits=0) -
         high = set(range(last_hi - last_rank_bits, last_hi))
         holding = [(lo, hi)] + ([(last_lo, last_hi)] if last_rank_bits else [])
         return (lo <= rank_shift and rank_shift + lcs - last_rank_bits <= hi
-                and last_hi - last_rank_bits >= max(last_lo, rank_shift + lcs - last_rank_bits)
+                and (not last_rank_bits or last_hi - last_rank_bits
+                     >= max(last_lo, rank_shift + lcs - last_rank_bits))
                 and not high & set(range(lo, hi))
                 and not rank & set(range(last_lo, last_hi))
                 and all(not (rank | high) & set(range(a, b)) for a, b in pass_bits[1:-1])

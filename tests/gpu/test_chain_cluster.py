@@ -3,8 +3,9 @@ float64 oracles on the GPU.
 
 Each case takes the one-block segment of a chain (``make_row_segment(..., max_cluster=1)``)
 and spreads its tile over every cluster size and every place of the rank bits that its
-passes allow (batch-size-last: within the first pass's digits; batch-size-first: t's top
-bits, within one pass's digits), so small chains reach every kernel path cheaply; the last
+passes allow (batch-size-last: within the first pass's digits, some of them maybe at the top
+of the last pass's; batch-size-first: t's top bits, within one pass's digits), so small
+chains reach every kernel path cheaply; the last
 tests check that the configuration takes clusters on its own for long vectors and that
 ``auto`` runs them. Oracles: dense complex128 products from the definition
 (conftest.chain_oracle), the definition factor by factor, and scipy.linalg.hadamard; outputs
@@ -54,7 +55,8 @@ def _folds(chain):
 
 def _clustered(chain, dtype, batch):
     """The chain's one-block batch-size-last segment spread over every cluster the first
-    pass allows: (cluster, rank_shift, segment) for each."""
+    pass allows, with ``last`` of its rank bits (0 or more) at the top of the last pass's
+    digits: (cluster, (rank_shift, last), segment) for each."""
     seg = make_row_segment(_factors(chain, dtype), dtype, "bsl", batch, max_cluster=1,
                            **_folds(chain))
     assert seg is not None and seg.cluster == 1
@@ -62,10 +64,12 @@ def _clustered(chain, dtype, batch):
     out = []
     cluster = 2
     while cluster <= ks_rows.cluster_limit():
-        for shift in range(lo, hi - cluster.bit_length() + 2):
-            if ks_rows._cluster_fits("bsl", seg.n, cluster, seg.pass_bits, shift):
-                out.append((cluster, shift,
-                            dataclasses.replace(seg, cluster=cluster, rank_shift=shift)))
+        lcs = cluster.bit_length() - 1
+        for last in range(lcs):
+            for shift in range(lo, hi - (lcs - last) + 1):
+                if ks_rows._cluster_fits("bsl", seg.n, cluster, seg.pass_bits, shift, last):
+                    out.append((cluster, (shift, last), dataclasses.replace(
+                        seg, cluster=cluster, rank_shift=shift, last_rank_bits=last)))
         cluster *= 2
     return out
 
@@ -85,7 +89,9 @@ def _batches(N):
 def test_cluster_against_oracle(poisoned, rng, name, dtype):
     """Every cluster and rank-bit place (float32 and complex128; the smallest and largest
     cluster for the other dtypes) at B = 1000, the largest cluster at the other batches (each
-    case is an instantiation of its own: NVRTC time)."""
+    case is an instantiation of its own: NVRTC time). Places with rank bits in the last
+    pass's digits (whose reads reach other blocks) are among them for every chain but
+    butterfly_desc (its last pass's digits are below the first's)."""
     chain = gpu_chain(CHAINS[name], dtype, seed=len(name))
     D = chain_oracle(chain)
     N = chain.shape[1]
@@ -93,6 +99,7 @@ def test_cluster_against_oracle(poisoned, rng, name, dtype):
     for B in _batches(N):
         cases = _clustered(chain, numpy.dtype(dtype), B)
         assert cases, "no cluster fits the chain's first pass"
+        assert name == "butterfly_desc" or any(last for _, (_, last), _ in cases)
         if B != 1000:
             cases = cases[-1:]
         elif not every:
@@ -136,6 +143,26 @@ def test_cluster_dft_stages(poisoned, rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64])
+@pytest.mark.parametrize("n, cluster", [(4096, 8), (16384, 16)])
+def test_bsl_long_butterflies_split_the_rank_bits(poisoned, rng, n, cluster, dtype):
+    """Random butterflies of 4096 and 16384, whose radix-4 first pass holds 2 of the rank
+    bits, take clusters of 8 and 16 with the rest at the top of the last pass's digits (its
+    reads reach the other blocks as it writes Y), and ``auto``'s plan runs them; checked
+    against the definition factor by factor, ragged tiles included."""
+    C = ks.butterfly(n, dtype=dtype, xp=cupy, seed=23)
+    B = 1001 if n == 4096 else 77
+    plan = C.plan("bsl", dtype, 2**26 // n)
+    segs = [s for s in plan.steps if isinstance(s, ks_rows.RowSegment)]
+    assert len(segs) == 1 and (segs[0].cluster, segs[0].last_rank_bits > 0) == (cluster, True), \
+        plan.describe()
+    X = random_array(rng, (n, B), dtype)
+    ref = _factor_by_factor(C, X.T).T
+    tol = RTOL[numpy.dtype(dtype)]
+    assert rel_err(segs[0](cupy.asarray(X), "bsl"), ref) < tol
+    assert rel_err(C.matmul(cupy.asarray(X), layout="bsl"), ref) < tol
+
+
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64])
 @pytest.mark.parametrize("n", [1024, 4096, 8192])
 def test_long_vectors_take_clusters(poisoned, rng, n, dtype):
     """Where a one-block tile of whole 128-byte runs does not fit three blocks an SM, the
@@ -163,7 +190,8 @@ def test_sanitizer_subset_cluster(poisoned, rng, dtype):
     D = chain_oracle(chain)
     X = random_array(rng, (64, 37), dtype)
     cases = _clustered(chain, numpy.dtype(dtype), 37)
-    assert {cluster for cluster, _, _ in cases} >= {2, 4}
+    assert {cluster for cluster, _, _ in cases} >= {2, 4, 8, 16}
+    assert any(last for _, (_, last), _ in cases)
     for cluster, shift, seg in cases:
         assert rel_err(seg(cupy.asarray(X), "bsl"), D @ X) < _tol(dtype, chain), \
             (cluster, shift)

@@ -1037,8 +1037,10 @@ __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(NT, MINB) ks_rows_c
     // butterfly(4096) float32 bsf on a cluster of 4 at MEMBAR.ALL.GPU; 0.299 -> 0.291 ms).
     // This rests on the hardware's issue order, not on PTX's memory model (a relaxed arrival
     // orders no earlier access): the SASS of the float32 and complex64 butterflies' segments
-    // (sm_90, CUDA 13.0) has every remote read of the last pass feeding a store of Y before
-    // the arrival; check it again where the compiler changes. In the tile with rows past B,
+    // (sm_90, CUDA 13.0; batch-size-first on 4 blocks, and batch-size-last float32
+    // butterfly(4096) on 8 with a rank bit in the last pass) has every remote read of the
+    // last pass feeding a store of Y before the arrival; check it again where the compiler
+    // changes. In the tile with rows past B,
     // whose values are read but not all stored, it releases.
     if (it + cluster_count() < tiles || (All::LAST_REMOTE && row0 + RT > B)) cluster_sync();
     else if (All::LAST_REMOTE) cluster_sync_relaxed();

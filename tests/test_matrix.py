@@ -459,11 +459,15 @@ def test_tuning_decisions_forgotten_reach_prepared_runs(rng):
     K = ks.KSMatrix(cupy.asarray(random_array(rng, (1, 16, 16, 2), numpy.float32)))
     X = cupy.asarray(random_array(rng, (32, 4), numpy.float32))
     K @ X
+    (key, (stamp, run)), = K._prepared_runs().items()
     before = tuning.epoch
     tuning._forget_decisions()
     assert tuning.epoch == before + 1
     assert rel_err(K @ X, oracle_of(K) @ to_numpy(X)) < 1e-4
-    assert len(K._prepared_runs()) == 2       # a second run, under the new epoch
+    # the run is prepared again under the new epoch and replaces the stale one in place
+    # (operator.py: stale runs are not kept)
+    (key2, (stamp2, run2)), = K._prepared_runs().items()
+    assert key2 == key and stamp2 != stamp and run2 is not run
 
 
 @pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64, numpy.complex128])

@@ -14,6 +14,7 @@ import pytest
 import kscupy as ks
 from conftest import DTYPES, RTOL, chain_oracle, gpu_available, gpu_chain, random_array, rel_err
 from kscupy import costs, planner
+from kscupy.kernels import ks_rows
 
 pytestmark = pytest.mark.gpu
 if not gpu_available():
@@ -95,18 +96,25 @@ def test_relayout_against_oracle(poisoned, rng, dtype, layout):
     assert rel_err(step(view, layout), ref) < tol
 
 
-def test_long_dft_in_batch_size_last_runs_batch_size_first(poisoned, rng):
-    """DFT(16384), complex64, batch-size-last, planned for an H200's rates (the plan
-    tests/test_planner.py checks; on an H100's the model prefers merged products): the plan
-    transposes to the batch-size-first whole-vector launch and back, and matches
-    numpy.fft."""
+def test_long_dft_in_batch_size_last_runs_batch_size_first(poisoned, rng, monkeypatch):
+    """DFT(16384), complex64, batch-size-last, planned for an H200's rates without
+    thread-block clusters (the plan tests/test_planner.py checks; on an H100's the model
+    prefers merged products): the plan transposes to the batch-size-first whole-vector
+    launch and back, and matches numpy.fft. With clusters the plan holds the vector on 16
+    blocks in batch-size-last instead (checked too)."""
     n, B = 16384, 4096
     F = ks.dft(n, dtype=numpy.complex64, xp=cupy)
+    X = cupy.asarray(random_array(rng, (n, B), numpy.complex64))
+    cols = slice(0, B, 97)                   # a sample of columns keeps the oracle cheap
+    ref = numpy.fft.fft(X[:, cols].get().astype(numpy.complex128), axis=0)
+    clustered = planner.plan(F, "bsl", numpy.dtype(numpy.complex64), B, rates=H200)
+    segs = [s for s in clustered.steps if isinstance(s, ks_rows.RowSegment)]
+    assert len(segs) == 1 and segs[0].cluster == 16 and segs[0].layout == "bsl", \
+        clustered.describe()
+    assert rel_err(clustered.prepare(X, "bsl")(X)[:, cols], ref) < 2e-5
+    monkeypatch.setattr(ks_rows, "cluster_limit", lambda: 1)
     plan = planner.plan(F, "bsl", numpy.dtype(numpy.complex64), B, rates=H200)
     assert isinstance(plan.steps[0], planner.Relayout), plan.describe()
     assert plan.launches == 3
-    X = cupy.asarray(random_array(rng, (n, B), numpy.complex64))
     Y = plan.prepare(X, "bsl")(X)
-    cols = slice(0, B, 97)                   # a sample of columns keeps the oracle cheap
-    ref = numpy.fft.fft(X[:, cols].get().astype(numpy.complex128), axis=0)
     assert rel_err(Y[:, cols], ref) < 2e-5

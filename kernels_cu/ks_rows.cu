@@ -674,8 +674,9 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
     const Out out{tile, e};
     if constexpr (Lc::ALONG == ALONG_T) {
       for (int j = threadIdx.x; j < MY_WORK; j += NT) {
-        const int w = item_of(j, rank), q = w % Q, row0 = (w / Q) * RG;
-        const int lo = q % DLO, hi = q / DLO;
+        // (unsigned: signed index math pays for the sign at each division)
+        const unsigned w = (unsigned)item_of(j, rank), q = w % Q;
+        const int row0 = (int)(w / Q) * RG, lo = (int)(q % DLO), hi = (int)(q / DLO);
         const int t0 = hi * (E * DLO) + lo;
         C wts[NW];
         Fc::load(wts, hi, lo, meta);

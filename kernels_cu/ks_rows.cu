@@ -205,9 +205,10 @@ template <class P, class... Fs> struct PassWeights {
 };
 
 // Per factor FI, three entries of the kernel's meta table: the address of its values (block
-// of group g at g·r·r; for VEC, their copy interleaved by 16-byte word; a twiddled stage:
-// its table of d twiddles, already conjugated for a conjugated view), 1 to use conj(w)
-// (stored blocks), the bits of its scale as a double (stages).
+// of group g at g·r·r; for VEC, their copy interleaved by 16-byte word, of the conjugated
+// values for a conjugated view; a twiddled stage: its table of d twiddles, already
+// conjugated for a conjugated view), 1 to use conj(w) (stored blocks read in place), the
+// bits of its scale as a double (stages).
 constexpr int META = 3;
 
 // Factor F's blocks for the work item (hi, lo) of pass P into w[OFF ...], conjugated when
@@ -235,7 +236,10 @@ __device__ __forceinline__ void load_weights(C (&w)[NW], int hi, int lo,
     }
     return;
   }
-  const bool cj = meta[META * FI + 1] != 0;
+  // conjugates, for blocks read in place (an interleaved copy holds them already: the host's
+  // copy of a conjugated view is of the conjugated values, so VEC reads need no select, which
+  // cost two issue slots a complex value)
+  const bool cj = !F::vec && meta[META * FI + 1] != 0;
 #pragma unroll
   for (int o = 0; o < E / r; ++o) {
     const int u0 = (o / s) * (s * r) + o % s;           // u with F's digit zero

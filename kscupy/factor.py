@@ -199,21 +199,25 @@ class Factor:
             table = self.cache[key] = self.xp.asarray(t.astype(self.dtype))
         return table
 
-    def interleaved_words(self):
+    def interleaved_words(self, conjugated: bool = False):
         """The stored blocks as 16-byte words interleaved across groups, kept in the cache:
         ``(W, a·d, 16 / itemsize)`` with word m of group g's block (row-major, ``b·c``
         values, ``W = b·c·itemsize / 16``) at ``[m, g]``, for kernels whose neighbouring
         threads read neighbouring groups' blocks (``kernels_cu/ks_rows.cu``). Needs
-        ``b·c·itemsize`` to be a multiple of 16; the view's flags are not applied."""
+        ``b·c·itemsize`` to be a multiple of 16; the view's flags are not applied, but
+        ``conjugated`` gives the copy of the conjugated values (complex dtypes; kept
+        beside the other), so that a kernel reading it never conjugates."""
         b, c, isz = self.stored.b, self.stored.c, self.dtype.itemsize
         if b * c * isz % 16:
             raise ValueError(f"blocks of {b * c * isz} bytes are not whole 16-byte words")
-        words = self.cache.get("interleaved words")
+        conjugated = conjugated and self.dtype.kind == "c"
+        key = "interleaved words, conjugated" if conjugated else "interleaved words"
+        words = self.cache.get(key)
         if words is None:
             per_word = 16 // isz
-            groups = self.tiles.reshape(-1, b * c * isz // 16, per_word)
-            words = self.cache["interleaved words"] = self.xp.ascontiguousarray(
-                groups.transpose(1, 0, 2))
+            tiles = self.tiles.conj() if conjugated else self.tiles
+            groups = tiles.reshape(-1, b * c * isz // 16, per_word)
+            words = self.cache[key] = self.xp.ascontiguousarray(groups.transpose(1, 0, 2))
         return words
 
     def todense(self):

@@ -489,6 +489,12 @@ def test_interleaved_words_hold_each_block_word_by_word(pattern, dtype):
     for g in range(a * d):
         assert (words[:, g].reshape(-1) == blocks[g]).all()
     assert f.interleaved_words() is words                    # kept
+    # the copy of the conjugated values (kept beside it; real values have only the one)
+    conj = f.interleaved_words(conjugated=True)
+    assert (conj is words) == (numpy.dtype(dtype).kind != "c")
+    assert (conj == numpy.conj(words)).all() and f.interleaved_words(conjugated=True) is conj
     f.write(2 * f.blocks)
     assert f.interleaved_words() is not words
     assert (f.interleaved_words()[:, 0].reshape(-1) == f.tiles.reshape(a * d, b * c)[0]).all()
+    assert (f.interleaved_words(conjugated=True)[:, 0].reshape(-1) ==
+            f.tiles.reshape(a * d, b * c)[0].conj()).all()

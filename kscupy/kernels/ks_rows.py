@@ -312,21 +312,22 @@ class RowSegment:
         """Each factor read as 16-byte words (``vector_blocks``): its blocks interleaved by
         word (``Factor.interleaved_words``), else None; held here so that the addresses in
         :attr:`meta` stay valid while the segment lives."""
-        return tuple(f.interleaved_words() if vec else None
+        return tuple(f.interleaved_words(conjugated=f.conjugated) if vec else None
                      for f, vec in zip(self.factors, self.vector_blocks))
 
     @functools.cached_property
     def meta(self):
         """``META`` int64 entries per factor (``load_weights`` in ks_rows.cu): the address
-        of its values (their interleaved copy for ``vector_blocks``, its twiddle table, or 0
-        for a Hadamard stage), 1 to use their conjugates (stored blocks), the bits of its
-        scale as a float64 (stages)."""
+        of its values (their interleaved copy for ``vector_blocks``, of the conjugated
+        values for a conjugated view; its twiddle table; or 0 for a Hadamard stage), 1 to
+        use their conjugates (stored blocks read in place), the bits of its scale as a
+        float64 (stages)."""
         table = numpy.zeros(_META * len(self.factors), dtype=numpy.int64)
         for i, (f, (stage, _), tw, words) in enumerate(zip(
                 self.factors, self.stages, self._twiddle_tables, self._interleaved)):
             if stage == STORED:
                 table[_META * i] = f.address if words is None else words.data.ptr
-                table[_META * i + 1] = int(f.conjugated)
+                table[_META * i + 1] = int(f.conjugated and words is None)
             else:
                 table[_META * i] = 0 if tw is None else tw.data.ptr
                 table[_META * i + 2] = numpy.float64(f.structure.scale).view(numpy.int64)

@@ -780,7 +780,7 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
 template <class Lc, int FI, class... Ps>
 struct Passes {
   static constexpr bool FIRST_REMOTE = false, FIRST_ASYNC = false, LAST_REMOTE = false,
-                        ANY_REMOTE = false;
+                        ANY_REMOTE = false, FIRST_PREFETCH = false;
   __device__ __forceinline__ static void run(typename Lc::T*, const long long*,
                                              const Ends<typename Lc::T>&, int) {}
 };
@@ -791,10 +791,11 @@ struct Passes<Lc, FI, P, Rest...> {
   using Run = PassRun<Lc, P, FI, FIRST && Lc::ALONG == ALONG_ROW, LAST && Lc::TO_Y>;
   using Next = Passes<Lc, FI + P::NF, Rest...>;
   // whether this pass (the first of the list), the last or any pass reaches other blocks;
-  // whether this one writes them by st.async (PassRun::ASYNC)
+  // whether this one writes them by st.async (PassRun::ASYNC), and loads an item's values
+  // during the item before (PassRun::PREFETCH)
   static constexpr bool FIRST_REMOTE = Run::REMOTE, ANY_REMOTE = Run::REMOTE || Next::ANY_REMOTE,
                         LAST_REMOTE = LAST ? Run::REMOTE : Next::LAST_REMOTE,
-                        FIRST_ASYNC = Run::ASYNC;
+                        FIRST_ASYNC = Run::ASYNC, FIRST_PREFETCH = Run::PREFETCH;
   __device__ __forceinline__ static void run(T* tile, const long long* meta, const Ends<T>& e,
                                              int rank) {
     Run::run(tile, meta, e, rank);
@@ -915,6 +916,31 @@ __device__ __forceinline__ void store_tile(const T* tile, T* __restrict__ Y, lon
   });
 }
 
+// Batch-size-last, a tile's X asked of L2 before its first pass reads it: features rank·N/CS
+// ... (rank + 1)·N/CS - 1 (the share of block `rank` of a cluster of CS, whichever block's
+// first pass reads them) of batch rows row0 ... row0 + RT - 1, one prefetch a 128-byte line
+// of each feature's run (contiguous: sx_b = 1). A thread's first pass reads X item by item,
+// each item's loads after the last one's products, so without it the pass waited on DRAM
+// once per item; with it the first item's loads do, the rest find their lines in L2 or on
+// their way. The kernels ask for it where the first pass does not load an item's values
+// during the item before (PassRun::PREFETCH): H200, one process, against none: Hadamard
+// (8192) float32 on 16 blocks 0.227 -> 0.193 ms, complex64 butterflies of 256 / 1024 / 4096
+// 0.453 / 0.564 / 0.714 -> 0.399 / 0.511 / 0.667, DFTs unchanged. Where it does (float32
+// butterflies), the prefetch made butterfly(1024) slower, 0.248 -> 0.268 (4096: 0.336 ->
+// 0.331). The bulk prefetch (cp.async.bulk.prefetch.L2, one a run) was slower than none;
+// prefetches of later tiles (the tile a cluster starting 1 to 64 tiles later takes) too.
+template <class T, int N, int RT, int NT, int CS>
+__device__ __forceinline__ void prefetch_tile_l2(const T* X, long long B, long long row0,
+                                                 long long sx_f, int rank) {
+  constexpr int NB = N / CS;
+  const long long bytes = (B - row0 < RT ? B - row0 : RT) * (long long)sizeof(T);
+  for (int t = rank * NB + threadIdx.x; t < (rank + 1) * NB; t += NT) {
+    const unsigned long long at = __cvta_generic_to_global(X + (long long)t * sx_f + row0);
+    for (unsigned long long line = at & ~127ull; line < at + bytes; line += 128)
+      asm volatile("prefetch.global.L2 [%0];" :: "l"(line));
+  }
+}
+
 // Y = K_F ... K_1 X on whole feature vectors of length N. Ps: the passes (Pass<Radix...>),
 // factors in the order they are applied. X: element (row, column) at row·sx_b + column·sx_f;
 // Y likewise with sy_*. MINB: blocks per SM the registers must allow (several blocks per SM
@@ -932,7 +958,8 @@ __device__ __forceinline__ void store_tile(const T* tile, T* __restrict__ Y, lon
 //    Y (XSide, YSide: a warp's lanes walk the contiguous batch rows, up to VX rows an access
 //    where the host checked contiguity and alignment), so the tile goes through shared
 //    memory once per pass after the first. in_map / out_map: the gathers as src / dst (null:
-//    none; REVERSED: src is the bit reversal, computed).
+//    none; REVERSED: src is the bit reversal, computed). Where X's rows are contiguous
+//    (sx_b = 1), the tile's X is asked of L2 first (prefetch_tile_l2).
 template <class T, int N, int RT, int NT, int MINB, int ALONG, int VX, int VY, bool REVERSED,
           bool TO_Y, class... Ps>
 __global__ void __launch_bounds__(NT, MINB) ks_rows(
@@ -953,6 +980,8 @@ __global__ void __launch_bounds__(NT, MINB) ks_rows(
     if constexpr (!bsl) {
       load_tile<T, N, RT, NT, VX, REVERSED>(tile, X, B, row0, sx_f, sx_b, in_map);
       __syncthreads();
+    } else if (!Passes<Lc, 0, Ps...>::FIRST_PREFETCH && sx_b == 1) {
+      prefetch_tile_l2<T, N, RT, NT, 1>(X, B, row0, sx_f, 0);
     }
     Passes<Lc, 0, Ps...>::run(tile, meta, ends, 0);
     if constexpr (!TO_Y) {
@@ -978,7 +1007,8 @@ template <class P> struct last_of<P> { using type = P; };
 // butterfly(4096) and Hadamard(8192), most of it waiting for the tile's stores of Y).
 //  - Batch-size-last (VX = VY, TO_Y): the first pass (which holds the rank bits, or the low
 //    ones) reads X and writes to every block of the cluster; the last, where it holds the
-//    high ones, reads them as it writes Y.
+//    high ones, reads them as it writes Y. Each block asks L2 for its share of the tile's X
+//    first (prefetch_tile_l2), where X's rows are contiguous.
 //  - Batch-size-first (no gathers: REVERSED false, no tables): the rank bits are t's top
 //    bits, so block `rank` loads and stores features rank·N/CS ... (rank + 1)·N/CS - 1 of
 //    each row, one contiguous share; the passes whose digits hold them read and write the
@@ -1022,6 +1052,8 @@ __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(NT, MINB) ks_rows_c
     if (exchange && threadIdx.x == 0) mbarrier_arrive_expect_tx(bar, Lc::L::SMEM_BYTES);
     const Ends<T> ends{X, Y, B, row0, sx_f, sx_b, sy_f, sy_b,
                        bsl ? in_map : nullptr, bsl ? out_map : nullptr, parity};
+    if (bsl && !All::FIRST_PREFETCH && sx_b == 1)
+      prefetch_tile_l2<T, N, RT, NT, CS>(X, B, row0, sx_f, rank);
     if constexpr (!bsl) {
       load_tile<T, NB, RT, NT, VX, false>(tile, X + (long long)rank * NB * sx_f, B, row0, sx_f,
                                           sx_b, nullptr);

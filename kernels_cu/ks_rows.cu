@@ -733,12 +733,13 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
           const Item first = item(threadIdx.x);
           Fc::load(next, first.hi, first.lo, meta);
         }
-        // Unrolled where the next item's values are not prefetched, so that the compiler can
-        // issue its loads above this item's products (H200, one process: complex64
-        // butterflies of 1024 / 4096 0.511 / 0.667 -> 0.479 / 0.634 ms; other chains within
-        // 2%; with PREFETCH, float32 butterfly(1024) 0.253 -> 0.263, and by 2 everywhere
-        // slower).
-#pragma unroll (PREFETCH ? 1 : 4)
+        // Unrolled on clusters where the next item's values are not prefetched, so that the
+        // compiler can issue its loads above this item's products (H200, one process:
+        // complex64 butterflies of 1024 / 4096 0.511 / 0.667 -> 0.479 / 0.634 ms; other
+        // chains within 2%). Not with PREFETCH (float32 butterfly(1024) 0.253 -> 0.263), nor
+        // on one block a tile (H100: complex64 butterfly(256) 0.489 -> 0.554), nor by 2
+        // (slower everywhere).
+#pragma unroll ((PREFETCH || Lc::CS == 1) ? 1 : 4)
         for (int j = threadIdx.x; j < MY_WORK; j += NT) {
           const Item it = item(j);
           if constexpr (PREFETCH) {

@@ -33,20 +33,31 @@ import numpy
 from . import _arrays, memory
 from .chain import KSChain
 from .matrix import KSMatrix
+from .shuffle import perfect_shuffle
+from .structure import DFTStage
 from .submatrix import KSSubmatrix
 
-__all__ = ["framed_dft", "bluestein_length", "needs_bluestein", "largest_prime_factor"]
+__all__ = ["framed_dft", "mixed_radix_dft", "dft_scale", "bluestein_length", "needs_bluestein",
+           "prime_factors", "largest_prime_factor"]
+
+
+def prime_factors(n: int) -> list:
+    """The prime factors of ``n >= 1``, smallest first, with multiplicity (none for ``n = 1``),
+    by trial division."""
+    factors, m, p = [], n, 2
+    while p * p <= m:
+        while m % p == 0:
+            factors.append(p)
+            m //= p
+        p += 1
+    if m > 1:
+        factors.append(m)
+    return factors
 
 
 def largest_prime_factor(n: int) -> int:
-    """The largest prime factor of ``n >= 1`` (1 for ``n = 1``), by trial division."""
-    m, p, largest = n, 2, 1
-    while p * p <= m:
-        while m % p == 0:
-            m //= p
-            largest = p
-        p += 1
-    return max(largest, m)
+    """The largest prime factor of ``n >= 1`` (1 for ``n = 1``)."""
+    return max(prime_factors(n), default=1)
 
 
 def needs_bluestein(n: int, max_radix: int) -> bool:
@@ -65,6 +76,51 @@ _SCALE = {None: lambda n, inv: 1.0 / n if inv else 1.0,
           "backward": lambda n, inv: 1.0 / n if inv else 1.0,
           "ortho": lambda n, inv: 1 / math.sqrt(n),
           "forward": lambda n, inv: 1.0 if inv else 1.0 / n}
+
+
+def dft_scale(n: int, norm, inverse: bool) -> float:
+    """The factor numpy.fft scales a DFT of size ``n`` by, for ``norm`` (None, "backward",
+    "ortho" or "forward") and the direction."""
+    if norm not in _SCALE:
+        raise ValueError(f'norm must be None, "backward", "ortho" or "forward", got {norm!r}')
+    return _SCALE[norm](n, inverse)
+
+
+def mixed_radix_dft(n: int, dtype, scale: float, inverse: bool, xp) -> KSChain:
+    """``scale`` times the DFT of size ``n`` (the inverse's unscaled kernel with ``inverse``)
+    as a mixed-radix chain (decimation in time), ``F_n = K_1 ... K_L Q``: one factor a prime
+    factor ``r_l`` of ``n``, smallest first (:func:`prime_factors`), pattern ``(r_1...r_{l-1},
+    r_l, r_l, n / (r_1...r_l))``, each a size-``r_l`` DFT with its twiddles folded in and
+    declared as a :class:`~kscupy.DFTStage`; ``Q`` the digit reversal, the chain's input
+    permutation. The caller has checked ``n`` and ``dtype`` (:func:`kscupy.dft`)."""
+    sign = 1 if inverse else -1
+    radices = prime_factors(n) or [1]                 # n = 1: one 1 x 1 factor
+    _check_dft_fits(n, radices, dtype, xp)
+    factors, perm, a = [], numpy.arange(n), 1
+    for level, r in enumerate(radices):
+        d = n // (a * r)
+        # a size-r DFT with the twiddles folded in (the values of kscupy.structure.DFTStage,
+        # declared so that kernels may compute the stage instead of loading it); the
+        # normalisation goes on the first-applied factor
+        stage = DFTStage(int(sign), True, scale if level == len(radices) - 1 else 1.0)
+        w = stage.values((a, r, r, d))
+        factors.append(KSMatrix(w.astype(dtype), structure=stage, xp=xp))
+        # this level's input split: I_a ⊗ P_{d, r} (decimation by r within each of a blocks)
+        split = (numpy.arange(a)[:, None] * (r * d) + perfect_shuffle(d, r)[None, :]).ravel()
+        perm = perm[split]
+        a *= r
+    identity = bool((perm == numpy.arange(n)).all())
+    return KSChain(factors, input_permutation=None if identity else xp.asarray(perm))
+
+
+def _check_dft_fits(n, radices, dtype, xp):
+    """MemoryError unless the DFT chain's values (``n * r`` per radix ``r``) fit in the memory
+    of ``xp``, and the complex128 temporaries of its largest factor (its values and their
+    scaled copy, computed on the host) in host memory."""
+    what = f"dft({n}) ({numpy.dtype(dtype)}, {n * sum(radices):,} values)"
+    values = n * sum(radices) * numpy.dtype(dtype).itemsize
+    temporaries = 2 * n * max(radices) * numpy.dtype(numpy.complex128).itemsize
+    memory.check_fits_with_host(values, temporaries, xp, what)
 
 
 def _scaled(values, rows=None, cols=None):
@@ -102,8 +158,7 @@ def _check_bluestein_fits(n, m, dtype, xp, max_radix):
     """MemoryError unless Bluestein's two size-``m`` chains fit: their values in ``dtype`` on
     ``xp``, and on the host the two complex128 chains they are computed from plus the copies
     that get scaled (four complex128 chains at the peak), and the length-``m`` diagonals."""
-    from .transforms import radix_factors
-    values = 2 * m * sum(radix_factors(m, max_radix))           # forward and inverse chains
+    values = 2 * m * sum(prime_factors(m))                      # forward and inverse chains
     what = f"dft({n}) by Bluestein (two size-{m} chains, {values:,} values)"
     frame = 8 * m * numpy.dtype(numpy.complex128).itemsize     # diagonals, chirps, gathers
     host = 2 * values * numpy.dtype(numpy.complex128).itemsize + frame
@@ -121,8 +176,7 @@ def framed_dft(n, *, row_scale=None, col_scale=None, input_gather=None, output_g
     :class:`KSSubmatrix` of an ``m x m`` chain, ``m = bluestein_length(n)``. Shapes: ``(n, n)``.
     """
     dtype = _arrays.check_dtype(dtype)
-    if norm not in _SCALE:
-        raise ValueError(f'norm must be None, "backward", "ortho" or "forward", got {norm!r}')
+    scale = dft_scale(n, norm, inverse)
     if needs_bluestein(n, max_radix):                  # before any length-n array
         _check_bluestein_fits(n, bluestein_length(n), dtype, xp, max_radix)
     ones = numpy.ones(n, dtype=numpy.complex128)
@@ -130,9 +184,8 @@ def framed_dft(n, *, row_scale=None, col_scale=None, input_gather=None, output_g
     c = ones if col_scale is None else numpy.asarray(col_scale, dtype=numpy.complex128)
     g_in = numpy.arange(n) if input_gather is None else numpy.asarray(input_gather)
     g_out = numpy.arange(n) if output_gather is None else numpy.asarray(output_gather)
-    from .transforms import dft
     if not needs_bluestein(n, max_radix):
-        F = dft(n, dtype=numpy.complex128, norm=norm, xp=numpy, inverse=inverse, max_radix=max_radix)
+        F = mixed_radix_dft(n, numpy.complex128, scale, inverse, numpy)
         values = _host_values(F)
         q = _permutation_or_identity(F, "input_permutation", n)
         # F = K_1 ... K_L Q with Q x = x[q]: diag(r) scales K_1's rows; Q diag(c) = diag(c[q]) Q
@@ -149,13 +202,12 @@ def framed_dft(n, *, row_scale=None, col_scale=None, input_gather=None, output_g
     h[:n] = chirp.conj()
     h[m - n + 1:] = chirp.conj()[1:][::-1]
     spectrum = numpy.fft.fft(h)                      # the filter's DFT, precomputed once
-    forward_m = dft(m, dtype=numpy.complex128, xp=numpy)
-    inverse_m = dft(m, dtype=numpy.complex128, xp=numpy, inverse=True)     # carries the 1/m
+    forward_m = mixed_radix_dft(m, numpy.complex128, 1.0, False, numpy)
+    inverse_m = mixed_radix_dft(m, numpy.complex128, 1.0 / m, True, numpy)   # carries the 1/m
     q = _permutation_or_identity(inverse_m, "input_permutation", m)
     left = _host_values(inverse_m)                   # K'_1 ... K'_L, then Q
     right = _host_values(forward_m.T)                # Q^T K_L^T ... K_1^T, Q^T on the output
     left[-1] = _scaled(left[-1], cols=spectrum[q])   # Q diag(H) Q^T = diag(H[q])
-    scale = _SCALE[norm](n, inverse)
     out_diag = numpy.zeros(m, dtype=numpy.complex128)   # rows n..m are cropped: zero them
     out_diag[:n] = scale * r * chirp
     in_diag = numpy.zeros(m, dtype=numpy.complex128)    # columns n..m only see padding zeros

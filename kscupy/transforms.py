@@ -28,9 +28,9 @@ import numpy
 
 from . import _arrays, memory
 from .chain import KSChain
+from .fourier import dft_scale, framed_dft, mixed_radix_dft, needs_bluestein, prime_factors
 from .matrix import KSMatrix
 from .pattern import KSPattern
-from .shuffle import perfect_shuffle
 from .structure import DFTStage
 
 __all__ = ["dft", "idft", "hadamard", "butterfly", "block_butterfly", "monarch", "low_rank",
@@ -56,15 +56,7 @@ def radix_factors(n: int, max_radix: int = 64) -> list:
     Raises ValueError when a prime factor exceeds ``max_radix`` (its factor would be a dense
     ``p x p`` block: correct, but no longer a fast transform).
     """
-    n = _check_size("n", n)
-    radices, m, p = [], n, 2
-    while p * p <= m:
-        while m % p == 0:
-            radices.append(p)
-            m //= p
-        p += 1
-    if m > 1:
-        radices.append(m)
+    radices = prime_factors(_check_size("n", n))
     too_big = [r for r in radices if r > max_radix]
     if too_big:
         raise ValueError(f"n = {n} has the prime factor {too_big[0]} > max_radix = {max_radix}; "
@@ -120,33 +112,11 @@ def dft(n: int, dtype=numpy.complex128, norm=None, xp=numpy, *, inverse=False, m
     dtype = _arrays.check_dtype(dtype)
     if dtype.kind != "c":
         raise TypeError(f"a DFT chain needs a complex dtype (complex64 or complex128), got {dtype}")
-    if norm not in (None, "backward", "ortho", "forward"):
-        raise ValueError(f'norm must be None, "backward", "ortho" or "forward", got {norm!r}')
+    scale = dft_scale(n, norm, inverse)
     _arrays.check_module(xp)
-    scale = {None: 1.0, "backward": 1.0, "ortho": 1 / math.sqrt(n), "forward": 1.0 / n}[norm]
-    if inverse:   # numpy's ifft scales by 1/n for "backward" and 1 for "forward"
-        scale = {None: 1.0 / n, "backward": 1.0 / n, "ortho": 1 / math.sqrt(n), "forward": 1.0}[norm]
-    from .fourier import framed_dft, needs_bluestein
     if needs_bluestein(n, max_radix):
         return framed_dft(n, dtype=dtype, norm=norm, xp=xp, inverse=inverse, max_radix=max_radix)
-    sign = 1 if inverse else -1
-    radices = radix_factors(n, max_radix) or [1]      # n = 1: one 1 x 1 factor
-    _check_dft_fits(n, radices, dtype, xp)
-    factors, perm, a = [], numpy.arange(n), 1
-    for level, r in enumerate(radices):
-        d = n // (a * r)
-        # a size-r DFT with the twiddles folded in (the values of kscupy.structure.DFTStage,
-        # declared so that kernels may compute the stage instead of loading it); the
-        # normalisation goes on the first-applied factor
-        stage = DFTStage(int(sign), True, scale if level == len(radices) - 1 else 1.0)
-        w = stage.values((a, r, r, d))
-        factors.append(KSMatrix(w.astype(dtype), structure=stage, xp=xp))
-        # this level's input split: I_a ⊗ P_{d, r} (decimation by r within each of a blocks)
-        split = (numpy.arange(a)[:, None] * (r * d) + perfect_shuffle(d, r)[None, :]).ravel()
-        perm = perm[split]
-        a *= r
-    identity = bool((perm == numpy.arange(n)).all())
-    return KSChain(factors, input_permutation=None if identity else xp.asarray(perm))
+    return mixed_radix_dft(n, dtype, scale, inverse, xp)
 
 
 def idft(n: int, dtype=numpy.complex128, norm=None, xp=numpy, *, max_radix=64):
@@ -154,16 +124,6 @@ def idft(n: int, dtype=numpy.complex128, norm=None, xp=numpy, *, max_radix=64):
     Bluestein's :class:`~kscupy.KSSubmatrix` when ``n`` has a prime factor above ``max_radix``
     (see :func:`dft`)."""
     return dft(n, dtype=dtype, norm=norm, xp=xp, inverse=True, max_radix=max_radix)
-
-
-def _check_dft_fits(n, radices, dtype, xp):
-    """MemoryError unless the DFT chain's values (``n * r`` per radix ``r``) fit in the memory
-    of ``xp``, and the complex128 temporaries of its largest factor (its values and their
-    scaled copy, computed on the host) in host memory."""
-    what = f"dft({n}) ({numpy.dtype(dtype)}, {n * sum(radices):,} values)"
-    values = n * sum(radices) * numpy.dtype(dtype).itemsize
-    temporaries = 2 * n * max(radices) * numpy.dtype(numpy.complex128).itemsize
-    memory.check_fits_with_host(values, temporaries, xp, what)
 
 
 def _check_chain_fits(patterns, dtype, xp, temporaries):

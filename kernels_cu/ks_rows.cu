@@ -733,13 +733,14 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
           const Item first = item(threadIdx.x);
           Fc::load(next, first.hi, first.lo, meta);
         }
-        // Unrolled on clusters where the next item's values are not prefetched, so that the
-        // compiler can issue its loads above this item's products (H200, one process:
-        // complex64 butterflies of 1024 / 4096 0.511 / 0.667 -> 0.479 / 0.634 ms; other
-        // chains within 2%). Not with PREFETCH (float32 butterfly(1024) 0.253 -> 0.263), nor
-        // on one block a tile (H100: complex64 butterfly(256) 0.489 -> 0.554), nor by 2
-        // (slower everywhere).
-#pragma unroll ((PREFETCH || Lc::CS == 1) ? 1 : 4)
+        // Unrolled on clusters where an item loads values and not the next item's ahead, so
+        // that the compiler can issue the next item's loads above this item's products
+        // (H200, one process: complex64 butterflies of 1024 / 4096 0.511 / 0.667 -> 0.479 /
+        // 0.634 ms; DFTs within 2%). Not with PREFETCH (float32 butterfly(1024) 0.253 ->
+        // 0.263), nor on one block a tile (H100: complex64 butterfly(256) 0.489 -> 0.554),
+        // nor by 2 (slower everywhere), nor for passes without values (Hadamard stages:
+        // float32 Hadamard(8192) 0.191 -> 0.195 ms; complex64 spilled 188 bytes, not timed).
+#pragma unroll ((PREFETCH || PassWeights<P, Fs...>::COUNT == 0 || Lc::CS == 1) ? 1 : 4)
         for (int j = threadIdx.x; j < MY_WORK; j += NT) {
           const Item it = item(j);
           if constexpr (PREFETCH) {
@@ -926,10 +927,11 @@ __device__ __forceinline__ void store_tile(const T* tile, T* __restrict__ Y, lon
 // Batch-size-last, a tile's X asked of L2 before its first pass reads it: features rank·N/CS
 // ... (rank + 1)·N/CS - 1 (the share of block `rank` of a cluster of CS, whichever block's
 // first pass reads them) of batch rows row0 ... row0 + RT - 1, one prefetch a 128-byte line
-// of each feature's run (contiguous: sx_b = 1). A thread's first pass reads X item by item,
-// each item's loads after the last one's products, so without it the pass waited on DRAM
-// once per item; with it the first item's loads do, the rest find their lines in L2 or on
-// their way. The kernels ask for it where the first pass does not load an item's values
+// of each feature's run (contiguous: sx_b = 1; features that share a line ask for it more
+// than once, which costs issue slots only). A thread's first pass reads X item by item, most
+// of an item's loads after the last one's products, so without it the pass waited on DRAM
+// about once per item; with it the first item's loads do, the rest find their lines in L2
+// or on their way. The kernels ask for it where the first pass does not load an item's values
 // during the item before (PassRun::PREFETCH): H200, one process, against none: Hadamard
 // (8192) float32 on 16 blocks 0.227 -> 0.193 ms, complex64 butterflies of 256 / 1024 / 4096
 // 0.453 / 0.564 / 0.714 -> 0.399 / 0.511 / 0.667, DFTs unchanged. Where it does (float32

@@ -986,11 +986,11 @@ __global__ void __launch_bounds__(NT, MINB) ks_rows(
     const long long row0 = it * RT;
     const Ends<T> ends{X, Y, B, row0, sx_f, sx_b, sy_f, sy_b,
                        bsl ? in_map : nullptr, bsl ? out_map : nullptr, 0u};
+    if (bsl && !Passes<Lc, 0, Ps...>::FIRST_PREFETCH && sx_b == 1)
+      prefetch_tile_l2<T, N, RT, NT, 1>(X, B, row0, sx_f, 0);
     if constexpr (!bsl) {
       load_tile<T, N, RT, NT, VX, REVERSED>(tile, X, B, row0, sx_f, sx_b, in_map);
       __syncthreads();
-    } else if (!Passes<Lc, 0, Ps...>::FIRST_PREFETCH && sx_b == 1) {
-      prefetch_tile_l2<T, N, RT, NT, 1>(X, B, row0, sx_f, 0);
     }
     Passes<Lc, 0, Ps...>::run(tile, meta, ends, 0);
     if constexpr (!TO_Y) {
@@ -1086,8 +1086,8 @@ __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(NT, MINB) ks_rows_c
     // (sm_90, CUDA 13.0; batch-size-first on 4 blocks, and batch-size-last float32
     // butterfly(4096) on 8 with a rank bit in the last pass) has every remote read of the
     // last pass feeding a store of Y before the arrival; check it again where the compiler
-    // changes. In the tile with rows past B,
-    // whose values are read but not all stored, it releases.
+    // changes. In the tile with rows past B, whose values are read but not all stored, it
+    // releases.
     if (it + cluster_count() < tiles || (All::LAST_REMOTE && row0 + RT > B)) cluster_sync();
     else if (All::LAST_REMOTE) cluster_sync_relaxed();
   }

@@ -203,7 +203,7 @@ def framed_dft(n, *, row_scale=None, col_scale=None, input_gather=None, output_g
     h[m - n + 1:] = chirp.conj()[1:][::-1]
     spectrum = numpy.fft.fft(h)                      # the filter's DFT, precomputed once
     forward_m = mixed_radix_dft(m, numpy.complex128, 1.0, False, numpy)
-    inverse_m = mixed_radix_dft(m, numpy.complex128, 1.0 / m, True, numpy)   # carries the 1/m
+    inverse_m = mixed_radix_dft(m, numpy.complex128, dft_scale(m, None, True), True, numpy)
     q = _permutation_or_identity(inverse_m, "input_permutation", m)
     left = _host_values(inverse_m)                   # K'_1 ... K'_L, then Q
     right = _host_values(forward_m.T)                # Q^T K_L^T ... K_1^T, Q^T on the output

@@ -56,7 +56,8 @@ def radix_factors(n: int, max_radix: int = 64) -> list:
     Raises ValueError when a prime factor exceeds ``max_radix`` (its factor would be a dense
     ``p x p`` block: correct, but no longer a fast transform).
     """
-    radices = prime_factors(_check_size("n", n))
+    n = _check_size("n", n)
+    radices = prime_factors(n)
     too_big = [r for r in radices if r > max_radix]
     if too_big:
         raise ValueError(f"n = {n} has the prime factor {too_big[0]} > max_radix = {max_radix}; "

@@ -101,10 +101,10 @@ _SINGLE_BY_DEVICE = {
     # because they move DFT(16384)'s batch-size-last plan on H200-like rates away from the
     # plan measured fastest there (tests/test_planner.py). On the H100 they move it too,
     # from the transpose and whole-vector plan to a fused segment and three products:
-    # neither was timed on the H100 (B = 4096; not a benchmark row). No H200 entries: its
-    # earlier fits of the keys since refitted on the H100 cannot be checked against the
-    # H200's engine runs, whose bmm was the permuting one (replayed, they send most float32
-    # bsl rows to bmm)
+    # neither was timed on the H100 (B = 4096; not a benchmark row). No H200 entry for it:
+    # the earlier H200 fits of the keys since refitted on the H100 cannot be checked against
+    # the H200's engine runs, whose bmm was the permuting one (replayed, they send most
+    # float32 bsl rows to bmm)
     # float32 in batch-size-first with d = 1, the kernel's in-group order and bmm's GEMMs
     # with the batch along their rows, fitted on 16 random d = 1 patterns timed on an H100
     # at 566f323 (probe_ingroup.py, results/ingroup_h100.json; RMS log error 0.12 and
@@ -121,6 +121,15 @@ _SINGLE_BY_DEVICE = {
     "H100": {("mma", "batch_complex"): (0.773, 1.052, 9.5),
              ("mma", "ingroup"): (1.251, 0.932, 17.5),
              ("bmm", "groups_rows"): (1.029, 0.864, 65.6)},
+    # The same two float32 keys on the H200, fitted on probe_ingroup.py's 16 patterns and the
+    # six d = 1 factors of bench_fft.py's Monarch and paper chains timed there at 9f0c88f
+    # (results/ingroup_h200_f32.json, 22 rows; RMS log error 0.14 and 0.17). With the shared
+    # constants auto sent 7 of the 22 to bmm, which the kernel beat by up to 1.34x, among
+    # them the first factor of the paper's (1, 192, 48, 2)·(2, 48, 192, 1) in batch-size-first
+    # (chains.json on the H200: auto 0.85x the per-factor baseline); replayed with these, it
+    # picks the fastest of the three on all 22, close calls timed.
+    "H200": {("mma", "ingroup"): (1.354, 0.855, 19.2),
+             ("bmm", "groups_rows"): (0.849, 0.737, 40.6)},
 }
 #: A chain is planned in the other layout between two transposes (``planner.Relayout``)
 #: only when the model finds that faster by this factor: the model's error on a whole

@@ -3,6 +3,7 @@
 import dataclasses
 import itertools
 import json
+import pathlib
 
 import numpy
 import pytest
@@ -165,7 +166,6 @@ def test_auto_tf32_chooses_among_the_tf32_backends_only(tmp_path, monkeypatch):
 
 
 def test_paper_grid_has_627_patterns_and_sample_spans_it():
-    import pathlib
     import sys
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "benchmarks"))
     from pattern_grid import paper_grid, stratified_sample
@@ -213,6 +213,29 @@ def test_bmm_with_the_batch_along_the_gemm_rows_has_its_own_key():
     assert costs.single_constants(h100, key) != costs.single_constants(RATES, key)
     assert costs.bmm_seconds(rows, h100) != costs.bmm_seconds(
         rows, dataclasses.replace(h100, name="x"))
+
+
+@pytest.mark.parametrize("results", ["ingroup_h100.json", "ingroup_h200_f32.json"])
+def test_d1_batch_size_first_picks_match_the_measured_fastest_on_each_hopper(results):
+    """costs._SINGLE_BY_DEVICE's float32 in-group and bmm-rows keys, replayed on the d = 1
+    batch-size-first rows timed on the GPU they were fitted on (probe_ingroup.py): auto's
+    pick among kernel, kernel_bsl and bmm, the two best timed where the model puts them
+    within tuning.GPU_CLOSE_CALL, is the fastest measured, or within 5% of it. With the
+    shared constants the H200's rows lost up to 1.34x (bmm picked where the kernel wins)."""
+    path = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "results" / results
+    data = json.loads(path.read_text())
+    rates = costs.DeviceRates(**data["rates"])
+    rows = [r for r in data["rows"] if r["dtype"] == "float32"]
+    assert len(rows) >= 16
+    for row in rows:
+        p = _problem(tuple(row["pattern"]), row["batch"], layout="bsf", contiguous=False)
+        measured = {k: row["seconds"][k] for k in ("kernel", "kernel_bsl", "bmm")}
+        ranked = [(t, b.name) for t, b in tuning._ranked(p, rates, "default")
+                  if b.name in measured]
+        pick = ranked[0][1]
+        if len(ranked) > 1 and ranked[1][0] <= tuning.GPU_CLOSE_CALL * ranked[0][0]:
+            pick = min((name for _, name in ranked[:2]), key=measured.get)
+        assert measured[pick] <= 1.05 * min(measured.values()), (row["pattern"], pick, measured)
 
 
 def test_whole_vector_load_store_path_follows_the_sms_not_the_dram():

@@ -122,18 +122,20 @@ def fit_bmm(data, rates):
             rates)
 
 
-def compare_chains(data, rates):
+def compare_chains(data, rates, max_cluster=None):
     """Modelled / measured time of the chains rows whose plan the planner still makes, the
-    planner taking the clusters the file's GPU runs (Hopper: up to ks_rows.MAX_CLUSTER
-    blocks), not this machine's (none without a GPU: it would price one-block tiles, up to
-    9x slower in batch-size-last, and plan other steps)."""
+    planner taking the clusters the file's GPU runs (``max_cluster``; by default
+    ks_rows.MAX_CLUSTER for an H100 or H200, else 1), not this machine's (none without a
+    GPU: it would price one-block tiles, up to 9x slower in batch-size-last, and plan other
+    steps)."""
     from unittest import mock
     from kscupy import planner
     from kscupy.kernels import ks_rows
     from bench_fft import transform_chain
-    hopper = any(name in data.get("device", "") for name in ("H100", "H200"))
-    limit = ks_rows.MAX_CLUSTER if hopper else 1
-    with mock.patch.object(ks_rows, "cluster_limit", lambda: limit):
+    if max_cluster is None:
+        hopper = any(name in data.get("device", "") for name in ("H100", "H200"))
+        max_cluster = ks_rows.MAX_CLUSTER if hopper else 1
+    with mock.patch.object(ks_rows, "cluster_limit", lambda: max_cluster):
         _compare_chains(data, rates, planner, transform_chain)
 
 
@@ -167,6 +169,9 @@ def main():
     parser.add_argument("--chains", action="store_true",
                         help="compare the planner's times with a bench_fft.py file's")
     parser.add_argument("--rates", help="take the device rates from this engine file")
+    parser.add_argument("--max-cluster", type=int, default=None,
+                        help="--chains: most blocks of a cluster the file's GPU ran (default: "
+                             "16 for an H100 or H200, else 1)")
     args = parser.parse_args()
     data = json.loads(pathlib.Path(args.results).read_text())
     source = json.loads(pathlib.Path(args.rates).read_text()) if args.rates else data
@@ -179,7 +184,7 @@ def main():
         fit_bmm(data, rates)
         return
     if args.chains:
-        compare_chains(data, rates)
+        compare_chains(data, rates, args.max_cluster)
         return
     groups = {}
     for p, row, precision in problems(data["rows"]):

@@ -79,7 +79,8 @@ _SINGLE = {  # (bytes_factor, efficiency, m0)
 _SINGLE[("mma", "ingroup_complex")] = _SINGLE[("mma", "ingroup")]
 # bmm with the batch along each group's GEMM rows (batch-size-first, d = 1; group_gemm_variant):
 # bmm_groups.json has one such row per key, too few to fit them apart, so they take the keys
-# above, except on the H100 (_SINGLE_BY_DEVICE: float32, fitted on probe_ingroup.py's rows)
+# above, except on the H100 and the H200 (_SINGLE_BY_DEVICE: float32, fitted on
+# probe_ingroup.py's rows)
 _SINGLE.update({("bmm", "groups_rows" + suffix): _SINGLE[("bmm", "groups" + suffix)]
                 for suffix in ("", "_complex", "_dmma", "_hmma", "_tf32")})
 # ... one TF32 product per term (kernel_tf32, float32 and complex64 alike), fitted on the
@@ -91,8 +92,9 @@ _SINGLE[("mma", "ingroup_tf32")] = _SINGLE[("mma", "ingroup")]
 # Constants of one GPU where it differs from the value above: keyed by a word of the
 # device's name (DeviceRates.name), they replace _SINGLE's for that device
 # (single_constants). A device named in neither prices with _SINGLE. The word "H100" also
-# matches the PCIe and NVL H100s, whose SM counts and bandwidths differ from the SXM card
-# these were fitted on (the model's rates are the device's own, which absorbs part of it).
+# matches the PCIe and NVL H100s, and "H200" the NVL H200 and the GH200, whose SM counts and
+# bandwidths differ from the SXM cards these were fitted on (the model's rates are the
+# device's own, which absorbs part of it).
 _SINGLE_BY_DEVICE = {
     # complex64 in the batch order, fitted on engine_c64.json at c39f28c (60 rows, RMS log
     # error 0.06, 58 of 60 kernel-vs-bmm rankings right): with the H200's constants (in
@@ -124,10 +126,12 @@ _SINGLE_BY_DEVICE = {
     # The same two float32 keys on the H200, fitted on probe_ingroup.py's 16 patterns and the
     # six d = 1 factors of bench_fft.py's Monarch and paper chains timed there at 9f0c88f
     # (results/ingroup_h200_f32.json, 22 rows; RMS log error 0.14 and 0.17). With the shared
-    # constants auto sent 7 of the 22 to bmm, which the kernel beat by up to 1.34x, among
+    # constants auto sent 8 of the 22 to bmm, which the kernel beat by 1.15-1.34x, among
     # them the first factor of the paper's (1, 192, 48, 2)·(2, 48, 192, 1) in batch-size-first
-    # (chains.json on the H200: auto 0.85x the per-factor baseline); replayed with these, it
-    # picks the fastest of the three on all 22, close calls timed.
+    # (a bench_fft.py run on an H200 at 9f0c88f, not kept: auto 0.85x the per-factor
+    # baseline; 1.10x with these, chains_h200.json); replayed with these as auto decides
+    # (close calls timed), every pick is the fastest of the three measured, but two rows
+    # whose rival is dense, which the file did not time (tests/test_tuning.py).
     "H200": {("mma", "ingroup"): (1.354, 0.855, 19.2),
              ("bmm", "groups_rows"): (0.849, 0.737, 40.6)},
 }

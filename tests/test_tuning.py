@@ -218,24 +218,30 @@ def test_bmm_with_the_batch_along_the_gemm_rows_has_its_own_key():
 @pytest.mark.parametrize("results", ["ingroup_h100.json", "ingroup_h200_f32.json"])
 def test_d1_batch_size_first_picks_match_the_measured_fastest_on_each_hopper(results):
     """costs._SINGLE_BY_DEVICE's float32 in-group and bmm-rows keys, replayed on the d = 1
-    batch-size-first rows timed on the GPU they were fitted on (probe_ingroup.py): auto's
-    pick among kernel, kernel_bsl and bmm, the two best timed where the model puts them
-    within tuning.GPU_CLOSE_CALL, is the fastest measured, or within 5% of it. With the
-    shared constants the H200's rows lost up to 1.34x (bmm picked where the kernel wins)."""
+    batch-size-first rows timed on the GPU they were fitted on (probe_ingroup.py: kernel,
+    kernel_bsl and bmm) by tuning.prepare_chosen's rule: the model's pick, or where its two
+    best are within GPU_CLOSE_CALL and the faster is priced at GPU_MEASURE_MIN_SECONDS or
+    more, the faster measured of the two. The pick must be the fastest measured, within 5%.
+    Rows whose pick or rival is a backend the file did not time (dense) are not judged. With
+    the shared constants 8 of the H200's 22 rows lose 1.15-1.34x (bmm where the kernel wins)."""
     path = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "results" / results
     data = json.loads(path.read_text())
     rates = costs.DeviceRates(**data["rates"])
     rows = [r for r in data["rows"] if r["dtype"] == "float32"]
-    assert len(rows) >= 16
+    judged = 0
     for row in rows:
         p = _problem(tuple(row["pattern"]), row["batch"], layout="bsf", contiguous=False)
         measured = {k: row["seconds"][k] for k in ("kernel", "kernel_bsl", "bmm")}
-        ranked = [(t, b.name) for t, b in tuning._ranked(p, rates, "default")
-                  if b.name in measured]
-        pick = ranked[0][1]
-        if len(ranked) > 1 and ranked[1][0] <= tuning.GPU_CLOSE_CALL * ranked[0][0]:
-            pick = min((name for _, name in ranked[:2]), key=measured.get)
+        ranked = [(t, b.name) for t, b in tuning._ranked(p, rates, "default")]
+        timed = (len(ranked) > 1 and ranked[0][0] >= tuning.GPU_MEASURE_MIN_SECONDS
+                 and ranked[1][0] <= tuning.GPU_CLOSE_CALL * ranked[0][0])
+        rivals = [name for _, name in ranked[:2 if timed else 1]]
+        if any(name not in measured for name in rivals):
+            continue
+        judged += 1
+        pick = min(rivals, key=measured.get)
         assert measured[pick] <= 1.05 * min(measured.values()), (row["pattern"], pick, measured)
+    assert len(rows) >= 16 and judged >= len(rows) - 2
 
 
 def test_whole_vector_load_store_path_follows_the_sms_not_the_dram():

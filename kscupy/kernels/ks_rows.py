@@ -85,15 +85,18 @@ ALONG_T, ALONG_ROW = 0, 1
 PORTABLE_CLUSTER, MAX_CLUSTER = 8, 16
 _NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14     # CUfunction_attribute
 #: Cluster sizes launched with the load-balancing scheduling policy (the hardware may put
-#: several of a cluster's blocks on one SM) instead of the default, which spreads them.
-#: H100, one process, each segment timed twice per policy: on clusters of 4, batch-size-last
-#: butterfly(4096) float32 (64-byte runs) 0.390 -> 0.375 ms, complex64 0.810 -> 0.779,
-#: batch-size-first butterfly(4096) complex64 0.578 -> 0.565, Hadamard(4096) 0.289 -> 0.286;
-#: on clusters of 8 and 16 it was slower (butterfly(4096) complex64 bsl 0.646 -> 0.663,
-#: Hadamard(8192) 0.229 -> 0.237), on clusters of 2 the same. The driver's count of
-#: clusters resident at once did not change (45 of 8, 96 of 4, 198 of 2 on 132 SMs).
+#: several of a cluster's blocks on one SM) instead of the default policy (which timed as
+#: the spreading one, one block of a cluster an SM).
+#: H100, the plans' segments on clusters of 4, three timings per policy in one process:
+#: eight of nine faster (batch-size-last butterfly(2048) float32 0.370 -> 0.353 ms,
+#: batch-size-first complex64 butterfly(4096) 0.580 -> 0.566, butterfly(8192) 0.711 ->
+#: 0.689), Hadamard(2048) bsl 0.228 -> 0.229; on clusters of 8 and 16 it was slower
+#: (complex64 butterfly(4096) bsl 0.646 -> 0.663, Hadamard(8192) bsl 0.229 -> 0.237), on
+#: clusters of 2 the same. Not timed on an H200. The driver's count of clusters resident at
+#: once did not change (45 of 8, 96 of 4, 198 of 2 blocks at three blocks an SM, 132 SMs).
 LOAD_BALANCED_CLUSTERS = (4,)
-_CLUSTER_SCHEDULING_POLICY_PREFERENCE, _LOAD_BALANCING = 15, 2     # CUfunction_attribute
+_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 15   # CUfunction_attribute
+_LOAD_BALANCING = 2                          # CUclusterSchedulingPolicy
 #: Most blocks a launch has: its blocks (or clusters) walk the tiles, one each while they
 #: are fewer (tests lower it to make clusters walk several tiles).
 MAX_GRID_BLOCKS = 2**31 - 1

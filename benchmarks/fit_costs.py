@@ -135,11 +135,6 @@ def compare_chains(data, rates, max_cluster=None):
     if max_cluster is None:
         hopper = any(name in data.get("device", "") for name in ("H100", "H200"))
         max_cluster = ks_rows.MAX_CLUSTER if hopper else 1
-    with mock.patch.object(ks_rows, "cluster_limit", lambda: max_cluster):
-        _compare_chains(data, rates, planner, transform_chain)
-
-
-def _compare_chains(data, rates, planner, transform_chain):
     ratios = []
     for row in data["rows"]:
         kind, dtype = row["transform"], numpy.dtype(row["dtype"])
@@ -147,7 +142,8 @@ def _compare_chains(data, rates, planner, transform_chain):
             continue
         n = row["n"]
         chain = transform_chain(kind, n, dtype, numpy)
-        plan = planner.plan(chain, row["layout"], dtype, row["batch"], rates=rates)
+        with mock.patch.object(ks_rows, "cluster_limit", lambda: max_cluster):
+            plan = planner.plan(chain, row["layout"], dtype, row["batch"], rates=rates)
         measured = row["seconds"]["auto"]
         same = plan.describe().splitlines() == row["plan"]
         note = "" if same else f"  (plan now: {plan.describe().splitlines()[0][:60]})"

@@ -219,8 +219,7 @@ __global__ void ks_mma_layout(long long* out) {
 // ids, rather than ids strided by the grid (a persistent grid), keep the tiles in flight on
 // the GPU close together in the tile order: the hardware starts blocks in order as others
 // finish, where strided walks drift apart and lose the L2 reuse of X and W between
-// neighbouring tiles (measured: float32 (6, 128, 128, 64) batch-size-first ran 3x slower,
-// L2 hit rate 76% -> 37%).
+// neighbouring tiles.
 template <class T, int PRECISION, int SLOTS, int BM, int BN, int BK, int WM, int WN, int STAGES,
           int ORDER, int WT, int VX, int VW, int MIN_BLOCKS>
 __global__ void __launch_bounds__(32 * SLOTS * WM * WN, MIN_BLOCKS)
@@ -246,15 +245,15 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   constexpr int W_REPS = (WV + NT - 1) / NT;
   // Keep the copies' origins in registers (three a vector) for few vectors a thread, and
   // only where a thread may have more than 128 registers (NT * MIN_BLOCKS < 512): under that
-  // cap they were spilled and reloaded every step. Not in the group order, where they made
+  // cap they are spilled and reloaded every step. Not in the group order, where they make
   // the float32 2 x 128 x 64 tiles spill.
   constexpr bool HOIST = X_REPS + W_REPS <= 8 && NT * MIN_BLOCKS < 512 && ORDER != 1;
   // Otherwise a thread walks its vectors by constant steps (Walk) where it can: X in the
   // group order (digits es, l, n; the batch column moves) or with one slot (the slot never
   // moves), W always (digits l, k, es or k, l, es; the slot moves by whole blocks; packed
   // weights, WT 2, need only the walk's shared-memory offsets). Worked out
-  // anew each chunk, the origins' 64-bit index products were half of the group order's
-  // instructions (float32 (64, 64, 64, 16): 554 of a chunk's 1020 per warp, 96 of them MMAs).
+  // anew each chunk, the origins' 64-bit index products would be a large share of the group
+  // order's instructions, far more than its MMAs.
   using XWalk = Walk<ORDER == 0 ? BN / VX : ORDER == 2 ? BK / VX : SLOTS / VX, ORDER == 2 ? BN : BK, NT>;
   using WWalk = Walk<WT != 1 ? BK / VW : BM / VW, WT != 1 ? BM : BK, NT>;
   constexpr bool X_WALK = !HOIST && XWalk::LINEAR && (ORDER == 1 || SLOTS == 1);
@@ -297,7 +296,7 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   using Cursor = TileCursor<BM, BN, SLOTS, ORDER == 0>;
   const long long r1 = ORDER == 0 ? tiles / ktiles / gtiles : gtiles;
   // Consecutive tiles: a stride of one id, added as digits. (A cursor that counts up with
-  // its own carries, the same walk, made the float64 two-blocks-per-SM tile spill 184 bytes.)
+  // its own carries, the same walk, makes the float64 two-blocks-per-SM tile spill.)
   const Cursor stride(1, ktiles, r1);
 
   // -- the copies: a cursor (load_tile, load_chunk) over the steps, STAGES - 1 ahead of the
@@ -485,10 +484,10 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
     } else if constexpr (ORDER == 0 && VX > 1) {
       // Batch-size-last: Y's rows run along n, contiguous, as X's do; VX | B (copy_vectors)
       // keeps VX-wide pieces of a row aligned. A warp's accumulators hold 8 rows of 8
-      // columns per MMA tile, each row written as 4-to-32-byte pieces straight from
-      // registers, half a sector or less at a time (Nsight Compute, float16 (8, 64, 64, 64):
-      // L2-bound at 85% of its throughput, DRAM at 21%); through shared memory (Ys, pairs of
-      // adjacent n per lane) lanes store whole VX-wide vectors along the rows instead.
+      // columns per MMA tile; written straight from registers, each row goes as 4-to-32-byte
+      // pieces, half a sector or less at a time, which loads L2 far more than DRAM. Through
+      // shared memory (Ys, pairs of adjacent n per lane) lanes store whole VX-wide vectors
+      // along the rows instead.
       const long long y_group = origins.y(g0);   // slot 0's (SLOTS == 1 but in the tuner)
       constexpr int YS_LD = L::YS_LD;
       const int YR = whole ? L::ys_rows(L::AREA) : L::ys_rows(L::STAGE);
@@ -543,8 +542,8 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   enter_load_tile();
   // The first STAGES - 1 steps' copies. Staged X is held in registers per step until all
   // are issued, then stored: its loads are in flight together, one memory latency instead
-  // of one per step (a block of the group order may run only a few steps: waiting for
-  // each in turn was 8% of the warps' stalls on float32 (8, 64, 64, 64)). The accumulators
+  // of one per step (a block of the group order may run only a few steps, so a wait for
+  // each in turn would be a visible share of its time). The accumulators
   // are not live yet, so the registers are free.
   XBits x_first[X_STAGED ? STAGES - 1 : 1][X_STAGED ? X_REPS : 1];
 #pragma unroll
@@ -568,19 +567,19 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   // nearest). The tensor cores add to their accumulator with truncation (round toward
   // zero): over a whole reduction of length c the error would grow like c, not like
   // sqrt(c). Partial sums of at most 16 steps of the reduction keep it independent of the
-  // tile and the chunk (with one sum per chunk, complex64's chunks of 32 gave twice the
-  // error of chunks of 16: probe_mma.py, H100, 4.4e-7 against 2.2e-7). DMMA rounds to
+  // tile and the chunk (with one sum per chunk, the error grows with the chunk: complex64's
+  // chunks of 32 lose accuracy against chunks of 16). DMMA rounds to
   // nearest, and the TF32 opt-in is approximate anyway: their products add to `acc`.
   //   ROW_SUMS (float32 in the group order, warp pieces of 64 columns or more): the sums
   //     of one row of MMA tiles (mt) and one k-step, NTL * 4 registers, with W's fragment
   //     of that row loaded just before. That leaves room for 64 x 64 warp pieces, which
-  //     re-read W from L2 half as often as 64 x 32 ones (H100, B = 25088: 0.67-0.96x the
-  //     time where d >= 16 or b >= 768). Narrower pieces keep `part`: with row sums their
-  //     MMAs wait on each other sooner, and 64 x 32 pieces ran up to 9% slower.
+  //     re-read W from L2 half as often as 64 x 32 ones (faster where d >= 16 or
+  //     b >= 768). Narrower pieces keep `part`: with row sums their MMAs wait on each other
+  //     sooner, which makes 64 x 32 pieces slower.
   //   Otherwise `part`, as many registers as `acc`, added every SUM_K steps (every chunk
   //     the heuristic or the autotuner picks is 8 or a multiple of 16; any other chunk is
-  //     summed whole), with every row's W fragment loaded first: complex64 ran 1-6%
-  //     slower with row sums, more of its registers spilled.
+  //     summed whole), with every row's W fragment loaded first: complex64 is slower with
+  //     row sums, which spill more of its registers.
   constexpr bool TWO_LEVEL = sizeof(R) == 4 && PRECISION == PRECISION_DEFAULT;
   constexpr bool ROW_SUMS = TWO_LEVEL && PARTS == 1 && ORDER == 1 && NTL >= 8;
   constexpr bool PART = TWO_LEVEL && !ROW_SUMS;
@@ -589,12 +588,12 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
   // SPREAD_W (ROW_SUMS): W's copies of the next step are spread over the step's products,
   // W_REPS / ITERS of them at the start of each of its ITERS (k-step, row of MMA tiles)
   // iterations, and the cursor moves after them. A cp.async reads its address registers
-  // late: issued back to back, each copy after the first waited for the one before to free
-  // the registers it reuses (Nsight Compute, float32 (8, 64, 64, 64) batch-size-first: 10% of
-  // the warps' stall samples; spread, 0.93-1.02x the time, median 0.96, on 19 patterns).
+  // late: issued back to back, each copy after the first waits for the one before to free
+  // the registers it reuses; spread, those waits overlap the products.
   // X's copies come first (staged X must land before stash_x at the end of the step). In
-  // the other paths, whose copies are fewer per MMA, the same spread ran 1.0-1.1x the time
-  // (float64, float32 batch order): there every copy is issued at the top of the step.
+  // the other paths, whose copies are fewer per MMA, the same spread is no faster, and
+  // sometimes slower (float64, float32 batch order): there every copy is issued at the top
+  // of the step.
   constexpr bool SPREAD_W = ROW_SUMS;
   constexpr int ITERS = BK / S::K * MT;
   for (long long step = 0; step < steps; ++step) {

@@ -8,25 +8,23 @@
 // BM x BN piece of group g0 + slot as MT x NTL MMA tiles of 16 x 8 (rows k x batch columns
 // n), reducing over l in chunks of BK.
 //
-// What differs is the copies. On an H100 (probe, B = 25088, (8, 64, 64) tiles of eight
-// groups) a step's products take about 1800 cycles (the tensor cores take a TF32 MMA about
-// every 23 cycles from a warp with 8 independent ones in flight; 8 warps an SM), and
-// ks_mma.cu's copies add 1000 to 2500 more: X's and W's 16-byte vectors lie in 32-byte pieces
-// of global memory, each costing the load/store unit a lookup of its own. Here
+// What differs is the copies. ks_mma.cu's copies add to a step about as much time as its
+// products take, or more: X's and W's 16-byte vectors lie in 32-byte pieces of global
+// memory, each costing the load/store unit a lookup of its own. Here
 //   - a step's W tile is one contiguous run of packed weights that one thread copies with a
 //     bulk copy on the Tensor Memory Accelerator (W_BULK);
 //   - X's vectors go by cp.async into a swizzled image of global memory's order where that
 //     pays (X_ASYNC), else through registers into slot-major rows;
 //   - every address is fixed once per block or per tile and moved by constants, shared memory
-//     by 32-bit offsets. (ks_mma.cu's 64-bit copy origins and generic pointers were about 350
-//     of a warp's 680 instructions a step; cutting them alone left the time as it was.)
+//     by 32-bit offsets. (ks_mma.cu's 64-bit copy origins and generic pointers are a large
+//     share of a warp's instructions a step; cutting them alone does not make a step faster.)
 //
 // Products (3xTF32, PRECISION_DEFAULT): the three products of one row of MMA tiles and one
 // k-step go to fresh sums (MMAs whose first term adds to zero), which FP32 adds to the
 // accumulators (round to nearest): the tensor cores truncate as they accumulate, and sums of
 // 8 products keep the error of a long reduction at float32's (ks_mma.cu, ROW_SUMS). The
 // TF32 opt-in adds its one product to the accumulators directly. (Two rows of MMA tiles at a
-// time, 16 independent products, did not make the products faster and spilled.)
+// time, 16 independent products, spill and do not make the products faster.)
 //
 // Pipeline: as ks_mma.cu's, STAGES buffers filled STAGES - 1 steps ahead (a step is one
 // chunk of one tile; a block runs a run of consecutive tiles as one stream of steps), with
@@ -58,8 +56,8 @@ ks_mma_group(const float* __restrict__ X, float* __restrict__ Y, const float* __
   // a step's W tile is one contiguous run that thread 0 copies with one bulk copy on the
   // Tensor Memory Accelerator, counted on the stage's mbarrier (after the layout's area), so
   // W takes the load/store unit no work. With cp.asyncs each 16-byte vector of a 32-byte row
-  // piece cost the unit a tag lookup of its own (probe, H100: 0.83-0.98x the time on 19 of 22
-  // patterns, 0.88x on (8, 512, 512, 16); (8, 64, 64, 64) 1.05x).
+  // piece costs the unit a tag lookup of its own; the bulk copy is faster on most patterns,
+  // though not on all.
   constexpr bool W_BULK = WT == 3;
   static_assert(!W_BULK || BK == 8, "bulk W: chunks of 8");
   constexpr unsigned W_TILE_BYTES = SLOTS * BM * BK * 4;
@@ -77,9 +75,9 @@ ks_mma_group(const float* __restrict__ X, float* __restrict__ Y, const float* __
   // of a 128-byte row: the swizzle gives odd rows the positions that even rows leave free).
   // That costs shared-memory bandwidth; in exchange no X passes through registers, and X is in
   // flight STAGES - 1 steps ahead instead of one. The launch takes it for 48-row tiles of eight
-  // slots (b = 48 or 96: short reductions against the loads), where it ran 0.87-0.92x the
-  // time of register-staged X (probe, H100, six patterns); elsewhere staged X was faster (up
-  // to 0.85x). Without it X's vectors pass through registers and land in slot-major rows
+  // slots (b = 48 or 96: short reductions against the loads), where it is faster than
+  // register-staged X; elsewhere staged X is faster. Without it X's vectors pass through
+  // registers and land in slot-major rows
   // (ks_mma.cu's layout).
   static_assert(!X_ASYNC || VX == 4, "X_ASYNC: vectors of four groups");
   constexpr int CH = BK * SLOTS / 4;

@@ -69,7 +69,7 @@ struct MmaLayout {
   // LANES = min(32, BANK_ROW) lanes per shared-memory wavefront,
   //   2 * YS_LDN ≡ LANES / 4   and   VX * YS_SLOT ≡ LANES / g   (mod BANK_ROW):
   // the four column pairs (slot groups) then fall between the k's of one wavefront.
-  // (Ys[n][k][slot], read as one 16-byte vector, was an 8-way conflict on every write.)
+  // (Ys[n][k][slot], read as one 16-byte vector, would be an 8-way conflict on every write.)
   static constexpr int BANK_ROW = 128 / (int)sizeof(T), LANES = BANK_ROW < 32 ? BANK_ROW : 32;
   __host__ __device__ static constexpr int padded(int n, int multiple, int residue) {
     for (int p = 0; p < BANK_ROW; ++p)
@@ -114,8 +114,8 @@ struct MmaLayout {
 // column n. Thread tid takes pair p = tid % P (and p + NT, ... where P > NT) and columns
 // n = tid / P, + PH, + 2 PH, ...: lanes walk slot groups, then k (as Ys's padding assumes),
 // and a thread's vectors of one pair lie a constant step apart in Ys and in Y, so each costs a
-// pointer increment, not a 64-bit origin (the general walk made the epilogue a quarter of the
-// instructions of a float32 (8, 64, 64, 64) tile). Where P does not divide NT, threads from
+// pointer increment, not a 64-bit origin (the general walk would make the epilogue a large
+// share of a tile's instructions). Where P does not divide NT, threads from
 // PH * P on idle.
 template <class L, int VX, class T, class Acc>
 __device__ __forceinline__ void store_group_tile(

@@ -101,12 +101,12 @@ __host__ __device__ constexpr int log2_of(int x) { return x > 1 ? 1 + log2_of(x 
 // within each line) by SKEW times the XOR of the line number's log2(PADQ)-bit digits, so that
 // both the strided accesses of the passes (DLO = 1, 4, 16: a warp's elements E·DLO apart)
 // and the digit-reversed landing places of a gathered load (a warp's elements N/32 or more
-// apart: lines that differ only in their high digits) spread over the banks. In a model of
-// the banks (half-warps for 8-byte elements, which matched Nsight's counts), the gathered
-// loads of DFT(4096) and DFT(16384) complex64 take 1x and 1x the conflict-free wavefronts
-// where SKEW times the line alone took 8x and 16x (Nsight: shared stores 6-way conflicted);
-// the passes are unchanged, within 12% of conflict-free. A row holds whole lines, plus one
-// element, so that rows start on different banks.
+// apart: lines that differ only in their high digits) spread over the banks. Skewed by the
+// line number alone, a gathered load's stores would conflict many ways, its lines differing
+// only in their high digits; with the digits folded they are conflict-free (8-byte elements
+// counted by half-warps, as the banks serve them), and the passes stay close to
+// conflict-free. A row holds whole lines, plus one element, so that rows start on different
+// banks.
 template <class T, int N, int RT>
 struct RowsLayout {
   static constexpr int PADQ = 128 / (int)sizeof(T) > 0 ? 128 / (int)sizeof(T) : 1;
@@ -249,9 +249,9 @@ __device__ __forceinline__ void load_weights(C (&w)[NW], int hi, int lo,
     if constexpr (F::vec) {
       // Word m of group g's block at m·G + g (G = N / r groups; ks_rows.py,
       // Factor.interleaved_words): neighbouring lanes, which take neighbouring groups, read
-      // neighbouring words. Read in place, a block of 128 bytes (complex64 radix 4) put
-      // every lane of a load on its own cache line; butterfly(1024) complex64 ran 1.5x
-      // slower merged to radix 4 than as radix-2 pairs.
+      // neighbouring words. Read in place, a block of 128 bytes (complex64 radix 4) would put
+      // every lane of a load on its own cache line, and a radix-4 pass would be slower than
+      // the two radix-2 stages it merges.
       static_assert(r * r * sizeof(T) % 16 == 0 && !F::transposed, "blocks of 16-byte words");
       constexpr int WORDS = r * r * (int)sizeof(T) / 16, G = N / r;
       const uint4* __restrict__ src = reinterpret_cast<const uint4*>(W) + g;
@@ -358,10 +358,9 @@ __host__ __device__ constexpr int words_of() { return (int)(sizeof(C) + 3) / 4; 
 // (what the launch's alignment allows), whose e elements each (values of `words` registers)
 // come to at most ITEM_WORDS registers and, with the pass's nw weights, fit the registers a
 // thread has; one row where even that is more (a pass of 32 elements). More rows per item
-// serve more rows per load of the weights and move more bytes per access (H200
-// butterfly(256) float32, radix-4 passes: 1, 2, 4 rows 0.36, 0.29, 0.25 ms), but past 16
-// registers of elements the loads in flight no longer grow (Hadamard(256), passes of 16
-// elements: 1 row 0.19 ms, 2 rows 0.27; Hadamard(1024), 2 rows again 1.4x slower).
+// serve more rows per load of the weights and move more bytes per access, but past 16
+// registers of elements the loads in flight no longer grow, and more rows only cost
+// registers (passes of 16 elements, as in Hadamard chains, are slower on 2 rows than on 1).
 constexpr int ITEM_WORDS = 16;
 __host__ __device__ constexpr int rows_per_lane(int vmax, int words, int e, int nw,
                                                 int registers) {
@@ -386,8 +385,8 @@ __host__ __device__ constexpr int rows_per_lane(int vmax, int words, int e, int 
 // finds all of a work item's elements in one block; one whose digits hold them reads and
 // writes other blocks (PassRun::REMOTE), between cluster barriers.
 //  - Batch-size-last: a tile of 128-byte runs (32 rows of float32) of n = 4096 is 512 KiB,
-//    more than an SM has, and runs of 32 bytes (8 rows, one lone block an SM) left the
-//    H100's Hadamard(4096) at 0.46 of the bandwidth floor. The host puts the rank bits among
+//    more than an SM has, and runs of 32 bytes (8 rows, one lone block an SM) fall far
+//    short of the memory's bandwidth. The host puts the rank bits among
 //    the first pass's digits, so the first pass (which reads X) scatters its results to the
 //    cluster's blocks, and the middle passes stay in their own block. Where the cluster
 //    needs more bits than the first pass's digits hold (128-byte runs of n = 4096 float32 on
@@ -396,7 +395,7 @@ __host__ __device__ constexpr int rows_per_lane(int vmax, int words, int e, int 
 //  - Batch-size-first: the rank bits are t's top bits, so that a block loads and stores one
 //    contiguous share of each row. A tile of 4 rows of n = 4096 float32 (2 of complex64)
 //    reads every factor's blocks for 4 rows; spread over a cluster of 4, 16 rows (8) share
-//    each read of them, and a work item's setup serves 4x the rows.
+//    each read of them, and a work item's setup serves four times the rows.
 template <class T_, int N_, int RT_, int NT_, int MINB_, int ALONG_, int V_, bool REVERSED_,
           bool TO_Y_, int CS_ = 1, int SH_ = 0, int SH2_ = 0, int L2_ = 0>
 struct Launch {
@@ -415,8 +414,8 @@ struct Launch {
   // Batch-size-last, the first pass's writes of rows of rv elements go to the other blocks
   // as st.async counted on each block's mbarrier (8 bytes after the tile, at BAR_OFFSET), so
   // that a block waits for its own tile's bytes instead of the cluster's barrier (whose
-  // release waited for every store in flight: 12-17% of the warps' stall samples of bsl
-  // Hadamard(8192) and butterfly(1024) complex64 on an H100); st.async moves 4 bytes or more.
+  // release waits for every store in flight, a large share of the warps' stalls); st.async
+  // moves 4 bytes or more.
   static constexpr int BAR_OFFSET = (L::SMEM_BYTES + 7) / 8 * 8;
   __host__ __device__ static constexpr bool async_rows(int rv) {
     return ALONG == ALONG_ROW && CS > 1 && rv * (int)sizeof(T) >= 4;
@@ -533,8 +532,7 @@ struct ClusterSide {
 // RV > 1); rows past B read as zeros (computed, never stored). A warp's lanes take
 // neighbouring rows of a few features (see PassRun), so each access reads runs of
 // RT·sizeof(T) contiguous bytes. The reads stream (evict first), so that they do not push
-// the pass's blocks, read by every item, out of L1 (butterfly(256) float32: 40% of the
-// blocks' reads missed L1).
+// the pass's blocks, read by every item, out of L1.
 template <class Lc, int DLO>
 struct XSide {
   using T = typename Lc::T;
@@ -564,8 +562,8 @@ struct XSide {
 //  - Batch-size-first (write, element by element): Y is new and C-ordered and never
 //    gathered (ks_rows.py's prepare: sy_f = 1, sy_b = N, no dst), so element t of row b is
 //    at b·N + t: one address per row and item, offset by the constant u·DLO (with the
-//    strides and the gather read at run time, the last pass spent 9 instructions an element
-//    on 64-bit index math; Nsight, H100, butterfly(4096) float32 on a cluster of 4).
+//    strides and the gather read at run time, the last pass would spend several
+//    instructions an element on 64-bit index math).
 //  - Batch-size-last (write_rows): rows row ... row + RV - 1 as one vector where they are all
 //    below B.
 template <class Lc, int DLO>
@@ -625,9 +623,8 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
   static constexpr int U = BSL && E * RV < 8 &&
       2 * words_of<C>() * (E * RV + NW) + REGISTER_OVERHEAD <= Lc::REGISTERS ? 2 : 1;
   // Batch-size-last, one item at a time: the next item's values are loaded during this one
-  // where it has some and the registers hold both sets (H200, bsl: float32 butterflies 256 /
-  // 1024 / 4096 0.258 / 0.307 / 0.393 -> 0.215 / 0.271 / 0.381 ms; complex64 butterflies,
-  // whose two sets do not fit, ran 1.3x slower with it).
+  // where it has some and the registers hold both sets (where they do not, as in complex64
+  // butterflies, the prefetch is slower than none).
   static constexpr bool PREFETCH = BSL && U == 1 && PassWeights<P, Fs...>::COUNT > 0 &&
       words_of<C>() * (2 * NW + E * RV) + REGISTER_OVERHEAD <= Lc::REGISTERS;
   static constexpr int WORK = (RT / RG / RV) * Q;
@@ -733,13 +730,11 @@ struct PassRun<Lc, Pass<Fs...>, FI0, FROM_X, TO_Y> {
           const Item first = item(threadIdx.x);
           Fc::load(next, first.hi, first.lo, meta);
         }
-        // Unrolled on clusters where an item loads values and not the next item's ahead, so
-        // that the compiler can issue the next item's loads above this item's products
-        // (H200, one process: complex64 butterflies of 1024 / 4096 0.511 / 0.667 -> 0.479 /
-        // 0.634 ms; DFTs within 2%). Not with PREFETCH (float32 butterfly(1024) 0.253 ->
-        // 0.263), nor on one block a tile (H100: complex64 butterfly(256) 0.489 -> 0.554),
-        // nor by 2 (slower everywhere), nor for passes without values (Hadamard stages:
-        // float32 Hadamard(8192) 0.191 -> 0.195 ms; complex64 spilled 188 bytes, not timed).
+        // Unrolled by 4 on clusters where an item loads values and not the next item's
+        // ahead, so that the compiler can issue the next item's loads above this item's
+        // products. Not with PREFETCH, nor on one block a tile, nor for passes without values
+        // (Hadamard stages, where complex64 spills with it): there unrolling is slower, and
+        // unrolling by 2 is slower everywhere.
 #pragma unroll ((PREFETCH || PassWeights<P, Fs...>::COUNT == 0 || Lc::CS == 1) ? 1 : 4)
         for (int j = threadIdx.x; j < MY_WORK; j += NT) {
           const Item it = item(j);
@@ -835,8 +830,7 @@ constexpr int ROUND = 4;
 // threadIdx.x / VR + k·NT / VR (threads past that many rows' worth idle). Neighbouring lanes
 // take neighbouring vectors of a row. A thread keeps its columns over the rows, so where a
 // column's elements land in a row (the swizzle, or a gather's table) is found once for all
-// rows: found per element, it took most of the 20 instructions an element of the tile's load
-// (Nsight, H100, butterfly(4096) float32).
+// rows: found per element, it would be most of the instructions of an element's load.
 template <int N, int NT, int V, class Column>
 __device__ __forceinline__ void for_each_column(Column&& column) {
   constexpr int VR = N / V;
@@ -856,9 +850,8 @@ __device__ __forceinline__ int rows_below(long long B, long long row0) {
 // Batch-size-first, global -> shared: tile row `row` is batch row row0 + row; element (row,
 // t) is read from column t of X, V elements along t per load, and lands at position
 // load_to[t] (t without an input gather; REVERSED: at the bit reversal of t, N a power of
-// two, the digit reversal of a radix-2 FFT computed instead of read from a table: DFT(4096)
-// complex64 0.43 -> 0.39 ms on an H200). Rows past B are zero-filled (computed, never
-// stored).
+// two, the digit reversal of a radix-2 FFT computed instead of read from a table, which saves
+// the table's loads). Rows past B are zero-filled (computed, never stored).
 template <class T, int N, int RT, int NT, int V, bool REVERSED>
 __device__ __forceinline__ void load_tile(T* tile, const T* __restrict__ X, long long B,
                                           long long row0, long long s_f, long long s_b,
@@ -932,12 +925,10 @@ __device__ __forceinline__ void store_tile(const T* tile, T* __restrict__ Y, lon
 // of an item's loads after the last one's products, so without it the pass waited on DRAM
 // about once per item; with it the first item's loads do, the rest find their lines in L2
 // or on their way. The kernels ask for it where the first pass does not load an item's values
-// during the item before (PassRun::PREFETCH): H200, one process, against none: Hadamard
-// (8192) float32 on 16 blocks 0.227 -> 0.193 ms, complex64 butterflies of 256 / 1024 / 4096
-// 0.453 / 0.564 / 0.714 -> 0.399 / 0.511 / 0.667, DFTs unchanged. Where it does (float32
-// butterflies), the prefetch made butterfly(1024) slower, 0.248 -> 0.268 (4096: 0.336 ->
-// 0.331; on an H100, 0.364 -> 0.372 and 0.369 -> 0.414 in two runs). The bulk prefetch (cp.async.bulk.prefetch.L2, one a run) was slower than none;
-// prefetches of later tiles (the tile a cluster starting 1 to 64 tiles later takes) too.
+// during the item before (PassRun::PREFETCH); where it does (float32 butterflies), the
+// prefetch is no faster, and mostly slower. The bulk prefetch (cp.async.bulk.prefetch.L2,
+// one a run) is slower than none; so are prefetches of later tiles (the tile a cluster
+// starting 1 to 64 tiles later takes).
 template <class T, int N, int RT, int NT, int CS>
 __device__ __forceinline__ void prefetch_tile_l2(const T* X, long long B, long long row0,
                                                  long long sx_f, int rank) {
@@ -961,8 +952,8 @@ __device__ __forceinline__ void prefetch_tile_l2(const T* X, long long B, long l
 //    gathers as load_to / store_from (null: none); REVERSED: the input gather is the bit
 //    reversal, computed. TO_Y (no output gather): the last pass writes Y itself instead of
 //    store_tile, which saves a round trip of the tile through shared memory, the kernel's
-//    busiest path (DFT(1024) 0.42 -> 0.38 ms on an H200). Reading X in the first pass the
-//    same way was slower (0.47 ms: a row's elements are scattered over the lanes' loads).
+//    busiest path. The first pass does not read X the same way: a row's elements would be
+//    scattered over the lanes' loads, which is slower than load_tile.
 //  - Batch-size-last (ALONG_ROW; TO_Y, VX = VY): the first pass reads X and the last writes
 //    Y (XSide, YSide: a warp's lanes walk the contiguous batch rows, up to VX rows an access
 //    where the host checked contiguity and alignment), so the tile goes through shared
@@ -1012,8 +1003,7 @@ template <class P> struct last_of<P> { using type = P; };
 // neighbours. One at the end of a tile orders its last accesses to a block against the next
 // tile's first, where the cluster has a next tile, and keeps every block's memory until no
 // partner reads it, where the last pass reads other blocks; elsewhere a block leaves
-// without it (Nsight, H100: the end barrier took 7-13% of the warps' stall samples of bsl
-// butterfly(4096) and Hadamard(8192), most of it waiting for the tile's stores of Y).
+// without it (the barrier's release would wait for the tile's stores of Y).
 //  - Batch-size-last (VX = VY, TO_Y): the first pass (which holds the rank bits, or the low
 //    ones) reads X and writes to every block of the cluster; the last, where it holds the
 //    high ones, reads them as it writes Y. Each block asks L2 for its share of the tile's X
@@ -1079,8 +1069,7 @@ __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(NT, MINB) ks_rows_c
     // blocks, after a barrier. In a tile of B's rows alone, the arrival need order nothing:
     // each of a partner's reads then feeds a store of Y that comes before its arrival, and a
     // warp issues in order, so its reads have returned when it arrives. A release would also
-    // wait for those stores of Y to complete (Nsight, H100: 2% of the stall samples of
-    // butterfly(4096) float32 bsf on a cluster of 4 at MEMBAR.ALL.GPU; 0.299 -> 0.291 ms).
+    // wait for those stores of Y to complete (MEMBAR.ALL.GPU in SASS).
     // This rests on the hardware's issue order, not on PTX's memory model (a relaxed arrival
     // orders no earlier access): the SASS of the float32 and complex64 butterflies' segments
     // (sm_90, CUDA 13.0; batch-size-first on 4 blocks, and batch-size-last float32

@@ -46,8 +46,8 @@ struct Shape16x8x8 {
 template <> struct MmaShape<float> : Shape16x8x8 {};
 
 // double: Hopper's DMMA m16n8k8 (sm_90) issues the FP64 tensor cores at twice the rate of
-// Ampere's m8n8k4 (cuBLAS DGEMM reaches about 55 TFLOP/s on an H200; m8n8k4 tiles stayed
-// near 20). Before sm_90, mma_term issues the same fragments as four m8n8k4 products.
+// Ampere's m8n8k4 (m8n8k4 tiles stay far below cuBLAS's DGEMM on sm_90). Before sm_90,
+// mma_term issues the same fragments as four m8n8k4 products.
 template <> struct MmaShape<double> : Shape16x8x8 {};
 
 template <> struct MmaShape<float16> {
@@ -76,9 +76,9 @@ template <int PRECISION, int REGS> struct Operand<float, PRECISION, REGS> {
   // bits: two integer operations, cheaper than cvt.rna); small = x - big, exact in float32,
   // passed as it is: the tensor cores read the top 19 bits of a TF32 operand, so small is
   // truncated to TF32, an error below 2^-21 |x| since |small| <= 2^-11 |x|. Rounding small
-  // too (cvt.rna: about 4 instructions a value on sm_90, a fifth of the main loop) did not
-  // change the error of a length-1024 dot product (7e-8 either way, float64-summed
-  // emulation; float32 accumulation alone gives 2e-7). NaN and infinity stay what they are.
+  // too (cvt.rna: about 4 instructions a value on sm_90) does not change the error of a
+  // long dot product (in a float64-summed emulation), which stays below what float32
+  // accumulation alone adds. NaN and infinity stay what they are.
   __device__ __forceinline__ void set(const float (&x)[REGS]) {
 #pragma unroll
     for (int i = 0; i < REGS; ++i) {

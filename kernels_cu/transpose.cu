@@ -10,9 +10,9 @@
 // A block moves TILE x TILE tiles (TILE = 32 * V) through shared memory. Reading, lane tx
 // of warp ty takes V adjacent elements of a row of X (one 8-byte access for V = 4 float16s
 // or 2 floats: coalesced along the row where s_c == 1, and twice the bytes per instruction
-// of single floats, which moved 2.5 TB/s on an H200 where 8-byte elements moved 3.6); writing,
-// it takes V adjacent elements of a row of Y, which are V adjacent rows of the tile at one
-// column. A tile row is padded by one element, so that the rows of a warp's column reads
+// of single floats, whose 4-byte accesses reach less of the bandwidth than 8-byte ones);
+// writing, it takes V adjacent elements of a row of Y, which are V adjacent rows of the tile
+// at one column. A tile row is padded by one element, so that the rows of a warp's column reads
 // start 1 (V = 1, 4-byte elements), 2 (8-byte) or 4 (16-byte) banks apart, the width of
 // one access: conflict-free. With V > 1 the lanes' rows V*tx + u start V*(TILE + 1)
 // elements apart, 2 words for V = 2 floats and V = 4 float16s: two lanes share a bank

@@ -50,8 +50,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import kscupy as ks  # noqa: E402
-from kscupy import tuning  # noqa: E402
-from pattern_grid import stratified_sample  # noqa: E402
+from kscupy.engine import cpu_choice  # noqa: E402
+from kscupy.bench.grid import stratified_sample  # noqa: E402
 
 BACKENDS = ("auto", "bmm", "einsum", "sparse")
 DTYPES = ("float32", "float64", "complex64", "complex128")
@@ -136,18 +136,18 @@ def time_backends(op, X, layout, args):
 
 def auto_choices(op, X, layout):
     """How many factors ``auto`` runs with each backend for ``op @ X`` (recorded during one
-    call: a chain on NumPy applies every factor through ``dispatch.prepare``)."""
-    choose, picked = tuning.choose_cpu_for, collections.Counter()
+    call: a chain on NumPy applies every factor through ``kscupy.engine.single``)."""
+    choose, picked = cpu_choice.choose_cpu_for, collections.Counter()
 
     def recording(factor, X, layout):
         backend = choose(factor, X, layout)
         picked[backend] += 1
         return backend
-    tuning.choose_cpu_for = recording
+    cpu_choice.choose_cpu_for = recording
     try:
         op.matmul(X, layout=layout, backend="auto")
     finally:
-        tuning.choose_cpu_for = choose
+        cpu_choice.choose_cpu_for = choose
     return dict(picked)
 
 

@@ -72,10 +72,10 @@ except ImportError:     # --help works without CuPy; main() says what is missing
     cupy = benchmark = None
 
 import kscupy as ks  # noqa: E402
-import engine  # noqa: E402
-from baselines import torch, torch_available  # noqa: E402
-from pattern_grid import paper_grid, stratified_sample  # noqa: E402
-from timing import measure_ceilings, progress, run_metadata  # noqa: E402
+from kscupy.bench import engine  # noqa: E402
+from torch_baselines import torch, torch_available  # noqa: E402
+from kscupy.bench.grid import paper_grid, stratified_sample  # noqa: E402
+from kscupy.bench.timing import measure_ceilings, progress, run_metadata  # noqa: E402
 
 PARTS = ("first_use", "rows", "host", "solver")   # first use runs before this process uses CUDA
 SMALL_BATCH_SUITE = "patterns_small_batch"
@@ -239,7 +239,7 @@ def run_host(loops, calls):
              f"dft{HOST_DFT_SIZE}_vector": lambda: F @ v}
     # what any call that returns a new CuPy array from one launch costs on this host: the
     # allocation (CuPy's memory pool) and the launch of the prepared kernel K @ x runs
-    run = ks.dispatch.prepare(K.factor, x.reshape(-1, 1), "bsl", "auto")
+    run = ks.engine.prepare(K.factor, x.reshape(-1, 1), "bsl", "auto")
     y = run(x.reshape(-1, 1))
     floors = {"allocate_result": lambda: cupy.ndarray((K.shape[0],), numpy.float32),
               "prepared_launch": lambda: run.launch(x.data.ptr, y.data.ptr)}

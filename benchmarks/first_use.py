@@ -47,9 +47,9 @@ def main():
     steps["dft_s"] = time.perf_counter() - mark
     work_s = time.perf_counter() - START
 
-    from kscupy import tuning
-    from kscupy.problem import problem_of
-    auto = {layout: tuning.choose(problem_of(K.factor, operand, layout)).backend
+    from kscupy.engine import decide
+    from kscupy.core.problem import problem_of
+    auto = {layout: decide.choose(problem_of(K.factor, operand, layout)).backend
             for layout, operand in (("bsl", X), ("bsf", X_bsf))}
     print(json.dumps({"work_s": work_s, "steps": steps, "pattern": list(PATTERN),
                       "batch": BATCH, "dft_size": DFT_SIZE, "auto_choice": auto}))

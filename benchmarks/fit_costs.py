@@ -4,28 +4,29 @@
 
 For each model key of the tensor-core kernel (its copy order, batch, in-group or group, with
 ``_dmma`` on the FP64 tensor cores, ``_hmma`` for float16, ``_complex`` for complex64,
-``_tf32`` for one TF32 product: ``kscupy.costs.mma_variant``) and dtype, fits
-``(bytes_factor, efficiency, m0)`` of ``kscupy.costs``' single-factor model to the measured
-``kernel`` (``kernel_tf32``) seconds (least squares on log time), and prints them with the RMS log error and how
-often the model, with the fitted constants, ranks the kernel against the measured ``bmm``
-correctly. Paste the constants into ``costs._SINGLE``, or into the device's entry of
-``costs._SINGLE_BY_DEVICE`` where they hold for that GPU only. Then prints, per layout, what
-``auto`` would reach on the file's measured times if it chose with the current constants
-(``--current``: without refitting). Runs on the CPU (the device's rates are read from the
-file; no tuning cache is read).
+``_tf32`` for one TF32 product: ``kscupy.engine.costs.gpu.mma_variant``) and dtype, fits
+``(bytes_factor, efficiency, m0)`` of the GPU cost model's single-factor model to the
+measured ``kernel`` (``kernel_tf32``) seconds (least squares on log time), and prints them
+with the RMS log error and how often the model, with the fitted constants, ranks the kernel
+against the measured ``bmm`` correctly, as lines of the constants' data files: put them in
+``kscupy/engine/costs/gpu.json``, or in the device's ``gpu-<word>.json`` where they hold for
+that GPU only, with a source that names the device, the date and the commands. ``--current``
+prints, per layout, what ``auto`` would reach on the file's measured times if it chose with
+the current constants. Runs on the CPU (the device's facts are read from the file; no tuning
+cache is read).
 
     python3 benchmarks/fit_costs.py --bmm benchmarks/results/bmm_groups.json
 
-fits bmm's keys instead (``costs.group_gemm_variant``: per dtype and precision, and whether
+fits bmm's keys instead (``group_gemm_variant``: per dtype and precision, and whether
 the batch runs along the GEMM's rows) to the ``bmm`` and ``bmm_tf32`` seconds of
 ``benchmarks/probe_bmm.py``'s rows (or ``probe_ingroup.py``'s, for ``groups_rows``).
 
     python3 benchmarks/fit_costs.py --chains benchmarks/results/chains.json [--rates engine.json]
 
-prices each DFT, Hadamard and butterfly row of a ``bench_fft.py`` file with the planner as it
+prices each DFT, Hadamard and butterfly row of a chains suite's file with the planner as it
 is now and prints its plan's modelled time against the measured ``auto`` time, for the rows
-whose plan is still the one measured (the rates: the file's, or an engine file's from the same
-GPU for files written before bench_fft.py recorded them).
+whose plan is still the one measured (the device: the file's, or an engine file's from the
+same GPU).
 """
 from __future__ import annotations
 
@@ -42,10 +43,14 @@ from scipy.optimize import least_squares
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+import dataclasses  # noqa: E402
+
 import kscupy as ks  # noqa: E402
-from kscupy import costs  # noqa: E402
+from kscupy.core import device as devices  # noqa: E402
+from kscupy.core.problem import Problem  # noqa: E402
+from kscupy.engine import decide  # noqa: E402
+from kscupy.engine.costs import gpu as gpu_costs  # noqa: E402
 from kscupy.kernels import ks_mma  # noqa: E402
-from kscupy.problem import Problem  # noqa: E402
 
 #: The method each precision's rows are fitted to and replayed as.
 KERNEL = {"default": "kernel", "tf32": "kernel_tf32"}
@@ -67,11 +72,10 @@ def problems(rows):
 def replay_auto(data, rates):
     """Per dtype, precision, layout and sample: median and minimum of best baseline / the
     measured time of the backend the model picks, and the rows below 0.95."""
-    from kscupy import tuning
     out = {}
     for p, row, precision in problems(data["rows"]):
         s = row["seconds"]
-        pick = tuning._choose(p, rates, precision).backend
+        pick = decide.ranked(p, rates, precision)[0][1].name    # the model's choice
         if pick not in s and f"base_{pick}" in s:   # dense (_tf32): the baseline's own call
             pick = f"base_{pick}"
         if pick not in s:
@@ -88,23 +92,25 @@ def replay_auto(data, rates):
 
 
 def fit(cases, key, seconds_of, x0, rates):
-    """Least squares on log time of the constants ``key`` of ``rates``' device
-    (``costs.constants_table``) over ``cases`` (``(problem, row, measured seconds)``),
-    ``seconds_of(problem)`` the model; prints and returns the fit."""
+    """Least squares on log time of the constants ``key`` of ``rates``' device (the table
+    :mod:`kscupy.engine.costs.constants` loaded for it) over ``cases`` (``(problem, row,
+    measured seconds)``), ``seconds_of(problem)`` the model; prints the fit as a line of the
+    data files and returns the model's times with it."""
+    from kscupy.engine.costs import constants
     measured = numpy.log([t for _, _, t in cases])
-    table = costs.constants_table(rates, key)
+    table = constants.gpu(rates.name).single
 
     def predicted(theta):
         table[key] = tuple(theta)
         return numpy.log([seconds_of(p) for p, _, _ in cases])
 
-    # efficiencies above 1: the model's peak (costs.gemm_peak) is an estimate of the rate
+    # efficiencies above 1: the model's peak (gemm_peak) is an estimate of the rate
     result = least_squares(lambda t: predicted(t) - measured, x0=x0,
                            bounds=((0.2, 0.02, 0.0), (10.0, 20.0, 3000.0)))
     rms = float(numpy.sqrt(numpy.mean(result.fun ** 2)))
     worst = float(numpy.abs(result.fun).max())
-    print(f'{key}: ({result.x[0]:.3f}, {result.x[1]:.3f}, {result.x[2]:.1f})  '
-          f'[{len(cases)} rows] RMS log error {rms:.2f}, worst {worst:.2f}')
+    print(f'  "{key[0]}/{key[1]}": [[{result.x[0]:.3f}, {result.x[1]:.3f}, {result.x[2]:.1f}], '
+          f'"SOURCE"],   [{len(cases)} rows] RMS log error {rms:.2f}, worst {worst:.2f}')
     return numpy.exp(predicted(result.x))
 
 
@@ -115,26 +121,21 @@ def fit_bmm(data, rates):
         method = BMM[precision]
         p = Problem(ks.KSPattern(*row["pattern"]), row["batch"], numpy.dtype(row["dtype"]),
                     row["layout"], row["layout"] == "bsl", False)
-        key = ("bmm", costs.group_gemm_variant(p, precision))
+        key = ("bmm", gpu_costs.group_gemm_variant(p, precision))
         groups.setdefault((key, precision), []).append((p, row, row["seconds"][method]))
     for (key, precision), cases in sorted(groups.items()):
-        fit(cases, key, lambda p: costs.bmm_seconds(p, rates, precision), (1.0, 0.8, 50.0),
-            rates)
+        fit(cases, key, lambda p: gpu_costs.bmm_seconds(p, rates, precision),
+            (1.0, 0.8, 50.0), rates)
 
 
 def compare_chains(data, rates, max_cluster=None):
     """Modelled / measured time of the chains rows whose plan the planner still makes, the
-    planner taking the clusters the file's GPU runs (``max_cluster``; by default
-    ks_rows.MAX_CLUSTER for an H100 or H200, else 1), not this machine's (none without a
-    GPU: it would price one-block tiles, up to 9x slower in batch-size-last, and plan other
-    steps)."""
-    from unittest import mock
-    from kscupy import planner
-    from kscupy.kernels import ks_rows
-    from bench_fft import transform_chain
-    if max_cluster is None:
-        hopper = any(name in data.get("device", "") for name in ("H100", "H200"))
-        max_cluster = ks_rows.MAX_CLUSTER if hopper else 1
+    planner taking the clusters the file's GPU runs (``max_cluster``; by default the
+    file's device facts, an H200's where it recorded none)."""
+    from kscupy.engine import planner
+    from kscupy.bench.chains import transform_chain
+    if max_cluster is not None:
+        rates = dataclasses.replace(rates, max_cluster=max_cluster)
     ratios = []
     for row in data["rows"]:
         kind, dtype = row["transform"], numpy.dtype(row["dtype"])
@@ -142,8 +143,8 @@ def compare_chains(data, rates, max_cluster=None):
             continue
         n = row["n"]
         chain = transform_chain(kind, n, dtype, numpy)
-        with mock.patch.object(ks_rows, "cluster_limit", lambda: max_cluster):
-            plan = planner.plan(chain, row["layout"], dtype, row["batch"], rates=rates)
+        plan = planner.plan(chain.factor_chain, row["layout"], dtype, row["batch"],
+                            device=rates)
         measured = row["seconds"]["auto"]
         same = plan.describe().splitlines() == row["plan"]
         note = "" if same else f"  (plan now: {plan.describe().splitlines()[0][:60]})"
@@ -163,15 +164,15 @@ def main():
     parser.add_argument("--bmm", action="store_true",
                         help="fit bmm's keys to a probe_bmm.py file instead")
     parser.add_argument("--chains", action="store_true",
-                        help="compare the planner's times with a bench_fft.py file's")
-    parser.add_argument("--rates", help="take the device rates from this engine file")
+                        help="compare the planner's times with a chains suite's file")
+    parser.add_argument("--rates", help="take the device's facts from this engine file")
     parser.add_argument("--max-cluster", type=int, default=None,
                         help="--chains: most blocks of a cluster the file's GPU ran (default: "
-                             "16 for an H100 or H200, else 1)")
+                             "the file's device facts)")
     args = parser.parse_args()
     data = json.loads(pathlib.Path(args.results).read_text())
     source = json.loads(pathlib.Path(args.rates).read_text()) if args.rates else data
-    rates = costs.DeviceRates(**source["rates"])
+    rates = devices.from_record(source["rates"])
     os.environ["KSCUPY_CACHE_DIR"] = tempfile.mkdtemp()    # the model, never a tuning cache
     if args.current:
         replay_auto(data, rates)
@@ -184,13 +185,13 @@ def main():
         return
     groups = {}
     for p, row, precision in problems(data["rows"]):
-        order = costs.mma_variant(p, ks_mma.heuristic_config(p), precision)
+        order = gpu_costs.mma_variant(p, ks_mma.heuristic_config(p), precision)
         groups.setdefault((order, p.dtype.name, precision), []).append((p, row))
     for (order, dtype, precision), cases in sorted(groups.items()):
         kernel, bmm = KERNEL[precision], BMM[precision]
         model = fit([(p, row, row["seconds"][kernel]) for p, row in cases], ("mma", order),
-                    lambda p: costs.mma_kernel_seconds(p, rates, ks_mma.heuristic_config(p),
-                                                       precision),
+                    lambda p: gpu_costs.mma_kernel_seconds(p, rates, ks_mma.heuristic_config(p),
+                                                           precision),
                     (2.0, 0.5, 30.0), rates)
         ranked = [(m < row["seconds"][bmm]) == (row["seconds"][kernel] < row["seconds"][bmm])
                   for m, (_, row) in zip(model, cases) if bmm in row["seconds"]]

@@ -1,4 +1,4 @@
-"""Fit the CPU cost model (``kscupy.costs._CPU``) to timed single-factor products.
+"""Fit the CPU cost model (``kscupy/engine/costs/cpu.json``) to timed single-factor products.
 
     PYTHONPATH=$PWD python3 benchmarks/fit_cpu_costs.py benchmarks/results/cpu_train.json \\
         --check benchmarks/results/cpu_auto.json
@@ -10,9 +10,10 @@ enter the fit. ``--save`` writes the merged rows.
 
 For each algorithm (bmm, einsum, sparse) and regime of the model ("vector", "bsl", "bsf"),
 the constants ``c >= 0`` minimise the soft-L1 loss of ``log(sum_k c_k n_k) - log(t)`` over
-the rows (``n_k``: the counts of ``kscupy.costs.cpu_terms``, ``t``: the measured seconds),
+the rows (``n_k``: the counts of ``kscupy.engine.costs.cpu.cpu_terms``, ``t``: the measured
+seconds),
 started from the non-negative least-squares fit of the relative error. Prints the table to
-paste into ``costs.py`` (terms whose fitted constant never reaches 1% of a row's modelled
+put in ``cpu.json``'s ``"terms"`` (terms whose fitted constant never reaches 1% of a row's modelled
 time are left out), the RMS log error of each algorithm, and how well the model chooses on
 the fitted rows and on the ``--check`` files: the measured time of the algorithm it picks
 over the fastest one (max, median, rows above ``--target``).
@@ -29,8 +30,9 @@ from scipy.optimize import least_squares, nnls
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
-from kscupy import KSPattern, costs  # noqa: E402
-from kscupy.problem import Problem  # noqa: E402
+from kscupy import KSPattern  # noqa: E402
+from kscupy.engine.costs import cpu as costs  # noqa: E402
+from kscupy.core.problem import Problem  # noqa: E402
 
 ALGORITHMS = ("bmm", "einsum", "sparse")
 REGIMES = ("vector", "bsl", "bsf")
@@ -79,7 +81,7 @@ def fit(rows):
     for algorithm in ALGORITHMS:
         for regime in REGIMES:
             chosen = [r for r in rows
-                      if costs._cpu_regime(row_problem(r)) == regime and algorithm in r["seconds"]]
+                      if costs._regime(row_problem(r)) == regime and algorithm in r["seconds"]]
             counts = [costs.cpu_terms(row_problem(r), algorithm) for r in chosen]
             terms = sorted(set().union(*counts))
             n = numpy.array([[c.get(term, 0.0) for term in terms] for c in counts])
@@ -94,7 +96,7 @@ def fit(rows):
 
 def modelled(table, row, algorithm):
     counts = costs.cpu_terms(row_problem(row), algorithm)
-    constants = table[(algorithm, costs._cpu_regime(row_problem(row)))]
+    constants = table[(algorithm, costs._regime(row_problem(row)))]
     return sum(constants.get(term, 0.0) * count for term, count in counts.items())
 
 
@@ -136,16 +138,10 @@ def main(argv=None):
                            "note": "each backend's best time over the files"}, "rows": rows}
         args.save.write_text(json.dumps(merged, indent=1) + "\n")
     table = fit(rows)
-    print("_CPU = {")
-    for (algorithm, regime), constants in table.items():
-        lines = [f'    ("{algorithm}", "{regime}"): {{']
-        for term, c in constants.items():
-            item = f'"{term}": {c:.3g}, '
-            if len(lines[-1]) + len(item) > 96:
-                lines.append("        ")
-            lines[-1] += item
-        print("\n".join(line.rstrip() for line in lines)[:-1] + "},")
-    print("}")
+    print(' "terms": {')
+    lines = [f'  "{algorithm}/{regime}": {json.dumps(constants)}'
+             for (algorithm, regime), constants in table.items()]
+    print(",\n".join(lines) + "\n },")
     report(table, rows, "fitted rows", args.target)
     if args.check:
         report(table, load(args.check), "check rows", args.target)

@@ -19,11 +19,12 @@ import numpy
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import kscupy as ks  # noqa: E402
-from kscupy import costs, dispatch  # noqa: E402
-from baselines import torch_bmm  # noqa: E402
-from engine import BATCH, oracle, relative_error  # noqa: E402
-from pattern_grid import paper_grid, stratified_sample  # noqa: E402
-from timing import progress, run_metadata, time_fn  # noqa: E402
+from kscupy.core import device  # noqa: E402
+from kscupy.engine import single  # noqa: E402
+from torch_baselines import torch_bmm  # noqa: E402
+from kscupy.bench.engine import BATCH, oracle, relative_error  # noqa: E402
+from kscupy.bench.grid import paper_grid, stratified_sample  # noqa: E402
+from kscupy.bench.timing import progress, run_metadata, time_fn  # noqa: E402
 
 #: (dtype, precision) -> the kscupy methods timed
 CASES = {("float32", "default"): "bmm", ("float32", "tf32"): "bmm_tf32",
@@ -40,7 +41,7 @@ def probe_row(pattern, layout, dtype, precision, method):
     X = rng.standard_normal(shape, dtype=numpy.float32).astype(dtype)
     if numpy.dtype(dtype).kind == "c":
         X += 1j * rng.standard_normal(shape, dtype=numpy.float32)
-    runs = {method: dispatch.prepare(K.factor, X, layout, method)}
+    runs = {method: single.prepare(K.factor, X, layout, method)}
     tb = torch_bmm(K.blocks, layout, tf32=precision == "tf32")
     if tb is not None:
         runs["base_torch_bmm"] = tb
@@ -68,7 +69,7 @@ def main(argv=None):
     patterns = stratified_sample(paper_grid(), args.count)
     cases = [tuple(c.split(":")) for c in args.cases.split(",")]
     rows = []
-    result = dict(run_metadata(), rates=dataclasses.asdict(costs.device_rates()), rows=rows)
+    result = dict(run_metadata(), rates=dataclasses.asdict(device.current()), rows=rows)
     todo = [(p, lay, d, prec) for d, prec in cases for p in patterns for lay in ("bsl", "bsf")]
     for p, lay, d, prec in progress(todo, desc="bmm"):
         rows.append(probe_row(p, lay, d, prec, CASES[(d, prec)]))

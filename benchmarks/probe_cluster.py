@@ -21,7 +21,7 @@ file), in the same process (kernel_ab.py): an A/B test of a kernel change. ``--k
 times the plan's segment instead with each other block size and blocks-per-SM allowance
 (threads and ``min_blocks``, the kernel's launch bounds) that fit an SM, at its rows and
 half of them. Used to set
-ks_rows.py's cluster choice, block sizes and costs.rows_seconds; the issue's benchmark is
+ks_rows.py's cluster choice, block sizes and the cost model's rows_seconds; the issue's benchmark is
 bench_fft.py.
 """
 from __future__ import annotations
@@ -37,12 +37,13 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from timing import cupy, measure_ceilings, time_fn  # noqa: E402
+from kscupy.bench.timing import cupy, measure_ceilings, time_fn  # noqa: E402
 
 import kscupy as ks  # noqa: E402
-from bench_fft import transform_chain  # noqa: E402
+from kscupy.bench.chains import transform_chain  # noqa: E402
 from kernel_ab import file_as_of, kernel_file  # noqa: E402
-from kscupy import costs  # noqa: E402
+from kscupy.core import device  # noqa: E402
+from kscupy.engine.costs import gpu as gpu_costs  # noqa: E402
 from kscupy.kernels import ks_rows  # noqa: E402
 
 CHAINS = ("hadamard:1024:float32;hadamard:4096:float32;hadamard:8192:float32;"
@@ -62,7 +63,7 @@ def plan_segment(chain, dtype, batch, layout):
     for step in plan.steps:
         if isinstance(step, ks_rows.RowSegment):
             return plan, step
-    factors = [K.factor.in_dtype(dtype) for K in reversed(chain.factors)]
+    factors = [f.in_dtype(dtype) for f in chain.factor_chain.applied]
     dst = None if chain.output_permutation is None else \
         ks.shuffle.inverse_permutation(chain.output_permutation, cupy)
     return plan, ks_rows.make_row_segment(factors, dtype, layout, batch, max_cluster=1,
@@ -102,11 +103,13 @@ def knob_variants(seg, itemsize):
     out = [("plan's", seg)]
     for rows in (seg.rows, seg.rows // 2) if seg.rows > 1 else (seg.rows,):
         trial = dataclasses.replace(seg, rows=rows)
-        fit = ks_rows.SM_SMEM // (trial.launch_smem_bytes(itemsize) + 1024)
+        facts = device.current()
+        fit = facts.smem_per_sm // (trial.launch_smem_bytes(itemsize)
+                                    + facts.smem_reserved_per_block)
         for threads in (128, 256, 512):
             for min_blocks in (1, 2, 3, 4, 6):
                 if (rows, threads, min_blocks) != (seg.rows, seg.threads, seg.min_blocks) and \
-                        threads * min_blocks <= ks_rows.SM_THREADS and min_blocks <= fit:
+                        threads * min_blocks <= facts.threads_per_sm and min_blocks <= fit:
                     out.append((f"{rows} rows, {threads} threads x {min_blocks}",
                                 dataclasses.replace(trial, threads=threads,
                                                     min_blocks=min_blocks)))
@@ -132,7 +135,7 @@ def main(argv=None):
     if args.baseline:
         sources.append((f" @{args.baseline}", file_as_of("ks_rows.cu", args.baseline)))
     bandwidth = measure_ceilings()["copy_bandwidth_Bps"]
-    rates = costs.device_rates()
+    rates = device.current()
     print(f"{cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}: "
           f"copy {bandwidth / 1e12:.2f} TB/s", flush=True)
     for spec in args.chains.split(";"):
@@ -164,7 +167,7 @@ def main(argv=None):
                 continue
             for label, s in (knob_variants(seg, dtype.itemsize) if args.knobs
                              else variants(seg, dtype, batch, runs)):
-                modelled = costs.rows_seconds(s, batch, dtype, rates, layout)
+                modelled = gpu_costs.rows_seconds(s, batch, dtype, rates, layout)
                 for suffix, path in sources:
                     try:
                         with kernel_file("ks_rows.cu", path):   # prepared once, timed by launches

@@ -22,8 +22,8 @@ import numpy
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import kscupy as ks  # noqa: E402
-from kscupy import costs  # noqa: E402
-from timing import time_fn  # noqa: E402
+from kscupy.core import device  # noqa: E402
+from kscupy.bench.timing import time_fn  # noqa: E402
 
 
 def main(out, dtypes="float32,float64,float16,complex64"):
@@ -50,7 +50,7 @@ def main(out, dtypes="float32,float64,float16,complex64"):
             rows.append(dict(pattern=list(pat), layout="bsf", dtype=dtype, precision="default",
                              batch=B, seconds=s))
             print(dtype, pat, {k: round(v * 1e3, 3) for k, v in s.items()}, flush=True)
-    json.dump(dict(rates=dataclasses.asdict(costs.device_rates()), rows=rows),
+    json.dump(dict(rates=dataclasses.asdict(device.current()), rows=rows),
               open(out, "w"), indent=1)
 
 

@@ -34,13 +34,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import cupy  # noqa: E402
 
 import kscupy as ks  # noqa: E402
-from kscupy import _reference  # noqa: E402
+from kscupy import reference  # noqa: E402
 from kscupy.kernels import ks_matmul, ks_mma  # noqa: E402
-from kscupy.problem import problem_of  # noqa: E402
-from baselines import torch_bmm  # noqa: E402
+from kscupy.core.problem import problem_of  # noqa: E402
+from torch_baselines import torch_bmm  # noqa: E402
 from kernel_ab import file_as_of, kernel_file  # noqa: E402
-from engine import oracle, relative_error  # noqa: E402
-from timing import time_fn  # noqa: E402
+from kscupy.bench.engine import oracle, relative_error  # noqa: E402
+from kscupy.bench.timing import time_fn  # noqa: E402
 
 PATTERNS = [(1, 1024, 1024, 1), (1, 512, 512, 4), (1, 256, 256, 16), (4, 192, 192, 4),
             (16, 64, 64, 4), (64, 48, 48, 16), (1, 768, 192, 2), (1, 192, 768, 2),
@@ -98,13 +98,13 @@ def case(pattern, layout, dtype, precision, B, configs, baseline=None):
     fma = ks_matmul.heuristic_config(problem)
     out["fma_s"] = time_fn(lambda x: ks_matmul.launch(f, x, layout, fma), [X])
     blocks = f.blocks
-    out["cupy_bmm_s"] = time_fn(lambda x: _reference.bmm(blocks, x, layout, cupy), [X])
+    out["cupy_bmm_s"] = time_fn(lambda x: reference.bmm(blocks, x, layout, cupy), [X])
     tb = torch_bmm(blocks, layout, tf32=precision == "tf32")
     if tb is not None:
         out["torch_bmm_s"] = time_fn(tb, [X])
     if M * N * X.itemsize <= 2**31:
         D = K.todense()
-        out["dense_s"] = time_fn(lambda x: _reference.dense(D, x, layout, cupy), [X])
+        out["dense_s"] = time_fn(lambda x: reference.dense(D, x, layout, cupy), [X])
     return out
 
 

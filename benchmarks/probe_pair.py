@@ -24,7 +24,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from timing import cupy, time_fn  # noqa: E402
+from kscupy.bench.timing import cupy, time_fn  # noqa: E402
 
 import kscupy as ks  # noqa: E402
 from kscupy.kernels import ks_pair  # noqa: E402

@@ -21,7 +21,7 @@ import sys
 import numpy
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from timing import cupy, time_fn  # noqa: E402
+from kscupy.bench.timing import cupy, time_fn  # noqa: E402
 
 SMEM = 65536        # bytes of a block's tile: three blocks an SM
 THREADS = 256

@@ -3,7 +3,7 @@
     PYTHONPATH=$PWD python3 benchmarks/tune_report.py [--batch 25088] [--out report.json]
 
 For each pattern and layout (FP32): times every candidate kernel configuration, CuPy BMM and
-cuBLAS dense (kscupy.tuning.tune, with a throw-away cache), and prints the heuristic
+cuBLAS dense (kscupy.tune, with a throw-away cache), and prints the heuristic
 configuration's time, the best candidate, the baselines, the cost model's estimates and
 what ``auto`` would choose. A developer's tool: it writes nothing into the user's cache.
 """
@@ -20,9 +20,13 @@ os.environ["KSCUPY_CACHE_DIR"] = tempfile.mkdtemp(prefix="kscupy-tune-report-")
 
 import numpy  # noqa: E402
 
-from kscupy import KSPattern, costs, tuning  # noqa: E402
+import dataclasses  # noqa: E402
+
+from kscupy import KSPattern  # noqa: E402
+from kscupy.core import device  # noqa: E402
+from kscupy.core.problem import Problem  # noqa: E402
+from kscupy.engine import decide, tune, tuning_cache  # noqa: E402
 from kscupy.kernels.ks_matmul import heuristic_config  # noqa: E402
-from kscupy.problem import Problem  # noqa: E402
 
 PATTERNS = [(1, 1024, 1024, 1), (1, 256, 256, 4), (16, 64, 64, 4), (1, 48, 48, 64),
             (64, 2, 2, 64), (1, 768, 192, 2), (6, 64, 64, 1), (1, 192, 768, 8),
@@ -34,7 +38,7 @@ def main():
     parser.add_argument("--batch", type=int, default=25088)
     parser.add_argument("--out")
     args = parser.parse_args()
-    rates = costs.device_rates()
+    rates = device.current()
     rows = []
     print(f"{'pattern':20s} lay {'heur ms':>8s} {'best ms':>8s} {'bmm':>7s} {'dense':>7s} | "
           f"model kernel/bmm/dense ms -> auto | best config")
@@ -42,12 +46,12 @@ def main():
         for layout in ("bsl", "bsf"):
             problem = Problem(KSPattern(*pattern), args.batch, numpy.dtype("float32"),
                                      layout, layout == "bsl", False)
-            tuning.tune(problem, progress=False, n_repeat=10)
-            seconds = tuning._cache()._entries[tuning._cache_key(problem, rates)]["seconds"]
+            tune(problem, progress=False, n_repeat=10)
+            seconds = tuning_cache.timings(problem, rates)
             kernels = {k: v for k, v in seconds.items() if k.startswith("kernel")}
             best = min(kernels, key=kernels.get)
             heur = f"kernel{heuristic_config(problem).as_tuple()}"
-            model = {be: tuning.seconds(problem, be, rates) for be in ("kernel", "bmm", "dense")}
+            model = {be: decide.seconds(problem, be, rates) for be in ("kernel", "bmm", "dense")}
             rows.append({"pattern": pattern, "layout": layout, "seconds": seconds,
                          "heuristic": heur, "model": model})
             ms = lambda k: 1e3 * seconds.get(k, float("nan"))  # noqa: E731
@@ -55,7 +59,7 @@ def main():
                   f"{ms('dense'):7.3f} | {1e3*model['kernel']:.3f}/{1e3*model['bmm']:.3f}/"
                   f"{1e3*model['dense']:.3f} -> {min(model, key=model.get)} | {best[6:]}", flush=True)
     if args.out:
-        pathlib.Path(args.out).write_text(json.dumps({"rates": rates.__dict__, "rows": rows}, indent=1))
+        pathlib.Path(args.out).write_text(json.dumps({"rates": dataclasses.asdict(rates), "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -4,25 +4,20 @@ A Kronecker-sparse (KS) matrix of pattern ``(a, b, c, d)`` has support
 ``I_a ⊗ 1_{b×c} ⊗ I_d``; products of such factors give butterflies, Monarch matrices and
 FFT-style fast transforms. See ``docs/concepts.md`` for the conventions.
 """
-from .pattern import KSPattern
-from .matrix import KSMatrix
-from .structure import DFTStage
-from .chain import KSChain
-from .transforms import (dft, idft, hadamard, butterfly, block_butterfly, monarch, low_rank,
-                         choose_pattern)
-from .shuffle import (perfect_shuffle, inverse_perfect_shuffle, inverse_permutation,
-                      perfect_shuffle_matrix, bit_reversal, block_diagonal_permutations,
-                      block_diagonalize)
-from .submatrix import KSSubmatrix
-from .realpart import KSRealPart
-from .dct import dct, dst
-from .factorization import factorize
+from .core.pattern import KSPattern
+from .core.structure import DFTStage
+from .core.shuffle import (perfect_shuffle, inverse_perfect_shuffle, inverse_permutation,
+                           perfect_shuffle_matrix, bit_reversal, block_diagonal_permutations,
+                           block_diagonalize)
+from .core.arrays import SUPPORTED_DTYPES, gpu_module
+from .operators import KSMatrix, KSChain, KSSubmatrix, KSRealPart
+from .transforms import (dft, idft, dct, dst, hadamard, butterfly, block_butterfly, monarch,
+                         low_rank, choose_pattern, factorize)
 from .linalg import aslinearoperator
 from .storage import save, load
 from . import testing
-from .tuning import tune
+from .engine import tune
 from .warmup import warmup
-from ._arrays import SUPPORTED_DTYPES, gpu_module
 
 __version__ = "0.1.0"
 

@@ -5,9 +5,9 @@ backend in both layouts, checks each result against the dense product in float64
 each, and solves a small linear system through :func:`kscupy.aslinearoperator`. It runs on
 the GPU with CuPy when a device is there, on the CPU with NumPy otherwise.
 
-``bench`` runs the benchmark suites of the source tree (``benchmarks/bench_patterns.py``,
-``benchmarks/bench_fft.py``) on the GPU, then the plot scripts, and writes the JSON results
-and the PNG plots to ``--out``; ``--quick`` runs a small sample of each suite.
+``bench`` runs the benchmark suites (:mod:`kscupy.bench`) on the GPU and writes the JSON
+results and the PNG plots to ``--out``; ``--quick`` runs a small sample of each suite
+(``python -m kscupy bench --help`` lists them and their options).
 
 ``warmup`` compiles ahead the kernels that given patterns, dtypes, layouts and batch sizes
 (and DFT sizes) need (:func:`kscupy.warmup`), so that later processes find them in CuPy's
@@ -16,10 +16,7 @@ disk cache.
 from __future__ import annotations
 
 import argparse
-import os
-import pathlib
 import platform
-import subprocess
 import sys
 import time
 
@@ -27,7 +24,7 @@ import numpy
 import scipy
 
 import kscupy
-from kscupy import _arrays
+from kscupy.core import arrays
 
 
 def _device_lines(cupy):
@@ -44,7 +41,7 @@ def _device_lines(cupy):
 
 
 def info(_args=None) -> int:
-    cupy, why = _arrays.gpu_module()
+    cupy, why = arrays.gpu_module()
     print(f"kscupy {kscupy.__version__}, Python {platform.python_version()}, "
           f"NumPy {numpy.__version__}, SciPy {scipy.__version__}, "
           f"CuPy {cupy.__version__ if cupy else 'not available'}")
@@ -86,7 +83,7 @@ def _rel_err(Y, ref):
 
 
 def demo(args) -> int:
-    cupy, why = _arrays.gpu_module()
+    cupy, why = arrays.gpu_module()
     if args.cpu:
         cupy, why = None, "--cpu was given"
     xp = cupy if cupy is not None else numpy
@@ -175,62 +172,13 @@ def _fft_section(xp, repeat):
           f"{xp.__name__}.fft {t_fft * 1e3:.3f} ms (ratio {t_chain / t_fft:.1f}x; {how})")
 
 
-BENCHMARKS = pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def bench_steps(out, quick):
-    """The commands ``bench`` runs, in order: ``(label, argv)`` pairs."""
-    py = sys.executable
-    patterns, fft = str(out / "patterns.json"), str(out / "fft.json")
-    if quick:
-        pattern_args = ["--count", "4", "--part", "grid"]
-        fft_args = ["--sizes", "256,1024", "--elements", str(2**22), "--hadamard", "1024",
-                    "--parts", "dft,hadamard"]
-        sweep = []
-    else:
-        pattern_args, fft_args, sweep = [], [], ["--sweep", patterns]
-    return [
-        ("KS patterns vs baselines", [py, str(BENCHMARKS / "bench_patterns.py"), "--out", patterns,
-                                      *pattern_args]),
-        ("DFT and Hadamard chains", [py, str(BENCHMARKS / "bench_fft.py"), "--out", fft, *fft_args]),
-        ("pattern plots", [py, str(BENCHMARKS / "plot_patterns.py"), patterns, *sweep,
-                           "--out", str(out)]),
-        ("FFT plot", [py, str(BENCHMARKS / "plot_fft.py"), fft, str(out / "fft_chains.png")]),
-    ]
-
-
-def bench(args) -> int:
-    cupy, why = _arrays.gpu_module()
-    if cupy is None:
-        print(f"python -m kscupy bench times GPU kernels and needs a GPU: {why}. "
-              f"(python -m kscupy demo --cpu runs on the CPU.)", file=sys.stderr)
-        return 2
-    if not (BENCHMARKS / "bench_patterns.py").exists():
-        print(f"the benchmark scripts are not here ({BENCHMARKS}): bench runs from a source "
-              f"checkout of kscupy", file=sys.stderr)
-        return 2
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(BENCHMARKS.parent), os.environ.get("PYTHONPATH")) if p)}
-    steps = bench_steps(out, args.quick)
-    try:
-        from tqdm import tqdm
-        progress = tqdm(steps, desc="kscupy bench", unit="suite")
-    except ImportError:
-        progress = steps
-    for number, (label, command) in enumerate(progress, 1):
-        print(f"\n[{number}/{len(steps)}] {label}: {' '.join(command[1:])}", flush=True)
-        status = subprocess.run(command, env=env).returncode
-        if status:
-            print(f"{label} failed with status {status}", file=sys.stderr)
-            return status
-    print(f"\nresults and plots in {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
-    return 0
+def bench(argv) -> int:
+    from kscupy.bench import cli
+    return cli.main(argv)
 
 
 def warmup(args) -> int:
-    cupy, why = _arrays.gpu_module()
+    cupy, why = arrays.gpu_module()
     if cupy is None:
         print(f"python -m kscupy warmup compiles GPU kernels and needs a GPU: {why}",
               file=sys.stderr)
@@ -253,22 +201,15 @@ def main(argv=None) -> int:
                         metavar=("A", "B", "C", "D"))
     p_demo.add_argument("--batch", type=int, default=1024)
     p_demo.add_argument("--dtype", default="float32",
-                        choices=[str(t) for t in _arrays.SUPPORTED_DTYPES])
+                        choices=[str(t) for t in arrays.SUPPORTED_DTYPES])
     p_demo.add_argument("--repeat", type=int, default=20)
     p_demo.add_argument("--cpu", action="store_true", help="use NumPy even if a GPU is there")
     p_demo.set_defaults(func=demo)
     p_info = sub.add_parser("info", help="versions, device and CUDA details")
     p_info.set_defaults(func=info)
-    p_bench = sub.add_parser("bench", help="run the GPU benchmark suites, write JSON and plots",
-                             description="Run benchmarks/bench_patterns.py and bench_fft.py on "
-                                         "the GPU, then the plot scripts. Needs CuPy, a CUDA "
-                                         "device and the source tree (exits with status 2 "
-                                         "without them).")
-    p_bench.add_argument("--quick", action="store_true",
-                         help="a few patterns and sizes (minutes) instead of the full suites")
-    p_bench.add_argument("--out", default="bench-results",
-                         help="folder for the JSON results and plots (default: bench-results)")
-    p_bench.set_defaults(func=bench)
+    # (its own parser: python -m kscupy bench --help, kscupy.bench.cli)
+    sub.add_parser("bench", help="run the GPU benchmark suites, write JSON and plots "
+                                 "(bench --help for its options)")
     p_warm = sub.add_parser("warmup", help="compile ahead the kernels given products need",
                             description="Run one product per pattern (and DFT size), dtype, "
                                         "layout and batch size on the GPU, so that their "
@@ -284,6 +225,9 @@ def main(argv=None) -> int:
     p_warm.add_argument("--threads", type=int, default=None,
                         help="products run (and compiled) at once (default: CPU count, at most 8)")
     p_warm.set_defaults(func=warmup)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:
+        return bench(argv[1:])
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import uuid
 
-from . import _arrays
+from .core import arrays
 
 __all__ = ["matmul", "is_dask_array", "gpu_cluster"]
 
@@ -67,7 +67,7 @@ def matmul(op, X, layout="bsl"):
     if layout not in ("bsl", "bsf"):
         raise ValueError(f'layout must be "bsl" or "bsf", got {layout!r}')
     try:
-        chunk_module = _arrays.array_module(X._meta)
+        chunk_module = arrays.array_module(X._meta)
     except TypeError:
         raise TypeError(f"dask array chunks of type {type(X._meta).__name__} are not NumPy or "
                         f"CuPy arrays") from None
@@ -83,7 +83,7 @@ def matmul(op, X, layout="bsl"):
         raise ValueError(f"shape mismatch: {type(op).__name__} of shape {op.shape} cannot be "
                          f"applied to a dask array of shape {X.shape} in layout {layout!r} "
                          f"(N={N} features along axis {feature_axis})")
-    dtype = _arrays.result_dtype(op.dtype, X.dtype)
+    dtype = arrays.result_dtype(op.dtype, X.dtype)
     if len(X.chunks[feature_axis]) > 1:
         X = X.rechunk({feature_axis: -1})
     chunks = list(X.chunks)
@@ -104,7 +104,7 @@ def gpu_cluster(count=None):
     installed, else plain ``distributed`` workers. Use it as a context manager with a
     ``distributed.Client``. ImportError without ``distributed``; RuntimeError without GPUs.
     """
-    cupy, why = _arrays.gpu_module()
+    cupy, why = arrays.gpu_module()
     if cupy is None:
         raise RuntimeError(f"gpu_cluster needs GPUs: {why}")
     visible = cupy.cuda.runtime.getDeviceCount()

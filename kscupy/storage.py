@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy
 
-from . import _arrays
-from .chain import KSChain
-from .matrix import KSMatrix
-from .pattern import KSPattern
+from .core import arrays
+from .operators.chain import KSChain
+from .operators.matrix import KSMatrix
+from .core.pattern import KSPattern
 
 __all__ = ["save", "load", "FORMAT_VERSION"]
 
@@ -51,19 +51,19 @@ def save(path, op) -> None:
         kind, factors, perms = "KSMatrix", [op], {}
     elif isinstance(op, KSChain):
         kind, factors = "KSChain", list(op.factors)
-        perms = {name: _arrays.numpy_copy(p) for name, p in
+        perms = {name: arrays.numpy_copy(p) for name, p in
                  (("input_permutation", op.input_permutation),
                   ("output_permutation", op.output_permutation)) if p is not None}
     else:
         raise TypeError(f"kscupy.save writes a KSMatrix or KSChain, got {type(op).__name__}")
-    arrays = {"kscupy_format": numpy.int64(FORMAT_VERSION), "kscupy_kind": numpy.str_(kind),
+    entries = {"kscupy_format": numpy.int64(FORMAT_VERSION), "kscupy_kind": numpy.str_(kind),
               "factor_count": numpy.int64(len(factors)), **perms}
     for f, factor in enumerate(factors):
         values, (transposed, conjugated) = factor.stored_values(), factor.view_flags
-        arrays[f"values_{f}"] = _arrays.numpy_copy(values)
-        arrays[f"pattern_{f}"] = numpy.array(values.shape, dtype=numpy.int64)
-        arrays[f"view_{f}"] = numpy.array([transposed, conjugated])
-    numpy.savez(path, **arrays)
+        entries[f"values_{f}"] = arrays.numpy_copy(values)
+        entries[f"pattern_{f}"] = numpy.array(values.shape, dtype=numpy.int64)
+        entries[f"view_{f}"] = numpy.array([transposed, conjugated])
+    numpy.savez(path, **entries)
 
 
 def load(path, xp=numpy):
@@ -74,7 +74,7 @@ def load(path, xp=numpy):
     or inconsistent entries) or that a newer kscupy wrote (format version above
     :data:`FORMAT_VERSION`).
     """
-    _arrays.check_module(xp)
+    arrays.check_module(xp)
     with numpy.load(path, allow_pickle=False) as data:
         entries = {name: data[name] for name in data.files}
     if "kscupy_format" not in entries or "kscupy_kind" not in entries:

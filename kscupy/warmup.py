@@ -1,15 +1,15 @@
 """Compile ahead: ``kscupy.warmup`` and ``python -m kscupy warmup``.
 
-A kernel instantiation is compiled by NVRTC the first time a product needs it (0.2 to 1.5 s
-each, kept afterwards in CuPy's disk cache, see :mod:`kscupy.kernels.nvrtc`); ``auto`` runs
-the slower direct kernel until it is compiled. Which
-instantiations a product needs depends on its pattern, dtype, layout and batch size (the
+A kernel instantiation is compiled by NVRTC the first time a product needs it (a fraction
+of a second to over a second each, kept afterwards in CuPy's disk cache, see
+:mod:`kscupy.kernels.nvrtc`); ``auto`` runs the slower direct kernel until it is compiled.
+Which instantiations a product needs depends on its pattern, dtype, layout and batch size (the
 tile configuration follows the batch bucket). :func:`warmup` runs one product of each
 combination it is given, so that a later script or solver loop finds every kernel compiled
 (and, in the same process, every decision of ``auto`` made). The products run from a pool
 of threads and wait for their kernels: NVRTC compiles without holding the GIL, so their
 kernels compile in parallel. Where ``auto`` would time a close call of its model
-(:func:`kscupy.tuning.prepare_chosen`), the pool defers it, so that no timing shares the
+(:mod:`kscupy.engine.decide`), the pool defers it, so that no timing shares the
 GPU with the products beside it; those products run again after the pool, one at a time,
 and time their close calls then.
 """
@@ -21,8 +21,11 @@ import itertools
 import os
 import time
 
-from . import _arrays, tuning
-from .pattern import KSPattern
+from .core import arrays
+from .core.pattern import KSPattern
+from .engine import decide
+from .kernels import nvrtc
+from .operators import KSMatrix
 
 __all__ = ["warmup", "WarmupReport"]
 
@@ -70,7 +73,7 @@ def warmup(patterns=(), *, operators=(), dtypes=("float32",), layouts=("bsl", "b
     ... # doctest: +SKIP
     """
     patterns = [KSPattern.of(p) for p in patterns]
-    dtypes = [_arrays.check_dtype(t) for t in dtypes]
+    dtypes = [arrays.check_dtype(t) for t in dtypes]
     for layout in layouts:
         if layout not in ("bsl", "bsf"):
             raise ValueError(f'layouts must be "bsl" or "bsf", got {layout!r}')
@@ -81,11 +84,9 @@ def warmup(patterns=(), *, operators=(), dtypes=("float32",), layouts=("bsl", "b
         threads = min(8, os.cpu_count() or 1)
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
-    cupy, why = _arrays.gpu_module()
+    cupy, why = arrays.gpu_module()
     if cupy is None:
         raise RuntimeError(f"kscupy.warmup compiles GPU kernels and needs a GPU: {why}")
-    from .kernels import nvrtc
-    from .matrix import KSMatrix
     for op in operators:
         if op.xp is not cupy:
             raise TypeError(f"warmup operators must hold CuPy values, got {op!r}")
@@ -107,7 +108,7 @@ def warmup(patterns=(), *, operators=(), dtypes=("float32",), layouts=("bsl", "b
 
     def pooled_product(task):
         """The product with its close calls deferred; whether it had one (see the module)."""
-        with tuning.close_calls_deferred() as deferred:
+        with decide.close_calls_deferred() as deferred:
             product(task)
         return bool(deferred)
 
@@ -118,8 +119,8 @@ def warmup(patterns=(), *, operators=(), dtypes=("float32",), layouts=("bsl", "b
     if deferred:
         # the pool's runs of these products are the model's choices, kept by their
         # operators: rebuilt at the next call, which times the close call alone
-        tuning.expire_prepared_runs()
-        with tuning.close_calls_timed():
+        decide.expire_prepared_runs()
+        with decide.close_calls_timed():
             for task in deferred:
                 product(task, random=True)
     return WarmupReport(len(tasks), nvrtc.kernels_loaded() - loaded_before,

@@ -1,9 +1,6 @@
-"""engine.py's second timing of rows that read as misses, with a scripted timer (no GPU)."""
-import pathlib
-import sys
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "benchmarks"))
-import engine  # noqa: E402
+"""The engine suite's second timing of rows that read as misses, with a scripted timer (no
+GPU)."""
+from kscupy.bench import engine
 
 
 def scripted_timer(times):

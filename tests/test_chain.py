@@ -276,8 +276,8 @@ def test_chain_todense_refuses_what_cannot_fit():
 def test_permutations_checked_on_either_side(xp, rng, monkeypatch, host_elements):
     # small CuPy permutations are checked on the host, larger ones with CuPy: both refuse
     # what is no permutation and keep what is one
-    from kscupy import _arrays
-    monkeypatch.setattr(_arrays, "HOST_ELEMENTS", host_elements)
+    from kscupy.core import arrays
+    monkeypatch.setattr(arrays, "HOST_ELEMENTS", host_elements)
     K = ks.KSMatrix.random((2, 4, 4, 8), xp=xp, seed=0)
     perm = rng.permutation(64)
     C = ks.KSChain([K], input_permutation=xp.asarray(perm))

@@ -57,7 +57,7 @@ def test_bench_without_gpu_fails_clearly(tmp_path):
     assert "needs a GPU" in out.stderr and list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("script", ["bench_patterns.py", "bench_fft.py", "bench_latency.py"])
+@pytest.mark.parametrize("script", ["bench_suite.py", "bench_latency.py"])
 def test_benchmark_scripts_parse_help_without_cupy(script):
     # CuPy made unimportable: the scripts must still print their help
     code = (f"import sys, runpy; sys.modules['cupy'] = None; sys.argv = ['{script}', '--help']; "
@@ -67,13 +67,27 @@ def test_benchmark_scripts_parse_help_without_cupy(script):
     assert "--out" in out.stdout
 
 
+def test_bench_plots_committed_results_without_a_gpu(tmp_path):
+    """``bench --plot`` reads each suite's results (the suite told by their rows) and draws
+    its plots; no GPU needed."""
+    pytest.importorskip("matplotlib", reason="the bench extra's matplotlib draws the plots")
+    results = ROOT / "benchmarks" / "results"
+    out = _run("bench", "--plot", str(results / "chains_h200.json"), str(results / "engine.json"),
+               str(results / "patterns_grid_h200.json"),
+               str(results / "patterns_batch_sweep_h200.json"), "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert {p.name for p in tmp_path.iterdir()} == {
+        "fft_chains.png", "chains_floor.png", "engine_speedups.png", "speedup_vs_h.png",
+        "roofline_fraction.png", "batch_sweep.png"}
+
+
 @pytest.mark.gpu
 def test_bench_quick_writes_results_and_plots(tmp_path):
     out = subprocess.run([sys.executable, "-m", "kscupy", "bench", "--quick", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=1800)
     assert out.returncode == 0, out.stderr
     names = {p.name for p in tmp_path.iterdir()}
-    assert {"patterns.json", "fft.json", "fft_chains.png", "speedup_vs_h.png"} <= names
+    assert {"grid.json", "chains.json", "fft_chains.png", "speedup_vs_h.png"} <= names
 
 
 @pytest.mark.skipif(gpu_available(), reason="checks the message of a machine without a GPU")

@@ -7,11 +7,12 @@ import numpy
 import pytest
 
 import kscupy as ks
-from kscupy import backends, costs, dispatch, tuning
-from kscupy.problem import Problem, problem_of
+from kscupy.engine import cpu_choice, registry, single
+from kscupy.engine.costs import cpu as cpu_costs
+from kscupy.core.problem import Problem, problem_of
 from conftest import RTOL, dense_oracle, random_array, rel_err
 
-CPU_CANDIDATES = sorted(name for name, b in backends.REGISTRY.items() if b.cpu_seconds)
+CPU_CANDIDATES = sorted(name for name, b in registry.REGISTRY.items() if b.cpu_seconds)
 DTYPES = [numpy.float16, numpy.float32, numpy.float64, numpy.complex64, numpy.complex128]
 # small enough for an oracle, varied enough for the model to pick every candidate somewhere
 # (einsum: single-row blocks, b = 1)
@@ -21,7 +22,7 @@ BATCHES = [1, 5, 64, 512]
 
 
 def _problem(pattern, batch, dtype, layout):
-    """A product on C-contiguous operands, as dispatch sees it."""
+    """A product on C-contiguous operands, as the single-factor path sees it."""
     return Problem(ks.KSPattern(*pattern), batch, numpy.dtype(dtype), layout,
                    layout == "bsl" or batch == 1, False)
 
@@ -34,7 +35,7 @@ def _products():
 @pytest.fixture
 def fresh_memo(monkeypatch):
     """An empty memo of choices for the test (and the process's memo untouched)."""
-    monkeypatch.setattr(tuning, "_MEMO", {})
+    monkeypatch.setattr(cpu_choice, "_MEMO", {})
 
 
 def test_the_cpu_candidates_are_bmm_einsum_and_sparse():
@@ -44,10 +45,9 @@ def test_the_cpu_candidates_are_bmm_einsum_and_sparse():
 def test_the_model_prices_every_candidate_and_picks_one_of_them(fresh_memo):
     for (pattern, batch, layout, dtype) in _products():
         problem = _problem(pattern, batch, dtype, layout)
-        seconds = {name: backends.get(name).cpu_seconds(problem) for name in CPU_CANDIDATES}
+        seconds = {name: registry.get(name).cpu_seconds(problem) for name in CPU_CANDIDATES}
         assert all(0 < s < 1e3 for s in seconds.values()), (problem, seconds)
-        choice = tuning.choose_cpu(problem)
-        assert choice == tuning.Choice(min(seconds, key=seconds.get))
+        assert cpu_choice.choose_cpu(problem) == min(seconds, key=seconds.get)
 
 
 def test_float16_is_priced_as_float32():
@@ -55,7 +55,7 @@ def test_float16_is_priced_as_float32():
         half = _problem(pattern, batch, numpy.float16, layout)
         single = _problem(pattern, batch, numpy.float32, layout)
         for name in CPU_CANDIDATES:
-            assert costs.cpu_seconds(half, name) == costs.cpu_seconds(single, name)
+            assert cpu_costs.cpu_seconds(half, name) == cpu_costs.cpu_seconds(single, name)
 
 
 def _picked_somewhere():
@@ -64,7 +64,7 @@ def _picked_somewhere():
     picks = {}
     for pattern, batch, layout, dtype in sorted(
             _products(), key=lambda p: p[1] * ks.KSPattern(*p[0]).nnz):
-        name = tuning.choose_cpu(_problem(pattern, batch, dtype, layout)).backend
+        name = cpu_choice.choose_cpu(_problem(pattern, batch, dtype, layout))
         picks.setdefault(name, (pattern, batch, layout, dtype))
     return picks
 
@@ -78,7 +78,7 @@ def test_auto_matches_the_oracle_where_the_model_picks_each_backend(rng, backend
     D = dense_oracle(K.values)
     M, N = K.shape
     X = random_array(rng, (N, batch) if layout == "bsl" else (batch, N), dtype)
-    assert tuning.choose_cpu(problem_of(K.factor, X, layout)).backend == backend
+    assert cpu_choice.choose_cpu(problem_of(K.factor, X, layout)) == backend
     Y = K.matmul(X, layout=layout)
     assert Y.dtype == dtype and Y.shape == ((M, batch) if layout == "bsl" else (batch, M))
     assert rel_err(Y, D @ X if layout == "bsl" else X @ D.T) < RTOL[numpy.dtype(dtype)]
@@ -104,8 +104,8 @@ def test_operands_stored_as_the_other_layout_runs_it_transposed(rng, monkeypatch
     D = dense_oracle(K.values)
     M, N = K.shape
     seen = []
-    choose = tuning.choose_cpu_for
-    monkeypatch.setattr(tuning, "choose_cpu_for",
+    choose = cpu_choice.choose_cpu_for
+    monkeypatch.setattr(cpu_choice, "choose_cpu_for",
                         lambda f, X, layout: seen.append(layout) or choose(f, X, layout))
     Z = random_array(rng, (N, 6), numpy.float64)               # (N, B) in C order
     for X, layout, stored_as, expected in ((Z, "bsl", "bsl", D @ Z),
@@ -113,7 +113,7 @@ def test_operands_stored_as_the_other_layout_runs_it_transposed(rng, monkeypatch
                                            (numpy.asfortranarray(Z), "bsl", "bsf", D @ Z),
                                            (numpy.ascontiguousarray(Z.T), "bsf", "bsf", Z.T @ D.T)):
         seen.clear()
-        assert dispatch._stored_in_other_layout(X, layout) == (layout != stored_as)
+        assert single._stored_in_other_layout(X, layout) == (layout != stored_as)
         assert rel_err(K.matmul(X, layout=layout), expected) < RTOL[numpy.dtype(numpy.float64)]
         assert seen == [stored_as]
 
@@ -126,15 +126,15 @@ def test_strided_operands_under_auto(rng):
     for X in (big[:N, :10:2], big[1:, 1:6], big[N - 1::-1, 4::-1]):
         assert rel_err(K.matmul(X), D @ X) < 1e-12
         assert rel_err(K.matmul(X.T, layout="bsf"), X.T @ D.T) < 1e-12
-    single = big[:N, :1]
-    assert not dispatch._stored_in_other_layout(single, "bsl")
-    assert not dispatch._stored_in_other_layout(single.T, "bsf")
+    column = big[:N, :1]
+    assert not single._stored_in_other_layout(column, "bsl")
+    assert not single._stored_in_other_layout(column.T, "bsf")
 
 
 def test_the_choice_is_memoized_per_problem(rng, fresh_memo, monkeypatch):
     calls = []
-    model = costs.cpu_seconds
-    monkeypatch.setattr(costs, "cpu_seconds", lambda p, a: calls.append((p, a)) or model(p, a))
+    model = cpu_costs.cpu_seconds
+    monkeypatch.setattr(cpu_costs, "cpu_seconds", lambda p, a: calls.append((p, a)) or model(p, a))
     K = ks.KSMatrix(random_array(rng, (4, 8, 2, 16), numpy.float32))
     X = random_array(rng, (K.shape[1], 7), numpy.float32)
     for _ in range(3):
@@ -148,8 +148,8 @@ def test_a_chain_applies_every_factor_with_the_models_choice(rng, monkeypatch):
     C = ks.dft(64, dtype=numpy.complex128)
     X = random_array(rng, (5, 64), numpy.complex128)
     seen = []
-    choose = tuning.choose_cpu_for
-    monkeypatch.setattr(tuning, "choose_cpu_for",
+    choose = cpu_choice.choose_cpu_for
+    monkeypatch.setattr(cpu_choice, "choose_cpu_for",
                         lambda f, X, layout: seen.append(layout) or choose(f, X, layout))
     Y = C.matmul(X, layout="bsf")
     assert len(seen) == len(C.factors)
@@ -161,13 +161,13 @@ def test_a_bsf_chain_runs_in_batch_order_when_the_model_says_so(rng, monkeypatch
     the chain copies it and every factor runs as bsl."""
     C = ks.dft(1024, dtype=numpy.complex128)
     factors = [K.factor for K in reversed(C.factors)]
-    assert not tuning.cpu_chain_in_batch_order(factors, 1, numpy.complex128)
+    assert not cpu_choice.chain_in_batch_order(factors, 1, numpy.complex128)
     B = next(B for B in (8, 16, 64, 256, 1024)
-             if tuning.cpu_chain_in_batch_order(factors, B, numpy.complex128))
+             if cpu_choice.chain_in_batch_order(factors, B, numpy.complex128))
     X = random_array(rng, (B, 1024), numpy.complex128)
     seen = []
-    choose = tuning.choose_cpu_for
-    monkeypatch.setattr(tuning, "choose_cpu_for",
+    choose = cpu_choice.choose_cpu_for
+    monkeypatch.setattr(cpu_choice, "choose_cpu_for",
                         lambda f, X, layout: seen.append(layout) or choose(f, X, layout))
     Y = C.matmul(X, layout="bsf")
     assert seen == ["bsl"] * len(C.factors)
@@ -198,14 +198,14 @@ def test_a_close_call_is_settled_by_timing_both(rng, fresh_memo, monkeypatch):
     K = ks.KSMatrix(random_array(rng, (4, 8, 2, 16), numpy.float64))
     X = random_array(rng, (K.shape[1], 9), numpy.float64)
     problem = problem_of(K.factor, X, "bsl")
-    ranked = sorted(CPU_CANDIDATES, key=lambda name: backends.get(name).cpu_seconds(problem))
-    monkeypatch.setattr(tuning, "CPU_CLOSE_CALL", float("inf"))
-    monkeypatch.setattr(tuning, "CPU_MEASURE_MAX_SECONDS", float("inf"))
+    ranked = sorted(CPU_CANDIDATES, key=lambda name: registry.get(name).cpu_seconds(problem))
+    monkeypatch.setattr(cpu_choice, "CPU_CLOSE_CALL", float("inf"))
+    monkeypatch.setattr(cpu_choice, "CPU_MEASURE_MAX_SECONDS", float("inf"))
     timed = []
-    monkeypatch.setattr(tuning, "_faster_on", lambda names, f, X, layout, expected:
+    monkeypatch.setattr(cpu_choice, "_faster_on", lambda names, f, X, layout, expected:
                         timed.extend(names) or names[1])
-    assert tuning.choose_cpu_for(K.factor, X, "bsl") == ranked[1]
+    assert cpu_choice.choose_cpu_for(K.factor, X, "bsl") == ranked[1]
     assert timed == ranked[:2]
     monkeypatch.undo()
-    assert tuning._faster_on(tuple(ranked[:2]), K.factor, X, "bsl", 1e-4) in ranked[:2]
+    assert cpu_choice._faster_on(tuple(ranked[:2]), K.factor, X, "bsl", 1e-4) in ranked[:2]
     assert rel_err(K @ X, dense_oracle(K.values) @ X) < 1e-12

@@ -73,7 +73,7 @@ def test_dct_errors():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("backend", ["auto", "fused"])
+@pytest.mark.parametrize("backend", ["auto", "kernel"])
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
 @pytest.mark.parametrize("n", [64, 97, 1000])
 @pytest.mark.parametrize("transform,oracle", TRANSFORMS, ids=["dct", "dst"])

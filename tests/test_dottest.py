@@ -10,7 +10,7 @@ from operator_kinds import KIND_NAMES, operator_kinds
 CPU_BACKENDS = ["bmm", "einsum", "dense", "sparse", "auto"]
 BACKEND_PARAMS = ([pytest.param("numpy", b, id=f"numpy-{b}") for b in CPU_BACKENDS]
                   + [pytest.param("cupy", b, id=f"cupy-{b}", marks=pytest.mark.gpu)
-                     for b in CPU_BACKENDS + ["kernel", "fused"]])
+                     for b in CPU_BACKENDS + ["kernel", "kernel_fma"]])
 
 
 @pytest.mark.parametrize("module, backend", BACKEND_PARAMS)
@@ -21,8 +21,6 @@ def test_dottest_passes(rng, module, backend, layout, dtype, kind):
     if module == "cupy" and not gpu_available():
         pytest.skip(GPU_REASON)
     xp = numpy if module == "numpy" else pytest.importorskip("cupy")
-    if backend == "fused" and kind.startswith("matrix"):
-        pytest.skip("fused is a chain backend")
     op = operator_kinds(xp, rng, dtype)[kind]
     assert ks.testing.dottest(op, layout=layout, backend=backend, seed=int(rng.integers(2**31)))
 

@@ -16,7 +16,7 @@ import types
 import numpy
 import pytest
 
-from kscupy.factor import Factor
+from kscupy.core.factor import Factor
 
 _DTYPES = {0: numpy.float32, 1: numpy.float64, 2: numpy.float16, 4: numpy.complex64,
            5: numpy.complex128}                  # cudaDataType values

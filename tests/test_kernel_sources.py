@@ -6,18 +6,19 @@ import numpy
 import pytest
 
 import kscupy as ks
-from kscupy import costs, planner
+from kscupy.core import device
+from kscupy.engine import planner
 from kscupy.kernels import (ks_direct, ks_matmul, ks_mma, ks_pair, ks_rows, ks_skinny, nvrtc,
                             transpose)
 from kscupy.kernels.ks_chain import FusedSegment
-from kscupy.problem import Problem
+from kscupy.core.problem import Problem
 from nvrtc_program import LIBRARY, compile_source
 
 pytestmark = pytest.mark.skipif(LIBRARY is None, reason="NVRTC is not installed (the test "
                                 "extra installs nvidia-cuda-nvrtc-cu12 on Linux x86-64)")
 
-RATES = costs.DeviceRates(bandwidth=4e12, flops32=6.7e13, flops64=3.4e13, name="test",
-                          cuda_runtime=0, memory=80 * 2**30)
+RATES = dataclasses.replace(device.H200, bandwidth=4e12, flops32=6.7e13, flops64=3.4e13, name="test",
+                          memory=80 * 2**30)
 DTYPES = [numpy.float16, numpy.float32, numpy.float64, numpy.complex64, numpy.complex128]
 
 
@@ -157,7 +158,7 @@ def test_planned_segments_compile(dtype):
     names = set()
     for chain in chains:
         for layout in ("bsl", "bsf"):
-            plan = planner.plan(chain, layout, dtype, 1000, fuse="always", rates=RATES,
+            plan = planner.plan(chain.factor_chain, layout, dtype, 1000, fuse="always", device=RATES,
                                 rows=False)
             for step in plan.steps:
                 if isinstance(step, FusedSegment):

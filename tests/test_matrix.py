@@ -448,25 +448,25 @@ def test_repeated_products_stay_right(rng, backend):
                                         backend=backend), X_host.T @ D.T) < tol
         x = random_array(rng, (N,), numpy.float64)          # vector, promoted to float64
         assert rel_err(K.matmul(cupy.asarray(x), backend=backend), D @ x) < tol
-    runs = K._prepared_runs()
-    assert 0 < len(runs) <= ks.operator.MAX_PREPARED_RUNS
+    runs = K._runs()
+    assert 0 < len(runs) <= ks.engine.runs.MAX_PREPARED_RUNS
 
 
 @pytest.mark.gpu
 def test_tuning_decisions_forgotten_reach_prepared_runs(rng):
     cupy = pytest.importorskip("cupy")
-    from kscupy import tuning
+    from kscupy.engine import decide
     K = ks.KSMatrix(cupy.asarray(random_array(rng, (1, 16, 16, 2), numpy.float32)))
     X = cupy.asarray(random_array(rng, (32, 4), numpy.float32))
     K @ X
-    (key, (stamp, run)), = K._prepared_runs().items()
-    before = tuning.epoch
-    tuning._forget_decisions()
-    assert tuning.epoch == before + 1
+    (key, (stamp, run)), = K._runs().items()
+    before = decide.epoch
+    ks.engine.clear_tuning_cache()
+    assert decide.epoch == before + 1
     assert rel_err(K @ X, oracle_of(K) @ to_numpy(X)) < 1e-4
     # the run is prepared again under the new epoch and replaces the stale one in place
-    # (operator.py: stale runs are not kept)
-    (key2, (stamp2, run2)), = K._prepared_runs().items()
+    # (kscupy.engine.runs: stale runs are not kept)
+    (key2, (stamp2, run2)), = K._runs().items()
     assert key2 == key and stamp2 != stamp and run2 is not run
 
 

@@ -10,7 +10,7 @@ import pytest
 from kscupy import KSPattern
 from kscupy.kernels import ks_mma
 from kscupy.kernels.ks_mma import MmaConfig
-from kscupy.problem import Problem
+from kscupy.core.problem import Problem
 
 DTYPES = [numpy.float32, numpy.float64, numpy.complex64, numpy.complex128]
 

@@ -2,16 +2,20 @@
 are packed in (against the definition of the m16n8k8 TF32 fragments, element by element),
 its shared-memory layout, when it applies, and the planner's use of it. The kernel itself
 runs in tests/gpu/test_chain_pair.py."""
+import dataclasses
+
 import numpy
 import pytest
 
 import kscupy as ks
-from kscupy import costs, planner
+from kscupy.core import device
+from kscupy.engine import planner
+from kscupy.engine.costs import gpu as gpu_costs
 from kscupy.kernels import ks_pair
-from kscupy.pattern import KSPattern
+from kscupy.core.pattern import KSPattern
 
 #: An H100's rates (132 SMs at 1.98 GHz, 3.35 TB/s)
-H100 = costs.DeviceRates(bandwidth=3.35e12, flops32=6.69e13, flops64=3.35e13,
+H100 = dataclasses.replace(device.H200, bandwidth=3.35e12, flops32=6.69e13, flops64=3.35e13,
                          name="NVIDIA H100 80GB HBM3", cuda_runtime=13020, memory=80 * 2**30)
 
 
@@ -92,9 +96,9 @@ def test_planner_weighs_pairs(monkeypatch):
     """The model plans Monarch(1024) in batch-size-first as one pair on an H100's rates, and
     a pair priced out of reach never."""
     M = ks.monarch(1024, dtype=numpy.float32, seed=2)
-    plan = planner.plan(M, "bsf", numpy.float32, 25088, rates=H100)
+    plan = planner.plan(M.factor_chain, "bsf", numpy.float32, 25088, device=H100)
     assert [type(s) for s in plan.steps] == [ks_pair.PairSegment], plan.describe()
     assert "pair" in plan.describe()
-    monkeypatch.setattr(costs, "pair_seconds", lambda *args: float("inf"))
-    plan = planner.plan(M, "bsf", numpy.float32, 25088, rates=H100)
+    monkeypatch.setattr(gpu_costs, "pair_seconds", lambda *args: float("inf"))
+    plan = planner.plan(M.factor_chain, "bsf", numpy.float32, 25088, device=H100)
     assert not any(isinstance(s, ks_pair.PairSegment) for s in plan.steps)

@@ -6,14 +6,16 @@ import pytest
 
 import kscupy as ks
 from conftest import dense_oracle, to_numpy
-from kscupy.pattern import super_group_lengths, super_pattern
-from kscupy import costs, planner
+from kscupy.core.pattern import super_group_lengths, super_pattern
+from kscupy.core import device
+from kscupy.engine import algebra, planner, steps
 from kscupy.kernels import ks_rows
 from kscupy.kernels.ks_chain import SMEM_BUDGET, FusedSegment
 from kscupy.kernels.ks_rows import RowSegment
 
-RATES = costs.DeviceRates(bandwidth=4e12, flops32=6.7e13, flops64=3.4e13, name="test",
-                           cuda_runtime=0)
+RATES = dataclasses.replace(device.H200, bandwidth=4e12, flops32=6.7e13, flops64=3.4e13,
+                            name="test",
+                            max_cluster=1)
 
 
 def _dense(chain_factors):
@@ -28,7 +30,7 @@ def _dense(chain_factors):
 @pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex128])
 def test_merge_equals_the_product(pair, dtype):
     left, right = (ks.KSMatrix.random(p, dtype=dtype, seed=i) for i, p in enumerate(pair))
-    merged = planner.merge(left.factor, right.factor)
+    merged = algebra.merge(left.factor, right.factor)
     assert merged is not None and merged.dtype == dtype
     assert merged.pattern.nnz <= left.nnz + right.nnz
     ref = dense_oracle(left.values) @ dense_oracle(right.values)
@@ -40,11 +42,11 @@ def test_merge_equals_the_product(pair, dtype):
 def test_merge_on_either_side(xp, monkeypatch, host_elements):
     # small factors are merged on the host, larger ones in their own module: both give the
     # product, in the factors' module
-    from kscupy import _arrays
-    monkeypatch.setattr(_arrays, "HOST_ELEMENTS", host_elements)
+    from kscupy.core import arrays
+    monkeypatch.setattr(arrays, "HOST_ELEMENTS", host_elements)
     left = ks.KSMatrix.random((1, 2, 2, 8), dtype=numpy.complex64, xp=xp, seed=1).H
     right = ks.KSMatrix.random((2, 2, 2, 4), dtype=numpy.complex64, xp=xp, seed=2)
-    merged = ks.KSMatrix.of_factor(planner.merge(left.factor, right.factor))
+    merged = ks.KSMatrix.of_factor(algebra.merge(left.factor, right.factor))
     assert merged.xp is xp and merged.dtype == numpy.complex64
     ref = dense_oracle(to_numpy(left.values)) @ dense_oracle(to_numpy(right.values))
     assert numpy.abs(to_numpy(merged.todense()) - ref).max() < 1e-5
@@ -53,21 +55,21 @@ def test_merge_on_either_side(xp, monkeypatch, host_elements):
 def test_merge_of_views():
     left = ks.KSMatrix.random((2, 2, 2, 2), dtype=numpy.complex64, seed=1).H
     right = ks.KSMatrix.random((1, 2, 2, 4), dtype=numpy.complex64, seed=2).T
-    merged = planner.merge(left.factor, right.factor)
+    merged = algebra.merge(left.factor, right.factor)
     ref = dense_oracle(left.values) @ dense_oracle(right.values)
     assert numpy.abs(merged.todense() - ref).max() < 1e-5
 
 
 def test_merge_refuses_what_would_add_work():
     big = (ks.KSMatrix.random((1, 4, 4, 4)), ks.KSMatrix.random((4, 4, 4, 1)))   # dense 16 x 16
-    assert planner.merge(*(K.factor for K in big)) is None
+    assert algebra.merge(*(K.factor for K in big)) is None
     wide = (ks.KSMatrix.random((1, 8, 2, 1)), ks.KSMatrix.random((1, 2, 8, 1)))  # low rank
-    assert planner.merge(*(K.factor for K in wide)) is None
+    assert algebra.merge(*(K.factor for K in wide)) is None
 
 
 def test_merge_all_keeps_the_dft():
     F = ks.dft(64, dtype=numpy.complex128)
-    merged = [ks.KSMatrix.of_factor(f) for f in planner.merge_all([K.factor for K in F.factors])]
+    merged = [ks.KSMatrix.of_factor(f) for f in algebra.merge_all([K.factor for K in F.factors])]
     assert [tuple(f.pattern) for f in merged] == [(1, 4, 4, 16), (4, 4, 4, 4), (16, 4, 4, 1)]
     assert numpy.abs(_dense(merged) - _dense(list(F.factors))).max() < 1e-12
 
@@ -87,7 +89,7 @@ def test_dft_plans_computed_stages(n, passes):
     digit reversal folded into its loads; three stages to a pass where three blocks share an
     SM (their registers), four for a lone block."""
     F = ks.dft(n, dtype=numpy.complex64)
-    plan = planner.plan(F, "bsf", numpy.complex64, 2**26 // n, rates=RATES)
+    plan = planner.plan(F.factor_chain, "bsf", numpy.complex64, 2**26 // n, device=RATES)
     assert plan.launches == 1 and isinstance(plan.steps[0], RowSegment), plan.describe()
     seg = plan.steps[0]
     assert seg.src is not None and seg.dst is None
@@ -98,9 +100,9 @@ def test_dft_plans_computed_stages(n, passes):
 
 def test_hadamard_plans_computed_stages():
     H = ks.hadamard(1024, normalized=True, dtype=numpy.float32)
-    seg = planner.plan(H, "bsl", numpy.float32, 65536, rates=RATES).steps[0]
+    seg = planner.plan(H.factor_chain, "bsl", numpy.float32, 65536, device=RATES).steps[0]
     assert isinstance(seg, RowSegment) and seg.passes == (5, 5)     # bsl: passes of 32
-    seg = planner.plan(H, "bsf", numpy.float32, 65536, rates=RATES).steps[0]
+    seg = planner.plan(H.factor_chain, "bsf", numpy.float32, 65536, device=RATES).steps[0]
     assert isinstance(seg, RowSegment) and seg.passes == (4, 4, 2)
     assert all(st == (ks_rows.HADAMARD_STAGE, True) for st in seg.stages)
 
@@ -116,12 +118,12 @@ def test_dft_plans_whole_vectors(n):
     launch of merged radix-4 stages, nested two (or one) to a pass, the digit reversal
     folded into its loads."""
     F = _without_structure(ks.dft(n, dtype=numpy.complex64))
-    plan = planner.plan(F, "bsf", numpy.complex64, 2**26 // n, rates=RATES)
+    plan = planner.plan(F.factor_chain, "bsf", numpy.complex64, 2**26 // n, device=RATES)
     assert plan.launches == 1 and isinstance(plan.steps[0], RowSegment), plan.describe()
     seg = plan.steps[0]
     assert seg.src is not None and seg.dst is None
     assert [tuple(p) for p in seg.patterns] == [
-        tuple(p) for p in planner.merge_all([K.factor for K in F.factors])[::-1]
+        tuple(p) for p in algebra.merge_all([K.factor for K in F.factors])[::-1]
         for p in [p.pattern]]
     assert all(count <= 2 for count in seg.passes) and sum(seg.passes) == len(seg.factors)
     assert seg.smem_bytes(8) <= ks_rows.SMEM_MAX
@@ -131,7 +133,7 @@ def test_dft_plans_whole_vectors(n):
 def test_dft_plans(n, segments):
     """Without the whole-vector kernel, DFTs go to fused shared-memory segments."""
     F = ks.dft(n, dtype=numpy.complex64)
-    plan = planner.plan(F, "bsf", numpy.complex64, 2**26 // n, rates=RATES, rows=False)
+    plan = planner.plan(F.factor_chain, "bsf", numpy.complex64, 2**26 // n, device=RATES, rows=False)
     fused = [s for s in plan.steps if isinstance(s, FusedSegment)]
     assert len(fused) == segments == plan.launches, plan.describe()
     assert fused[0].src is not None                  # the digit reversal is folded
@@ -144,25 +146,25 @@ def test_dft_plans(n, segments):
 
 def test_plan_modes():
     F = ks.dft(1024, dtype=numpy.complex64)
-    never = planner.plan(F, "bsl", numpy.complex64, 4096, fuse="never", rates=RATES)
-    assert isinstance(never.steps[0], planner.Gather)
-    assert all(isinstance(s, planner.FactorStep) for s in never.steps[1:])
+    never = planner.plan(F.factor_chain, "bsl", numpy.complex64, 4096, fuse="never", device=RATES)
+    assert isinstance(never.steps[0], steps.Gather)
+    assert all(isinstance(s, steps.FactorStep) for s in never.steps[1:])
     assert never.launches == len(F) + 1
-    always = planner.plan(F, "bsl", numpy.complex64, 4096, fuse="always", rates=RATES)
+    always = planner.plan(F.factor_chain, "bsl", numpy.complex64, 4096, fuse="always", device=RATES)
     assert always.launches == 1
     with pytest.raises(ValueError, match="fuse"):
-        planner.plan(F, "bsl", numpy.complex64, 4096, fuse="sometimes", rates=RATES)
+        planner.plan(F.factor_chain, "bsl", numpy.complex64, 4096, fuse="sometimes", device=RATES)
 
 
 @pytest.mark.parametrize("patterns", [((1, 64, 256, 16), (64, 64, 64, 1)),
                                       ((1, 192, 48, 2), (2, 48, 192, 1))])
 def test_big_blocks_stay_per_factor_under_auto(patterns):
-    """Large blocks are fused only on request (backend="fused")."""
+    """Large blocks are fused only on request (fuse="always")."""
     C = ks.KSChain([ks.KSMatrix.random(p) for p in patterns])
     for layout in ("bsl", "bsf"):
-        plan = planner.plan(C, layout, numpy.float32, 25088, rates=RATES)
-        assert all(isinstance(s, planner.FactorStep) for s in plan.steps)
-        forced = planner.plan(C, layout, numpy.float32, 25088, fuse="always", rates=RATES)
+        plan = planner.plan(C.factor_chain, layout, numpy.float32, 25088, device=RATES)
+        assert all(isinstance(s, steps.FactorStep) for s in plan.steps)
+        forced = planner.plan(C.factor_chain, layout, numpy.float32, 25088, fuse="always", device=RATES)
         assert forced.launches == 1
 
 
@@ -173,8 +175,8 @@ def test_product_of_three_factors(dtype):
     for patterns in [((2, 3, 4, 2), (4, 2, 2, 2), (2, 2, 3, 4)),
                      ((2, 5, 6, 1), (1, 6, 3, 2), (2, 3, 7, 1))]:
         factors = [ks.KSMatrix.random(p, dtype=dtype, seed=i) for i, p in enumerate(patterns)]
-        P = planner.product([K.factor for K in factors])
-        assert P.dtype == dtype and P.pattern == planner.product_pattern(
+        P = algebra.product([K.factor for K in factors])
+        assert P.dtype == dtype and P.pattern == algebra.product_pattern(
             [K.factor for K in factors])
         ref = _dense(factors)
         tol = 1e-6 if dtype == numpy.float32 else 1e-13
@@ -202,8 +204,8 @@ def test_bottleneck_chain_is_applied_as_its_dense_product(layout):
     src, out = rng.permutation(96), rng.permutation(96)
     for perms in [(None, None), (src, out), (src, None)]:
         C = ks.KSChain(base, input_permutation=perms[0], output_permutation=perms[1])
-        plan = planner.plan(C, layout, numpy.float32, 25088, rates=RATES)
-        assert len(plan.steps) == 1 and isinstance(plan.steps[0], planner.ProductStep), \
+        plan = planner.plan(C.factor_chain, layout, numpy.float32, 25088, device=RATES)
+        assert len(plan.steps) == 1 and isinstance(plan.steps[0], steps.ProductStep), \
             plan.describe()
         step = plan.steps[0]
         assert step.count == 2 and tuple(step.factor.pattern) == (1, 96, 96, 1)
@@ -211,8 +213,8 @@ def test_bottleneck_chain_is_applied_as_its_dense_product(layout):
         assert numpy.abs(step.factor.todense() - ref).max() <= 1e-5 * numpy.abs(ref).max()
         # only auto forms products
         for fuse in ("never", "always"):
-            assert not any(isinstance(s, planner.ProductStep) for s in planner.plan(
-                C, layout, numpy.float32, 25088, fuse=fuse, rates=RATES).steps)
+            assert not any(isinstance(s, steps.ProductStep) for s in planner.plan(
+                C.factor_chain, layout, numpy.float32, 25088, fuse=fuse, device=RATES).steps)
 
 
 def test_product_keeps_gathers_where_not_dense():
@@ -223,8 +225,8 @@ def test_product_keeps_gathers_where_not_dense():
                                                                  (4, 64, 16, 1)])]
     src = rng.permutation(64)
     C = ks.KSChain(base, input_permutation=src)
-    plan = planner.plan(C, "bsf", numpy.float32, 25088, rates=RATES)
-    assert [type(s) for s in plan.steps] == [planner.Gather, planner.ProductStep], \
+    plan = planner.plan(C.factor_chain, "bsf", numpy.float32, 25088, device=RATES)
+    assert [type(s) for s in plan.steps] == [steps.Gather, steps.ProductStep], \
         plan.describe()
     X = rng.standard_normal((3, 64))
     Y = X[:, src] @ plan.steps[1].factor.todense().T
@@ -234,9 +236,9 @@ def test_product_keeps_gathers_where_not_dense():
 
 def test_no_product_larger_than_the_limit(monkeypatch):
     C = ks.KSChain([ks.KSMatrix.random(p) for p in [(2, 48, 192, 1), (1, 192, 48, 2)]])
-    monkeypatch.setattr(planner, "PRODUCT_MAX_ENTRIES", 96 * 384 - 1)
-    plan = planner.plan(C, "bsl", numpy.float32, 25088, rates=RATES)
-    assert not any(isinstance(s, planner.ProductStep) for s in plan.steps)
+    monkeypatch.setattr(algebra, "PRODUCT_MAX_ENTRIES", 96 * 384 - 1)
+    plan = planner.plan(C.factor_chain, "bsl", numpy.float32, 25088, device=RATES)
+    assert not any(isinstance(s, steps.ProductStep) for s in plan.steps)
 
 
 def test_long_dft_in_batch_size_last_is_planned_batch_size_first():
@@ -244,15 +246,15 @@ def test_long_dft_in_batch_size_last_is_planned_batch_size_first():
     runs the bsf whole-vector launch between two transposes (Relayout), never under
     fuse="never"."""
     F = ks.dft(16384, dtype=numpy.complex64)
-    plan = planner.plan(F, "bsl", numpy.complex64, 4096, rates=RATES)
-    assert len(plan.steps) == 1 and isinstance(plan.steps[0], planner.Relayout), \
+    plan = planner.plan(F.factor_chain, "bsl", numpy.complex64, 4096, device=RATES)
+    assert len(plan.steps) == 1 and isinstance(plan.steps[0], steps.Relayout), \
         plan.describe()
     step = plan.steps[0]
     assert step.layout == "bsf" and step.shape == (16384, 16384) and plan.launches == 3
     assert isinstance(step.plan.steps[0], RowSegment)
     assert plan.describe().startswith("transpose to bsf")
-    never = planner.plan(F, "bsl", numpy.complex64, 4096, fuse="never", rates=RATES)
-    assert not any(isinstance(s, planner.Relayout) for s in never.steps)
+    never = planner.plan(F.factor_chain, "bsl", numpy.complex64, 4096, fuse="never", device=RATES)
+    assert not any(isinstance(s, steps.Relayout) for s in never.steps)
 
 
 def test_output_permutation_becomes_a_scatter_table():
@@ -260,15 +262,15 @@ def test_output_permutation_becomes_a_scatter_table():
     base = ks.hadamard(16, dtype=numpy.float32)
     out = rng.permutation(16)
     C = ks.KSChain(base.factors, output_permutation=out)
-    seg = planner.plan(C, "bsf", numpy.float32, 100, fuse="always", rates=RATES,
+    seg = planner.plan(C.factor_chain, "bsf", numpy.float32, 100, fuse="always", device=RATES,
                        rows=False).steps[-1]
     assert isinstance(seg, FusedSegment)
     assert (seg.dst[out] == numpy.arange(16)).all()      # y[dst[p]] = z[p]  <=>  y = z[out]
-    rows = planner.plan(C, "bsf", numpy.float32, 100, fuse="always", rates=RATES).steps[-1]
+    rows = planner.plan(C.factor_chain, "bsf", numpy.float32, 100, fuse="always", device=RATES).steps[-1]
     assert isinstance(rows, RowSegment)
     assert (rows.out_map == out).all()           # output column t is tile element out[t]
     assert rows.in_map is None
-    bsl = planner.plan(C, "bsl", numpy.float32, 100, fuse="always", rates=RATES).steps[-1]
+    bsl = planner.plan(C.factor_chain, "bsl", numpy.float32, 100, fuse="always", device=RATES).steps[-1]
     assert isinstance(bsl, RowSegment) and bsl.in_map is None
     assert (bsl.out_map[out] == numpy.arange(16)).all()   # element p goes to column dst[p]
 
@@ -289,12 +291,13 @@ def test_group_passes(patterns, passes):
     assert ks_rows.group_passes([ks.KSPattern(*p) for p in patterns], 16) == passes
 
 
-def test_fused_backend_needs_the_gpu():
-    F = ks.dft(8)
-    with pytest.raises(TypeError, match="GPU"):
-        F.matmul(numpy.ones((8, 2), dtype=numpy.complex128), backend="fused")
-    with pytest.raises(ValueError, match="backend"):
-        ks.KSMatrix.random((1, 2, 2, 1)).matmul(numpy.ones((2, 1)), backend="fused")
+def test_fused_is_no_backend():
+    """The segment kernel for every run of factors, whatever their blocks, is no named
+    choice: under auto the planner takes it where it pays."""
+    for op in (ks.dft(8), ks.KSMatrix.random((1, 2, 2, 1), dtype=numpy.complex128)):
+        assert "fused" not in op.backends()
+        with pytest.raises(ValueError, match="backend must be one of"):
+            op.matmul(numpy.ones((op.shape[1], 2), dtype=numpy.complex128), backend="fused")
 
 
 @pytest.mark.parametrize("dtype, n, rows, blocks", [
@@ -311,15 +314,15 @@ def test_bsl_tiles_keep_runs_of_whole_sectors(dtype, n, rows, blocks):
     lone tile fits. Its layout keeps the rows of a feature side by side."""
     H = ks.hadamard(n, dtype=dtype)
     seg = ks_rows.make_row_segment([K.factor for K in reversed(H.factors)], dtype, "bsl",
-                                   65536, max_cluster=1)
+                                   65536, max_cluster=1, device=RATES)
     isz = numpy.dtype(dtype).itemsize
-    assert (seg.rows, seg.blocks_per_sm(isz), seg.cluster) == (rows, blocks, 1)
+    assert (seg.rows, seg.blocks_per_sm(isz, RATES), seg.cluster) == (rows, blocks, 1)
     assert seg.smem_bytes(isz) == rows * n * isz
     smem, stride, spread = seg.tile_layout(isz)
     assert stride == rows and spread == max(1, 128 // (rows * isz))
     assert seg.threads == (512 if blocks == 1 else 128 if blocks == 6 else 256)
     assert ks_rows.make_row_segment([K.factor for K in reversed(H.factors)], dtype, "bsl",
-                                    3, max_cluster=1).rows == 4   # no more rows than the batch
+                                    3, max_cluster=1, device=RATES).rows == 4   # no more rows than the batch
 
 
 @pytest.mark.parametrize("dtype, n, shape", [
@@ -335,13 +338,13 @@ def test_bsf_long_stored_tiles_take_wide_blocks(dtype, n, shape):
     keep three of 256, and so do computed stages (Hadamard) and batch-size-last tiles."""
     C = ks.butterfly(n, dtype=dtype, seed=1)
     factors = [K.factor for K in reversed(C.factors)]
-    seg = ks_rows.make_row_segment(factors, dtype, "bsf", 1000)
+    seg = ks_rows.make_row_segment(factors, dtype, "bsf", 1000, device=RATES)
     assert (seg.rows, seg.threads, seg.min_blocks) == shape
     H = ks.hadamard(n, dtype=dtype)
     computed = ks_rows.make_row_segment([K.factor for K in reversed(H.factors)], dtype, "bsf",
-                                        1000)
+                                        1000, device=RATES)
     assert (computed.threads, computed.min_blocks) != (512, 2)
-    bsl = ks_rows.make_row_segment(factors, dtype, "bsl", 1000, max_cluster=1)
+    bsl = ks_rows.make_row_segment(factors, dtype, "bsl", 1000, max_cluster=1, device=RATES)
     assert (bsl.threads, bsl.min_blocks) != (512, 2)
 
 
@@ -361,7 +364,7 @@ def test_bsl_tiles_spread_over_clusters(dtype, n, cluster, rows):
     H = ks.hadamard(n, dtype=dtype)
     factors = [K.factor for K in reversed(H.factors)]
     isz = numpy.dtype(dtype).itemsize
-    seg = ks_rows.make_row_segment(factors, dtype, "bsl", 65536, max_cluster=8)
+    seg = ks_rows.make_row_segment(factors, dtype, "bsl", 65536, max_cluster=8, device=RATES)
     assert (seg.cluster, seg.rows) == (cluster, rows), seg.describe()
     assert seg.smem_bytes(isz) == rows * n * isz // cluster
     # a cluster's block also holds the mbarrier of the first pass's st.async writes
@@ -369,11 +372,11 @@ def test_bsl_tiles_spread_over_clusters(dtype, n, cluster, rows):
     lo, hi = seg.first_pass_bits
     if cluster > 1:
         assert seg.rank_shift == hi - (cluster.bit_length() - 1) >= lo
-        assert seg.smem_bytes(isz) <= ks_rows.SMEM_TARGET and seg.blocks_per_sm(isz) >= 3
+        assert seg.smem_bytes(isz) <= ks_rows.SMEM_TARGET and seg.blocks_per_sm(isz, RATES) >= 3
         assert "ks_rows_cluster" in seg.name(dtype) and f"cluster={cluster}" in seg.describe()
         assert seg.layout_probe_name(dtype).startswith(
             f"ks::ks_rows_layout<{ks.kernels.nvrtc.scalar_name(dtype)}, {n // cluster},")
-    assert ks_rows.make_row_segment(factors, dtype, "bsf", 65536, max_cluster=8).cluster == 1
+    assert ks_rows.make_row_segment(factors, dtype, "bsf", 65536, max_cluster=8, device=RATES).cluster == 1
 
 
 def test_hopper_clusters_of_sixteen():
@@ -382,7 +385,7 @@ def test_hopper_clusters_of_sixteen():
     H = ks.hadamard(8192, dtype=numpy.float32)
     factors = [K.factor for K in reversed(H.factors)]
     seg = ks_rows.make_row_segment(factors, numpy.float32, "bsl", 65536,
-                                   max_cluster=ks_rows.MAX_CLUSTER)
+                                   max_cluster=ks_rows.MAX_CLUSTER, device=RATES)
     assert (seg.cluster, seg.rows, seg.smem_bytes(4)) == (16, 32, 32 * 8192 * 4 // 16)
     assert ", 16, " in seg.name(numpy.float32)
     assert seg.cluster > ks_rows.PORTABLE_CLUSTER
@@ -393,7 +396,7 @@ def test_no_cluster_where_a_later_pass_mixes_the_rank_bits():
     pass mixes the first pass's digits again keeps one block a tile."""
     pats = [(4**k, 4, 4, 4**(5 - k)) for k in range(6)] + [(1, 4, 4, 1024)]
     factors = [ks.KSMatrix.random(p, dtype=numpy.float32).factor for p in reversed(pats)]
-    seg = ks_rows.make_row_segment(factors, numpy.float32, "bsl", 65536, max_cluster=16)
+    seg = ks_rows.make_row_segment(factors, numpy.float32, "bsl", 65536, max_cluster=16, device=RATES)
     bits = seg.pass_bits
     assert bits[0] == bits[-1] == (10, 12) and seg.cluster == 1, seg.describe()
     with pytest.raises(ValueError, match="no other pass"):
@@ -407,14 +410,14 @@ def test_cluster_segments_are_checked():
     t's top bits and no gathers (batch-size-first)."""
     H = ks.hadamard(4096, dtype=numpy.float32)
     factors = [K.factor for K in reversed(H.factors)]
-    seg = ks_rows.make_row_segment(factors, numpy.float32, "bsl", 65536, max_cluster=1)
+    seg = ks_rows.make_row_segment(factors, numpy.float32, "bsl", 65536, max_cluster=1, device=RATES)
     lo, hi = seg.first_pass_bits
     assert (lo, hi) == (0, 5)                   # a first pass of 32 elements
     for bad in (dict(cluster=2, rank_shift=5), dict(cluster=3, rank_shift=0),
                 dict(cluster=32, rank_shift=0), dict(cluster=2, rank_shift=-1)):
         with pytest.raises(ValueError, match="cluster"):
             dataclasses.replace(seg, **bad)
-    bsf = ks_rows.make_row_segment(factors, numpy.float32, "bsf", 65536, max_cluster=1)
+    bsf = ks_rows.make_row_segment(factors, numpy.float32, "bsf", 65536, max_cluster=1, device=RATES)
     with pytest.raises(ValueError, match="top bits"):
         dataclasses.replace(bsf, cluster=2, rank_shift=3)
     assert dataclasses.replace(bsf, cluster=2, rank_shift=11).cluster == 2
@@ -436,9 +439,9 @@ def test_bsl_rank_bits_past_the_first_pass_go_to_the_last(dtype, n, cluster, row
     digits, so that the tile keeps 128-byte runs of a feature: the low rank bits are all of
     the first pass's digits, the kernel's name carries the count, and the segment checks."""
     chain = ks.butterfly(n, dtype=dtype, seed=1)
-    factors = planner.merge_all([K.factor for K in chain.factors])[::-1]   # application order
+    factors = algebra.merge_all([K.factor for K in chain.factors])[::-1]   # application order
     isz = numpy.dtype(dtype).itemsize
-    seg = ks_rows.make_row_segment(factors, dtype, "bsl", 2**26 // n, max_cluster=16)
+    seg = ks_rows.make_row_segment(factors, dtype, "bsl", 2**26 // n, max_cluster=16, device=RATES)
     assert (seg.cluster, seg.rows, seg.last_rank_bits) == (cluster, rows, last_bits), \
         seg.describe()
     assert rows * isz in (ks_rows.BSL_RUN, ks_rows.BSL_RUN // 2)
@@ -470,7 +473,7 @@ def test_bsl_split_rank_bits_need_the_last_pass_above_the_first():
     up = down[::-1]
     for pats in (down, up):
         factors = [ks.KSMatrix.random(p, dtype=numpy.float32).factor for p in pats]
-        seg = ks_rows.make_row_segment(factors, numpy.float32, "bsl", 2**14, max_cluster=16)
+        seg = ks_rows.make_row_segment(factors, numpy.float32, "bsl", 2**14, max_cluster=16, device=RATES)
         bits = seg.pass_bits
         assert len(bits) == 6
         if pats is down:
@@ -504,9 +507,9 @@ def test_bsf_stored_tiles_of_few_rows_spread_over_clusters(dtype, n, cluster, ro
     the one of the most rows), the rank bits t's top bits, all among the last pass's
     digits; not with a gather, nor for computed stages."""
     chain = ks.butterfly(n, dtype=dtype, seed=1)
-    factors = planner.merge_all([K.factor for K in chain.factors])[::-1]   # application order
+    factors = algebra.merge_all([K.factor for K in chain.factors])[::-1]   # application order
     isz = numpy.dtype(dtype).itemsize
-    seg = ks_rows.make_row_segment(factors, dtype, "bsf", 2**26 // n, max_cluster=16)
+    seg = ks_rows.make_row_segment(factors, dtype, "bsf", 2**26 // n, max_cluster=16, device=RATES)
     assert (seg.cluster, seg.rows) == (cluster, rows), seg.describe()
     if cluster > 1:
         lcs = cluster.bit_length() - 1
@@ -522,14 +525,14 @@ def test_bsf_stored_tiles_of_few_rows_spread_over_clusters(dtype, n, cluster, ro
         # the layout of a block's share: rows of n / cluster features (whole 128-byte lines
         # here) and one element
         assert seg.tile_layout(isz) == (seg.smem_bytes(isz), n // cluster + 1, 128 // isz)
-    one = ks_rows.make_row_segment(factors, dtype, "bsf", 2**26 // n, max_cluster=1)
+    one = ks_rows.make_row_segment(factors, dtype, "bsf", 2**26 // n, max_cluster=1, device=RATES)
     assert one.cluster == 1 and (cluster == 1 or one.rows <= ks_rows.BSF_CLUSTER_MAX_ROWS)
     gathered = ks_rows.make_row_segment(factors, dtype, "bsf", 2**26 // n, max_cluster=16,
-                                        src=numpy.arange(n)[::-1].copy())
+                                        src=numpy.arange(n)[::-1].copy(), device=RATES)
     assert gathered.cluster == 1
     H = ks.hadamard(n, dtype=dtype)
     computed = ks_rows.make_row_segment([K.factor for K in reversed(H.factors)], dtype, "bsf",
-                                        2**26 // n, max_cluster=16)
+                                        2**26 // n, max_cluster=16, device=RATES)
     assert computed.cluster == 1
 
 
@@ -541,20 +544,20 @@ def test_last_pass_writes_y_where_its_stores_are_whole_sectors(n):
     first pass reads X and its last writes Y, gathers or not."""
     F = ks.dft(n, dtype=numpy.complex64)
     factors = [K.factor for K in reversed(F.factors)]
-    bsf = ks_rows.make_row_segment(factors, numpy.complex64, "bsf", 4096, src=F.input_permutation)
+    bsf = ks_rows.make_row_segment(factors, numpy.complex64, "bsf", 4096, src=F.input_permutation, device=RATES)
     assert bsf.to_y and bsf.tile_round_trips == len(bsf.passes)
-    bsl = ks_rows.make_row_segment(factors, numpy.complex64, "bsl", 4096, src=F.input_permutation)
+    bsl = ks_rows.make_row_segment(factors, numpy.complex64, "bsl", 4096, src=F.input_permutation, device=RATES)
     assert bsl.to_y and bsl.tile_round_trips == len(bsl.passes) - 1
     perm = numpy.random.default_rng(n).permutation(n)
-    scattered = ks_rows.make_row_segment(factors, numpy.complex64, "bsf", 4096, dst=perm)
+    scattered = ks_rows.make_row_segment(factors, numpy.complex64, "bsf", 4096, dst=perm, device=RATES)
     assert not scattered.to_y
-    assert ks_rows.make_row_segment(factors, numpy.complex64, "bsl", 4096, dst=perm).to_y
+    assert ks_rows.make_row_segment(factors, numpy.complex64, "bsl", 4096, dst=perm, device=RATES).to_y
     with pytest.raises(ValueError, match="writes Y"):
         dataclasses.replace(bsl, to_y=False)
     H = ks.hadamard(n, dtype=numpy.float32)
     assert ks_rows.make_row_segment([K.factor for K in reversed(H.factors)], numpy.float32,
-                                    "bsf", 4096).to_y
-    reversed_order = ks_rows.make_row_segment(factors[::-1], numpy.complex64, "bsf", 4096)
+                                    "bsf", 4096, device=RATES).to_y
+    reversed_order = ks_rows.make_row_segment(factors[::-1], numpy.complex64, "bsf", 4096, device=RATES)
     assert not reversed_order.to_y                     # its last pass has d = 1: 8-byte runs
     assert ks_rows.writes_whole_sectors([ks.KSPattern(1, 2, 2, 4)], 8)
     assert not ks_rows.writes_whole_sectors([ks.KSPattern(1, 2, 2, 4)], 4)

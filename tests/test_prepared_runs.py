@@ -1,10 +1,13 @@
-"""KSOperator.matmul's cache of prepared runs (a GPU path), driven on the CPU through a
-stand-in array module whose arrays are NumPy's."""
+"""The prepared runs an operator keeps on the GPU (kscupy.engine.runs), driven on the CPU
+with NumPy arrays that carry CuPy's ``data.ptr``: a repeated product reuses its run until
+the decisions, the compiled kernels or the values change."""
 import types
 
 import numpy
 
-from kscupy import operator, tuning
+import kscupy as ks
+from kscupy.engine import decide
+from kscupy.engine.runs import MAX_PREPARED_RUNS, PreparedRuns
 from kscupy.kernels import nvrtc
 
 
@@ -15,40 +18,59 @@ class _Array(numpy.ndarray):
         return types.SimpleNamespace(ptr=self.ctypes.data)
 
 
-_XP = types.SimpleNamespace(ndarray=_Array,
-                            cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(
-                                getDevice=lambda: 0)))
+def _operand(shape=(3, 5)):
+    return numpy.zeros(shape, numpy.float32).view(_Array)
 
 
-class _Counting(operator.KSOperator):
-    """An operator on the stand-in module whose preparations are counted; each prepared
-    run returns its preparation's number."""
-    shape = (3, 3)
-    dtype = numpy.dtype(numpy.float32)
-    _xp = _XP
+def _counting():
+    """``prepare(X, layout, backend)`` whose runs return their preparation's number."""
+    count = []
 
-    def __init__(self):
-        self.prepared, self.runs = 0, {}
-
-    def _prepared_runs(self):
-        return self.runs
-
-    def _prepare(self, X, layout, backend):
-        self.prepared += 1
-        number = self.prepared
+    def prepare(X, layout, backend):
+        count.append(1)
+        number = len(count)
         return lambda X: number
+    return prepare
 
 
-def _operand():
-    return numpy.zeros((3, 5), numpy.float32).view(_Array)
+def _product(runs, X, layout, backend, prepare):
+    """What KSOperator.matmul does with an operator's runs."""
+    run = runs.get(X, layout, backend)
+    if run is None:
+        run = runs.keep(X, layout, backend, prepare(X, layout, backend))
+    return run(X)
 
 
-def test_a_repeated_product_reuses_its_run_until_the_decisions_change(monkeypatch):
-    op, X = _Counting(), _operand()
-    assert op.matmul(X) == 1 and op.matmul(X) == 1
-    tuning.expire_prepared_runs()                       # a verdict, warmup's expiry
-    assert op.matmul(X) == 2 and op.matmul(X) == 2
+def test_a_repeated_product_reuses_its_run_until_what_it_was_built_on_changes(monkeypatch):
+    K = ks.KSMatrix.random((1, 3, 3, 1), dtype=numpy.float32, seed=0)
+    runs, prepare, X = PreparedRuns(K.factor, lambda: 0), _counting(), _operand()
+
+    def product(X=X, layout="bsl", backend="auto"):
+        return _product(runs, X, layout, backend, prepare)
+    assert product() == 1 and product() == 1
+    decide.expire_prepared_runs()                       # a verdict, warmup's expiry
+    assert product() == 2 == product()
     monkeypatch.setattr(nvrtc, "compiles_finished", nvrtc.compiles_finished + 1)
-    assert op.matmul(X) == 3
-    assert len(op.runs) == 1                            # the stale runs are not kept
-    assert op.matmul(X.T, layout="bsf") == 4 and len(op.runs) == 2
+    assert product() == 3                               # a kernel compiled since
+    K.values = K.values * 2                             # new values
+    assert product() == 4
+    assert product(X.T, "bsf") == 5                     # another operand or layout ...
+    assert product(backend="kernel") == 6               # ... or backend: a run of its own
+    assert product() == 4
+
+
+def test_a_chains_runs_watch_every_factor():
+    C = ks.KSChain([ks.KSMatrix.random((1, 3, 3, 1), seed=1),
+                    ks.KSMatrix.random((1, 3, 3, 1), seed=2)])
+    runs, prepare, X = PreparedRuns(C.factor_chain, lambda: 0), _counting(), _operand()
+    assert _product(runs, X, "bsl", "auto", prepare) == 1
+    C.factors[1].values = C.factors[1].values + 1
+    assert _product(runs, X, "bsl", "auto", prepare) == 2
+
+
+def test_runs_are_bounded():
+    K = ks.KSMatrix.random((1, 3, 3, 1), seed=0)
+    runs, prepare = PreparedRuns(K.factor, lambda: 0), _counting()
+    for batch in range(1, MAX_PREPARED_RUNS + 2):
+        _product(runs, _operand((3, batch)), "bsl", "auto", prepare)
+    assert len(runs) <= MAX_PREPARED_RUNS

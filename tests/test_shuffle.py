@@ -87,8 +87,8 @@ def test_block_diagonalize_cupy_and_errors(xp):
 @pytest.mark.parametrize("host_elements", [0, 1 << 16], ids=["on_device", "on_host"])
 def test_inverse_permutation(xp, rng, monkeypatch, host_elements):
     # small CuPy permutations are inverted on the host, larger ones with CuPy: both paths
-    from kscupy import _arrays
-    monkeypatch.setattr(_arrays, "HOST_ELEMENTS", host_elements)
+    from kscupy.core import arrays
+    monkeypatch.setattr(arrays, "HOST_ELEMENTS", host_elements)
     for dtype in (numpy.int32, numpy.int64):
         perm = rng.permutation(1000).astype(dtype)
         inv = ks.inverse_permutation(xp.asarray(perm), xp)

@@ -9,14 +9,18 @@ import numpy
 import pytest
 
 import kscupy as ks
-from kscupy import KSPattern, backends, costs, tuning
+from kscupy import KSPattern
+from kscupy.core import device
+from kscupy.core.problem import Problem, batch_bucket
+from kscupy.engine import decide, registry, single, tuning_cache
+from kscupy.engine.costs import constants, gpu as gpu_costs
+from kscupy.engine.registry import Choice
 from kscupy.kernels.ks_matmul import (SMEM_LIMIT, KernelConfig, candidate_configs,
                                       heuristic_config)
 from kscupy.kernels.ks_mma import MmaConfig
-from kscupy.problem import Problem, batch_bucket
 
-RATES = costs.DeviceRates(bandwidth=3e12, flops32=6e13, flops64=3e13, name="x", cuda_runtime=0,
-                          memory=80 * 2**30)
+RATES = dataclasses.replace(device.H200, bandwidth=3e12, flops32=6e13, flops64=3e13,
+                            name="x", memory=80 * 2**30)
 
 
 def _problem(pattern, B=1000, dtype=numpy.float32, layout="bsl", contiguous=True, transposed=False):
@@ -73,40 +77,49 @@ def test_batch_buckets_and_keys():
 
 def test_cache_round_trip(tmp_path, monkeypatch):
     monkeypatch.setenv("KSCUPY_CACHE_DIR", str(tmp_path / "c"))
-    assert tuning.cache_path() == tmp_path / "c" / "tuning.json"
-    cache = tuning._cache()
+    assert ks.engine.tuning_cache_path() == tmp_path / "c" / "tuning.json"
+    p1, p2, p3 = (_problem((2, 64, 64, 2)), _problem((1, 128, 128, 1)),
+                  _problem((4, 32, 32, 4), layout="bsf", contiguous=False))
     cfg = KernelConfig(1, 64, 128, 8, 4, 8, 0)
-    cache.put("gpu|cuda13000|key", tuning.Choice("kernel_fma", cfg), {"kernel_fma": 1e-3, "bmm": 2e-3})
+    tuning_cache.put(p1, RATES, Choice("kernel_fma", cfg), {"kernel_fma": 1e-3, "bmm": 2e-3})
     mma = MmaConfig(1, 128, 128, 32, 2, 4, 3, 0)
-    cache.put("gpu|cuda13000|mma", tuning.Choice("kernel", mma), {"kernel": 1e-3})
-    cache.put("gpu|cuda13000|other", tuning.Choice("bmm"), {"bmm": 1e-3})
+    tuning_cache.put(p2, RATES, Choice("kernel", mma), {"kernel": 1e-3})
+    tuning_cache.put(p3, RATES, Choice("bmm"), {"bmm": 1e-3})
     data = json.loads((tmp_path / "c" / "tuning.json").read_text())
-    assert data["gpu|cuda13000|key"]["config"] == [1, 64, 128, 8, 4, 8, 0]
-    fresh = tuning._TuningCache(tmp_path / "c" / "tuning.json")    # as a new process sees it
-    assert fresh.get("gpu|cuda13000|key") == tuning.Choice("kernel_fma", cfg)
-    assert fresh.get("gpu|cuda13000|mma") == tuning.Choice("kernel", mma)
-    assert fresh.get("gpu|cuda13000|other") == tuning.Choice("bmm")
-    assert fresh.get("missing") is None
-    tuning.clear_cache()
+    assert data[tuning_cache.key(p1, RATES)]["config"] == [1, 64, 128, 8, 4, 8, 0]
+    monkeypatch.setenv("KSCUPY_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert tuning_cache.get(p1, RATES) is None
+    monkeypatch.setenv("KSCUPY_CACHE_DIR", str(tmp_path / "c"))
+    tuning_cache._FILES.clear()                          # as a new process sees the file
+    assert tuning_cache.get(p1, RATES) == Choice("kernel_fma", cfg)
+    assert tuning_cache.get(p2, RATES) == Choice("kernel", mma)
+    assert tuning_cache.get(p3, RATES) == Choice("bmm")
+    assert tuning_cache.timings(p1, RATES) == {"kernel_fma": 1e-3, "bmm": 2e-3}
+    assert tuning_cache.get(_problem((8, 8, 8, 8)), RATES) is None
+    ks.engine.clear_tuning_cache()
     assert not (tmp_path / "c" / "tuning.json").exists()
 
 
-def test_cache_ignores_corrupt_files(tmp_path):
-    path = tmp_path / "tuning.json"
-    path.write_text("{not json")
-    assert len(tuning._TuningCache(path)) == 0
-    path.write_text(json.dumps({"k": {"backend": "kernel", "config": [1, 2]}}))
-    assert tuning._TuningCache(path).get("k") is None
+def test_cache_ignores_corrupt_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("KSCUPY_CACHE_DIR", str(tmp_path))
+    p = _problem((2, 64, 64, 2))
+    (tmp_path / "tuning.json").write_text("{not json")
+    tuning_cache._FILES.clear()
+    assert tuning_cache.get(p, RATES) is None
+    (tmp_path / "tuning.json").write_text(json.dumps(
+        {tuning_cache.key(p, RATES): {"backend": "kernel", "config": [1, 2]}}))
+    tuning_cache._FILES.clear()
+    assert tuning_cache.get(p, RATES) is None
 
 
 def test_cache_dir_defaults_to_user_cache(monkeypatch, tmp_path):
     monkeypatch.delenv("KSCUPY_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert tuning.cache_path() == tmp_path / "kscupy" / "tuning.json"
+    assert ks.engine.tuning_cache_path() == tmp_path / "kscupy" / "tuning.json"
 
 
 def test_cost_model_prefers_fusion_when_memory_bound():
-    seconds = lambda p, be: tuning.seconds(p, be, RATES)   # noqa: E731
+    seconds = lambda p, be: decide.seconds(p, be, RATES)   # noqa: E731
     small_blocks = _problem((64, 2, 2, 64), 25088)
     assert seconds(small_blocks, "kernel") < seconds(small_blocks, "bmm")
     sparse = _problem((16, 64, 64, 16), 25088)       # density 1/256: dense does 256x the work
@@ -118,46 +131,43 @@ def test_cost_model_prefers_fusion_when_memory_bound():
 
 
 def test_auto_is_priced_as_it_runs(tmp_path, monkeypatch):
-    """The planner's price of a factor under auto is the model time of the backend auto
-    picks, the cheapest of every registry backend auto may use on the problem (dense
-    included; the small-batch kernel only for small batches)."""
+    """The planner prices a factor under auto as the backend auto picks for it; that
+    backend is one auto may use there (dense included; the small-batch kernel only for
+    small batches), and the choice follows the problem: the fused kernel for tiny blocks
+    and wide batches (memory-bound: every other method moves the batch more), the small-
+    batch kernel at B = 1, which streams the weights once in one launch."""
     monkeypatch.setenv("KSCUPY_CACHE_DIR", str(tmp_path))
     for pattern, B in (((1, 64, 64, 1), 25088), ((64, 2, 2, 64), 25088), ((1, 48, 48, 1), 1)):
         p = _problem(pattern, B)
-        choice = tuning.choose(p, RATES)
-        candidates = [b.name for b in backends.REGISTRY.values()
+        choice = decide.choose(p, RATES)
+        candidates = [b.name for b in registry.REGISTRY.values()
                       if b.in_auto and b.precision == "default" and b.fits(p, RATES)]
         assert choice.backend in candidates and "dense" in candidates
-        assert tuning.seconds(p, "auto", RATES) == tuning.seconds(p, choice.backend, RATES)
-        margin = {"kernel_fma": costs.KERNEL_MARGIN[p.access]}
-        best = min(candidates, key=lambda be: tuning.seconds(p, be, RATES) * margin.get(be, 1))
-        assert choice.backend == best
-    # at B = 1 the small-batch kernel, which streams the weights once in one launch, is
-    # modelled fastest even for a dense block (cuBLAS on the kept dense matrix costs more fixed
-    # time); at a wide batch it is not a candidate worth its passes
-    assert tuning.choose(_problem((1, 48, 48, 1), 1), RATES).backend == "kernel_skinny"
-    assert tuning.choose(_problem((1, 48, 48, 1), 25088), RATES).backend != "kernel_skinny"
+        assert decide.seconds(p, "auto", RATES) == decide.seconds(p, choice.backend, RATES)
+    assert decide.choose(_problem((64, 2, 2, 64), 25088), RATES).backend.startswith("kernel")
+    assert decide.choose(_problem((1, 48, 48, 1), 1), RATES).backend == "kernel_skinny"
+    assert decide.choose(_problem((1, 48, 48, 1), 25088), RATES).backend != "kernel_skinny"
     with pytest.raises(ValueError, match="no cost model"):
-        tuning.seconds(_problem((1, 4, 4, 1)), "einsum", RATES)
+        decide.seconds(_problem((1, 4, 4, 1)), "einsum", RATES)
 
 
 def test_auto_tf32_chooses_among_the_tf32_backends_only(tmp_path, monkeypatch):
     """The opt-in auto_tf32 weighs the backends of one TF32 product and nothing else; auto
     never weighs them; double precision has no TF32 backend; NumPy operands are refused."""
     monkeypatch.setenv("KSCUPY_CACHE_DIR", str(tmp_path))
-    tf32 = {b.name for b in backends.REGISTRY.values() if b.precision == "tf32"}
+    tf32 = {b.name for b in registry.REGISTRY.values() if b.precision == "tf32"}
     assert tf32 == {"kernel_tf32", "bmm_tf32", "dense_tf32"}
     for pattern in ((1, 64, 64, 1), (64, 2, 2, 64), (4, 1024, 1024, 4), (8, 48, 48, 16)):
         for layout in ("bsl", "bsf"):
             p = _problem(pattern, 25088, layout=layout)
-            choice = tuning.choose(p, RATES, "tf32")
+            choice = decide.choose(p, RATES, "tf32")
             assert choice.backend in tf32
-            assert tuning.seconds(p, "auto_tf32", RATES) == min(
-                tuning.seconds(p, name, RATES) for name in tf32
-                if backends.get(name).fits(p, RATES))
-            assert tuning.choose(p, RATES).backend not in tf32
+            assert decide.seconds(p, "auto_tf32", RATES) == min(
+                decide.seconds(p, name, RATES) for name in tf32
+                if registry.get(name).fits(p, RATES))
+            assert decide.choose(p, RATES).backend not in tf32
     with pytest.raises(TypeError, match="precision"):
-        tuning.choose(_problem((1, 8, 8, 1), 64, numpy.float64), RATES, "tf32")
+        decide.choose(_problem((1, 8, 8, 1), 64, numpy.float64), RATES, "tf32")
     K = ks.KSMatrix.random((1, 8, 8, 1))
     assert "auto_tf32" in K.backends() and "auto_tf32" in ks.KSChain([K, K]).backends()
     for op in (K, ks.KSChain([K, K])):
@@ -166,9 +176,7 @@ def test_auto_tf32_chooses_among_the_tf32_backends_only(tmp_path, monkeypatch):
 
 
 def test_paper_grid_has_627_patterns_and_sample_spans_it():
-    import sys
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "benchmarks"))
-    from pattern_grid import paper_grid, stratified_sample
+    from kscupy.bench.grid import paper_grid, stratified_sample
     grid = paper_grid()
     assert len(grid) == 627 and len(set(grid)) == 627
     sample = stratified_sample(grid, 60)
@@ -179,62 +187,86 @@ def test_paper_grid_has_627_patterns_and_sample_spans_it():
 
 
 def test_device_constants_replace_the_shared_ones_for_their_device_only():
-    """costs._SINGLE_BY_DEVICE: a device whose name holds the table's word prices with the
-    table's constants, every other device (and every key the table lacks) with _SINGLE's."""
-    key = ("mma", "batch_complex")
-    word, table = next((w, t) for w, t in costs._SINGLE_BY_DEVICE.items() if key in t)
-    assert table[key] != costs._SINGLE[key]
-    named = dataclasses.replace(RATES, name=f"NVIDIA {word} 80GB HBM3")
-    assert costs.single_constants(named, key) == table[key]
-    assert costs.single_constants(RATES, key) == costs._SINGLE[key]
-    other = ("mma", "batch")
-    assert other not in table and costs.single_constants(named, other) == costs._SINGLE[other]
+    """A device file (gpu-<word>.json) replaces gpu.json's constants for devices whose name
+    holds its word, and only those it has; every other device prices with gpu.json's."""
+    data = constants.DATA
+    base = json.loads((data / "gpu.json").read_text())
+    for path in sorted(data.glob("gpu-*.json")):
+        doc = json.loads(path.read_text())
+        word = doc["match"]
+        named = dataclasses.replace(RATES, name=f"NVIDIA {word} 80GB HBM3")
+        for text, (value, source) in doc["single"].items():
+            key = tuple(text.split("/"))
+            assert gpu_costs.single_constants(named, key) == tuple(value)
+            assert gpu_costs.single_constants(RATES, key) == tuple(base["single"][text][0])
+            assert source in doc["sources"]
+        other = next(t for t in base["single"] if t not in doc["single"])
+        assert gpu_costs.single_constants(named, tuple(other.split("/"))) == \
+            tuple(base["single"][other][0])
     # and the model reads them: a complex64 batch-order product is priced differently
     p = _problem((4, 128, 128, 16), 8192, numpy.complex64)
     cfg = MmaConfig(1, 64, 64, 16, 2, 2, 3, 0)
-    assert costs.mma_kernel_seconds(p, named, cfg) != costs.mma_kernel_seconds(
-        p, dataclasses.replace(named, name="x"), cfg)
+    h100 = dataclasses.replace(RATES, name="NVIDIA H100 80GB HBM3")
+    assert gpu_costs.mma_kernel_seconds(p, h100, cfg) != gpu_costs.mma_kernel_seconds(
+        p, dataclasses.replace(h100, name="x"), cfg)
+
+
+def test_every_constant_says_where_it_was_measured():
+    """Each constant of the GPU model's files names a source, and each source the device,
+    date and command of its measurement (or says it is an estimate); no constant is left
+    out of the model (gpu.json names every one the formulas read)."""
+    for path in sorted(constants.DATA.glob("gpu*.json")):
+        doc = json.loads(path.read_text())
+        for section in ("single", "model"):
+            for name, (value, source) in doc.get(section, {}).items():
+                assert source in doc["sources"], (path.name, name)
+        for name, source in doc["sources"].items():
+            assert set(source) >= {"device", "date", "command"}, (path.name, name)
+            assert source["device"] or source.get("note"), (path.name, name)
+    cpu = json.loads((constants.DATA / "cpu.json").read_text())
+    assert set(cpu["source"]) >= {"device", "date", "command"}
 
 
 def test_bmm_with_the_batch_along_the_gemm_rows_has_its_own_key():
-    """costs.group_gemm_variant: batch-size-first with d = 1 (the batch along the rows of each
+    """group_gemm_variant: batch-size-first with d = 1 (the batch along the rows of each
     group's GEMM) is priced by the ``groups_rows`` keys, which a device may fit apart (the
     H100's float32, on probe_ingroup.py's rows); every other form keeps ``groups``."""
     rows = _problem((6, 64, 256, 1), 25088, layout="bsf", contiguous=False)
-    assert costs.group_gemm_variant(rows) == "groups_rows"
-    assert costs.group_gemm_variant(rows, "tf32") == "groups_rows_tf32"
+    assert gpu_costs.group_gemm_variant(rows) == "groups_rows"
+    assert gpu_costs.group_gemm_variant(rows, "tf32") == "groups_rows_tf32"
     for other in (_problem((6, 64, 256, 1), 25088),
                   _problem((6, 64, 256, 4), 25088, layout="bsf", contiguous=False)):
-        assert costs.group_gemm_variant(other) == "groups"
+        assert gpu_costs.group_gemm_variant(other) == "groups"
     for suffix in ("", "_complex", "_dmma", "_hmma", "_tf32"):     # every dtype has one
-        assert ("bmm", "groups_rows" + suffix) in costs._SINGLE
+        assert gpu_costs.single_constants(RATES, ("bmm", "groups_rows" + suffix))
     h100 = dataclasses.replace(RATES, name="NVIDIA H100 80GB HBM3")
     key = ("bmm", "groups_rows")
-    assert costs.single_constants(h100, key) != costs.single_constants(RATES, key)
-    assert costs.bmm_seconds(rows, h100) != costs.bmm_seconds(
+    assert gpu_costs.single_constants(h100, key) != gpu_costs.single_constants(RATES, key)
+    assert gpu_costs.bmm_seconds(rows, h100) != gpu_costs.bmm_seconds(
         rows, dataclasses.replace(h100, name="x"))
 
 
 @pytest.mark.parametrize("results", ["ingroup_h100.json", "ingroup_h200_f32.json"])
 def test_d1_batch_size_first_picks_match_the_measured_fastest_on_each_hopper(results):
-    """costs._SINGLE_BY_DEVICE's float32 in-group and bmm-rows keys, replayed on the d = 1
-    batch-size-first rows timed on the GPU they were fitted on (probe_ingroup.py: kernel,
-    kernel_bsl and bmm) by tuning.prepare_chosen's rule: the model's pick, or where its two
+    """Each Hopper's own float32 in-group and bmm-rows constants (gpu-h100.json,
+    gpu-h200.json), replayed on the d = 1 batch-size-first rows timed on the GPU they were
+    fitted on (probe_ingroup.py: kernel, kernel_bsl and bmm) by auto's rule
+    (decide.close_call): the model's pick, or where its two
     best are within GPU_CLOSE_CALL and the faster is priced at GPU_MEASURE_MIN_SECONDS or
     more, the faster measured of the two. The pick must be the fastest measured, within 5%.
     Rows whose pick or rival is a backend the file did not time (dense) are not judged. With
     the shared constants 8 of the H200's 22 rows lose 1.15-1.34x (bmm where the kernel wins)."""
     path = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "results" / results
     data = json.loads(path.read_text())
-    rates = costs.DeviceRates(**data["rates"])
+    rates = device.from_record(data["rates"])
     rows = [r for r in data["rows"] if r["dtype"] == "float32"]
     judged = 0
     for row in rows:
         p = _problem(tuple(row["pattern"]), row["batch"], layout="bsf", contiguous=False)
         measured = {k: row["seconds"][k] for k in ("kernel", "kernel_bsl", "bmm")}
-        ranked = [(t, b.name) for t, b in tuning._ranked(p, rates, "default")]
-        timed = (len(ranked) > 1 and ranked[0][0] >= tuning.GPU_MEASURE_MIN_SECONDS
-                 and ranked[1][0] <= tuning.GPU_CLOSE_CALL * ranked[0][0])
+        ranked = [(t, b.name) for t, b in decide.ranked(p, rates, "default")]
+        timed = (len(ranked) > 1 and ranked[0][0] >= decide.GPU_MEASURE_MIN_SECONDS
+                 and ranked[1][0] <= decide.GPU_CLOSE_CALL * ranked[0][0])
         rivals = [name for _, name in ranked[:2 if timed else 1]]
         if any(name not in measured for name in rivals):
             continue
@@ -245,7 +277,7 @@ def test_d1_batch_size_first_picks_match_the_measured_fastest_on_each_hopper(res
 
 
 def test_whole_vector_load_store_path_follows_the_sms_not_the_dram():
-    """costs.rows_seconds: the load/store path of a whole-vector segment runs at a rate of the
+    """rows_seconds: the load/store path of a whole-vector segment runs at a rate of the
     SMs (flops32), so a segment whose time is that path takes as long on a device with less
     DRAM bandwidth and the same SMs (the H100 against the H200), in both layouts; on the
     H200 the rate is the one fitted there, 2.5 (bsf) and 3.25 (bsl) times its bandwidth."""
@@ -254,24 +286,25 @@ def test_whole_vector_load_store_path_follows_the_sms_not_the_dram():
     B, isz = 65536, 8
     h200 = dataclasses.replace(RATES, bandwidth=4.814e12, flops32=6.691e13)
     h100 = dataclasses.replace(h200, bandwidth=3.352e12)
+    C = constants.gpu(h200.name)
     for layout, fitted in (("bsf", 2.5), ("bsl", 3.25)):
-        seg = make_row_segment(factors, numpy.complex64, layout, B)
-        t200 = costs.rows_seconds(seg, B, numpy.complex64, h200, layout)
-        t100 = costs.rows_seconds(seg, B, numpy.complex64, h100, layout)
+        seg = make_row_segment(factors, numpy.complex64, layout, B, device=h200)
+        t200 = gpu_costs.rows_seconds(seg, B, numpy.complex64, h200, layout)
+        t100 = gpu_costs.rows_seconds(seg, B, numpy.complex64, h100, layout)
         dram = 2 * isz * B * 1024 / h100.bandwidth
         if layout == "bsf":
-            assert t100 > dram / costs._ROWS_BANDWIDTH       # the path sets the time
+            assert t100 > dram / C.rows_bandwidth            # the path sets the time
             assert t100 == pytest.approx(t200)
         else:                        # DRAM, then the path: only DRAM's part grows
             assert t100 - t200 == pytest.approx(dram - 2 * isz * B * 1024 / h200.bandwidth,
                                                 rel=1e-6)
         # the path's rate on the H200 as fitted there, in bytes/s
-        constant = costs._ROWS_DATAPATH if layout == "bsf" else costs._ROWS_BSL_DATAPATH
+        constant = C.rows_datapath if layout == "bsf" else C.rows_bsl_datapath
         assert constant * h200.flops32 == pytest.approx(fitted * h200.bandwidth, rel=2e-3)
 
 
 class _Entry:
-    """A registry backend as _ranked hands it out: a name and no tile configuration."""
+    """A registry backend as decide.ranked hands it out: a name and no tile configuration."""
     heuristic = None
 
     def __init__(self, name):
@@ -280,121 +313,132 @@ class _Entry:
 
 @pytest.fixture
 def close_call(tmp_path, monkeypatch):
-    """prepare_chosen on the CPU: the model's ranking, the device and the GPU timing replaced.
-    Returns (set_ranking, timings, prepared): ``set_ranking([(seconds, name), ...])``;
-    ``timings`` the list of run pairs timed; ``prepared(choice)`` the run of a choice (its
-    backend's name)."""
+    """auto's preparation on the GPU (single._prepare_auto), run on the CPU: the model's
+    ranking, the device, the preparation of a choice and the GPU timing replaced. Returns
+    (set_ranking, timings, prepare): ``set_ranking([(seconds, name), ...], measured)``;
+    ``timings`` the list of run pairs timed; ``prepare(problem)`` auto's run for a problem
+    (the name of the backend it runs)."""
     monkeypatch.setenv("KSCUPY_CACHE_DIR", str(tmp_path))     # an empty tuning cache
-    monkeypatch.setattr(costs, "device_rates", lambda: RATES)
+    monkeypatch.setattr(device, "current", lambda: RATES)
     ranking, timings, measured = [], [], {}
 
     def set_ranking(rows, seconds=None):
         ranking[:] = [(s, _Entry(name)) for s, name in rows]
         measured.update(seconds or {})
-    monkeypatch.setattr(tuning, "_ranked", lambda problem, rates, precision: list(ranking))
+    monkeypatch.setattr(decide, "ranked", lambda problem, device, precision: list(ranking))
+    monkeypatch.setattr(single, "_prepared", lambda factor, X, layout, choice: choice.backend)
 
     def gpu_seconds(runs, X):
         timings.append(tuple(runs))
         return None if measured.get("capturing") else [measured[run] for run in runs]
-    monkeypatch.setattr(tuning, "_gpu_seconds", gpu_seconds)
-    tuning._forget_decisions()
-    yield set_ranking, timings, lambda choice: choice.backend
-    tuning._forget_decisions()
+    monkeypatch.setattr(single, "_gpu_seconds", gpu_seconds)
+
+    def prepare(problem):
+        a, b, c, d = problem.pattern
+        factor = ks.KSMatrix.random((a, b, c, d)).factor
+        X = numpy.empty((factor.shape[1], problem.batch), numpy.float32)
+        return single._prepare_auto(factor, X, "bsl", "default")
+    decide.forget_decisions()
+    yield set_ranking, timings, prepare
+    decide.forget_decisions()
 
 
 def test_a_close_call_is_timed_once_and_the_faster_kept(close_call):
-    set_ranking, timings, prepared = close_call
+    set_ranking, timings, prepare = close_call
     p = _problem((128, 128, 128, 1), 25088)
     set_ranking([(2.6e-3, "kernel"), (2.9e-3, "bmm")], {"kernel": 2.55e-3, "bmm": 2.49e-3})
-    assert tuning.prepare_chosen(p, None, prepared) == "bmm"
+    assert prepare(p) == "bmm"
     assert timings == [("kernel", "bmm")]
-    assert tuning.choose(p).backend == "bmm"            # the planner prices what runs
-    assert tuning.prepare_chosen(p, None, prepared) == "bmm" and len(timings) == 1
+    assert decide.choose(p).backend == "bmm"            # the planner prices what runs
+    assert prepare(p) == "bmm" and len(timings) == 1
 
 
 @pytest.mark.parametrize("rows", [
-    [(2.6e-3, "kernel"), (2.6e-3 * tuning.GPU_CLOSE_CALL * 1.01, "bmm")],   # not close
-    [(0.9 * tuning.GPU_MEASURE_MIN_SECONDS, "kernel"), (1e-3, "bmm")],     # too short to time
+    [(2.6e-3, "kernel"), (2.6e-3 * decide.GPU_CLOSE_CALL * 1.01, "bmm")],   # not close
+    [(0.9 * decide.GPU_MEASURE_MIN_SECONDS, "kernel"), (1e-3, "bmm")],     # too short to time
     [(2.6e-3, "kernel")]])                                                 # no rival
 def test_clear_or_short_calls_keep_the_models_choice_untimed(close_call, rows):
-    set_ranking, timings, prepared = close_call
+    set_ranking, timings, prepare = close_call
     set_ranking(rows, {"kernel": 1.0, "bmm": 0.5})
-    assert tuning.prepare_chosen(_problem((4, 64, 64, 4), 25088), None, prepared) == "kernel"
+    assert prepare(_problem((4, 64, 64, 4), 25088)) == "kernel"
     assert timings == []
 
 
 def test_a_tuned_choice_is_not_timed_again(close_call):
-    set_ranking, timings, prepared = close_call
+    set_ranking, timings, prepare = close_call
     p = _problem((128, 128, 128, 1), 25088)
     set_ranking([(2.6e-3, "kernel"), (2.9e-3, "bmm")], {"kernel": 2.0, "bmm": 1.0})
-    tuning._cache().put(tuning._cache_key(p, RATES), tuning.Choice("kernel"), {"kernel": 2.6e-3})
-    assert tuning.prepare_chosen(p, None, prepared) == "kernel"
+    tuning_cache.put(p, RATES, Choice("kernel"), {"kernel": 2.6e-3})
+    assert prepare(p) == "kernel"
     assert timings == []
 
 
 def test_no_timing_while_a_graph_is_captured(close_call):
     """Under stream capture nothing may synchronise: the model's choice runs, and the call is
     timed at a later preparation instead."""
-    set_ranking, timings, prepared = close_call
+    set_ranking, timings, prepare = close_call
     p = _problem((128, 128, 128, 1), 25088)
     set_ranking([(2.6e-3, "kernel"), (2.9e-3, "bmm")], {"capturing": True})
-    assert tuning.prepare_chosen(p, None, prepared) == "kernel"
+    assert prepare(p) == "kernel"
     set_ranking([(2.6e-3, "kernel"), (2.9e-3, "bmm")], {"capturing": False, "kernel": 2.0, "bmm": 1.0})
-    assert tuning.prepare_chosen(p, None, prepared) == "bmm" and len(timings) == 2
+    assert prepare(p) == "bmm" and len(timings) == 2
 
 
-def test_a_kernel_still_compiling_settles_nothing(close_call):
-    set_ranking, timings, _ = close_call
+def test_a_kernel_still_compiling_settles_nothing(close_call, monkeypatch):
+    set_ranking, timings, prepare = close_call
     p = _problem((128, 128, 128, 1), 25088)
     set_ranking([(2.6e-3, "kernel"), (2.9e-3, "bmm")], {"kernel": 2.0, "bmm": 1.0})
 
-    def compiling(choice):
+    def compiling(factor, X, layout, choice):
         raise ks.kernels.nvrtc.StillCompiling(("ks_mma.cu", "ks::ks_mma<...>", 0, 0, False))
-    with pytest.raises(ks.kernels.nvrtc.StillCompiling):
-        tuning.prepare_chosen(p, None, compiling)
+    with monkeypatch.context() as m:
+        m.setattr(single, "_prepared", compiling)
+        with pytest.raises(ks.kernels.nvrtc.StillCompiling):
+            prepare(p)
     assert timings == []
-    assert tuning.prepare_chosen(p, None, lambda choice: choice.backend) == "bmm"
+    assert prepare(p) == "bmm"
 
 
-def test_a_deferred_close_call_compiles_both_and_is_timed_at_the_next_preparation(close_call):
+def test_a_deferred_close_call_compiles_both_and_is_timed_at_the_next_preparation(
+        close_call, monkeypatch):
     """kscupy.warmup's pool: no timing beside the other products, both rivals prepared (their
     kernels compiled), the model's choice run, and the call left for a later preparation."""
-    set_ranking, timings, _ = close_call
+    set_ranking, timings, prepare = close_call
     p = _problem((128, 128, 128, 1), 25088)
     set_ranking([(2.6e-3, "kernel"), (2.9e-3, "bmm")], {"kernel": 2.55e-3, "bmm": 2.49e-3})
     prepared_names = []
 
-    def prepared(choice):
+    def prepared(factor, X, layout, choice):
         prepared_names.append(choice.backend)
         return choice.backend
-    with tuning.close_calls_deferred() as deferred:
-        assert tuning.prepare_chosen(p, None, prepared) == "kernel"
-        assert tuning.prepare_chosen(_problem((4, 64, 64, 4)), None, prepared) == "kernel"
+    monkeypatch.setattr(single, "_prepared", prepared)
+    with decide.close_calls_deferred() as deferred:
+        assert prepare(p) == "kernel"
+        assert prepare(_problem((4, 64, 64, 4))) == "kernel"
     assert deferred == [p, _problem((4, 64, 64, 4))]
     assert prepared_names == ["kernel", "bmm", "kernel", "bmm"] and timings == []
-    assert tuning.choose(p).backend == "kernel"              # nothing settled yet
-    assert tuning.prepare_chosen(p, None, prepared) == "bmm"  # outside: timed, settled
-    assert timings == [("kernel", "bmm")] and tuning.choose(p).backend == "bmm"
+    assert decide.choose(p).backend == "kernel"              # nothing settled yet
+    assert prepare(p) == "bmm"                              # outside: timed, settled
+    assert timings == [("kernel", "bmm")] and decide.choose(p).backend == "bmm"
 
 
 def test_deferral_is_per_thread_and_nests(close_call):
     import threading
-    set_ranking, timings, prepared = close_call
+    set_ranking, timings, prepare = close_call
     set_ranking([(2.6e-3, "kernel"), (2.9e-3, "bmm")], {"kernel": 2.0, "bmm": 1.0})
-    with tuning.close_calls_deferred() as outer:
-        with tuning.close_calls_deferred() as inner:
-            tuning.prepare_chosen(_problem((2, 64, 64, 4)), None, prepared)
-        tuning.prepare_chosen(_problem((3, 64, 64, 4)), None, prepared)
+    with decide.close_calls_deferred() as outer:
+        with decide.close_calls_deferred() as inner:
+            prepare(_problem((2, 64, 64, 4)))
+        prepare(_problem((3, 64, 64, 4)))
         # another thread is not deferred: it times its close call
-        other = threading.Thread(target=tuning.prepare_chosen,
-                                 args=(_problem((5, 64, 64, 4)), None, prepared))
+        other = threading.Thread(target=prepare, args=(_problem((5, 64, 64, 4)),))
         other.start()
         other.join()
     assert inner == [_problem((2, 64, 64, 4))] and outer == [_problem((3, 64, 64, 4))]
     assert timings == [("kernel", "bmm")]
-    with tuning.close_calls_deferred() as deferred:
-        with tuning.close_calls_timed():         # warmup's pass after its pool
-            tuning.prepare_chosen(_problem((6, 64, 64, 4)), None, prepared)
+    with decide.close_calls_deferred() as deferred:
+        with decide.close_calls_timed():         # warmup's pass after its pool
+            prepare(_problem((6, 64, 64, 4)))
     assert deferred == [] and len(timings) == 2
 
 
@@ -402,32 +446,33 @@ def test_deferral_is_per_thread_and_nests(close_call):
 def test_a_verdict_against_the_model_expires_what_was_built(close_call, model_right):
     """Chain plans and prepared runs priced with the model's choice are rebuilt once a
     close call finds the other candidate faster, and only then."""
-    set_ranking, timings, prepared = close_call
+    set_ranking, timings, prepare = close_call
     faster = {"kernel": 1.0, "bmm": 2.0} if model_right else {"kernel": 2.0, "bmm": 1.0}
     set_ranking([(2.6e-3, "kernel"), (2.9e-3, "bmm")], faster)
-    epoch = tuning.epoch
-    tuning.prepare_chosen(_problem((7, 64, 64, 4)), None, prepared)
-    assert tuning.epoch == epoch + (0 if model_right else 1)
+    epoch = decide.epoch
+    prepare(_problem((7, 64, 64, 4)))
+    assert decide.epoch == epoch + (0 if model_right else 1)
 
 
 @pytest.fixture
 def forgetting():
     """Decisions forgotten before and after the test."""
-    tuning._forget_decisions()
+    decide.forget_decisions()
     yield
-    tuning._forget_decisions()
+    decide.forget_decisions()
 
 
 def test_expiring_prepared_runs_keeps_the_decisions_and_replans_chains(monkeypatch, forgetting):
-    monkeypatch.setattr(costs, "device_rates", lambda: RATES)
+    monkeypatch.setattr(device, "current", lambda: RATES)
     p = _problem((4, 64, 64, 4))
-    choice = tuning.choose(p)
+    choice = decide.choose(p)
     chain = ks.KSChain([ks.KSMatrix.random((1, 4, 4, 16), seed=1),
                         ks.KSMatrix.random((4, 4, 4, 4), seed=2)])
-    plan = chain.plan("bsl", batch=1000)
-    assert chain.plan("bsl", batch=1000) is plan
-    epoch = tuning.epoch
-    tuning.expire_prepared_runs()
-    assert tuning.epoch == epoch + 1
-    assert tuning.choose(p) is choice                     # still memoized
-    assert chain.plan("bsl", batch=1000) is not plan       # priced again
+    plans = {}
+    plan = ks.engine.plan(chain.factor_chain, "bsl", chain.dtype, 1000, plans)
+    assert ks.engine.plan(chain.factor_chain, "bsl", chain.dtype, 1000, plans) is plan
+    epoch = decide.epoch
+    decide.expire_prepared_runs()
+    assert decide.epoch == epoch + 1
+    assert decide.choose(p) is choice                     # still memoized
+    assert ks.engine.plan(chain.factor_chain, "bsl", chain.dtype, 1000, plans) is not plan

@@ -1,68 +1,39 @@
-"""What a user would run instead of kscupy, for the benchmarks: PyTorch's BMM (the paper's
-baseline), CuPy's BMM and cuBLAS on the dense matrix. PyTorch is optional and never a
-dependency of the package: :func:`torch_bmm` returns None when it does not import."""
+"""What a user would run instead of kscupy, timed in the same run: CuPy's BMM (the paper's
+permute / batched GEMM / permute), cuBLAS on the dense matrix and cuFFT (in the chains
+suite), and what a caller adds (:class:`Baselines`).
+
+The package never imports a deep-learning framework: the repository's
+``benchmarks/bench_suite.py`` runs these suites with PyTorch's BMM and dense products added
+(``benchmarks/torch_baselines.py``), as the project's published figures were measured.
+"""
 from __future__ import annotations
 
-import contextlib
-
-try:
-    import torch
-except ImportError:      # the benchmarks time the other baselines
-    torch = None
+__all__ = ["Baselines", "NONE"]
 
 
-def torch_available() -> bool:
-    return torch is not None and torch.cuda.is_available()
+class Baselines:
+    """Baselines beyond CuPy's, as functions of a CuPy operand (None where there is none).
 
+    ``bmm(blocks, layout, tf32)``: the paper's permute / batched GEMM / permute with the
+    ``(a, d, b, c)`` blocks; ``dense(D, layout, tf32)``: the dense matrix's product;
+    ``tf32_gemm_flops()``: the rate of a large TF32 GEMM (the TF32 rows' ceiling);
+    ``release()``: hand cached memory back between rows. ``name`` and ``version`` go in
+    the results file."""
+    name = None
+    version = None
 
-@contextlib.contextmanager
-def allow_tf32(enabled: bool):
-    """PyTorch's matmuls with TF32 allowed or not (``torch.backends.cuda.matmul.allow_tf32``),
-    restored on exit."""
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = old
-
-
-def torch_bmm(blocks, layout, tf32=False):
-    """The paper's PyTorch baseline as a function of a CuPy operand: permute the input to
-    (a*d, c, B) (bsl) or (a*d, B, c) (bsf), ``torch.bmm`` with the (a, d, b, c) blocks,
-    permute back. Shares the CuPy arrays through DLPack (no copies). ``tf32`` allows
-    TF32 tensor cores (``torch.backends.cuda.matmul.allow_tf32``), as a user opting in
-    would. None when torch or CUDA is missing."""
-    if not torch_available():
+    def bmm(self, blocks, layout, tf32=False):
         return None
-    a, d, b, c = blocks.shape
-    W = torch.from_dlpack(blocks.copy()).reshape(a * d, b, c)
-    Wt = W.transpose(1, 2)
 
-    def run(X):
-        x = torch.from_dlpack(X)
-        with allow_tf32(tf32):
-            if layout == "bsl":
-                B = x.shape[1]
-                xp = x.reshape(a, c, d, B).permute(0, 2, 1, 3).reshape(a * d, c, B)
-                y = torch.bmm(W, xp)                                   # (a*d, b, B)
-                return y.reshape(a, d, b, B).permute(0, 2, 1, 3).reshape(a * b * d, B)
-            B = x.shape[0]
-            xp = x.reshape(B, a, c, d).permute(1, 3, 0, 2).reshape(a * d, B, c)
-            y = torch.bmm(xp, Wt)                                      # (a*d, B, b)
-            return y.reshape(a, d, B, b).permute(2, 0, 3, 1).reshape(B, a * b * d)
-    return run
-
-
-def torch_dense(D, layout, tf32=False):
-    """cuBLAS on the dense matrix ``D`` through PyTorch (for the TF32 baseline: CuPy's
-    matmul does not switch TF32 at run time), as a function of a CuPy operand."""
-    if not torch_available():
+    def dense(self, D, layout, tf32=False):
         return None
-    Dt = torch.from_dlpack(D)
 
-    def run(X):
-        x = torch.from_dlpack(X)
-        with allow_tf32(tf32):
-            return Dt @ x if layout == "bsl" else x @ Dt.T
-    return run
+    def tf32_gemm_flops(self):
+        return None
+
+    def release(self):
+        pass
+
+
+#: No baselines beyond CuPy's.
+NONE = Baselines()

@@ -1,7 +1,7 @@
-"""KS chains (transforms, butterflies, Monarch, the paper's two-factor layers) against what a
-user would run instead, in one run: issue #11's benchmark.
+"""The chains suite: KS chains (transforms, butterflies, Monarch, the paper's two-factor
+layers) against what a user would run instead, in one run.
 
-    PYTHONPATH=$PWD python3 benchmarks/bench_fft.py --out benchmarks/results/chains.json
+    python -m kscupy bench --suite chains --out chains.json
 
 Rows (``{"suite": "transforms", "transform": ..., "seconds": {...}, "relerr": {...}}``):
 
@@ -13,46 +13,42 @@ Rows (``{"suite": "transforms", "transform": ..., "seconds": {...}, "relerr": {.
   both layouts, ``--elements`` values; ``auto`` and ``base_per_factor``.
 * ``hadamard``: float32, both layouts; ``auto`` and ``base_per_factor``.
 * ``monarch``: two factors with sqrt(n) blocks, float32, B = ``--batch``; ``auto``,
-  ``base_per_factor``, ``base_dense``, ``base_torch_bmm`` (per factor, when torch imports).
+  ``base_per_factor``, ``base_dense``, and the BMM of the baselines a caller adds
+  (``base_torch_bmm``, per factor, :mod:`.baselines`).
 * ``paper_chain``: the paper's two-factor chains, float32, B = ``--batch``, both layouts;
   same methods as ``monarch``.
 
 ``base_per_factor`` is the chain applied one factor at a time with the fastest single-factor
 method for each factor (each backend prepared once and timed on the intermediate that factor
-receives, the fastest of three medians of its winner), plus its permutation passes;
-``base_torch_bmm`` likewise keeps the fastest of three medians a factor. A row whose
+receives, the fastest of three medians of its winner), plus its permutation passes; an added
+BMM baseline likewise keeps the fastest of three medians a factor. A row whose
 ``auto`` reads below 0.95 of its best baseline is timed again, ``auto`` and the other
-baselines alike, each keeping its faster time (``engine.retime_misses``; the first times in
-``first_seconds``). ``floor_s`` is the bytes of X, Y and the weights over the measured
+baselines alike, each keeping its faster time (:func:`.engine.retime_misses`; the first
+times in ``first_seconds``). ``floor_s`` is the bytes of X, Y and the weights over the measured
 copy bandwidth (X read and Y written once). Every timed result is checked against an
 independent reference (cuFFT in complex128, or the dense product in float64) on a few rows.
 Writes JSON and prints a summary table.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import pathlib
-import sys
 import time
 
 import numpy
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
 try:
-    import cupy  # noqa: E402
+    import cupy
 except ImportError:     # --help works without CuPy; main() says what is missing
     cupy = None
 
-import kscupy as ks  # noqa: E402
-from kscupy import costs, dispatch  # noqa: E402
-from baselines import torch_bmm  # noqa: E402
-from engine import median_gpu_seconds, retime_misses  # noqa: E402
-from timing import measure_ceilings, run_metadata, time_fn  # noqa: E402
+from .. import KSChain, KSMatrix, butterfly, dft, hadamard, monarch
+from ..core import device
+from ..engine import single
+from .baselines import NONE
+from .engine import median_gpu_seconds, retime_misses
+from .timing import measure_ceilings, run_metadata, time_fn
 
 PAPER_CHAINS = (((1, 192, 48, 2), (2, 48, 192, 1)), ((1, 768, 192, 2), (6, 64, 64, 1)),
                 ((1, 128, 128, 3), (6, 64, 256, 1)), ((1, 64, 256, 16), (64, 64, 64, 1)),
@@ -103,29 +99,28 @@ def per_factor(chain, X, layout):
         runs, times = {}, {}
         for backend in PER_FACTOR_BACKENDS:
             try:        # prepared once, as a repeated product runs (no per-call set-up)
-                runs[backend] = dispatch.prepare(K.factor, X, layout, backend)
+                runs[backend] = single.prepare(K.factor, X, layout, backend)
                 times[backend] = time_fn(runs[backend], [X], max_repeat=20)
             except (MemoryError, ValueError):
                 continue          # e.g. a dense matrix that does not fit
         best = min(times, key=times.get)
         # the winner's fastest of three medians: one slow sample of the baseline must not
-        # read as a gain of auto's (Monarch(4096) bsl once timed 0.451 ms a factor where the
-        # same kernel runs 0.42)
+        # read as a gain of auto's
         total += min(times[best], fastest_median(runs[best], X, 2))
         detail.append(best)
-        X = dispatch.apply(K.factor, X, layout, best)
+        X = runs[best](X)
     if gathers[1] is not None:
         total += time_fn(lambda x: cupy.take(x, gathers[1], axis=feature_axis), [X])
     return total, detail
 
 
-def torch_per_factor(chain, X, layout):
-    """Seconds of the chain applied factor by factor with the paper's PyTorch BMM (no
+def bmm_per_factor(chain, X, layout, baselines):
+    """Seconds of the chain applied factor by factor with the added baselines' BMM (no
     permutations: the chains timed with it have none), each factor's the fastest of three
-    medians (as ``per_factor``'s), or None without torch."""
+    medians (as ``per_factor``'s), or None where they have none."""
     total = 0.0
     for K in reversed(chain.factors):
-        run = torch_bmm(K.factor.blocks, layout)
+        run = baselines.bmm(K.factor.blocks, layout)
         if run is None:
             return None
         total += fastest_median(run, X, 3)
@@ -134,10 +129,11 @@ def torch_per_factor(chain, X, layout):
 
 
 def chain_row(transform, chain, layout, batch, ceilings, *, extra=None, reference=None,
-              baselines=None, per_factor_base=False, dense_base=False, torch_base=False):
+              methods=None, per_factor_base=False, dense_base=False, bmm_base=None):
     """One row: ``auto`` and the requested baselines on a random batch. ``reference(X)``
     gives the checked rows' exact result (default: the dense product in double precision);
-    ``baselines``: more ``base_`` functions of X."""
+    ``methods``: more ``base_`` functions of X; ``bmm_base``: the added baselines whose BMM
+    is timed factor by factor (:func:`bmm_per_factor`)."""
     n_in = chain.shape[1]
     X = _random((n_in, batch) if layout == "bsl" else (batch, n_in), chain.dtype, seed=batch)
     plan = chain.plan(layout, chain.dtype, batch)
@@ -150,7 +146,7 @@ def chain_row(transform, chain, layout, batch, ceilings, *, extra=None, referenc
            "model_s": plan.seconds,
            "seconds": {}, "relerr": {}}
     ref = _dense_reference(chain, X, layout) if reference is None else reference(X)
-    methods = {"auto": lambda x: chain.matmul(x, layout=layout), **(baselines or {})}
+    methods = {"auto": lambda x: chain.matmul(x, layout=layout), **(methods or {})}
     if dense_base:
         D = chain.todense()
         methods["base_dense"] = (lambda x: D @ x) if layout == "bsl" else (lambda x: x @ D.T)
@@ -159,10 +155,10 @@ def chain_row(transform, chain, layout, batch, ceilings, *, extra=None, referenc
         row["seconds"][name] = time_fn(fn, [X], max_repeat=30)
     if per_factor_base:
         row["seconds"]["base_per_factor"], row["per_factor_backends"] = per_factor(chain, X, layout)
-    if torch_base:
-        seconds = torch_per_factor(chain, X, layout)
+    if bmm_base is not None:
+        seconds = bmm_per_factor(chain, X, layout, bmm_base)
         if seconds is not None:
-            row["seconds"]["base_torch_bmm"] = seconds
+            row["seconds"][f"base_{bmm_base.name}_bmm"] = seconds
     # a row where auto reads below 0.95 of its best baseline: auto and the baselines timed
     # here once more, each keeping its faster time (the per-factor baselines already keep
     # the fastest of three medians of each factor's product)
@@ -174,17 +170,17 @@ def transform_chain(kind, n, dtype, xp):
     """The chain a ``dft``, ``hadamard`` or ``butterfly`` row of size ``n`` measures (random
     butterflies seeded by ``n``, so that fit_costs.py can rebuild a row's chain)."""
     if kind == "dft":
-        return ks.dft(n, dtype=dtype, xp=xp)
+        return dft(n, dtype=dtype, xp=xp)
     if kind == "hadamard":
-        return ks.hadamard(n, dtype=dtype, xp=xp)
-    return ks.butterfly(n, dtype=dtype, xp=xp, seed=n)
+        return hadamard(n, dtype=dtype, xp=xp)
+    return butterfly(n, dtype=dtype, xp=xp, seed=n)
 
 
 def bench_dft(n, elements, ceilings):
     F = transform_chain("dft", n, numpy.complex64, cupy)
     exact = lambda x: cupy.fft.fft(_check_slice(x, "bsf").astype(numpy.complex128), axis=-1)  # noqa: E731
     return chain_row("dft", F, "bsf", max(1, elements // n), ceilings, extra={"n": n},
-                     reference=exact, baselines={
+                     reference=exact, methods={
                          "base_cufft": lambda x: cupy.fft.fft(x, axis=-1),
                          "base_bmm_chain": lambda x: F.matmul(x, layout="bsf", backend="bmm")})
 
@@ -203,19 +199,20 @@ def _summary(rows):
     return "\n".join(lines)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--sizes", default="256,1024,4096,16384", help="DFT sizes")
-    parser.add_argument("--elements", type=int, default=2**26, help="B·n for dft, butterfly, hadamard")
-    parser.add_argument("--butterfly", default="256,1024,4096")
-    parser.add_argument("--hadamard", default="256,1024,4096,8192")
-    parser.add_argument("--monarch", default="1024,4096,16384")
-    parser.add_argument("--batch", type=int, default=25088, help="monarch and paper chains")
-    parser.add_argument("--parts", default="dft,butterfly,hadamard,monarch,paper_chain")
-    args = parser.parse_args(argv)
-    if cupy is None:
-        sys.exit(f"{pathlib.Path(__file__).name} times GPU kernels and needs CuPy and a CUDA device")
+def add_arguments(parser):
+    group = parser.add_argument_group("chains suite")
+    group.add_argument("--sizes", default="256,1024,4096,16384", help="DFT sizes")
+    group.add_argument("--elements", type=int, default=2**26,
+                       help="B·n for dft, butterfly, hadamard")
+    group.add_argument("--butterfly", default="256,1024,4096")
+    group.add_argument("--hadamard", default="256,1024,4096,8192")
+    group.add_argument("--monarch", default="1024,4096,16384")
+    group.add_argument("--chain-batch", type=int, default=25088,
+                       help="batch of the monarch and paper chains")
+    group.add_argument("--parts", default="dft,butterfly,hadamard,monarch,paper_chain")
+
+
+def main(args, baselines=NONE):
     parts = args.parts.split(",")
     t0 = time.time()
     ceilings = measure_ceilings()
@@ -223,7 +220,8 @@ def main(argv=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = run_metadata()
     result = {"device": meta["gpu"], **meta, "ceilings": ceilings,
-              "rates": dataclasses.asdict(costs.device_rates()), "rows": []}
+              "rates": dataclasses.asdict(device.current()), "rows": []}
+    bmm_base = baselines if baselines.name else None
 
     def add(row):
         result["rows"].append(row)
@@ -250,23 +248,19 @@ def main(argv=None):
                               extra={"n": n}, per_factor_base=True))
     if "monarch" in parts:
         for n in map(int, args.monarch.split(",")):
-            M = ks.monarch(n, dtype=numpy.float32, xp=cupy, seed=n)
+            M = monarch(n, dtype=numpy.float32, xp=cupy, seed=n)
             for layout in ("bsf", "bsl"):
-                add(chain_row("monarch", M, layout, args.batch, ceilings, extra={
+                add(chain_row("monarch", M, layout, args.chain_batch, ceilings, extra={
                     "n": n, "chain": [list(p) for p in M.patterns]},
-                    per_factor_base=True, dense_base=True, torch_base=True))
+                    per_factor_base=True, dense_base=True, bmm_base=bmm_base))
     if "paper_chain" in parts:
         for patterns in PAPER_CHAINS:
-            C = ks.KSChain([ks.KSMatrix.random(p, dtype=numpy.float32, xp=cupy, seed=i)
-                            for i, p in enumerate(patterns)])
+            C = KSChain([KSMatrix.random(p, dtype=numpy.float32, xp=cupy, seed=i)
+                         for i, p in enumerate(patterns)])
             for layout in ("bsf", "bsl"):
-                add(chain_row("paper_chain", C, layout, args.batch, ceilings,
+                add(chain_row("paper_chain", C, layout, args.chain_batch, ceilings,
                               extra={"chain": [list(p) for p in patterns]},
-                              per_factor_base=True, dense_base=True, torch_base=True))
+                              per_factor_base=True, dense_base=True, bmm_base=bmm_base))
     print(f"\n{result['gpu']}: copy {ceilings['copy_bandwidth_Bps'] / 1e12:.2f} TB/s, "
           f"{time.time() - t0:.0f} s")
     print(_summary(result["rows"]))
-
-
-if __name__ == "__main__":
-    main()

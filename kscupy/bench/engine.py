@@ -1,14 +1,14 @@
-"""Issue 9's benchmark: every kscupy method and every baseline on samples of the paper's grid,
+"""The engine suite: every kscupy method and every baseline on samples of the paper's grid,
 per dtype and precision, with relative errors against a float64 oracle.
 
-    PYTHONPATH=$PWD python3 benchmarks/bench_patterns.py --part engine \\
-        --dtypes float32,float64,complex64 --samples default,heldout \\
-        --out benchmarks/results/engine.json
+    python -m kscupy bench --suite engine --dtypes float32,float64,complex64 \\
+        --samples default,heldout --out engine.json
 
-Baselines (``base_`` prefix, timed in the same run): ``base_torch_bmm`` (the paper's
-permute / ``torch.bmm`` / permute, when torch imports), ``base_cupy_bmm`` (the same with
-``cupy.matmul``), ``base_dense`` (cuBLAS on the dense matrix where it fits); for the TF32
-opt-in ``base_torch_bmm_tf32`` and ``base_dense_tf32`` (PyTorch with TF32 allowed). kscupy
+Baselines (``base_`` prefix, timed in the same run): ``base_cupy_bmm`` (the paper's permute /
+batched GEMM / permute with ``cupy.matmul``), ``base_dense`` (cuBLAS on the dense matrix
+where it fits), and those a caller adds (:mod:`.baselines`: the repository's
+``benchmarks/bench_suite.py`` adds ``base_torch_bmm``, and for the TF32 opt-in
+``base_torch_bmm_tf32`` and ``base_dense_tf32``, PyTorch with TF32 allowed). kscupy
 methods: ``auto``, ``kernel`` (tensor cores), ``kernel_fma``, ``bmm`` (cuBLAS on the groups
 where they lie), in batch-size-first also ``kernel_bsl`` (the kernel between two
 transposes); for the opt-in ``auto_tf32`` and its candidates ``kernel_tf32`` and ``bmm_tf32``.
@@ -35,13 +35,14 @@ try:
 except ImportError:
     cupy = None
 
-import kscupy as ks
-from kscupy import _reference, costs, tuning
-from kscupy.problem import problem_of
-from baselines import allow_tf32, torch, torch_available, torch_bmm, torch_dense
-from pattern_grid import paper_grid, stratified_sample
-from timing import l2_bytes, progress, run_metadata, time_fn
-from timing import measure_ceilings as copy_and_sgemm
+from .. import KSMatrix, KSPattern
+from ..core import device, reference
+from ..core.problem import problem_of
+from ..engine import decide
+from .baselines import NONE
+from .grid import paper_grid, stratified_sample
+from .timing import l2_bytes, progress, run_metadata, time_fn
+from .timing import measure_ceilings as copy_and_sgemm
 
 #: Batch size per dtype (the issue's benchmark).
 BATCH = {"float32": 25088, "float16": 25088, "float64": 8192, "complex64": 8192}
@@ -57,7 +58,7 @@ RETIME_BELOW = 0.95
 
 
 def add_arguments(parser):
-    group = parser.add_argument_group("engine (issue 9)")
+    group = parser.add_argument_group("engine suite")
     group.add_argument("--dtypes", default="float32,float64,complex64")
     group.add_argument("--precisions", default="default,tf32",
                        help="tf32 rows are made for float32 only")
@@ -67,10 +68,10 @@ def add_arguments(parser):
     group.add_argument("--append", action="store_true", help="add rows to --out")
 
 
-def measure_ceilings():
+def measure_ceilings(baselines=NONE):
     """Copy bandwidth and GEMM rates measured here: timing.py's copy and SGEMM, plus DGEMM,
-    the float16 GEMM (CuPy: cuBLAS, float32 accumulation) and (through PyTorch, TF32
-    allowed) the TF32 GEMM."""
+    the float16 GEMM (CuPy: cuBLAS, float32 accumulation) and, where ``baselines`` measure
+    it, the TF32 GEMM."""
     base = copy_and_sgemm()
     out = {"bandwidth": base["copy_bandwidth_Bps"], "sgemm": base["sgemm_flops"]}
     m = 8192
@@ -78,15 +79,14 @@ def measure_ceilings():
     out["dgemm"] = 2 * m**3 / time_fn(lambda x: A @ x, [A.copy()], max_repeat=20)
     H = A.astype(numpy.float16)
     out["hgemm"] = 2 * m**3 / time_fn(lambda x: H @ x, [H.copy()], max_repeat=20)
-    if torch_available():
-        T = torch.randn(m, m, device="cuda")
-        with allow_tf32(True):
-            out["tf32_gemm"] = 2 * m**3 / time_fn(lambda x: T @ x, [T.clone()], max_repeat=20)
+    tf32 = baselines.tf32_gemm_flops()
+    if tf32 is not None:
+        out["tf32_gemm"] = tf32
     return out
 
 
 def _floor(pattern, B, dtype, precision, ceilings):
-    p = ks.KSPattern(*pattern)
+    p = KSPattern(*pattern)
     M, N = p.shape
     isz = numpy.dtype(dtype).itemsize
     macs = B * p.nnz
@@ -118,14 +118,14 @@ def median_gpu_seconds(fn, inputs):
 
 
 def bench_row(pattern, layout, dtype, precision, sample, args, ceilings, *, batch=None,
-              timer=median_gpu_seconds, suite="patterns", extra_methods=()):
+              timer=median_gpu_seconds, suite="patterns", extra_methods=(), baselines=NONE):
     """One row: every method of ``precision`` (and the kscupy backends ``extra_methods``) on
     one pattern and layout, its relative error against the float64 oracle and its time.
     ``batch`` defaults to :data:`BATCH` of the dtype; ``timer(fn, inputs)`` returns
     ``{field: seconds}``, each field a dict of the row keyed by method (default:
-    ``seconds``, the median CUDA-event time)."""
+    ``seconds``, the median CUDA-event time). ``baselines``: those beyond CuPy's."""
     B = BATCH[dtype] if batch is None else batch
-    K = ks.KSMatrix.random(pattern, dtype=dtype, xp=cupy, seed=0)
+    K = KSMatrix.random(pattern, dtype=dtype, xp=cupy, seed=0)
     M, N = K.shape
     shape = (N, B) if layout == "bsl" else (B, N)
     isz = numpy.dtype(dtype).itemsize
@@ -144,17 +144,18 @@ def bench_row(pattern, layout, dtype, precision, sample, args, ceilings, *, batc
     tf32 = precision == "tf32"
     suffix = "_tf32" if tf32 else ""
     if not tf32:
-        methods["base_cupy_bmm"] = lambda x: _reference.bmm(blocks, x, layout, cupy)
-    tb = torch_bmm(blocks, layout, tf32=tf32)
+        methods["base_cupy_bmm"] = lambda x: reference.bmm(blocks, x, layout, cupy)
+    tb = baselines.bmm(blocks, layout, tf32=tf32)
     if tb is not None:
-        methods["base_torch_bmm" + suffix] = tb
+        methods[f"base_{baselines.name}_bmm" + suffix] = tb
     if isz * M * N <= args.dense_limit * 2**30 and 2 * B * M * N <= args.dense_flops:
         D = K.todense()
         if tf32:
-            if torch_available():
-                methods["base_dense_tf32"] = torch_dense(D, layout, tf32=True)
+            td = baselines.dense(D, layout, tf32=True)
+            if td is not None:
+                methods["base_dense_tf32"] = td
         else:
-            methods["base_dense"] = lambda x: _reference.dense(D, x, layout, cupy)
+            methods["base_dense"] = lambda x: reference.dense(D, x, layout, cupy)
     ref = oracle(K, inputs[0], layout)
     row = {"suite": suite, "sample": sample, "pattern": list(pattern), "layout": layout,
            "dtype": dtype, "precision": precision, "batch": B,
@@ -169,14 +170,13 @@ def bench_row(pattern, layout, dtype, precision, sample, args, ceilings, *, batc
             row.setdefault(field, {})[name] = seconds
     retime_misses(row, methods, inputs, timer)
     # after auto ran: on a close call of the model its first run timed the two best
-    # candidates, and the faster is the choice (tuning.prepare_chosen)
-    row[f"{LEAD[precision]}_choice"] = tuning.choose(problem_of(K.factor, inputs[0], layout),
+    # candidates, and the faster is the choice (kscupy.engine.decide)
+    row[f"{LEAD[precision]}_choice"] = decide.choose(problem_of(K.factor, inputs[0], layout),
                                                      precision=precision).backend
     del inputs
     K.clear_cache()
     cupy.get_default_memory_pool().free_all_blocks()
-    if torch_available():
-        torch.cuda.empty_cache()
+    baselines.release()
     return row
 
 
@@ -254,21 +254,21 @@ def summarize(rows):
     return out
 
 
-def main(args):
+def main(args, baselines=NONE):
     out = pathlib.Path(args.out)
     seed = args.heldout_seed if args.heldout_seed is not None else int.from_bytes(os.urandom(4), "little")
     result = json.loads(out.read_text()) if args.append and out.exists() else None
     if result is not None:
         seed = result.get("heldout_seed", seed)
     t0 = time.time()
-    ceilings = result["ceilings"] if result else measure_ceilings()
+    ceilings = result["ceilings"] if result else measure_ceilings(baselines)
     print("ceilings: " + ", ".join(f"{k} {v / 1e12:.1f} T" for k, v in ceilings.items()), flush=True)
     meta = run_metadata()
     if result is None:
         result = {"device": meta["gpu"], "commit": meta["commit"], "date": meta["date"],
-                  "command": meta["command"], "cupy": meta["cupy"], "heldout_seed": seed,
-                  "torch": torch.__version__ if torch_available() else None,
-                  "ceilings": ceilings, "rates": dataclasses.asdict(costs.device_rates()),
+                  "command": meta["command"], "cupy": meta["cupy"], "kscupy": meta["kscupy"],
+                  "heldout_seed": seed, baselines.name or "baselines": baselines.version,
+                  "ceilings": ceilings, "rates": dataclasses.asdict(device.current()),
                   "rows": []}
     else:
         result.setdefault("commands", []).append(meta["command"])
@@ -285,7 +285,7 @@ def main(args):
     if "hgemm" not in ceilings and "float16" in args.dtypes.split(","):
         raise SystemExit("--append to a file without a float16 ceiling: start a new file")
     for case in progress([c for c in cases if c not in done], desc="engine"):
-        result["rows"].append(bench_row(*case, args, ceilings))
+        result["rows"].append(bench_row(*case, args, ceilings, baselines=baselines))
         out.write_text(json.dumps(result))
     result["summary"] = summarize(result["rows"])
     result["seconds"] = result.get("seconds", 0) + time.time() - t0

@@ -3,7 +3,7 @@ import itertools
 
 import numpy
 
-from kscupy import KSPattern
+from ..core.pattern import KSPattern
 
 PAPER_BATCH = 25_088          # 196 tokens x 128 sequences
 SIZE_LIMIT = 2_147_483_647    # the paper keeps every tensor under 2^31 elements

@@ -1,6 +1,7 @@
-"""Time kscupy's fused kernel and ``auto`` against the baselines on the paper's pattern grid.
+"""The grid suite: kscupy's fused kernel and ``auto`` against the baselines on the paper's
+pattern grid, and the sweep suite: the same across batch sizes.
 
-    PYTHONPATH=$PWD python3 benchmarks/bench_patterns.py --part grid --out benchmarks/results/patterns_grid_h200.json
+    python -m kscupy bench --suite grid --out patterns.json
 
 For each pattern of a stratified sample of the paper's grid (Appendix E, Figure 7: 627
 patterns at B = 25088; ``--all`` for every one), in both layouts, FP32, times (median of
@@ -10,34 +11,29 @@ CUDA-event timings, inputs rotated when they fit in L2, nothing timed on zeros):
 ``--dense-flops`` FLOP) and cupyx ``csr`` (where B*nnz is at most ``--csr-limit``). The roofline floor of each product,
 ``max(bytes / bandwidth, flops / peak)`` with ``bytes = 4 (B N + B M + nnz)`` and
 ``flops = 2 B nnz``, uses a device-to-device copy and a cuBLAS SGEMM measured in the same
-run. Then a batch-size sweep on a few patterns. Writes JSON and prints a summary of medians.
+run. The sweep suite times a few patterns across batch sizes. Writes JSON and prints a
+summary of medians.
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import pathlib
-import sys
 import time
 
 import numpy
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
 try:
-    import cupy  # noqa: E402
+    import cupy
 except ImportError:     # --help works without CuPy; main() says what is missing
     cupy = None
 
-import kscupy as ks  # noqa: E402
-from kscupy import _reference, tuning  # noqa: E402
-from kscupy.problem import problem_of  # noqa: E402
-from pattern_grid import PAPER_BATCH, paper_grid, stratified_sample  # noqa: E402
-from timing import l2_bytes, measure_ceilings, progress, run_metadata, time_fn  # noqa: E402
-import engine  # noqa: E402
+from .. import KSMatrix, KSPattern
+from ..core import reference
+from ..core.problem import problem_of
+from ..engine import decide
+from .grid import PAPER_BATCH, paper_grid, stratified_sample
+from .timing import l2_bytes, measure_ceilings, progress, run_metadata, time_fn
 
 SWEEP_BATCHES = (1, 16, 256, 4096, 25_088, 262_144)
 SWEEP_PATTERNS = ((1, 768, 192, 2), (6, 64, 64, 1), (16, 64, 64, 4), (1, 256, 1024, 4),
@@ -45,7 +41,7 @@ SWEEP_PATTERNS = ((1, 768, 192, 2), (6, 64, 64, 1), (16, 64, 64, 4), (1, 256, 10
 
 
 def roofline_seconds(pattern, B, ceilings, itemsize=4):
-    p = ks.KSPattern(*pattern)
+    p = KSPattern(*pattern)
     M, N = p.shape
     bytes_moved = itemsize * (B * N + B * M + p.nnz)
     flops = 2 * B * p.nnz
@@ -54,7 +50,7 @@ def roofline_seconds(pattern, B, ceilings, itemsize=4):
 
 def bench_pattern(pattern, B, layout, args, ceilings):
     """Times of every method for one pattern, batch size and layout (seconds; None = skipped)."""
-    K = ks.KSMatrix.random(pattern, dtype=numpy.float32, xp=cupy, seed=0)
+    K = KSMatrix.random(pattern, dtype=numpy.float32, xp=cupy, seed=0)
     M, N = K.shape
     shape = (N, B) if layout == "bsl" else (B, N)
     x_bytes = 4 * N * B
@@ -62,21 +58,21 @@ def bench_pattern(pattern, B, layout, args, ceilings):
     rng = cupy.random.default_rng(1)
     inputs = [rng.standard_normal(shape, dtype=numpy.float32) for _ in range(copies)]
     problem = problem_of(K.factor, inputs[0], layout)
-    row = {"pattern": list(pattern), "B": B, "layout": layout, "h": ks.KSPattern(*pattern).h,
+    row = {"pattern": list(pattern), "B": B, "layout": layout, "h": KSPattern(*pattern).h,
            "nnz": K.nnz, "M": M, "N": N, "floor_s": roofline_seconds(pattern, B, ceilings),
-           "auto_choice": tuning.choose(problem).backend,
-           "kernel_config": list(tuning.configuration(problem, "kernel").as_tuple())}
+           "auto_choice": decide.choose(problem).backend,
+           "kernel_config": list(decide.configuration(problem, "kernel").as_tuple())}
     blocks = K.blocks
     row["kernel_s"] = time_fn(lambda x: K.matmul(x, layout=layout, backend="kernel"), inputs)
     row["auto_s"] = time_fn(lambda x: K.matmul(x, layout=layout, backend="auto"), inputs)
-    row["bmm_s"] = time_fn(lambda x: _reference.bmm(blocks, x, layout, cupy), inputs)
+    row["bmm_s"] = time_fn(lambda x: reference.bmm(blocks, x, layout, cupy), inputs)
     row["dense_s"] = row["csr_s"] = None
     if 4 * M * N <= args.dense_limit * 2**30 and 2 * B * M * N <= args.dense_flops:
         D = K.todense()
-        row["dense_s"] = time_fn(lambda x: _reference.dense(D, x, layout, cupy), inputs)
+        row["dense_s"] = time_fn(lambda x: reference.dense(D, x, layout, cupy), inputs)
     if B * K.nnz <= args.csr_limit:
         S = K.tocsr()
-        row["csr_s"] = time_fn(lambda x: _reference.sparse(S, x, layout, cupy), inputs,
+        row["csr_s"] = time_fn(lambda x: reference.sparse(S, x, layout, cupy), inputs,
                                max_repeat=10)
     # correctness of what was timed, against the float64 definition on a few batch columns
     cols = slice(0, min(B, 64))
@@ -128,31 +124,23 @@ def summarize(rows):
     return out
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="JSON file to write")
-    parser.add_argument("--count", type=int, default=60, help="patterns in the stratified sample")
-    parser.add_argument("--all", action="store_true", help="every pattern of the grid")
-    parser.add_argument("--shift", type=float, default=0.0,
-                        help="shift of the stratified sample (0.5: disjoint from the default)")
-    parser.add_argument("--layouts", default="bsl,bsf")
-    parser.add_argument("--dense-limit", type=float, default=4.0, help="GiB")
-    parser.add_argument("--dense-flops", type=float, default=6e12, help="max FLOP for dense")
-    parser.add_argument("--csr-limit", type=float, default=5e9, help="max B*nnz for CSR")
-    parser.add_argument("--io-limit", type=float, default=12.0,
-                        help="GiB: skip sweep cases whose X and Y take more")
-    parser.add_argument("--part", choices=("grid", "sweep", "all", "engine"), default="all",
-                        help="the pattern grid at B=25088, the batch-size sweep, or both; "
-                             "'engine': issue 9's benchmark (see benchmarks/engine.py)")
-    engine.add_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.part == "engine":
-        if cupy is None:
-            sys.exit("the engine benchmark needs CuPy and a CUDA device")
-        return engine.main(args)
-    if cupy is None:
-        sys.exit(f"{pathlib.Path(__file__).name} times GPU kernels and needs CuPy and a CUDA device")
+def add_arguments(parser):
+    group = parser.add_argument_group("grid and sweep suites")
+    group.add_argument("--count", type=int, default=60, help="patterns in the stratified sample")
+    group.add_argument("--all", action="store_true", help="every pattern of the grid")
+    group.add_argument("--shift", type=float, default=0.0,
+                       help="shift of the stratified sample (0.5: disjoint from the default)")
+    group.add_argument("--layouts", default="bsl,bsf")
+    group.add_argument("--dense-limit", type=float, default=4.0, help="GiB")
+    group.add_argument("--dense-flops", type=float, default=6e12, help="max FLOP for dense")
+    group.add_argument("--csr-limit", type=float, default=5e9, help="max B*nnz for CSR")
+    group.add_argument("--io-limit", type=float, default=12.0,
+                       help="GiB: skip sweep cases whose X and Y take more")
 
+
+def main(args, parts=("grid", "sweep")):
+    """The grid at B = 25088 and/or the batch-size sweep (``parts``), written to
+    ``args.out``."""
     grid = paper_grid()
     sample = grid if args.all else stratified_sample(grid, args.count, args.shift)
     layouts = args.layouts.split(",")
@@ -163,20 +151,21 @@ def main(argv=None):
     rows, sweep = [], []
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    if args.part in ("grid", "all"):
+    if "grid" in parts:
         for pattern, layout in progress(list(itertools.product(sample, layouts)), desc="patterns"):
             rows.append(bench_and_release(pattern, PAPER_BATCH, layout, args, ceilings))
             out.write_text(json.dumps({"partial": True, "ceilings": ceilings, "rows": rows}))
-    if args.part in ("sweep", "all"):
+    if "sweep" in parts:
         cases = [(p, B, lay) for p, B, lay in itertools.product(SWEEP_PATTERNS, SWEEP_BATCHES, layouts)
-                 if 4 * B * sum(ks.KSPattern(*p).shape) <= args.io_limit * 2**30]
+                 if 4 * B * sum(KSPattern(*p).shape) <= args.io_limit * 2**30]
         for pattern, B, layout in progress(cases, desc="batch sweep"):
             sweep.append(bench_and_release(pattern, B, layout, args, ceilings))
             out.write_text(json.dumps({"partial": True, "ceilings": ceilings, "rows": rows,
                                        "batch_sweep": sweep}))
     result = {
         **run_metadata(),
-        "grid_size": len(grid), "sample_size": len(sample) if rows else 0, "batch": PAPER_BATCH, "dtype": "float32", "ceilings": ceilings,
+        "grid_size": len(grid), "sample_size": len(sample) if rows else 0,
+        "batch": PAPER_BATCH, "dtype": "float32", "ceilings": ceilings,
         "summary": summarize(rows), "rows": rows, "batch_sweep": sweep,
         "seconds": time.time() - t0,
     }
@@ -200,7 +189,3 @@ def main(argv=None):
     if small:
         print(f"B<=64: auto/best min {result['summary']['small_batch']['auto_speedup_min']:.2f}, "
               f"median {result['summary']['small_batch']['auto_speedup_median']:.2f}")
-
-
-if __name__ == "__main__":
-    main()

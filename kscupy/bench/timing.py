@@ -1,5 +1,10 @@
-"""Timing helpers shared by the benchmarks: CUDA-event medians, measured ceilings, run metadata,
-progress bars."""
+"""Timing shared by the benchmark suites: CUDA-event medians, the ceilings measured in the
+same run, the run's metadata, progress bars.
+
+Importing this module makes every product of the process wait for its kernel: the
+benchmarks time the kernels ``auto`` chooses, not the direct kernel it runs while one
+compiles in the background (:mod:`kscupy.engine.execute`).
+"""
 from __future__ import annotations
 
 import datetime
@@ -13,15 +18,12 @@ import numpy
 try:
     import cupy
     from cupyx.profiler import benchmark
-except ImportError:     # the benchmark scripts parse --help without CuPy
+except ImportError:     # the suites parse --help without CuPy
     cupy = benchmark = None
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from kscupy.kernels import nvrtc  # noqa: E402
+from .. import __version__
+from ..kernels import nvrtc
 
-# The benchmarks time the kernels auto chooses, not the direct kernel auto runs while one
-# compiles in the background (kscupy/kernels/nvrtc.py): every call waits for its kernel.
 nvrtc.BACKGROUND = False
 
 
@@ -65,21 +67,30 @@ def measure_ceilings():
     return {"copy_bandwidth_Bps": bandwidth, "sgemm_flops": 2 * m**3 / t}
 
 
-def run_metadata() -> dict:
-    """GPU, CUDA runtime, CuPy version, commit, date and command of this run."""
-    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-    # BENCH_COMMIT names the commit where the checkout's own HEAD is not it (a copy of a
-    # working tree whose .git is older than its files)
+def _commit() -> str:
+    """The source checkout's commit, ``BENCH_COMMIT`` where the checkout's own HEAD is not it
+    (a copy of a working tree whose .git is older than its files), or "unknown" (an
+    installed package)."""
     commit = os.environ.get("BENCH_COMMIT")
-    if not commit:
-        try:
-            commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                                    text=True).stdout.strip() or "unknown"
-        except OSError:
-            commit = "unknown"
+    if commit:
+        return commit
+    root = pathlib.Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return "unknown"
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                              text=True).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def run_metadata() -> dict:
+    """GPU, CUDA runtime, CuPy and kscupy versions, commit, date and command of this run."""
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     return {
         "gpu": props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
         "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "cupy": cupy.__version__,
-        "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "kscupy": __version__, "commit": _commit(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "command": " ".join([sys.executable.split("/")[-1]] + sys.argv),
     }

@@ -111,9 +111,8 @@ def numpy_copy(x):
 #: CuPy arrays of at most this many elements are checked, inverted and combined on the host
 #: where kscupy only derives bookkeeping from them (permutations, declared structure, merged
 #: small factors): in a process whose CuPy kernel cache is empty, every CuPy operation
-#: compiles a kernel the first time it runs (0.1 to 3.4 s each, measured on an H200 host:
-#: ``dft(1024)`` took 4.4 s to build that way), where copying 2^16 elements takes
-#: microseconds.
+#: compiles a kernel the first time it runs (a fraction of a second to seconds each, which
+#: made a DFT factory take seconds), where copying 2^16 elements takes microseconds.
 HOST_ELEMENTS = 1 << 16
 
 

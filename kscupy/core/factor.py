@@ -1,10 +1,12 @@
-"""Factor: what every execution layer needs to know about one stored KS factor.
+"""What crosses from the operators to the layers below them: :class:`Factor` and
+:class:`FactorChain`.
 
-A :class:`~kscupy.KSMatrix` is the user's object; the layers below it (the backends, the
-kernel launchers, the tuner, the chain planner) see only its :class:`Factor`: the stored
-blocks, the stored pattern, whether the operator reads them transposed and/or conjugated,
-and a cache shared by all views of the same storage. Nothing below :mod:`kscupy.matrix`
-reads a KSMatrix's private fields.
+A :class:`~kscupy.KSMatrix` is the user's object; the layers below it (the execution
+engine, the kernel families) see only its :class:`Factor`: the stored blocks, the stored
+pattern, whether the operator reads them transposed and/or conjugated, and a cache shared
+by all views of the same storage. A :class:`~kscupy.KSChain` hands them its
+:class:`FactorChain`: its factors' Factors and its permutations. Nothing below
+:mod:`kscupy.operators` reads an operator's private fields.
 
 Storage. ``tiles`` has shape ``(a, d, b0, c0)`` for the stored pattern ``(a, b0, c0, d)``
 and is C-contiguous: the dense ``b0 × c0`` block of group ``g = i*d + j`` starts at element
@@ -20,11 +22,11 @@ import dataclasses
 
 import numpy
 
-from . import _arrays
-from ._reference import tocsr, todense
+from . import arrays
+from .reference import tocsr, todense
 from .pattern import KSPattern
 
-__all__ = ["Factor", "FactorCache", "DENSE_CACHE_BYTES"]
+__all__ = ["Factor", "FactorCache", "FactorChain", "DENSE_CACHE_BYTES"]
 
 #: A factor keeps its dense matrix (see :meth:`Factor.dense`) only up to this size.
 DENSE_CACHE_BYTES = 256 * 2**20
@@ -56,7 +58,7 @@ class Factor:
     ``cache`` holds arrays derived from ``tiles`` (a dense copy, converted copies for mixed
     dtype products); every view of the same storage shares it. ``tiles`` is written only
     through :meth:`write`, which invalidates the cache, so nothing derived is ever stale.
-    ``declared``: a structure claimed for the stored values (:mod:`kscupy.structure`), or
+    ``declared``: a structure claimed for the stored values (:mod:`kscupy.core.structure`), or
     None; :attr:`structure` says whether they still have it.
     """
     tiles: object
@@ -94,7 +96,7 @@ class Factor:
 
     @property
     def xp(self):
-        return _arrays.array_module(self.tiles)
+        return arrays.array_module(self.tiles)
 
     @property
     def blocks(self):
@@ -106,7 +108,7 @@ class Factor:
         """``tiles`` (this storage, or a copy of it in either array module) as this view's
         ``(a, d, b, c)`` blocks."""
         blocks = tiles.swapaxes(-1, -2) if self.transposed else tiles
-        return _arrays.array_module(tiles).conj(blocks) if self.conjugated else blocks
+        return arrays.array_module(tiles).conj(blocks) if self.conjugated else blocks
 
     @property
     def weight_strides(self) -> tuple:
@@ -133,7 +135,7 @@ class Factor:
 
     def astype(self, dtype) -> "Factor":
         """A copy with values converted to ``dtype`` (a new storage and an empty cache)."""
-        copy = Factor(self.tiles.astype(_arrays.check_dtype(dtype)), self.stored,
+        copy = Factor(self.tiles.astype(arrays.check_dtype(dtype)), self.stored,
                       declared=self.declared)
         return copy.view(self.transposed, self.conjugated)
 
@@ -142,7 +144,7 @@ class Factor:
         ``cupy``: on the current GPU). The copy's cache starts with the verdict on the
         declared structure when this one has it, so values checked on the host are not
         checked again on the GPU."""
-        tiles = _arrays.numpy_copy(self.tiles) if xp is numpy else xp.asarray(self.tiles)
+        tiles = arrays.numpy_copy(self.tiles) if xp is numpy else xp.asarray(self.tiles)
         copy = Factor(tiles, self.stored, declared=self.declared)
         if _STRUCTURE_HOLDS in self.cache:
             copy.cache[_STRUCTURE_HOLDS] = self.cache[_STRUCTURE_HOLDS]
@@ -173,7 +175,7 @@ class Factor:
     # -- structure ------------------------------------------------------------------------
     @property
     def structure(self):
-        """The declared structure of the stored values (:mod:`kscupy.structure`) when they
+        """The declared structure of the stored values (:mod:`kscupy.core.structure`) when they
         have it, else None. Checked against the values once per write (the verdict is kept
         in the cache, which a write clears), never assumed."""
         if self.declared is None:
@@ -185,7 +187,7 @@ class Factor:
         return self.declared if holds else None
 
     def stage_twiddles(self):
-        """The twiddles ``t[j]`` (``j < d``) of a radix-2 :class:`~kscupy.structure.DFTStage`
+        """The twiddles ``t[j]`` (``j < d``) of a radix-2 :class:`~kscupy.core.structure.DFTStage`
         as this view applies them (conjugated for a conjugated view), in the factor's dtype
         on its device, kept in the cache. A transposed view applies them after the
         butterfly instead of before (``(F_2 diag(t))^T = diag(t) F_2``)."""
@@ -265,3 +267,32 @@ class Factor:
         if S is None:
             S = self.cache[key] = tocsr(self.blocks, self.xp)
         return S
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FactorChain:
+    """The product ``P_out K1 ... KL P_in`` as a :class:`~kscupy.KSChain` hands it below:
+    ``factors`` the Factors ``K1 ... KL`` (left to right, as written; applied right to
+    left), ``input_permutation`` and ``output_permutation`` gather index arrays or None
+    (``P_in x = x[input_permutation]``, ``P_out y = y[output_permutation]``), validated by
+    the chain."""
+    factors: tuple
+    input_permutation: object = None
+    output_permutation: object = None
+
+    @property
+    def applied(self) -> tuple:
+        """The factors in the order they are applied (``KL`` first)."""
+        return self.factors[::-1]
+
+    @property
+    def shape(self) -> tuple:
+        return (self.factors[0].shape[0], self.factors[-1].shape[1])
+
+    @property
+    def xp(self):
+        return self.factors[0].xp
+
+    @property
+    def dtype(self) -> numpy.dtype:
+        return numpy.result_type(*[f.dtype for f in self.factors])

@@ -59,7 +59,7 @@ class Problem:
 
 
 def problem_of(factor, X, layout) -> Problem:
-    """The :class:`Problem` of ``factor`` (a :class:`~kscupy.factor.Factor`) applied to the
+    """The :class:`Problem` of ``factor`` (a :class:`~kscupy.core.factor.Factor`) applied to the
     2-D operand ``X`` in ``layout``."""
     batch_axis = 1 if layout == "bsl" else 0
     return Problem(pattern=factor.pattern, batch=int(X.shape[batch_axis]),

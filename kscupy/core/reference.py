@@ -7,7 +7,7 @@ Each function computes the action of one KS matrix ``K`` (pattern ``(a, b, c, d)
 * ``"bsf"`` (batch-size-first): ``X`` of shape ``(B, N)``, returns ``X @ K.T`` of shape ``(B, M)``.
 
 ``blocks`` is the array of shape ``(a, d, b, c)`` whose ``[i, j]`` entry is the dense block
-``K[rows(i, j)][:, cols(i, j)]`` (see :mod:`kscupy.pattern`); it may be any strided view.
+``K[rows(i, j)][:, cols(i, j)]`` (see :mod:`kscupy.core.pattern`); it may be any strided view.
 The operands must already share the result dtype: these functions never cast.
 
 They serve as the CPU implementation, as fallbacks and baselines on the GPU, and as the

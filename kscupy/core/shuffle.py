@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy
 
-from . import _arrays
+from . import arrays
 from .pattern import KSPattern
 
 __all__ = ["perfect_shuffle", "inverse_perfect_shuffle", "inverse_permutation", "perfect_shuffle_matrix",
@@ -36,9 +36,9 @@ def _check_positive(**sizes):
 def inverse_permutation(perm, xp=numpy):
     """Gather indices of the inverse of the gather ``perm``: ``x[perm][inv] == x``, in the
     array module ``xp`` and the dtype of ``perm`` (a small CuPy permutation is inverted on
-    the host, see :data:`kscupy._arrays.HOST_ELEMENTS`)."""
-    perm = _arrays.on_host_if_small(perm)
-    module = _arrays.array_module(perm)
+    the host, see :data:`kscupy.arrays.HOST_ELEMENTS`)."""
+    perm = arrays.on_host_if_small(perm)
+    module = arrays.array_module(perm)
     inv = module.empty_like(perm)
     inv[perm] = module.arange(perm.shape[0], dtype=perm.dtype)
     return xp.asarray(inv)
@@ -48,8 +48,8 @@ def int32_indices(perm, inverse: bool = False):
     """The gather ``perm`` (or with ``inverse``, its inverse) as int32 indices for a kernel,
     in ``perm``'s array module (a small CuPy permutation is cast on the host: no CuPy cast
     kernel to compile on first use)."""
-    table = _arrays.on_host_if_small(perm).astype(numpy.int32)
-    xp = _arrays.array_module(perm)
+    table = arrays.on_host_if_small(perm).astype(numpy.int32)
+    xp = arrays.array_module(perm)
     return inverse_permutation(table, xp) if inverse else xp.asarray(table)
 
 
@@ -179,7 +179,7 @@ def block_diagonalize(D, pattern):
     if D.ndim != 2 or D.shape != pattern.shape:
         raise ValueError(f"matrix of shape {D.shape} does not match pattern {tuple(pattern)}, "
                          f"whose shape is {pattern.shape}")
-    from ._arrays import array_module
+    from .arrays import array_module
     xp = array_module(D)
     a, b, c, d = pattern
     row_perm, col_perm = block_diagonal_permutations(pattern, xp)

@@ -3,7 +3,7 @@
 A factor's stored values are always what it means. A *structure* is a claim about them that
 whoever makes the factor may declare (``KSMatrix(values, structure=DFTStage(...))``; the
 DFT and Hadamard factories do): it is checked against the values when it is declared, and
-again after every write of the values (:meth:`kscupy.factor.Factor.structure`), so it is
+again after every write of the values (:meth:`kscupy.core.factor.Factor.structure`), so it is
 never trusted blindly. A factor whose values no longer match simply has no structure, and
 every path applies its stored blocks.
 
@@ -24,7 +24,7 @@ import dataclasses
 
 import numpy
 
-from . import _arrays
+from . import arrays
 
 __all__ = ["DFTStage"]
 
@@ -73,8 +73,8 @@ class DFTStage:
         a, b, c, d = pattern
         if b != c:
             return False
-        stored_values = _arrays.on_host_if_small(stored_values)
-        xp = _arrays.array_module(stored_values)
+        stored_values = arrays.on_host_if_small(stored_values)
+        xp = arrays.array_module(stored_values)
         expected = self.values(pattern)[0]             # the same for every i
         if stored_values.dtype.kind != "c":
             if numpy.any(expected.imag != 0):

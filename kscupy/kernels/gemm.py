@@ -1,11 +1,11 @@
 """cuBLAS products prepared once: the dense matrix (``dense`` and ``dense_tf32``) and every
 group's block addressed where it lies (``bmm`` and ``bmm_tf32``).
 
-``cupy.matmul`` spends 15-25 µs of host time per call on an H200 host, deciding again what
-it decided for the previous call; a prepared product allocates the result and makes its
-cuBLAS calls. cuBLAS is column-major: a row-major ``R × C`` matrix with row stride ``s`` is
-the column-major ``C × R`` matrix with leading dimension ``s``, so C-order products are
-column-major products of the transposes.
+``cupy.matmul`` spends host time on every call deciding again what it decided for the
+previous call, as much as a small product takes on the GPU; a prepared product allocates
+the result and makes its cuBLAS calls. cuBLAS is column-major: a row-major ``R × C`` matrix
+with row stride ``s`` is the column-major ``C × R`` matrix with leading dimension ``s``, so
+C-order products are column-major products of the transposes.
 
 **Dense** (:func:`prepare`):
 
@@ -32,7 +32,7 @@ output feature ``(i, k, j)`` is ``(i*b + k)*d + j``; ``K_ij`` is group ``(i, j)`
 * bsf with ``d > 1``: a group's columns are ``d`` apart, which no GEMM addresses. X is
   transposed to ``(N, B)`` (:mod:`.transpose`), multiplied as bsl, and the result
   transposed back: two extra passes over X and Y, as many as the permutations of
-  ``_reference.bmm`` and of PyTorch's BMM.
+  ``reference.bmm`` and of PyTorch's BMM.
 
 The blocks are read where they are stored: ``tiles`` ``(a, d, b0, c0)`` row-major is, per
 group, the column-major ``c0 × b0`` matrix ``V`` (leading dimension ``c0``). The operator's
@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import numpy
 
-from .._arrays import PRECISIONS, runs_at
+from ..core.arrays import PRECISIONS, runs_at
 
 __all__ = ["prepare", "prepare_groups"]
 
@@ -72,7 +72,7 @@ def prepare(D, X, layout, precision: str = "default"):
     """``run(X) -> Y`` computing ``D @ X`` (``"bsl"``, X ``(N, B)``) or ``X @ D.T``
     (``"bsf"``, X ``(B, N)``) with one cuBLAS GEMM (``cublasGemmEx``) on CuPy's current
     stream, for operands shaped and typed like ``X``, at ``precision`` (see
-    ``_arrays.PRECISIONS``); None where this does not apply (an operand or matrix not in C
+    ``arrays.PRECISIONS``); None where this does not apply (an operand or matrix not in C
     order; dtypes that differ; a side beyond 2^31 - 1, cuBLAS's int)."""
     import cupy
     from cupy_backends.cuda.libs import cublas
@@ -146,7 +146,7 @@ def _row_stride(X):
 
 
 def prepare_groups(factor, X, layout, precision: str = "default"):
-    """``run(X) -> Y``: the product of ``factor`` (a :class:`~kscupy.factor.Factor` in
+    """``run(X) -> Y``: the product of ``factor`` (a :class:`~kscupy.core.factor.Factor` in
     ``X.dtype``) with operands like ``X`` (``(N, B)`` in ``"bsl"``, ``(B, N)`` in
     ``"bsf"``) through cuBLAS's strided-batched GEMM as the module docstring lays out, on
     CuPy's current stream; the result is a new C-order array. Operands whose rows are not

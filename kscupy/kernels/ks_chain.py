@@ -2,7 +2,7 @@
 the shared-memory layout, the instantiation name and the launch.
 
 A segment is a run of consecutive factors of a chain applied by one launch: a block loads a
-tile of ``rows`` batch rows × ``slots`` super-groups (see :func:`kscupy.pattern.super_pattern`)
+tile of ``rows`` batch rows × ``slots`` super-groups (see :func:`kscupy.core.pattern.super_pattern`)
 into shared memory, applies every factor there and stores the tile once. Each factor's work
 items compute ``tm`` outputs (``k``) of one sub-group for ``rw`` rows.
 """
@@ -13,17 +13,19 @@ import functools
 
 import numpy
 
-from ..pattern import super_group_lengths, super_pattern
-from ..problem import pow2_at_least
-from ..shuffle import int32_indices
+from ..core import device as devices
+from ..core.pattern import super_group_lengths, super_pattern
+from ..core.problem import pow2_at_least
+from ..core.shuffle import int32_indices
 from . import nvrtc
-from .launcher import Launcher
-from .operands import copying_odd_strides, geometry, KernelRun
+from .launcher import KernelRun, Launcher
+from .operands import copying_odd_strides, geometry
 
 __all__ = ["FusedSegment", "make_segment", "segment_smem", "SMEM_BUDGET", "WALK_ROW",
            "WALK_SLOT", "WALK_T"]
 
-#: Shared memory one fused block may use: two blocks of this size fit on an H100/H200 SM.
+#: Shared memory one fused block may use (less where a block may have less:
+#: DeviceFacts.smem_per_block): two blocks of this size share a Hopper SM.
 SMEM_BUDGET = 100 * 1024
 
 #: WalkOrder in ks_chain.cu: which tile axis neighbouring threads walk in global memory
@@ -33,7 +35,7 @@ WALK_ROW, WALK_SLOT, WALK_T = 0, 1, 2
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class FusedSegment:
-    """Factors (:class:`~kscupy.factor.Factor`, in application order) applied by one launch.
+    """Factors (:class:`~kscupy.core.factor.Factor`, in application order) applied by one launch.
 
     ``rows × slots`` is the tile (batch rows × super-groups) a block owns; ``work[f] = (tm,
     rw)`` the register tile of factor f's work items; ``reads[f] = (transposed, vector)`` how
@@ -140,8 +142,9 @@ def _work_shape(pattern, rows, complex_):
     return tm, rw
 
 
-def _configure(patterns, dtype, layout, batch, folds_input):
-    """The tile configuration of a fused segment, or None when its tile cannot fit."""
+def _configure(patterns, dtype, layout, batch, folds_input, smem_limit):
+    """The tile configuration of a fused segment, or None when its tile cannot fit in
+    ``smem_limit`` bytes."""
     itemsize, complex_ = dtype.itemsize, dtype.kind == "c"
     AS, DS = super_pattern(patterns)
     nmax = max(max(super_group_lengths(p, AS, DS)) for p in patterns)
@@ -160,7 +163,7 @@ def _configure(patterns, dtype, layout, batch, folds_input):
         slots *= 2
     for rows in (rows_wanted >> s for s in range(rows_wanted.bit_length())):
         work = tuple(_work_shape(p, rows, complex_) for p in patterns)
-        if segment_smem(nmax, rows, slots, _in_place(patterns, work), itemsize) <= SMEM_BUDGET:
+        if segment_smem(nmax, rows, slots, _in_place(patterns, work), itemsize) <= smem_limit:
             break
     else:
         return None
@@ -194,19 +197,21 @@ def _vector_readable(factor, tm, itemsize):
     return tm == factor.pattern.b and block % 16 == 0 and block <= 256 and factor.address % 16 == 0
 
 
-def make_segment(factors, dtype, layout, batch, src=None, dst=None):
+def make_segment(factors, dtype, layout, batch, src=None, dst=None, device=None):
     """A :class:`FusedSegment` applying ``factors`` (Factors of ``dtype``, in application
     order) to batches of about ``batch`` in ``layout``, folding the input gather ``src``
     and the output scatter ``dst``; None when its tile cannot fit in shared memory."""
     dtype = numpy.dtype(dtype)
     patterns = [f.pattern for f in factors]
-    config = _configure(patterns, dtype, layout, batch, src is not None)
+    device = devices.current() if device is None else device
+    config = _configure(patterns, dtype, layout, batch, src is not None,
+                        min(SMEM_BUDGET, device.smem_per_block))
     if config is None:
         return None
     xp = factors[0].xp
     AS, DS = super_pattern(patterns)
     nin = super_group_lengths(patterns[0], AS, DS)[0]
-    # (cast on the host when small: a CuPy cast kernel took 0.3 s to compile on first use)
+    # (cast on the host when small: in a fresh process a CuPy cast compiles a kernel)
     as_int32 = lambda p: None if p is None else int32_indices(p)  # noqa: E731
     gorder = _gorder(src, AS, DS, nin, xp) if src is not None and AS * DS > 1 else None
     reads = tuple((int(f.transposed), int(_vector_readable(f, tm, dtype.itemsize)))
@@ -250,7 +255,7 @@ def prepare(segment: FusedSegment, X, layout):
                       (segment.meta, i64(B), i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b),
                        segment.src, segment.dst, segment.gorder,
                        i32(segment.load_order), i32(segment.store_order), i32(narrow),
-                       i64(tiles)))
+                       i64(tiles)), keep=(segment,))
     return KernelRun(launch, y_shape, dtype)
 
 

@@ -3,8 +3,8 @@ over the block row read straight from global memory.
 
 It is what ``auto`` runs while the tuned kernel of a problem compiles in the background
 (:mod:`kscupy.kernels.nvrtc`): one instantiation per dtype, with the pattern, the batch and
-the strides as run-time arguments, which NVRTC compiles in about 0.1 s where a tuned
-instantiation takes 0.2 to 1.5 s. Any pattern, dtype, layout, strided operand and view
+the strides as run-time arguments, which NVRTC compiles several times faster than a tuned
+instantiation. Any pattern, dtype, layout, strided operand and view
 (transposed, conjugated); slow for wide blocks and batches (no tiling, no data reuse on
 chip), which is why ``auto`` never chooses it for its own sake.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy
 
 from . import nvrtc
-from .launcher import Launcher
-from .operands import copying_odd_strides, geometry, KernelRun
+from .launcher import KernelRun, Launcher
+from .operands import copying_odd_strides, geometry
 
 __all__ = ["prepare", "launch", "compile_ahead", "THREADS", "name"]
 
@@ -39,7 +39,7 @@ def compile_ahead(dtype, device_id: int):
 @copying_odd_strides
 def prepare(factor, X, layout, config=None, *, x_rows=None, y_rows=None):
     """``run(X) -> Y`` computing ``K @ X`` (``layout="bsl"``, X ``(N, B)``) or ``X @ K.T``
-    (``"bsf"``, X ``(B, N)``) for the :class:`~kscupy.factor.Factor` ``factor`` and operands
+    (``"bsf"``, X ``(B, N)``) for the :class:`~kscupy.core.factor.Factor` ``factor`` and operands
     with ``X``'s shape, strides and dtype (``factor.dtype == X.dtype``). ``config`` is unused
     (the kernel has no tiles). ``run`` launches on CuPy's current stream and returns a new
     C-contiguous result without synchronising.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 
-from ..problem import Problem, pow2_at_least
+from ..core.problem import Problem, pow2_at_least
 from . import nvrtc
 from .operands import copying_odd_strides, geometry, tile_launcher
 
@@ -122,7 +122,7 @@ def _row_tile(b: int, at_most: int) -> int:
 def heuristic_config(problem: Problem) -> KernelConfig:
     """A good tile configuration for ``problem`` from its shape alone (no table).
 
-    The rules follow the autotuner's winners on an H200 (benchmarks/tune_report.py):
+    The rules follow the autotuner's winners on Hopper (benchmarks/tune_report.py):
 
     * batch-size-last with a contiguous batch of at least 32 (ORDER_BATCH, threads walk
       the batch): large blocks take 128 x 64 tiles with 8 x 4 outputs per thread; blocks of
@@ -229,7 +229,7 @@ def candidate_configs(problem: Problem):
 @copying_odd_strides
 def prepare(factor, X, layout, config: KernelConfig):
     """``run(X) -> Y`` computing ``K @ X`` (``layout="bsl"``, X ``(N, B)``) or ``X @ K.T``
-    (``"bsf"``, X ``(B, N)``) for the :class:`~kscupy.factor.Factor` ``factor``, for operands
+    (``"bsf"``, X ``(B, N)``) for the :class:`~kscupy.core.factor.Factor` ``factor``, for operands
     with ``X``'s shape, strides and dtype: the kernel, grid and arguments are found here once.
 
     ``factor.dtype == X.dtype`` is required (products promote at their entry). ``X`` may

@@ -20,8 +20,10 @@ import dataclasses
 
 import numpy
 
-from .._arrays import runs_at
-from ..problem import Problem, pow2_at_least
+from ..core import device as devices
+from ..core.arrays import runs_at
+from ..core.device import DeviceFacts
+from ..core.problem import Problem, pow2_at_least
 from . import nvrtc
 from .operands import copying_odd_strides, geometry, tile_launcher
 
@@ -39,12 +41,11 @@ ORDER_NAMES = {ORDER_BATCH: "batch", ORDER_GROUP: "group", ORDER_INGROUP: "ingro
 #: (packed_weights), or packed with unpadded, swizzled rows that ks_mma_group.cu copies a
 #: step's tile of by one bulk copy.
 W_STORED, W_TRANSPOSED, W_PACKED, W_BULK = 0, 1, 2, 3
-#: Precision names (``_arrays.PRECISIONS``) and their PRECISION template argument.
+#: Precision names (``arrays.PRECISIONS``) and their PRECISION template argument.
 PRECISIONS = {"default": 0, "tf32": 1}
-#: The most dynamic shared memory a block may ask for (Hopper and Ampere allow 227 KiB).
+#: The most dynamic shared memory a block may ask for (less where the device allows less:
+#: DeviceFacts.smem_per_block).
 SMEM_LIMIT = 200 * 1024
-#: Shared memory of one SM that blocks share (Hopper 228 KiB, less 1 KiB reserved per block).
-SMEM_PER_SM = 226 * 1024
 #: Whether the float32 group order runs its own kernel (MmaConfig.lean_group); False runs
 #: ks_mma.cu's general template instead (an A/B switch for probes).
 GROUP_KERNEL = True
@@ -62,7 +63,7 @@ def mma_shape(dtype) -> tuple:
 
 def supports(dtype, precision: str = "default") -> bool:
     """Whether the tensor-core kernel runs ``dtype`` at ``precision``: every supported dtype
-    and precision (``_arrays.runs_at``)."""
+    and precision (``arrays.runs_at``)."""
     return runs_at(dtype, precision)
 
 
@@ -123,17 +124,13 @@ class MmaConfig:
         """WT of the kernel for ``dtype`` and a factor view that is ``transposed`` or not.
 
         The group order reads packed weights (:func:`packed_weights`; in shared memory the
-        layout of stored blocks) for transposed views and for every dtype but float32:
-        probe (H100, batch-size-first, heuristic tiles, packed against the storage as it
-        is) float32 (4, 96, 384, 16).T 0.86x the time (a transposed view's W arrives
-        M-major, without ldmatrix), float64 0.95-0.99x and complex64 0.96-1.00x on four
-        patterns each. Stored float32 blocks were 0.94-1.15x on eleven patterns ((8, 64,
-        64, 64) 1.14x, (1, 512, 128, 64) 1.13x, padding the tiles' runs apart did not
-        help), and 1.13-1.59x on eight once their copies were spread over the products
-        (median 1.30): they keep the storage as it is. The float32 group order's own kernel
-        (:meth:`lean_group`) reads every view's weights by bulk copies (W_BULK) in chunks of
-        8, the only chunk they are made for: 0.83-0.98x the time of its stored blocks by
-        cp.async on 19 of 22 patterns (H100)."""
+        layout of stored blocks) for transposed views, whose W would otherwise arrive
+        M-major and be read without ldmatrix, and for every dtype but float32, where they
+        were measured as fast or faster. Stored float32 blocks keep the storage as it is:
+        packed, they were slower once their copies were spread over the products. The
+        float32 group order's own kernel (:meth:`lean_group`) reads every view's weights by
+        bulk copies (W_BULK) in chunks of 8, the only chunk they are made for, which were
+        faster than cp.async copies of the stored blocks on most patterns."""
         if self.lean_group(dtype) and self.bk == 8:
             return W_BULK
         if self.order == ORDER_GROUP and (transposed or numpy.dtype(dtype) != numpy.float32):
@@ -148,10 +145,14 @@ class MmaConfig:
         pad_k, pad_mn = self._pads(itemsize)
         return self.bk + pad_k if not self._w_transposed(transposed) else self.bm + pad_mn
 
-    def fits(self, itemsize: int, transposed: bool = False) -> bool:
-        """Whether ``min_blocks`` blocks of this configuration fit one SM's shared memory."""
-        return self.smem_bytes(itemsize, transposed) <= min(SMEM_LIMIT,
-                                                            SMEM_PER_SM // self.min_blocks)
+    def fits(self, itemsize: int, transposed: bool = False,
+             device: DeviceFacts | None = None) -> bool:
+        """Whether ``min_blocks`` blocks of this configuration fit one SM's shared memory on
+        ``device`` (default: the current GPU's facts), each within :data:`SMEM_LIMIT`."""
+        device = devices.current() if device is None else device
+        smem = self.smem_bytes(itemsize, transposed)
+        per_block = device.smem_per_sm // self.min_blocks - device.smem_reserved_per_block
+        return smem <= min(SMEM_LIMIT, device.smem_per_block, per_block)
 
     def smem_bytes(self, itemsize: int, transposed: bool = False) -> int:
         """``MmaLayout::SMEM_BYTES``: ``stages`` stages of X and W chunks (rows padded as in
@@ -254,16 +255,13 @@ def _row_tile(b: int, wtm: int, mma_m: int, max_warps: int = 2, lone_rows: int =
 def _lone_warp_rows(dtype) -> int:
     """Taller warp pieces a tile of one warp along its rows may take: 48 rows for float64,
     so that ``b = 48`` or ``96`` is one or two tiles instead of three of 16 or 32 rows (each
-    re-reads X). Probe (H200, bsl, B = 8192): (1, 48, 192, 128) 1.26 -> 0.82 ms,
-    (1, 96, 384, 12) 0.39 -> 0.37 ms. Not for complex128 (twice the accumulator
-    registers)."""
+    re-reads X). Not for complex128 (twice the accumulator registers)."""
     return 48 if numpy.dtype(dtype) == numpy.float64 else 0
 
 
 def heuristic_config(problem: Problem) -> MmaConfig:
-    """A tile configuration for ``problem`` from its shape alone (set from probe_mma.py runs
-    on an H200; complex64's four-warp blocks in the batch order and float32's group-order
-    pieces, slots and stages on an H100).
+    """A tile configuration for ``problem`` from its shape alone (the rules follow the
+    fastest configurations of ``benchmarks/probe_mma.py`` on Hopper).
 
     Batch-size-last with a contiguous batch walks the batch (ORDER_BATCH); batch-size-first
     with ``d == 1`` walks the in-group index (ORDER_INGROUP); otherwise blocks take several
@@ -289,10 +287,9 @@ def heuristic_config(problem: Problem) -> MmaConfig:
     chunk = _chunk(dtype)
     short = c <= 2 * chunk
     # DMMA's 64-bit fragments take twice the shared-memory loads per product: 16 warps per
-    # SM hide their latency better than 8 (probe, H200, float64: up to 1.45x). Two blocks
-    # per SM for tall tiles, or in the group order four float64 groups per block (four
-    # complex128 groups leave room for only two stages). Not for row tiles below 64: capped
-    # at 128 registers they spill, and the float64 engine run measured up to 1.8x slower.
+    # SM hide their latency better than 8. Two blocks per SM for tall tiles, or in the group
+    # order four float64 groups per block (four complex128 groups leave room for only two
+    # stages). Not for row tiles below 64: capped at 128 registers they spill.
     dmma = _real(dtype).itemsize == 8
     if problem.access == "bsl":
         order, slots = ORDER_BATCH, 1
@@ -302,39 +299,29 @@ def heuristic_config(problem: Problem) -> MmaConfig:
         order = ORDER_GROUP
         slots = min(1 << (d.bit_length() - 1), pow2_at_least(a * d))
     if order == ORDER_GROUP and dtype == numpy.float32:
-        # one warp per group, its piece one warp tile: against the two-group 2 x 2-warp tiles
-        # of large blocks and the wider batch tiles of d = 4, 1.065x faster (geometric mean,
-        # over 30 patterns of the paper's grid with d > 1, H200, B = 25088). For long
-        # batches the piece is 64 columns wide, which the kernel's row sums leave registers
-        # for: each W tile then serves twice the batch (H100, B = 25088: 0.67-0.96x the time
-        # of 64 x 32 pieces where d >= 16 or b >= 768, e.g. (1, 192, 768, 64) 15.1 -> 12.8
-        # ms, within 6% elsewhere; engine: the kernel's bsf median 2.39 -> 2.61), with
-        # chunks of 8 where there are several slots (halved below: X copies of 16 staged 32
-        # registers a thread and spilled; one slot copies X by cp.async, unstaged, and keeps
-        # 16). Shorter batches, where halving the batch tiles costs parallelism and which
-        # were not measured with them, keep the 64 x 32 pieces.
+        # one warp per group, its piece one warp tile (faster on the paper's grid than the
+        # two-group 2 x 2-warp tiles of large blocks and the wider batch tiles of d = 4).
+        # For long batches the piece is 64 columns wide, which the kernel's row sums leave
+        # registers for: each W tile then serves twice the batch, with chunks of 8 where
+        # there are several slots (halved below: X copies of 16 staged 32 registers a
+        # thread and spilled; one slot copies X by cp.async, unstaged, and keeps 16).
+        # Shorter batches, where halving the batch tiles costs parallelism, keep the 64 x 32
+        # pieces.
         slots = min(slots, 8)
         if problem.batch >= _LONG_BATCH:
             wtn, chunk = 64, 16
             # Slots that divide the groups, for long batches and blocks of 32768 values or
             # more, where more than an eighth of the slots would be empty: with a = 1 and
             # d = 3, 6, 12 the last tile of each run of groups held empty slots, a quarter of
-            # the work; the largest power of two dividing a * d leaves none (H100, B = 25088,
-            # the time of the previous slots: (1, 1024, 256, 3) 0.77x, (1, 512, 512, 6)
-            # 0.79x, (1, 1024, 1024, 6) 0.80x, (1, 384, 384, 12) 0.76x in probes,
-            # (1, 96, 384, 12) 0.71x in an engine run). Smaller blocks were slower with the
-            # divisor ((1, 256, 64, 3), b * c = 16384: 1.09x; (1, 48, 48, 6) 1.08x,
-            # (1, 48, 192, 6) 1.04x; 32768 lies between the sizes measured either way), and
-            # so were tiles without empty slots ((1, 1024, 256, 32) with half the slots:
-            # 1.2x). Only a = 1 was measured.
+            # the work; the largest power of two dividing a * d leaves none. Smaller blocks
+            # (whose fewer groups a block then leave it short of work) and tiles without
+            # empty slots keep theirs. Measured with a = 1 only.
             groups = a * d
             empty = -(-groups // slots) * slots - groups
             if b * c >= 32768 and 8 * empty > groups:
                 slots = groups & -groups
-            # blocks of four groups or fewer: two stages (H100, B = 25088: 0.90-0.96x the
-            # time of three on ten d = 4 patterns, 0.84-0.96x on three d = 2 ones, 0.91-0.93x
-            # after halved slots; with eight groups 0.98-1.03x). One engine row lost 5%:
-            # (128, 96, 96, 4).
+            # blocks of four groups or fewer: two stages, whose smaller footprint lets more
+            # blocks share an SM (with eight groups the third stage pays for itself).
             if slots <= 4:
                 stages = 2
         bm, wm = _row_tile(b, wtm, mma_m, max_warps=1)
@@ -349,26 +336,21 @@ def heuristic_config(problem: Problem) -> MmaConfig:
         wn = 2
     else:
         bm, wm = _row_tile(b, wtm, mma_m, lone_rows=_lone_warp_rows(dtype))
-        # tall lone warps hold 1.5x the accumulators: four along the batch (probe: 0.72 ms
-        # against 0.82 with eight for (1, 48, 192, 128)). complex64 in the batch order: four
-        # warps a block, two blocks an SM, whose barriers do not hold each other up
-        # (probe_mma.py, H100, B = 8192, eight patterns with b, c in 64 .. 512: 0.87-1.01x
-        # the time of eight warps, 0.93x in the geometric mean; (6, 384, 96, 4) 1.34 -> 1.17
-        # ms, (2, 128, 128, 16) 0.87 -> 0.80)
+        # tall lone warps hold 1.5x the accumulators: four along the batch. complex64 in
+        # the batch order: four warps a block, two blocks an SM, whose barriers do not hold
+        # each other up.
         four = short or bm // wm > wtm or (order == ORDER_BATCH and dtype == numpy.complex64)
         wn = max(1, (4 if four else 8) // wm)
     bn = wn * wtn
     while bn > max(wtn, pow2_at_least(problem.batch)) and wn > 1:   # thin batch: narrower
         wn //= 2
         bn //= 2
-    # several groups per block hold several W tiles: halve the chunk (probe: faster too)
+    # several groups per block hold several W tiles: halve the chunk
     bk = chunk // (2 if slots > 1 else 1)
     # float32 in the batch order with a short reduction (32 < c <= 128) and a long batch:
-    # chunks of 16, half the shared memory a stage (probe, H100, B = 25088, against chunks
-    # of 32: 0.89-0.98x the time on the 12 patterns with c = 48, 64 or 128 and on
-    # (3, 384, 96, 16), (32, 384, 96, 4); 1.01-1.015x on (x, 96, 96, y); 1.02-1.19x where
-    # c = 32, one chunk against two, or c >= 192, which keep 32). Shorter batches, where
-    # each chunk's latency shows (costs._MMA_CHUNK_SECONDS), were not measured with them.
+    # chunks of 16, half the shared memory a stage, so more stages fit (c = 32 would take
+    # two chunks for one, and c >= 192 gains nothing). Shorter batches, where each chunk's
+    # latency shows, keep 32.
     if (order == ORDER_BATCH and dtype == numpy.float32 and 32 < c <= 128
             and problem.batch >= _LONG_BATCH):
         bk = 16
@@ -494,10 +476,10 @@ def packed_weights(factor, config: MmaConfig):
     bank conflicts.
 
     It costs a copy of the weights, padded to whole tiles (and as much again while it is
-    made; :func:`~kscupy.memory.check_fits` first). The factor's shared cache keeps up to
+    made; :func:`~kscupy.core.memory.check_fits` first). The factor's shared cache keeps up to
     :data:`PACKED_LAYOUTS` of them, and a prepared run holds on to its own. Made with the
     factor's array module (CuPy for a launch; NumPy too, for tests)."""
-    from ..memory import check_fits
+    from ..core.memory import check_fits
     bulk = config.weights(factor.dtype, factor.transposed) == W_BULK
     key = (factor.transposed, config.slots, config.bm, config.bk, bulk)
     held = factor.cache.setdefault("packed weights", {})
@@ -531,7 +513,7 @@ def packed_weights(factor, config: MmaConfig):
 @copying_odd_strides
 def prepare(factor, X, layout, config: MmaConfig, precision: str = "default"):
     """``run(X) -> Y`` computing ``K @ X`` (``layout="bsl"``, X ``(N, B)``) or ``X @ K.T``
-    (``"bsf"``, X ``(B, N)``) for the :class:`~kscupy.factor.Factor` ``factor`` on the tensor
+    (``"bsf"``, X ``(B, N)``) for the :class:`~kscupy.core.factor.Factor` ``factor`` on the tensor
     cores, for operands with ``X``'s shape, strides, dtype and 16-byte alignment (the copy
     widths depend on it): the kernel, grid and arguments are found here once.
 
@@ -553,10 +535,10 @@ def prepare(factor, X, layout, config: MmaConfig, precision: str = "default"):
     smem = config.smem_bytes(dtype.itemsize, factor.transposed)
     filename, name = config.source(dtype, precision, factor.transposed, vx, vw)
     fn = nvrtc.function(filename, name, smem, cupy.cuda.Device().id)
-    # Runs of tiles per block pay in the batch order (H200: float16 up to 3x, float32 up to
-    # 1.4x faster); in the group order they cost the L2 reuse between neighbouring blocks
-    # (float32 (6, 128, 128, 64) batch-size-first: L2 hit rate 77% -> 32%, 2.5x slower),
-    # and the in-group order was not measured with them.
+    # Runs of tiles per block pay in the batch order (each block's copy pipeline stays
+    # full across its tiles); in the group order they cost the L2 reuse between
+    # neighbouring blocks, which read the same W tiles; the in-group order was not measured
+    # with them.
     weights = (packed_weights(factor, config)
                if config.weights(dtype, factor.transposed) in (W_PACKED, W_BULK) else None)
     return tile_launcher(fn, factor, B, strides, y_shape, dtype, bm=config.bm, bn=config.bn,
@@ -571,7 +553,7 @@ def prepare_batch_last(factor, X, layout, config: MmaConfig, precision: str = "d
     (:mod:`~kscupy.kernels.transpose`), multiplied batch-size-last, and the ``(M, B)`` result
     transposed back, two extra passes over X and Y that pay where the batch order's speed
     outweighs them (large blocks). ``config`` is a configuration for the batch-size-last
-    problem (:meth:`~kscupy.problem.Problem.in_batch_last`). Batch-size-last operands run
+    problem (:meth:`~kscupy.core.problem.Problem.in_batch_last`). Batch-size-last operands run
     :func:`prepare` as they are."""
     from . import transpose
     if layout == "bsl":

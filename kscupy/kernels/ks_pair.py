@@ -8,8 +8,8 @@ applies to float32 factors (3xTF32 products, float32-grade accuracy, as the sing
 tensor-core kernel) whose tile of 8 columns fits in shared memory
 (:func:`make_pair_segment` returns None otherwise). Every block reads both factors' weights
 from L2 once, so the pair pays where the weights are small next to the batch tile's data
-(two-factor layers up to about 2048 features); :func:`kscupy.costs.pair_seconds` prices it
-for the planner.
+(two-factor layers up to about 2048 features); :func:`kscupy.engine.costs.gpu.pair_seconds`
+prices it for the planner.
 """
 from __future__ import annotations
 
@@ -18,26 +18,25 @@ import functools
 
 import numpy
 
+from ..core import device as devices
 from . import nvrtc
-from .launcher import Launcher
-from .operands import KernelRun
+from .launcher import KernelRun, Launcher
 
 __all__ = ["PairSegment", "PairLayout", "make_pair_segment", "pair_layout", "fragment_weights",
            "PRECISIONS", "SMEM_MAX", "COLUMNS"]
 
-#: Shared memory a block may use (an H100/H200 SM has 227 KiB for one block).
+#: Shared memory a block may use (less where a block may have less:
+#: DeviceFacts.smem_per_block).
 SMEM_MAX = 200 * 1024
 #: Batch columns a block may take (multiples of the MMA tile's 8), the most that fit first:
 #: each block reads both factors' weights, so wider tiles read them less often, and one
-#: block of 8 warps an SM was faster than two narrower ones (probe, H100, B = 25088:
-#: Monarch(1024) 32 columns 0.218 ms, 16 columns with two or three blocks an SM 0.269;
-#: 16 warps 0.38).
+#: block of 8 warps an SM was faster than two or three narrower ones, or than 16 warps.
 COLUMNS = (64, 32, 16, 8)
 #: Warps of a block.
 WARPS = 8
 #: Blocks with a side below this leave most of each 16 x 8 x 8 product padding; chains of
 #: them (FFT, Hadamard, butterfly stages) run on the whole-vector kernel (ks_rows), and
-#: weighing pairs of them only cost planning time (Hadamard(8192): 67 ms a plan).
+#: weighing pairs of them only costs planning time.
 MIN_BLOCK_SIDE = 8
 #: Precision names and the kernel's PRECISION argument (ks_tensor_core.cuh).
 PRECISIONS = {"default": 0, "tf32": 1}
@@ -128,7 +127,7 @@ def pair_layout(patterns, columns: int, layout: str, row_tiles: int = 1) -> Pair
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class PairSegment:
-    """Two factors (:class:`~kscupy.factor.Factor`, in application order) applied by one
+    """Two factors (:class:`~kscupy.core.factor.Factor`, in application order) applied by one
     launch of ``ks_pair.cu`` in ``layout``: ``columns`` batch columns a block (BN), ``warps``
     warps a block, units of ``row_tiles`` row tiles of 16 (MT)."""
     factors: tuple
@@ -171,21 +170,22 @@ class PairSegment:
                 f"{16 * self.row_tiles}-row units")
 
 
-def make_pair_segment(factors, dtype, layout):
+def make_pair_segment(factors, dtype, layout, device=None):
     """A :class:`PairSegment` applying two ``factors`` (application order) to float32
-    batches in ``layout``; None where the family does not apply (another dtype or count of
-    factors, or no tile of 8 columns fits shared memory). Units of two row tiles where every
-    block has 24 rows or more (a unit's B fragments then serve 32 rows: (1, 192, 48, 2)
-    after (2, 48, 192, 1), 64 columns, 0.107 against 0.125 ms with one), the most columns
-    that fit."""
+    batches in ``layout`` on ``device`` (default: the current GPU's facts); None where the
+    family does not apply (another dtype or count of factors, or no tile of 8 columns fits
+    shared memory). Units of two row tiles where every block has 24 rows or more (a unit's
+    B fragments then serve 32 rows), the most columns that fit."""
     if len(factors) != 2 or numpy.dtype(dtype) != numpy.float32:
         return None
     patterns = tuple(f.pattern for f in factors)
     if any(min(p.b, p.c) < MIN_BLOCK_SIDE for p in patterns):
         return None
     row_tiles = 2 if min(p.b for p in patterns) >= 24 else 1
+    device = devices.current() if device is None else device
+    limit = min(SMEM_MAX, device.smem_per_block)
     for columns in COLUMNS:
-        if pair_layout(patterns, columns, layout, row_tiles).bytes <= SMEM_MAX:
+        if pair_layout(patterns, columns, layout, row_tiles).bytes <= limit:
             return PairSegment(tuple(factors), layout, columns, WARPS, row_tiles)
     return None
 
@@ -214,7 +214,7 @@ def fragment_weights(factor, row_tiles: int, precision: str):
     held = factor.cache.setdefault("pair fragments", {})
     if key in held:
         return held[key]
-    from ..memory import check_fits
+    from ..core.memory import check_fits
     a, b, c, d = factor.pattern
     xp = factor.xp
     rows = 16 * row_tiles

@@ -9,7 +9,7 @@ lanes of a work item's group take neighbouring rows) and the folded gathers. It
 applies where every factor is square with blocks of at most :data:`MAX_RADIX` and a tile of
 one vector fits in shared memory (:func:`make_row_segment` returns None otherwise): FFT,
 Hadamard and butterfly chains up to a few thousand features. Radix-2 factors whose values
-hold a declared :class:`~kscupy.structure.DFTStage` are computed (a butterfly, twiddles from
+hold a declared :class:`~kscupy.core.structure.DFTStage` are computed (a butterfly, twiddles from
 a table of ``d`` values) instead of loaded (:func:`stage_of`).
 """
 from __future__ import annotations
@@ -19,28 +19,29 @@ import functools
 
 import numpy
 
-from .. import _arrays
-from ..problem import pow2_at_least
-from ..shuffle import bit_reversal, int32_indices
+from ..core import arrays, device as devices
+from ..core.device import DeviceFacts
+from ..core.problem import pow2_at_least
+from ..core.shuffle import bit_reversal, int32_indices
 from . import nvrtc
-from .launcher import Launcher
-from .operands import copying_odd_strides, geometry, KernelRun
+from .launcher import KernelRun, Launcher
+from .operands import copying_odd_strides, geometry
 
 __all__ = ["RowSegment", "make_row_segment", "group_passes", "pass_registers", "rows_smem",
-           "stage_of", "cluster_limit", "MAX_RADIX", "MAX_CLUSTER", "PORTABLE_CLUSTER",
-           "ALONG_T", "ALONG_ROW", "STORED", "HADAMARD_STAGE", "TWIDDLED_STAGE"]
+           "stage_of", "MAX_RADIX", "PORTABLE_CLUSTER", "ALONG_T", "ALONG_ROW", "STORED",
+           "HADAMARD_STAGE", "TWIDDLED_STAGE"]
 
 #: Largest block (b = c) of a factor the family applies.
 MAX_RADIX = 16
-#: Shared memory of a block holding one vector at most (an H100/H200 SM has 227 KiB).
+#: Shared memory of a block holding one vector at most (less where a block may have less:
+#: DeviceFacts.smem_per_block).
 SMEM_MAX = 200 * 1024
 #: Shared memory a block holding several vectors may use: three blocks per SM.
 SMEM_TARGET = 72 * 1024
 #: Most elements of a pass (the product of its radices), by layout. Batch-size-last items
 #: hold one row of a pass of 32 (rows_per_lane), and fewer passes save round trips of the
-#: tile (H100, Hadamard(4096) float32 bsl on a cluster of 8: passes 4+4+4 0.292 ms, 5+5+2
-#: 0.262; Hadamard(8192) 4+4+4+1 and 5+5+3 alike); batch-size-first passes of 16 elements
-#: were already slower than those of 8 where twiddles take registers (DFT).
+#: tile; batch-size-first items hold their twiddles in registers as well, which passes of
+#: more than 16 elements spill (DFT).
 MAX_ELEMENTS = {"bsf": 16, "bsl": 32}
 #: Blocks per SM that a launch asks the registers to allow (at most; fewer when the shared
 #: memory of a block allows fewer): one block's loads overlap another's arithmetic.
@@ -57,43 +58,30 @@ WIDE_BLOCK_MAX_ROWS = 4
 BSF_ROWS = 16
 #: Most rows of a one-block batch-size-first tile of stored blocks that a thread-block
 #: cluster takes over (:func:`_bsf_cluster_config`): each block holds a share of the
-#: features of more rows, which share each read of the blocks. H100, as planned before:
-#: butterfly(4096) float32 4 -> 16 rows on a cluster of 4, 0.346 -> 0.309 ms; complex64
-#: 2 -> 8 rows, 0.878 -> 0.656; butterfly(8192) float32 2 -> 8 rows, 0.491 -> 0.398. Not
-#: taken: complex64 butterfly(1024) (8 -> 16 rows on 2, 0.541 -> 0.539 ms) and computed
-#: stages, which read no blocks (Hadamard(4096) 0.207 -> 0.221, Hadamard(8192) 0.232 ->
-#: 0.243).
+#: features of more rows, which share each read of the blocks. Tiles of more rows already
+#: share their reads enough, and computed stages read no blocks: a cluster's barriers cost
+#: them more than it saves.
 BSF_CLUSTER_MAX_ROWS = 4
-#: Bytes of a feature's run a batch-size-last tile wants (a warp's access one 128-byte line:
-#: H200 float32 Hadamard(256), 32 rows 0.19 ms, 16 rows 0.24), and the least it takes where
-#: a lone tile fits (a 32-byte sector).
+#: Bytes of a feature's run a batch-size-last tile wants (a warp's access one 128-byte line),
+#: and the least it takes where a lone tile fits (a 32-byte sector).
 BSL_RUN, SECTOR = 128, 32
-#: Shared memory of an SM available to blocks (H100/H200: 228 KiB, 1 KiB reserved per block).
-SM_SMEM = 224 * 1024
-#: 32-bit registers of an SM, and those a work item needs besides its elements and weights
-#: (addresses, indices, loop counters; from ptxas's counts for DFT and Hadamard passes).
-SM_REGISTERS = 65536
-SM_THREADS = 2048
+#: 32-bit registers a work item needs besides its elements and weights (addresses, indices,
+#: loop counters; from ptxas's counts for DFT and Hadamard passes).
 REGISTER_OVERHEAD = 32
 #: ``Along`` in ks_rows.cu: the axis global accesses walk (t in a row, or the batch row).
 ALONG_T, ALONG_ROW = 0, 1
-#: Most blocks of a thread-block cluster holding one tile (``ks_rows_cluster``): 8 on any
-#: GPU with clusters (the portable size), 16 on Hopper, which
-#: runs clusters of 16 where a kernel allows them (H100, Hadamard(8192) float32 bsl: 16 rows
-#: on a cluster of 8 0.320 ms, 32 rows on one of 16 0.275). The allowance is a function
-#: attribute that ``prepare`` sets (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED).
+#: Most blocks of a thread-block cluster holding one tile (``ks_rows_cluster``): the device's
+#: ``max_cluster`` (:mod:`kscupy.core.device`: 16 on Hopper, where more blocks a tile let
+#: it keep the rows a whole 128-byte run needs; the portable 8 elsewhere), at most
+#: ``MAX_CLUSTER``, the most the kernel is written for. Clusters beyond the portable size
+#: need a function attribute that ``prepare`` sets
+#: (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED).
 PORTABLE_CLUSTER, MAX_CLUSTER = 8, 16
 _NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14     # CUfunction_attribute
 #: Cluster sizes launched with the load-balancing scheduling policy (the hardware may put
-#: several of a cluster's blocks on one SM) instead of the default policy (which timed as
-#: the spreading one, one block of a cluster an SM).
-#: H100, the plans' segments on clusters of 4, three timings per policy in one process:
-#: eight of nine faster (batch-size-last butterfly(2048) float32 0.370 -> 0.353 ms,
-#: batch-size-first complex64 butterfly(4096) 0.580 -> 0.566, butterfly(8192) 0.711 ->
-#: 0.689), Hadamard(2048) bsl 0.228 -> 0.229; on clusters of 8 and 16 it was slower
-#: (complex64 butterfly(4096) bsl 0.646 -> 0.663, Hadamard(8192) bsl 0.229 -> 0.237), on
-#: clusters of 2 the same. Not timed on an H200. The driver's count of clusters resident at
-#: once did not change (45 of 8, 96 of 4, 198 of 2 blocks at three blocks an SM, 132 SMs).
+#: several of a cluster's blocks on one SM) instead of the default one (one block of a
+#: cluster an SM): clusters of 4 ran faster with it, those of 8 and 16 slower, those of 2
+#: alike.
 LOAD_BALANCED_CLUSTERS = (4,)
 _CLUSTER_SCHEDULING_POLICY_PREFERENCE = 15   # CUfunction_attribute
 _LOAD_BALANCING = 2                          # CUclusterSchedulingPolicy
@@ -115,7 +103,7 @@ STORED, HADAMARD_STAGE, TWIDDLED_STAGE = 0, 1, 2
 
 def stage_of(factor) -> tuple:
     """``(stage, scaled)``: how ks_rows has the blocks of ``factor`` (a Factor). A factor
-    whose values hold a radix-2 :class:`~kscupy.structure.DFTStage` (checked, see
+    whose values hold a radix-2 :class:`~kscupy.core.structure.DFTStage` (checked, see
     :attr:`Factor.structure`) is computed: a Hadamard stage (no twiddles, or d = 1 where
     all twiddles are 1) or a twiddled one; ``scaled`` when its scale is not 1. Any other
     factor's blocks are loaded (STORED, False)."""
@@ -220,7 +208,7 @@ def _spread(n, rows, itemsize):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class RowSegment:
-    """Factors (:class:`~kscupy.factor.Factor`, application order, all square with the same
+    """Factors (:class:`~kscupy.core.factor.Factor`, application order, all square with the same
     length ``n``) applied by one launch of ``ks_rows``.
 
     ``layout``: the operands' layout it is built for (``"bsf"`` or ``"bsl"``); ``passes``:
@@ -391,13 +379,12 @@ class RowSegment:
             return -(-tile // 8) * 8 + 8
         return tile
 
-    def blocks_per_sm(self, itemsize: int) -> int:
-        """Blocks an SM holds at once, as shared memory and threads allow (an SM: SM_SMEM
-        bytes, 1 KiB reserved per block, 2048 threads). Registers are not counted: a block
-        may hold fewer where its registers a thread (at most what ``min_blocks`` leaves)
-        are many, e.g. two 512-thread blocks where this says three."""
-        return max(1, min(SM_SMEM // (self.launch_smem_bytes(itemsize) + 1024),
-                          SM_THREADS // self.threads))
+    def blocks_per_sm(self, itemsize: int, device: DeviceFacts) -> int:
+        """Blocks an SM of ``device`` holds at once, as shared memory and threads allow.
+        Registers are not counted: a block may hold fewer where its registers a thread (at
+        most what ``min_blocks`` leaves) are many, e.g. two 512-thread blocks where this
+        says three."""
+        return device.blocks_per_sm(self.launch_smem_bytes(itemsize), self.threads)
 
     def tile_layout(self, itemsize: int) -> tuple:
         """What ``ks_rows_layout`` reports, as this module computes it: ``(SMEM_BYTES, ROW,
@@ -472,7 +459,7 @@ def is_bit_reversal(src) -> bool:
     of two above 1 (the input order of a radix-2 decimation-in-time FFT)."""
     if src is None or len(src) < 2 or len(src) & (len(src) - 1):
         return False
-    return bool((_arrays.numpy_copy(src) == bit_reversal(len(src))).all())
+    return bool((arrays.numpy_copy(src) == bit_reversal(len(src))).all())
 
 
 def writes_whole_sectors(patterns, itemsize: int) -> bool:
@@ -547,30 +534,14 @@ def _cluster_fits(layout, n, cluster, pass_bits, rank_shift, last_rank_bits=0) -
             and n >> (holding[0][1] - holding[0][0]) >= cluster)
 
 
-@functools.lru_cache(maxsize=None)
-def _device_cluster_limit(device_id: int) -> int:
-    import cupy
-    arch = int(cupy.cuda.Device(device_id).compute_capability)
-    return MAX_CLUSTER if arch == 90 else PORTABLE_CLUSTER if arch > 90 else 1
-
-
-def cluster_limit() -> int:
-    """Most blocks of a cluster a tile may take on the current GPU: :data:`MAX_CLUSTER` on
-    Hopper (sm_90), :data:`PORTABLE_CLUSTER` on later GPUs (not measured), 1 without a GPU
-    or before Hopper."""
-    try:
-        import cupy
-        return _device_cluster_limit(cupy.cuda.Device().id)
-    except Exception:             # no CuPy, no driver or no GPU: plain tiles
-        return 1
-
-
-def _configure(patterns, stages, dtype, layout, batch, cluster=1):
-    """``(passes, rows, threads, min_blocks)`` or None when one vector does not fit, for
-    tiles held by ``cluster`` blocks each with ``1 / cluster`` of it."""
+def _configure(patterns, stages, dtype, layout, batch, device, cluster=1):
+    """``(passes, rows, threads, min_blocks)`` on ``device``, or None when one vector does
+    not fit, for tiles held by ``cluster`` blocks each with ``1 / cluster`` of it."""
     n, isz, words = patterns[0].shape[1], dtype.itemsize, _words(dtype)
     smem = lambda rows: rows_smem(n // cluster, rows, isz, layout)  # noqa: E731
-    if smem(1) > SMEM_MAX:
+    sm_smem, reserved = device.smem_per_sm, device.smem_reserved_per_block
+    registers = device.registers_per_sm
+    if smem(1) > min(SMEM_MAX, device.smem_per_block):
         return None
     # Batch-size-last tiles want rows enough for 128-byte runs of a feature (a warp's access
     # one whole line); batch-size-first tiles rows enough for a pass's weights to serve
@@ -580,41 +551,36 @@ def _configure(patterns, stages, dtype, layout, batch, cluster=1):
     # SMALL_BLOCKS blocks per SM of 128 threads: the warps and registers of three 256-thread
     # blocks, in groups that wait less at their barriers. Taken where the tile keeps all the
     # rows wanted, and for computed stages (DFT, Hadamard) in bsf while it keeps
-    # MIN_SMALL_ROWS (H200: bsf DFT(256) 0.331 -> 0.324 ms, Hadamard(1024) 0.177 -> 0.167,
-    # butterfly(256) float32 0.235 -> 0.190). Slower with 1 or 2 rows (bsf DFT(4096)) and for
-    # stored blocks with fewer rows (butterfly(1024) complex64: 8 -> 4, 0.49 -> 0.50).
+    # MIN_SMALL_ROWS; with fewer rows a pass's loads serve too few of them to pay.
     computed = all(stage != STORED for stage, _ in stages)
     small_rows = rows
-    while small_rows > 1 and smem(small_rows) + 1024 > SM_SMEM // SMALL_BLOCKS:
+    while small_rows > 1 and smem(small_rows) + reserved > sm_smem // SMALL_BLOCKS:
         small_rows //= 2
     if small_rows == rows or (computed and layout == "bsf"
                               and small_rows >= min(rows, MIN_SMALL_ROWS)):
         rows, resident, threads_max = small_rows, SMALL_BLOCKS, 128
     else:
         # fewer rows for several tiles per SM, but in bsl not below runs of a sector while
-        # a lone tile fits (H200, bsl float32 Hadamard(4096): 8 rows, one 512-thread block,
-        # 0.35 ms; 4 rows, three, 0.77)
+        # a lone tile fits (a thinner run wastes most of each sector it reads)
         while rows > 1 and (smem(rows) > SMEM_MAX or smem(rows) > SMEM_TARGET and (
                 layout == "bsf" or rows * isz > SECTOR)):
             rows //= 2
         # 256 threads when several blocks share an SM (x 3 blocks leaves 85 registers a
         # thread), 512 for a lone block
-        resident = max(1, min(MIN_BLOCKS, SM_SMEM // (smem(rows) + 1024)))
+        resident = max(1, min(MIN_BLOCKS, sm_smem // (smem(rows) + reserved)))
         threads_max = 256 if resident > 1 else 512
-    # Passes are grouped to the registers that leaves (DFT(1024): passes of 8 elements,
-    # 3 blocks per SM, 0.43 ms; of 16 elements, 2 blocks, 0.50 ms); fewer threads when no
-    # pass has that many work items.
-    budget = SM_REGISTERS // (threads_max * resident)
+    # Passes are grouped to the registers that leaves (larger passes save round trips but
+    # leave fewer blocks an SM); fewer threads when no pass has that many work items.
+    budget = registers // (threads_max * resident)
     passes = group_passes(patterns, MAX_ELEMENTS[layout], budget, stages, words)
     # Batch-size-first float32 tiles of stored blocks alone and at most WIDE_BLOCK_MAX_ROWS
     # rows (vectors of 4096 and more): two blocks of 512 threads an SM instead of three of 256
     # (which fit, so two do) where every pass fits the 64 registers that leaves, 1024
-    # threads instead of 768 (H100, butterfly(4096): 0.371 -> 0.333 ms; measured there only,
-    # longer vectors take it unmeasured; complex64's items need 72 registers and were slower
-    # with it, other dtypes were not measured and keep three).
+    # threads instead of 768. Measured on float32 only: complex64's items need 72 registers
+    # and were slower with it; the other dtypes keep three.
     if (layout == "bsf" and dtype == numpy.float32 and rows <= WIDE_BLOCK_MAX_ROWS
             and resident == 3 and all(stage == STORED for stage, _ in stages)):
-        wide = SM_REGISTERS // (512 * 2)
+        wide = registers // (512 * 2)
         if all(pass_registers(trial, words) <= wide
                for trial in _pass_trials(patterns, stages, passes)):
             resident, threads_max = 2, 512
@@ -626,7 +592,7 @@ def _configure(patterns, stages, dtype, layout, batch, cluster=1):
     threads = min(threads_max, max(64, -(-work // 32) * 32))
     # fewer blocks per SM where the registers a work item needs (its elements and weights)
     # would not fit: spilling them costs more than the occupancy gives
-    min_blocks = max(1, min(resident, SM_REGISTERS // (threads * need)))
+    min_blocks = max(1, min(resident, registers // (threads * need)))
     return passes, rows, threads, min_blocks
 
 
@@ -638,7 +604,8 @@ def _pass_trials(patterns, stages, passes):
         f += count
 
 
-def _cluster_config(patterns, stages, dtype, layout, batch, config, max_cluster, gathers):
+def _cluster_config(patterns, stages, dtype, layout, batch, config, device, max_cluster,
+                    gathers):
     """``(cluster, rank_shift, last_rank_bits, config)``, else ``(1, 0, 0, config)`` (one
     block a tile):
     - batch-size-last, where a tile of ``config`` is thinner than BSL_RUN bytes a feature:
@@ -657,7 +624,7 @@ def _cluster_config(patterns, stages, dtype, layout, batch, config, max_cluster,
         if gathers:
             return single
         cluster, shift, config = _bsf_cluster_config(patterns, stages, dtype, batch, config,
-                                                     max_cluster)
+                                                     device, max_cluster)
         return cluster, shift, 0, config
     rows = config[1]
     for run in (BSL_RUN, BSL_RUN // 2):
@@ -666,7 +633,7 @@ def _cluster_config(patterns, stages, dtype, layout, batch, config, max_cluster,
             break                          # no more rows than the one-block tile has
         cluster = 2
         while cluster <= max_cluster:
-            trial = _configure(patterns, stages, dtype, layout, batch, cluster)
+            trial = _configure(patterns, stages, dtype, layout, batch, device, cluster)
             if trial is not None and trial[1] >= wanted and \
                     rows_smem(n // cluster, trial[1], isz, layout) <= SMEM_TARGET:
                 bits = _passes_bits(patterns, trial[0])
@@ -678,7 +645,7 @@ def _cluster_config(patterns, stages, dtype, layout, batch, config, max_cluster,
     return single
 
 
-def _bsf_cluster_config(patterns, stages, dtype, batch, config, max_cluster):
+def _bsf_cluster_config(patterns, stages, dtype, batch, config, device, max_cluster):
     """:func:`_cluster_config` in batch-size-first, for stored blocks whose one-block tile
     (``config``) keeps at most BSF_CLUSTER_MAX_ROWS rows: clusters of up to ``max_cluster``
     blocks whose tiles keep more rows, the first that keeps all a block wants (BSF_ROWS),
@@ -690,7 +657,7 @@ def _bsf_cluster_config(patterns, stages, dtype, batch, config, max_cluster):
     wanted = min(BSF_ROWS, pow2_at_least(batch))
     cluster = 2
     while cluster <= max_cluster and best[2][1] < wanted:
-        trial = _configure(patterns, stages, dtype, "bsf", batch, cluster)
+        trial = _configure(patterns, stages, dtype, "bsf", batch, device, cluster)
         shift = n.bit_length() - cluster.bit_length()
         if trial is not None and trial[1] > best[2][1] and _cluster_fits(
                 "bsf", n, cluster, _passes_bits(patterns, trial[0]), shift):
@@ -699,24 +666,27 @@ def _bsf_cluster_config(patterns, stages, dtype, batch, config, max_cluster):
     return best
 
 
-def make_row_segment(factors, dtype, layout, batch, src=None, dst=None, max_cluster=None):
+def make_row_segment(factors, dtype, layout, batch, src=None, dst=None, *, device=None,
+                     max_cluster=None):
     """A :class:`RowSegment` applying ``factors`` (Factors of ``dtype``, application order)
-    to batches of about ``batch`` in ``layout``, folding the input gather ``src`` (element t
-    of the segment's input is column ``src[t]``) and the output scatter ``dst`` (element t of
-    its output goes to column ``dst[t]``); None when ``ks_rows`` does not apply.
-    ``max_cluster``: most blocks of a cluster a tile may spread over
-    (default :func:`cluster_limit`, the current GPU's; 1 for one block a tile)."""
+    to batches of about ``batch`` in ``layout`` on ``device`` (default: the current GPU's
+    facts), folding the input gather ``src`` (element t of the segment's input is column
+    ``src[t]``) and the output scatter ``dst`` (element t of its output goes to column
+    ``dst[t]``); None when ``ks_rows`` does not apply. ``max_cluster``: most blocks of a
+    cluster a tile may spread over (default: the device's; 1 for one block a tile)."""
     dtype = numpy.dtype(dtype)
     patterns = [f.pattern for f in factors]
     if not eligible(patterns):
         return None
+    device = devices.current() if device is None else device
+    if max_cluster is None:
+        max_cluster = min(MAX_CLUSTER, device.max_cluster)
     stages = tuple(stage_of(f) for f in factors)
-    config = _configure(patterns, stages, dtype, layout, batch)
+    config = _configure(patterns, stages, dtype, layout, batch, device)
     if config is None:
         return None
     cluster, rank_shift, last_rank_bits, config = _cluster_config(
-        patterns, stages, dtype, layout, batch, config,
-        cluster_limit() if max_cluster is None else max_cluster,
+        patterns, stages, dtype, layout, batch, config, device, max_cluster,
         gathers=src is not None or dst is not None)
     passes, rows, threads, min_blocks = config
     # stored blocks of whole 16-byte words are read from their interleaved copy
@@ -767,9 +737,10 @@ def prepare(segment: RowSegment, X, layout):
         vx = vy = min(_vector_width(X.data.ptr, isz, sx_b == 1, sx_f, segment.rows),
                       _vector_width(0, isz, True, sy_f, segment.rows))
     smem = segment.launch_smem_bytes(isz)
-    if segment.cluster > cluster_limit():
+    limit = min(MAX_CLUSTER, devices.current().max_cluster)
+    if segment.cluster > limit:
         raise ValueError(f"a RowSegment on a cluster of {segment.cluster} blocks, more than "
-                         f"this GPU runs ({cluster_limit()})")
+                         f"this GPU runs ({limit})")
     fn = nvrtc.function("ks_rows.cu", segment.name(dtype, vx, vy), smem,
                         cupy.cuda.Device().id, prefer_shared=True)
     if segment.cluster > PORTABLE_CLUSTER:     # else its launches fail
@@ -783,5 +754,5 @@ def prepare(segment: RowSegment, X, layout):
     clusters = min(tiles, MAX_GRID_BLOCKS // segment.cluster)
     launch = Launcher(fn, (clusters * segment.cluster,), (segment.threads,), smem,
                       (segment.meta, i64(B), i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b),
-                       segment.in_map, segment.out_map, i64(tiles)))
+                       segment.in_map, segment.out_map, i64(tiles)), keep=(segment,))
     return KernelRun(launch, y_shape, dtype)

@@ -14,10 +14,10 @@ import dataclasses
 
 import numpy
 
-from ..problem import Problem, pow2_at_least
+from ..core.problem import Problem, pow2_at_least
 from . import nvrtc
-from .launcher import Launcher
-from .operands import copying_odd_strides, geometry, KernelRun
+from .launcher import KernelRun, Launcher
+from .operands import copying_odd_strides, geometry
 
 __all__ = ["SkinnyConfig", "THREADS", "heuristic_config", "candidate_configs", "prepare",
            "launch", "vector_width", "staged"]
@@ -26,7 +26,7 @@ __all__ = ["SkinnyConfig", "THREADS", "heuristic_config", "candidate_configs", "
 THREADS = 256
 #: Batch columns a lane sums at once, at most (more would spill registers).
 MAX_NB = 8
-#: The widest batch ``auto`` runs on this kernel (kscupy.backends).
+#: The widest batch ``auto`` runs on this kernel (kscupy.engine.registry).
 AUTO_MAX_BATCH = 64
 #: Shared memory the staged kernel may use for its slice of X (no opt-in above 48 KiB).
 STAGE_LIMIT = 48 * 1024
@@ -34,7 +34,7 @@ STAGE_LIMIT = 48 * 1024
 #: per item, so items long enough to amortise it ...
 STAGED_ROWSETS_PER_WARP = 4
 #: ... and short enough that there are this many items (blocks) at least, where the rows
-#: allow: 48 items left most of an H200's 132 SMs idle on (1, 192, 768, 1) at B = 64.
+#: allow: a few dozen items leave most of a large GPU's SMs idle.
 STAGED_MIN_ITEMS = 512
 
 
@@ -113,11 +113,11 @@ def candidate_configs(problem: Problem):
 @copying_odd_strides
 def prepare(factor, X, layout, config: SkinnyConfig):
     """``run(X) -> Y`` computing ``K @ X`` (``layout="bsl"``, X ``(N, B)``) or ``X @ K.T``
-    (``"bsf"``, X ``(B, N)``) for the :class:`~kscupy.factor.Factor` ``factor``, for operands
+    (``"bsf"``, X ``(B, N)``) for the :class:`~kscupy.core.factor.Factor` ``factor``, for operands
     with ``X``'s shape, strides and dtype: kernel, grid and arguments found here once.
 
     ``factor.dtype == X.dtype`` is required. A transposed factor reads its blocks from a
-    row-major copy kept in its cache (:meth:`~kscupy.factor.Factor.row_major`). ``run``
+    row-major copy kept in its cache (:meth:`~kscupy.core.factor.Factor.row_major`). ``run``
     launches on CuPy's current stream and returns a new C-contiguous result.
     """
     import cupy

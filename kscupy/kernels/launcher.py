@@ -1,9 +1,9 @@
 """A kernel launch prepared once: the function, grid and every argument but the operand and
-result pointers, packed for the CUDA driver.
+result pointers, packed for the CUDA driver (:class:`Launcher`), and the run that allocates
+the result and launches (:class:`KernelRun`).
 
 CuPy's ``RawKernel`` call converts each argument on every launch; for the single-factor
-kernels' 18 arguments that was most of the 14-18 µs of host time of a repeated product
-(issue #10). A :class:`Launcher` keeps each argument in a ``ctypes`` cell and the array of
+kernels' 18 arguments that was most of the host time of a repeated product. A :class:`Launcher` keeps each argument in a ``ctypes`` cell and the array of
 their addresses that ``cuLaunchKernel`` reads, so a launch writes two pointers and makes one
 driver call. The driver copies the arguments when the launch is queued, so the cells can be
 rewritten by the next launch at once.
@@ -15,7 +15,7 @@ import threading
 
 import numpy
 
-__all__ = ["Launcher"]
+__all__ = ["Launcher", "KernelRun"]
 
 _CELLS = {numpy.dtype(numpy.int32): ctypes.c_int32, numpy.dtype(numpy.int64): ctypes.c_int64,
           numpy.dtype(numpy.uint64): ctypes.c_uint64,
@@ -29,10 +29,12 @@ class Launcher:
     ``fn`` is a compiled ``cupy.RawKernel`` (loaded on the current device, which every
     launch must run on); ``arguments`` are CuPy arrays (passed by address and kept alive
     here), None (a null pointer: an optional table the kernel does without) and NumPy
-    scalars of the kernel's parameter types (int32, int64, uint64, float32, float64).
+    scalars of the kernel's parameter types (int32, int64, uint64, float32, float64);
+    ``keep``: objects that own memory the kernel reads by addresses held inside those
+    arrays, kept alive as long as the launch.
     """
 
-    def __init__(self, fn, grid, block, smem, arguments):
+    def __init__(self, fn, grid, block, smem, arguments, keep=()):
         import cupy
         self._cupy = cupy
         self._current_stream = cupy.cuda.get_current_stream
@@ -43,7 +45,9 @@ class Launcher:
         self._smem = int(smem)
         self._x, self._y = ctypes.c_void_p(), ctypes.c_void_p()
         self._cells = [self._x, self._y] + [self._cell(a) for a in arguments]
-        self._kept = [a for a in arguments if isinstance(a, cupy.ndarray)]
+        # the arrays passed by address, and what holds memory the kernel reads by an address
+        # inside them (a segment's factors and tables, whose addresses its meta table holds)
+        self._kept = [a for a in arguments if isinstance(a, cupy.ndarray)] + list(keep)
         self._addresses = (ctypes.c_void_p * len(self._cells))(
             *(ctypes.addressof(cell) for cell in self._cells))
         self._parameters = ctypes.addressof(self._addresses)
@@ -72,3 +76,28 @@ class Launcher:
             self._x.value, self._y.value = x_ptr, y_ptr
             self._launch_kernel(self._function, gx, gy, gz, bx, by, bz, self._smem, stream,
                                 self._parameters, 0)
+
+
+class KernelRun:
+    """A prepared kernel product: ``run(X)`` allocates a new C-contiguous ``Y`` of
+    ``y_shape`` and ``dtype`` and calls ``launch(X's pointer, Y's pointer)``. The kernel reads
+    only ``X``'s address (its shape and strides were fixed when the run was prepared), so
+    :meth:`with_result_shape` serves a vector through the run prepared for its ``(N, 1)``
+    view without reshaping either side (a CuPy reshape costs host time)."""
+    __slots__ = ("launch", "y_shape", "dtype", "_new")
+
+    def __init__(self, launch, y_shape, dtype):
+        import cupy
+        self.launch, self.y_shape, self.dtype = launch, tuple(y_shape), numpy.dtype(dtype)
+        self._new = cupy.ndarray          # the constructor: cupy.empty's Python layer skipped
+
+    def __call__(self, X):
+        Y = self._new(self.y_shape, self.dtype)
+        self.launch(X.data.ptr, Y.data.ptr)
+        return Y
+
+    def with_result_shape(self, y_shape) -> "KernelRun":
+        """The same launch with ``Y`` allocated as ``y_shape`` (same size, C order)."""
+        if numpy.prod(y_shape) != numpy.prod(self.y_shape):
+            raise ValueError(f"result shape {y_shape} does not hold {self.y_shape}")
+        return KernelRun(self.launch, y_shape, self.dtype)

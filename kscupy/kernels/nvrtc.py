@@ -8,13 +8,14 @@ Threads may ask for kernels at the same time (:func:`kscupy.warmup` prepares its
 a thread pool): NVRTC runs without the GIL, so different instantiations compile in parallel,
 and one instantiation asked for twice is compiled once (a lock per instantiation).
 
-**Compiling in the background.** A tuned instantiation takes NVRTC 0.2 to 1.5 s; ``auto``
-does not wait for one. Inside :func:`unless_compiled`, asking for an instantiation that is
-not loaded yet submits its compile to a pool of background threads (once) and raises
-:class:`StillCompiling`; the caller (:func:`kscupy.dispatch.prepare`, a chain's prepare) then
-runs the direct kernel (``kernels_cu/ks_direct.cu``, compiled in about 0.1 s) for this call.
-When a background compile finishes, :data:`compiles_finished` grows, which is part of the key
-of every prepared run (:meth:`kscupy.operator.KSOperator.matmul`), so the next call prepares
+**Compiling in the background.** A tuned instantiation takes NVRTC a fraction of a second
+to over a second; ``auto`` does not wait for one. Inside :func:`unless_compiled`, asking
+for an instantiation that is not loaded yet submits its compile to a pool of background
+threads (once) and raises :class:`StillCompiling`; the caller
+(:func:`kscupy.engine.execute.prepare`) then runs the direct kernel
+(``kernels_cu/ks_direct.cu``, quick to compile) for this call. When a background compile
+finishes, :data:`compiles_finished` grows, which is part of the stamp of every prepared run
+(:mod:`kscupy.engine.runs`), so the next call prepares
 again and finds the tuned kernel. An instantiation that an earlier process compiled (a marker
 file beside CuPy's disk cache says so) loads from that cache in milliseconds, in the
 calling thread. ``KSCUPY_BACKGROUND_COMPILE=0`` in the environment (or

@@ -1,5 +1,5 @@
 """Operands and results of a kernel launch, in either layout, addressed by element strides,
-and the launcher of a single-factor tile kernel (the parameter list ks_matmul.cu and ks_mma.cu
+and the launch of a single-factor tile kernel (the parameter list ks_matmul.cu and ks_mma.cu
 share)."""
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import functools
 
 import numpy
 
-from .launcher import Launcher
+from ..core import device as devices
+from .launcher import KernelRun, Launcher
 
-__all__ = ["geometry", "copying_odd_strides", "division_magic", "tile_launcher", "KernelRun"]
+__all__ = ["geometry", "copying_odd_strides", "division_magic", "tile_launcher"]
 
 
 def _element_strides(A):
@@ -90,7 +91,7 @@ def tile_launcher(fn, factor, B, strides, y_shape, dtype, *, bm, bn, slots, thre
     if runs:
         per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
             fn.kernel.ptr, threads, smem)
-        resident = max(1, per_sm) * cupy.cuda.Device().attributes["MultiProcessorCount"]
+        resident = max(1, per_sm) * devices.current().sms
         run = max(1, min(TILE_RUN, tiles // (RUN_WAVES * resident)))
     grid = min(-(-tiles // run), 2**31 - 1)
     i32, i64, u64 = numpy.int32, numpy.int64, numpy.uint64
@@ -101,28 +102,3 @@ def tile_launcher(fn, factor, B, strides, y_shape, dtype, *, bm, bn, slots, thre
                        i32(factor.conjugated), i32(ktiles), i32(gtiles), i64(tiles),
                        u64(division_magic(d))))
     return KernelRun(launch, y_shape, dtype)
-
-
-class KernelRun:
-    """A prepared kernel product: ``run(X)`` allocates a new C-contiguous ``Y`` of
-    ``y_shape`` and ``dtype`` and calls ``launch(X's pointer, Y's pointer)``. The kernel reads
-    only ``X``'s address (its shape and strides were fixed when the run was prepared), so
-    :meth:`with_result_shape` serves a vector through the run prepared for its ``(N, 1)``
-    view without reshaping either side (a CuPy reshape costs about a microsecond)."""
-    __slots__ = ("launch", "y_shape", "dtype", "_new")
-
-    def __init__(self, launch, y_shape, dtype):
-        import cupy
-        self.launch, self.y_shape, self.dtype = launch, tuple(y_shape), numpy.dtype(dtype)
-        self._new = cupy.ndarray          # the constructor: cupy.empty's Python layer skipped
-
-    def __call__(self, X):
-        Y = self._new(self.y_shape, self.dtype)
-        self.launch(X.data.ptr, Y.data.ptr)
-        return Y
-
-    def with_result_shape(self, y_shape) -> "KernelRun":
-        """The same launch with ``Y`` allocated as ``y_shape`` (same size, C order)."""
-        if numpy.prod(y_shape) != numpy.prod(self.y_shape):
-            raise ValueError(f"result shape {y_shape} does not hold {self.y_shape}")
-        return KernelRun(self.launch, y_shape, self.dtype)

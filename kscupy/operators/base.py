@@ -1,27 +1,22 @@
-"""What KSMatrix and KSChain share as operators: array interop, ``@``, the product's entry.
+"""What every KS operator shares: array interop, ``@``, the product's one entry.
 
-:meth:`KSOperator.matmul` is the one entry of every product: it checks the operand,
-decides the result dtype (``numpy.result_type``, once, here), converts the operand, turns a
-vector into a batch of one and answers an empty batch; subclasses implement ``_apply`` for
-a 2-D operand of the result dtype with ``B >= 1``, or ``_prepare_apply`` that decides once
-for operands of one shape. On the GPU, operators that keep prepared runs
-(``_prepared_runs``) answer a repeated product with one lookup and the launch.
+:meth:`KSOperator.matmul` is the entry of every product: it checks the operand, decides
+the result dtype (``numpy.result_type``, once, here), converts the operand, turns a vector
+into a batch of one and answers an empty batch; the rest is the execution layer's
+(:mod:`kscupy.engine`). Operators that keep prepared runs on the GPU (:meth:`_runs`) answer
+a repeated product with one lookup and the launch.
 """
 from __future__ import annotations
 
 import numpy
 
-from . import _arrays, memory, tuning
-from .kernels import nvrtc
-from .kernels.operands import KernelRun
-from .dask import is_dask_array, matmul as dask_matmul
+from ..core import arrays, memory
+from ..dask import is_dask_array, matmul as dask_matmul
+from ..engine.runs import for_vectors
 
 __all__ = ["KSOperator", "LAYOUTS"]
 
 LAYOUTS = ("bsl", "bsf")
-#: Prepared runs an operator keeps (one per operand shape, strides, dtype and alignment, per
-#: layout and backend); beyond this many they are all dropped and rebuilt as used.
-MAX_PREPARED_RUNS = 64
 
 
 def _sum_error(left, right) -> TypeError:
@@ -77,8 +72,8 @@ class KSOperator:
             the cost model's choice among ``"kernel_tf32"``, ``"bmm_tf32"`` and
             ``"dense_tf32"``, one TF32 product per term, about 1e-3 relative error,
             float32/complex64; where none applies, as while its kernel compiles in the
-            background, a product at default precision) or a name from ``backends()``: for one
-            factor the registry of :mod:`kscupy.backends` (``"kernel"``: the fused CUDA
+            background, a product at default precision) or a name from ``backends()``, the
+            registry of :mod:`kscupy.engine.registry` (``"kernel"``: the fused CUDA
             kernel on the tensor cores at float32-grade accuracy, CuPy only;
             ``"kernel_tf32"``: the same with one TF32 product, opt-in only;
             ``"kernel_bsl"``: the tensor-core kernel in its batch-size-last order, a
@@ -92,9 +87,10 @@ class KSOperator:
             with TF32 allowed, opt-in only; ``"einsum"``: one tensor contraction (the
             paper's Appendix A); ``"dense_tf32"``: ``"dense"`` with TF32 allowed, opt-in
             only; ``"dense"``: GEMM on the dense matrix, kept when small;
-            ``"sparse"``: a CSR product, the CSR matrix kept); a chain applies every factor
-            with it, and also takes ``"fused"`` (CuPy only: as many factors per launch as
-            fit).
+            ``"sparse"``: a CSR product, the CSR matrix kept). On the GPU a chain under
+            ``"auto"`` follows its plan (several factors per launch where that pays, see
+            :meth:`kscupy.KSChain.plan`); with a named backend it applies every factor with
+            it.
 
         Returns
         -------
@@ -106,49 +102,35 @@ class KSOperator:
         On the GPU, a product repeated with an operand of the same shape, strides, dtype and
         alignment reuses every decision of the first (``auto``'s choice, the kernel and its
         launch), until the values change, ``clear_cache()`` is called, ``kscupy.tune`` /
-        ``kscupy.tuning.clear_cache`` forget the tuning decisions, ``auto`` times a close
-        call whose verdict differs from its model's or ``kscupy.warmup`` expires what its
-        pool prepared (``kscupy.tuning.epoch``), or a kernel finishes compiling in the
-        background (``auto`` runs the direct kernel until the one it
-        chose is compiled, see :mod:`kscupy.kernels.nvrtc`). (Pointing
+        ``kscupy.engine.clear_tuning_cache`` change the tuning decisions, ``auto`` times a
+        close call whose verdict differs from its model's or ``kscupy.warmup`` expires what
+        its pool prepared, or a kernel finishes compiling in the background (``auto`` runs
+        the direct kernel until the one it chose is compiled, see
+        :mod:`kscupy.engine.execute`); :mod:`kscupy.engine.runs` keeps this. (Pointing
         ``KSCUPY_CACHE_DIR`` elsewhere during a run does not reach shapes already seen.)
         """
-        xp = self._xp
-        runs = self._prepared_runs() if xp is not numpy else None
-        if runs is None or type(X) is not xp.ndarray:
+        runs = self._runs()
+        if runs is None or type(X) is not self._xp.ndarray:
             return self._prepare(X, layout, backend)(X)
-        # A repeated product (same operand shape, strides, dtype and 16-byte alignment, same
-        # layout, backend, device and tuning decisions) costs a dictionary lookup and the
-        # launch: every check and decision below was made for the first one.
-        # A run is valid for the decisions and compiled kernels it was built with (its
-        # stamp); a newer stamp replaces it in place, so stale runs are not kept.
-        key = (X.shape, X.strides, X.dtype, X.data.ptr & 15, layout, backend,
-               xp.cuda.runtime.getDevice())
-        stamp = (tuning.epoch, nvrtc.compiles_finished)
-        found = runs.get(key)
-        if found is None or found[0] != stamp:
-            if found is None and len(runs) >= MAX_PREPARED_RUNS:
-                runs.clear()
-            found = runs[key] = (stamp, self._prepare(X, layout, backend))
-        return found[1](X)
+        run = runs.get(X, layout, backend)
+        if run is None:
+            run = runs.keep(X, layout, backend, self._prepare(X, layout, backend))
+        return run(X)
 
     def _prepare(self, X, layout, backend):
         """``run(X)`` for operands like ``X``: the operand checked, the result dtype decided,
         a vector made a batch of one, an empty batch answered, the rest prepared by
         :meth:`_prepare_apply`."""
         self._check_operand(X, layout, backend)
-        dtype = _arrays.result_dtype(self.dtype, X.dtype)
+        dtype = arrays.result_dtype(self.dtype, X.dtype)
         M = self.shape[0]
         # (operands of the run's dtype are passed on as they are: astype costs host time)
         same = X.dtype == dtype
         if X.ndim == 1:   # a vector is a BSL batch of one
             inner = self._prepare_apply(X.astype(dtype, copy=False).reshape(-1, 1), "bsl",
                                         backend)
-            if same and isinstance(inner, KernelRun):
-                return inner.with_result_shape((M,))   # reads X's address: no reshapes
-            if same:
-                return lambda X: inner(X.reshape(-1, 1)).reshape(M)
-            return lambda X: inner(X.astype(dtype).reshape(-1, 1)).reshape(M)
+            run = for_vectors(inner, M)
+            return run if same else (lambda X: run(X.astype(dtype)))
         B = X.shape[1] if layout == "bsl" else X.shape[0]
         if B == 0:
             shape = (M, 0) if layout == "bsl" else (0, M)
@@ -161,9 +143,9 @@ class KSOperator:
         can decide ahead override it, the others apply anew each time."""
         return lambda X: self._apply(X, layout, backend)
 
-    def _prepared_runs(self):
-        """The dict that keeps this operator's prepared runs on the GPU, or None to keep
-        none. It must be emptied whenever what a run captured changes (values, plans)."""
+    def _runs(self):
+        """The operator's :class:`~kscupy.engine.PreparedRuns` on the GPU, or None to keep
+        none (products then prepare anew each time)."""
         return None
 
     def _check_operand(self, X, layout, backend):
@@ -174,7 +156,7 @@ class KSOperator:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         if backend not in self.backends():
             raise ValueError(f"backend must be one of {self.backends()}, got {backend!r}")
-        xp = _arrays.array_module(X)
+        xp = arrays.array_module(X)
         if xp is not self._xp:
             raise TypeError(f"cannot multiply a {name} holding {self._xp.__name__} values "
                             f"with a {xp.__name__} array; move one of them first")
@@ -197,7 +179,7 @@ class KSOperator:
         if is_dask_array(other):                     # a lazy dask.array product
             return dask_matmul(self, other, layout="bsl")
         try:
-            _arrays.array_module(other)
+            arrays.array_module(other)
         except TypeError:
             return NotImplemented
         return self.matmul(other, layout="bsl")
@@ -210,7 +192,7 @@ class KSOperator:
         if is_dask_array(other):
             return dask_matmul(self.T, other, layout="bsf")
         try:
-            _arrays.array_module(other)
+            arrays.array_module(other)
         except TypeError:
             return NotImplemented
         return self.T.matmul(other, layout="bsf")
@@ -228,13 +210,13 @@ class KSOperator:
     def get(self):
         """A copy of this operator with NumPy values (like ``cupy.ndarray.get``); on a NumPy
         operator, a copy."""
-        return self._map_arrays(_arrays.numpy_copy)
+        return self._map_arrays(arrays.numpy_copy)
 
     def to_device(self, device):
         """A copy of this operator on ``device``: ``"cpu"`` (NumPy values, as :meth:`get`),
         ``"gpu"`` (CuPy values on the current device), a device id or a ``cupy.cuda.Device``
         (CuPy values on that device). RuntimeError when the GPU is not available."""
-        return self._map_arrays(_arrays.device_mover(device))
+        return self._map_arrays(arrays.device_mover(device))
 
     def _scaled(self, alpha, divide):
         raise TypeError(f"a {type(self).__name__} cannot be scaled")
@@ -249,7 +231,7 @@ class KSOperator:
         supported dtypes raises TypeError. A matrix scales its values; a chain scales one
         factor (the leftmost), so the product is scaled once.
         """
-        if not _arrays.is_scalar(alpha):
+        if not arrays.is_scalar(alpha):
             return NotImplemented
         return self._scaled(alpha, divide=False)
 
@@ -257,7 +239,7 @@ class KSOperator:
 
     def __truediv__(self, alpha):
         """``op / alpha`` (see :meth:`__mul__`); ZeroDivisionError for ``alpha == 0``."""
-        if not _arrays.is_scalar(alpha):
+        if not arrays.is_scalar(alpha):
             return NotImplemented
         if alpha == 0:
             raise ZeroDivisionError(f"division of a {type(self).__name__} by zero")

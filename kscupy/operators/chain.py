@@ -3,22 +3,14 @@ from __future__ import annotations
 
 import numpy
 
-from . import _arrays, backends, costs, dispatch, planner, tuning
-from .kernels import nvrtc
-from .factor import Factor
-from .operator import KSOperator
-from .problem import batch_bucket
-from .shuffle import inverse_permutation
+from .. import engine
+from ..core import arrays
+from ..core.factor import Factor, FactorChain
+from ..core.shuffle import inverse_permutation
+from ..engine import registry
+from .base import KSOperator
 
 __all__ = ["KSChain", "compose"]
-
-#: Plans for batches of this size or more are shared (the plan no longer changes with B).
-#: A fused pair's price (planner, costs.pair_seconds) is a whole number of waves of one
-#: block per SM per 8 to 64 columns: at a few thousand columns one wave, cheaper than two
-#: per-factor launches, at 25088 twelve, dearer; with plans shared from 1024 on, the
-#: first batch planned decided for every larger one ((1, 128, 128, 3)·(6, 64, 256, 1)
-#: batch-size-last ran its pair at 25088 columns, 0.48 ms against 0.23 per factor).
-_PLAN_BUCKET_CAP = 65536
 
 
 class KSChain(KSOperator):
@@ -39,14 +31,13 @@ class KSChain(KSOperator):
     :func:`kscupy.aslinearoperator`. ``C @ K`` and ``K @ C`` with KS matrices or chains give
     chains. The result dtype is ``numpy.result_type`` of the factors and the operand.
 
-    On the GPU, ``backend="auto"`` follows a plan (:mod:`kscupy.planner`, see :meth:`plan`):
-    runs of factors are applied by one kernel each (the batch is read and written once per
-    run, every factor of the run applied in shared memory), adjacent small-block factors
-    are merged, and the rest goes factor by factor; runs of small square factors (FFT,
-    Hadamard, butterfly stages) go to a whole-vector kernel that applies several of them
-    per round trip through shared memory. ``backend="fused"`` puts as many factors per
-    launch of the shared-memory segment kernel as its memory allows; the other backends
-    apply every factor with that backend.
+    On the GPU, ``backend="auto"`` follows a plan (:mod:`kscupy.engine.planner`, see
+    :meth:`plan`): runs of small square factors (FFT, Hadamard, butterfly stages) go to a
+    whole-vector kernel that applies several of them per round trip through shared memory,
+    runs of small-block factors to a kernel that applies them in shared memory, two float32
+    factors may share one tensor-core launch, adjacent small-block factors are merged, and
+    the rest goes factor by factor; the permutations are folded into the reads and writes
+    where a launch allows. The other backends apply every factor with that backend.
 
     Examples
     --------
@@ -85,39 +76,40 @@ class KSChain(KSOperator):
                     f"{tuple(left)}, shape {left.shape}) has {left.shape[1]} columns but factor "
                     f"{idx + 1} (pattern {tuple(right)}, shape {right.shape}) has "
                     f"{right.shape[0]} rows")
-        self._factors = tuple(flat)
         self._xp = xp
-        self._in = self._check_permutation(input_permutation, flat[-1].shape[1], "input")
-        self._out = self._check_permutation(output_permutation, flat[0].shape[0], "output")
-        # (layout, dtype, batch bucket, backend) -> ((generations, tuning epoch), plan)
-        self._plans = {}
-        self._views = {}      # "T", "H" -> the transposed / adjoint chain (see T)
-        self._runs = {}       # prepared runs (KSOperator.matmul); each looks its plan up
+        self._set(flat, self._check_permutation(input_permutation, flat[-1].shape[1], "input"),
+                  self._check_permutation(output_permutation, flat[0].shape[0], "output"))
 
     def _check_permutation(self, perm, n, which):
         if perm is None:
             return None
-        xp = _arrays.array_module(perm)
+        xp = arrays.array_module(perm)
         if xp is not self._xp:
             raise TypeError(f"the {which} permutation is a {xp.__name__} array but the factors "
                             f"hold {self._xp.__name__} values")
         if perm.ndim != 1 or perm.shape[0] != n or perm.dtype.kind not in "iu":
             raise ValueError(f"the {which} permutation must be an integer array of shape ({n},), "
                              f"got {perm.dtype} of shape {perm.shape}")
-        small = _arrays.on_host_if_small(perm)     # checked on the host when small
-        module = _arrays.array_module(small)
+        small = arrays.on_host_if_small(perm)     # checked on the host when small
+        module = arrays.array_module(small)
         if not bool((module.sort(small) == module.arange(n)).all()):
             raise ValueError(f"the {which} permutation is not a permutation of range({n})")
         return perm
+
+    def _set(self, factors, input_permutation, output_permutation):
+        self._factors = tuple(factors)
+        self._xp = self._factors[0].xp
+        self._in, self._out = input_permutation, output_permutation
+        self._target = FactorChain(tuple(f.factor for f in self._factors),
+                                   input_permutation, output_permutation)
+        self._views = {}      # "T", "H" -> the transposed / adjoint chain (see T)
+        self._prepared = None if self._xp is numpy else engine.PreparedRuns(self._target)
 
     @classmethod
     def _make(cls, factors, input_permutation, output_permutation):
         """A chain from already validated parts."""
         obj = cls.__new__(cls)
-        obj._factors = tuple(factors)
-        obj._xp = factors[0].xp
-        obj._in, obj._out = input_permutation, output_permutation
-        obj._plans, obj._views, obj._runs = {}, {}, {}
+        obj._set(factors, input_permutation, output_permutation)
         return obj
 
     # -- attributes ----------------------------------------------------------------------
@@ -147,6 +139,12 @@ class KSChain(KSOperator):
         """Device (or host) memory held: factor values and permutations."""
         total = sum(f.factor.tiles.nbytes for f in self._factors)
         return total + sum(p.nbytes for p in (self._in, self._out) if p is not None)
+
+    @property
+    def factor_chain(self) -> FactorChain:
+        """What the execution layers see: the factors' :class:`~kscupy.core.factor.Factor`
+        and the permutations."""
+        return self._target
 
     @property
     def input_permutation(self):
@@ -193,84 +191,23 @@ class KSChain(KSOperator):
     # -- multiplication --------------------------------------------------------------------
     @staticmethod
     def backends() -> tuple:
-        """Backend names :meth:`matmul` accepts: a single factor's, and ``"fused"``."""
-        return backends.names() + (backends.FUSED,)
+        """Backend names :meth:`matmul` accepts (see :mod:`kscupy.engine.registry`)."""
+        return registry.names()
 
-    def _prepared_runs(self):
-        return self._runs
+    def _runs(self):
+        return self._prepared
 
     def _prepare_apply(self, X, layout, backend):
-        # On the GPU the steps of a plan (under auto or fused: the planner's; for a named
-        # backend: factor by factor) are prepared once (see ChainPlan.prepare); the run is
-        # valid while the factors' values are those it was prepared from (a plan may hold
-        # merged factors, a step converted copies), and prepares anew when one moved.
-        if self._xp is numpy:
-            return lambda X: self._apply(X, layout, backend)
-        B = X.shape[1] if layout == "bsl" else X.shape[0]
+        plans = None if self._prepared is None else self._prepared.plans
+        return engine.prepare(self._target, X, layout, backend, plans)
 
-        def prepared(X):
-            if backend == backends.AUTO and planner.direct_seconds(
-                    self, layout, X.dtype, B) <= costs.DIRECT_MAX_SECONDS:
-                # while a kernel of the plan compiles in the background (kernels/nvrtc.py),
-                # the factors one by one on the direct kernel (planner.direct_plan; as dispatch does)
-                try:
-                    with nvrtc.unless_compiled():
-                        return self.plan(layout, X.dtype, B, backend).prepare(X, layout)
-                except nvrtc.StillCompiling:
-                    return planner.direct_plan(self).prepare(X, layout)
-            if backend in (backends.AUTO, backends.FUSED):
-                return self.plan(layout, X.dtype, B, backend).prepare(X, layout)
-            return planner.factor_by_factor(self, backend).prepare(X, layout)
-        generations, run = self._generations(), prepared(X)
-
-        def run_chain(X):
-            nonlocal generations, run
-            if self._generations() != generations:
-                generations, run = self._generations(), prepared(X)
-            return run(X)
-        return run_chain
-
-    def _generations(self) -> tuple:
-        """The write counts of the factors' storages (see FactorCache.generation)."""
-        return tuple(f.factor.cache.generation for f in self._factors)
-
-    def _apply(self, X, layout, backend):
-        # NumPy (on the GPU every product goes through _prepare_apply's prepared plans)
-        xp = self._xp
-        if backend == backends.FUSED and xp is numpy:
-            raise TypeError("backend='fused' runs on the GPU and needs CuPy operands")
-        feature_axis = 0 if layout == "bsl" else 1
-        if self._in is not None:
-            X = xp.take(X, self._in, axis=feature_axis)
-        if xp is numpy and backend == backends.AUTO and layout == "bsf" and \
-                tuning.cpu_chain_in_batch_order([K.factor for K in reversed(self._factors)],
-                                                X.shape[0], X.dtype):
-            X = numpy.asfortranarray(X)       # every factor then runs as bsl (dispatch)
-        for factor in reversed(self._factors):
-            X = dispatch.apply(factor.factor, X, layout, backend)
-        if self._out is not None:
-            X = xp.take(X, self._out, axis=feature_axis)
-        return X
-
-    def plan(self, layout="bsl", dtype=None, batch=1, backend="auto"):
-        """The :class:`kscupy.planner.ChainPlan` that ``matmul`` follows on the GPU for a
-        batch of ``batch`` in ``layout`` (cached per batch size bucket); ``print(plan.describe())``
-        lists its launches. ``backend``: "auto" (cost model) or "fused" (fewest launches of
-        the segment kernel)."""
+    def plan(self, layout="bsl", dtype=None, batch=1):
+        """The plan (:class:`kscupy.engine.steps.ChainPlan`) that ``matmul`` follows under
+        ``auto`` on the current GPU for a batch of ``batch`` in ``layout`` (kept per batch
+        size bucket); ``print(plan.describe())`` lists its launches."""
         dtype = numpy.dtype(self.dtype if dtype is None else dtype)
-        key = (layout, dtype, min(batch_bucket(batch), _PLAN_BUCKET_CAP), backend)
-        # a plan may hold values derived from the factors' (merged factors): it is valid for
-        # the generations of the factors' storage it was built from (see FactorCache); and
-        # it is priced with auto's decisions of its tuning epoch (a close call timed since,
-        # a tuning cache changed: kscupy.tuning.expire_prepared_runs)
-        valid_for = (self._generations(), tuning.epoch)
-        found = self._plans.get(key)
-        if found is None or found[0] != valid_for:
-            fused = backend == backends.FUSED       # the segment kernel, fewest launches
-            found = self._plans[key] = (valid_for, planner.plan(
-                self, layout, dtype, max(batch, 1), fuse="always" if fused else "auto",
-                rows=not fused))
-        return found[1]
+        plans = None if self._prepared is None else self._prepared.plans
+        return engine.plan(self._target, layout, dtype, batch, plans)
 
     # -- ecosystem protocols (see KSOperator): pickling, copies and moves, scalars ---------
     def __reduce__(self):

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import numpy
 
-from . import _arrays, _reference, backends, dispatch, memory
-from .factor import Factor
-from .kernels import ks_direct
-from .operator import KSOperator
-from .pattern import KSPattern
+from .. import engine
+from ..core import arrays, memory, reference
+from ..core.factor import Factor
+from ..core.pattern import KSPattern
+from ..engine import registry
+from .base import KSOperator
 
 __all__ = ["KSMatrix"]
 
@@ -46,7 +47,7 @@ class KSMatrix(KSOperator):
     values are kept for the next product; :meth:`clear_cache` releases them). NumPy and CuPy
     operands must not be mixed (TypeError). ``T``, ``H`` and ``conj()`` return views that
     share the stored values. Below this class, every layer sees the matrix through its
-    :attr:`factor` (:class:`kscupy.factor.Factor`).
+    :attr:`factor` (:class:`kscupy.core.factor.Factor`).
 
     Examples
     --------
@@ -58,16 +59,16 @@ class KSMatrix(KSOperator):
     """
 
     def __init__(self, values, structure=None, *, xp=None):
-        source = _arrays.array_module(values)
+        source = arrays.array_module(values)
         if xp is None:
             xp = source
-        _arrays.check_module(xp)
-        _arrays.check_dtype(values.dtype)
+        arrays.check_module(xp)
+        arrays.check_dtype(values.dtype)
         if values.ndim != 4:
             raise ValueError("KSMatrix(values) takes canonical values of shape (a, b, c, d), "
                              f"got an array of shape {values.shape}")
         pattern = KSPattern.of(values.shape)   # also rejects empty axes
-        with _arrays.device_of(values):        # tiled (and checked) where the values are
+        with arrays.device_of(values):        # tiled (and checked) where the values are
             tiles = source.ascontiguousarray(values.transpose(0, 3, 1, 2))
         factor = Factor.of_blocks(tiles, pattern, declared=structure)
         if structure is not None and factor.structure is None:
@@ -78,13 +79,11 @@ class KSMatrix(KSOperator):
         self._factor = factor
         self._xp = xp
         if xp is not numpy:
-            # what auto runs while the kernel it chooses compiles (kernels/nvrtc.py), started
-            # now so that the first product rarely waits for it either
-            ks_direct.compile_ahead(factor.dtype, factor.tiles.device.id)
+            engine.compile_ahead(factor)
 
     @classmethod
     def of_factor(cls, factor: Factor) -> "KSMatrix":
-        """The matrix a :class:`~kscupy.factor.Factor` describes (shares its storage)."""
+        """The matrix a :class:`~kscupy.core.factor.Factor` describes (shares its storage)."""
         obj = cls.__new__(cls)
         obj._factor = factor
         obj._xp = factor.xp
@@ -100,8 +99,8 @@ class KSMatrix(KSOperator):
         (the same seed gives the same matrix on the CPU and the GPU).
         """
         pattern = KSPattern.of(pattern)
-        dtype = _arrays.check_dtype(dtype)
-        _arrays.check_module(xp)
+        dtype = arrays.check_dtype(dtype)
+        arrays.check_module(xp)
         # drawn on the host, where the same seed gives the same values for either module
         memory.check_fits_with_host(pattern.nnz * dtype.itemsize,    # stored tiles
                                     3 * pattern.nnz * dtype.itemsize,   # draws, sum, tiles
@@ -124,8 +123,8 @@ class KSMatrix(KSOperator):
         is not ``pattern.shape``, TypeError on an unsupported dtype.
         """
         pattern = KSPattern.of(pattern)
-        xp = _arrays.array_module(D)
-        _arrays.check_dtype(D.dtype)
+        xp = arrays.array_module(D)
+        arrays.check_dtype(D.dtype)
         if D.shape != pattern.shape:
             raise ValueError(f"dense matrix of shape {D.shape} does not match pattern "
                              f"{tuple(pattern)}, whose shape is {pattern.shape}")
@@ -157,7 +156,7 @@ class KSMatrix(KSOperator):
     @property
     def structure(self):
         """The structure the stored values were declared to have
-        (:class:`kscupy.structure.DFTStage`), when they still have it, else None.
+        (:class:`kscupy.DFTStage`), when they still have it, else None.
 
         Declared with ``KSMatrix(values, structure=...)`` (the DFT and Hadamard factories
         do), checked then and again after every write of the values; kernels may compute
@@ -169,7 +168,7 @@ class KSMatrix(KSOperator):
     def blocks(self):
         """The ``(a, d, b, c)`` array of dense group blocks of this matrix, not writable: a
         read-only view on NumPy, a copy on CuPy (see :attr:`values`)."""
-        return _arrays.read_only(self._factor.blocks)
+        return arrays.read_only(self._factor.blocks)
 
     @property
     def values(self):
@@ -185,13 +184,13 @@ class KSMatrix(KSOperator):
 
             w = K.values.copy(); w[0, 1, 2, 0] = 5.0; K.values = w
         """
-        return _arrays.read_only(self._canonical_values())
+        return arrays.read_only(self._canonical_values())
 
     @values.setter
     def values(self, w):
-        if _arrays.array_module(w) is not self._xp:
+        if arrays.array_module(w) is not self._xp:
             raise TypeError(f"new values must be a {self._xp.__name__} array like the matrix's, "
-                            f"got a {_arrays.array_module(w).__name__} array")
+                            f"got a {arrays.array_module(w).__name__} array")
         if w.shape != tuple(self.pattern):
             raise ValueError(f"new values must have the shape {tuple(self.pattern)} of the "
                              f"pattern, got {w.shape}")
@@ -232,7 +231,7 @@ class KSMatrix(KSOperator):
 
     def dense_cached(self):
         """The dense matrix, formed once and kept (shared with this matrix's T/H views) when
-        it takes at most :data:`kscupy.factor.DENSE_CACHE_BYTES`; formed anew otherwise.
+        it takes at most :data:`kscupy.core.factor.DENSE_CACHE_BYTES`; formed anew otherwise.
 
         The ``dense`` backend (which ``auto`` picks on the GPU for small, nearly dense
         factors where cuBLAS on the dense matrix beats both KS algorithms) uses it;
@@ -248,7 +247,7 @@ class KSMatrix(KSOperator):
 
     def tocsr(self):
         """The matrix in CSR format (``scipy.sparse`` or ``cupyx.scipy.sparse``)."""
-        return _reference.tocsr(self._factor.blocks, self._xp)
+        return reference.tocsr(self._factor.blocks, self._xp)
 
     def __repr__(self) -> str:
         f = self._factor
@@ -263,17 +262,14 @@ class KSMatrix(KSOperator):
     # -- multiplication --------------------------------------------------------------------
     @staticmethod
     def backends() -> tuple:
-        """Backend names :meth:`matmul` accepts (see :mod:`kscupy.backends`)."""
-        return backends.names()
+        """Backend names :meth:`matmul` accepts (see :mod:`kscupy.engine.registry`)."""
+        return registry.names()
 
     def _prepare_apply(self, X, layout, backend):
-        return dispatch.prepare(self._factor, X, layout, backend)
+        return engine.prepare(self._factor, X, layout, backend)
 
-    def _prepared_runs(self):
-        # in the cache shared with the views, so a write of the values (which invalidates
-        # it) also drops the runs, which hold the converted copies and dense matrices
-        f = self._factor
-        return f.cache.setdefault(("prepared runs", f.transposed, f.conjugated), {})
+    def _runs(self):
+        return None if self._xp is numpy else engine.runs_of(self._factor)
 
     # -- ecosystem protocols (see KSOperator): pickling, copies and moves, scalars, sums ------
     @property
@@ -286,7 +282,7 @@ class KSMatrix(KSOperator):
         """Canonical values of the stored matrix this one is a view of: ``K`` equals
         ``KSMatrix(K.stored_values())`` viewed by :attr:`view_flags`. Not writable, like
         :attr:`values`."""
-        return _arrays.read_only(self._stored_values())
+        return arrays.read_only(self._stored_values())
 
     def _stored_values(self):
         return self._factor.tiles.transpose(0, 2, 3, 1)
@@ -308,7 +304,7 @@ class KSMatrix(KSOperator):
                                  self.structure)
 
     def _scaled(self, alpha, divide):
-        values = self._canonical_values().astype(_arrays.result_dtype(self.dtype, alpha))
+        values = self._canonical_values().astype(arrays.result_dtype(self.dtype, alpha))
         return KSMatrix(values / alpha if divide else values * alpha)
 
     def _added(self, other, sign):
@@ -321,6 +317,6 @@ class KSMatrix(KSOperator):
             raise ValueError(f"cannot add KS matrices of different patterns "
                              f"{tuple(self.pattern)} and {tuple(other.pattern)}: the sum is "
                              f"not KS")
-        values = self._canonical_values().astype(_arrays.result_dtype(self.dtype, other.dtype))
+        values = self._canonical_values().astype(arrays.result_dtype(self.dtype, other.dtype))
         theirs = other._canonical_values()
         return KSMatrix(values + theirs if sign > 0 else values - theirs)

@@ -1,7 +1,7 @@
 """KSRealPart: the real matrix ``Re(W)`` of a complex KS operator ``W``, applied linearly.
 
 The DCT and DST are real matrices that are the real part of a complex DFT chain with a
-permutation and a diagonal folded in (Makhoul's method, :mod:`kscupy.dct`). ``x -> Re(W x)``
+permutation and a diagonal folded in (Makhoul's method, :mod:`kscupy.transforms.dct`). ``x -> Re(W x)``
 is that real matrix only on real inputs, and it is not linear over complex inputs
 (``Re(W (i x)) != i Re(W x)``). This operator applies the real matrix ``Re(W)`` itself:
 ``Re(W) X = Re(W Re X) + i Re(W Im X)``, so it is linear, its transpose is ``Re(W^T)`` and,
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy
 
-from .operator import KSOperator
+from .base import KSOperator
 
 __all__ = ["KSRealPart"]
 

@@ -2,7 +2,7 @@
 
 Some operators are not a chain of KS factors of their own size but the top-left block of a
 larger chain: Bluestein's DFT of a prime size ``n`` is the leading ``n x n`` block of an
-``m x m`` chain (``m`` a power of two, see :mod:`kscupy.fourier`). Zero-padding ``n -> m``
+``m x m`` chain (``m`` a power of two, see :mod:`kscupy.transforms.fourier`). Zero-padding ``n -> m``
 with ``gcd(m, n) = 1`` is not a cheap KS factor (only the dense pattern ``(1, m, n, 1)``
 holds it), so the padding and the cropping are done by slicing around the chain.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy
 
 from .chain import KSChain
-from .operator import KSOperator
+from .base import KSOperator
 
 __all__ = ["KSSubmatrix"]
 
@@ -25,7 +25,7 @@ class KSSubmatrix(KSOperator):
     Shapes and layouts are those of :class:`KSChain`: ``S @ X`` with ``X`` of shape ``(N,)`` or
     ``(N, B)`` (batch-size-last), ``X @ S.T`` with ``X`` of shape ``(B, N)`` (batch-size-first),
     ``Z @ S`` with ``Z`` of shape ``(B, M)``; ``backend`` is handed to the chain (so on the GPU
-    ``"auto"`` and ``"fused"`` follow the chain's plan). ``T`` and ``H`` are the leading
+    ``"auto"`` follows the chain's plan). ``T`` and ``H`` are the leading
     blocks of ``C.T`` and ``C.H``; ``todense()``, :func:`kscupy.aslinearoperator` work.
     Products with other KS operators do not form chains (TypeError): apply them in turn.
 

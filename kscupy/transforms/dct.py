@@ -6,7 +6,7 @@ decreasing order)``, the DCT-II is (Makhoul, 1980, any ``n``)
     ``A x = Re(diag(2 e) F_n P x)``,  ``e_k = exp(-i pi k / (2n))``,  ``A[k, j] = 2 cos(pi k (2j+1) / (2n))``
 
 so the real matrix ``A`` is ``Re(W)`` for the complex operator ``W = diag(2e) F_n P``: a DFT
-operator with a row scaling and an input gather folded in (:func:`kscupy.fourier.framed_dft`:
+operator with a row scaling and an input gather folded in (:func:`kscupy.transforms.fourier.framed_dft`:
 a chain ``K_1 ... K_L`` for smooth ``n``, Bluestein's leading block otherwise).
 
 Why a real-part operator and not one complex chain: ``x -> Re(W x)`` is linear only over the
@@ -52,10 +52,10 @@ from __future__ import annotations
 
 import numpy
 
-from . import _arrays
+from ..core import arrays
 from .fourier import framed_dft
-from .realpart import KSRealPart
-from .submatrix import KSSubmatrix
+from ..operators.realpart import KSRealPart
+from ..operators.submatrix import KSSubmatrix
 
 __all__ = ["dct", "dst"]
 
@@ -64,17 +64,17 @@ _COMPLEX_OF = {numpy.dtype(numpy.float32): numpy.complex64,
 
 
 def _checked(n, type, norm, dtype, xp):
-    from .transforms import _check_size
+    from .factories import _check_size
     n = _check_size("n", n)
     if isinstance(type, bool) or type not in (1, 2, 3, 4):
         raise ValueError(f"type must be 1, 2, 3 or 4, got {type!r}")
     if norm not in (None, "backward", "ortho"):
         raise ValueError(f'norm must be None, "backward" or "ortho", got {norm!r}')
-    dtype = _arrays.check_dtype(dtype)
+    dtype = arrays.check_dtype(dtype)
     if dtype.kind != "f":
         raise TypeError(f"the DCT and DST are real matrices: dtype must be float32 or float64, "
                         f"got {dtype}")
-    _arrays.check_module(xp)
+    arrays.check_module(xp)
     return n, dtype
 
 

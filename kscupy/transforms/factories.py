@@ -4,7 +4,7 @@
 factory                       factors (a, b, c, d), left to right
 ============================  ===============================================================
 ``dft(n)``, ``idft(n)``       ``(r1...r_{l-1}, r_l, r_l, n / (r1...r_l))`` for ``n = r1...rL``;
-                              a prime factor > ``max_radix``: Bluestein (:mod:`kscupy.fourier`)
+                              a prime factor > ``max_radix``: Bluestein (:mod:`kscupy.transforms.fourier`)
 ``hadamard(2**L)``            ``(2**(l-1), 2, 2, 2**(L-l))``
 ``butterfly(2**L)``           ``(2**(l-1), 2, 2, 2**(L-l))`` (random values)
 ``block_butterfly(2**L*t)``   ``(2**(l-1), 2t, 2t, 2**(L-l))``
@@ -18,7 +18,7 @@ structured layers and the fastest GPU path; exact transforms (``dft``, ``idft``:
 complex128, ``hadamard``: float64) default to double precision, what ``numpy.fft`` and
 ``scipy.linalg.hadamard`` return, so results compare one to one. Every factory takes
 ``dtype=``. Factories raise MemoryError, with the figures, when the values cannot fit in
-the memory of ``xp`` (see :mod:`kscupy.memory`).
+the memory of ``xp`` (see :mod:`kscupy.core.memory`).
 """
 from __future__ import annotations
 
@@ -26,12 +26,12 @@ import math
 
 import numpy
 
-from . import _arrays, memory
-from .chain import KSChain
+from ..core import arrays, memory
+from ..operators.chain import KSChain
 from .fourier import dft_scale, framed_dft, mixed_radix_dft, needs_bluestein, prime_factors
-from .matrix import KSMatrix
-from .pattern import KSPattern
-from .structure import DFTStage
+from ..operators.matrix import KSMatrix
+from ..core.pattern import KSPattern
+from ..core.structure import DFTStage
 
 __all__ = ["dft", "idft", "hadamard", "butterfly", "block_butterfly", "monarch", "low_rank",
            "choose_pattern", "radix_factors"]
@@ -84,7 +84,7 @@ def dft(n: int, dtype=numpy.complex128, norm=None, xp=numpy, *, inverse=False, m
     mixed-radix chain; for them ``dft`` returns Bluestein's chirp-z algorithm, a
     :class:`~kscupy.KSSubmatrix`: the leading ``n x n`` block of one ``m x m`` chain of
     ``2 log2 m`` radix-2 factors (``m`` the power of two ``>= 2n - 1``), with the chirps and the
-    convolution filter folded into its factors (see :mod:`kscupy.fourier`). It has the same
+    convolution filter folded into its factors (see :mod:`kscupy.transforms.fourier`). It has the same
     interface (both layouts, vectors, ``T``, ``H``, ``todense``, ``aslinearoperator``) and runs
     through the same planner and kernels; it is not a ``KSChain`` (no ``.factors``; it does not
     compose with ``@`` into longer chains).
@@ -110,11 +110,11 @@ def dft(n: int, dtype=numpy.complex128, norm=None, xp=numpy, *, inverse=False, m
     'KSChain'
     """
     n = _check_size("n", n)
-    dtype = _arrays.check_dtype(dtype)
+    dtype = arrays.check_dtype(dtype)
     if dtype.kind != "c":
         raise TypeError(f"a DFT chain needs a complex dtype (complex64 or complex128), got {dtype}")
     scale = dft_scale(n, norm, inverse)
-    _arrays.check_module(xp)
+    arrays.check_module(xp)
     if needs_bluestein(n, max_radix):
         return framed_dft(n, dtype=dtype, norm=norm, xp=xp, inverse=inverse, max_radix=max_radix)
     return mixed_radix_dft(n, dtype, scale, inverse, xp)
@@ -137,8 +137,8 @@ def _check_chain_fits(patterns, dtype, xp, temporaries):
 
 
 def _factor_chain(patterns, values_of, dtype, xp, structure=None):
-    dtype = _arrays.check_dtype(dtype)
-    _arrays.check_module(xp)
+    dtype = arrays.check_dtype(dtype)
+    arrays.check_module(xp)
     _check_chain_fits(patterns, dtype, xp, temporaries=1)
     return KSChain([KSMatrix(numpy.asarray(values_of(i, KSPattern(*p)), dtype=dtype), structure,
                              xp=xp)
@@ -165,8 +165,8 @@ def hadamard(n: int, normalized=False, dtype=numpy.float64, xp=numpy):
 def _random_chain(patterns, dtype, xp, seed):
     rng = numpy.random.default_rng(seed)
     seeds = rng.integers(0, 2**63, size=len(patterns))
-    _arrays.check_module(xp)
-    _check_chain_fits(patterns, _arrays.check_dtype(dtype), xp, temporaries=3)
+    arrays.check_module(xp)
+    _check_chain_fits(patterns, arrays.check_dtype(dtype), xp, temporaries=3)
     return KSChain([KSMatrix.random(p, dtype=dtype, xp=xp, seed=int(s)) for p, s in zip(patterns, seeds)])
 
 

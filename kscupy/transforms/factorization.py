@@ -45,10 +45,10 @@ checks the bound against an independent per-block SVD oracle.
 """
 from __future__ import annotations
 
-from . import _arrays
-from .chain import KSChain
-from .matrix import KSMatrix
-from .pattern import KSPattern
+from ..core import arrays
+from ..operators.chain import KSChain
+from ..operators.matrix import KSMatrix
+from ..core.pattern import KSPattern
 
 __all__ = ["factorize", "product_pattern"]
 
@@ -75,7 +75,7 @@ def product_pattern(left, right) -> KSPattern:
 
     Examples
     --------
-    >>> from kscupy.factorization import product_pattern
+    >>> from kscupy.transforms.factorization import product_pattern
     >>> product_pattern((1, 2, 2, 4), (2, 4, 4, 1))      # butterfly stages merge
     KSPattern(a=1, b=8, c=8, d=1)
     """
@@ -161,8 +161,8 @@ def factorize(D, patterns) -> KSChain:
     >>> C.patterns[0], bool(np.allclose(C.todense(), H))
     (KSPattern(a=1, b=2, c=2, d=8), True)
     """
-    xp = _arrays.array_module(D)
-    _arrays.check_dtype(D.dtype)
+    xp = arrays.array_module(D)
+    arrays.check_dtype(D.dtype)
     if D.ndim != 2:
         raise ValueError(f"factorize needs a 2-D matrix, got shape {D.shape}")
     if isinstance(patterns, str):

@@ -30,12 +30,12 @@ import math
 
 import numpy
 
-from . import _arrays, memory
-from .chain import KSChain
-from .matrix import KSMatrix
-from .shuffle import perfect_shuffle
-from .structure import DFTStage
-from .submatrix import KSSubmatrix
+from ..core import arrays, memory
+from ..operators.chain import KSChain
+from ..operators.matrix import KSMatrix
+from ..core.shuffle import perfect_shuffle
+from ..core.structure import DFTStage
+from ..operators.submatrix import KSSubmatrix
 
 __all__ = ["framed_dft", "mixed_radix_dft", "dft_scale", "bluestein_length", "needs_bluestein",
            "prime_factors", "largest_prime_factor"]
@@ -99,7 +99,7 @@ def mixed_radix_dft(n: int, dtype, scale: float, inverse: bool, xp) -> KSChain:
     factors, perm, a = [], numpy.arange(n), 1
     for level, r in enumerate(radices):
         d = n // (a * r)
-        # a size-r DFT with the twiddles folded in (the values of kscupy.structure.DFTStage,
+        # a size-r DFT with the twiddles folded in (the values of kscupy.core.structure.DFTStage,
         # declared so that kernels may compute the stage instead of loading it); the
         # normalisation goes on the first-applied factor
         stage = DFTStage(int(sign), True, scale if level == len(radices) - 1 else 1.0)
@@ -175,7 +175,7 @@ def framed_dft(n, *, row_scale=None, col_scale=None, input_gather=None, output_g
     every prime factor of ``n`` is at most ``max_radix``, else (Bluestein) a
     :class:`KSSubmatrix` of an ``m x m`` chain, ``m = bluestein_length(n)``. Shapes: ``(n, n)``.
     """
-    dtype = _arrays.check_dtype(dtype)
+    dtype = arrays.check_dtype(dtype)
     scale = dft_scale(n, norm, inverse)
     if needs_bluestein(n, max_radix):                  # before any length-n array
         _check_bluestein_fits(n, bluestein_length(n), dtype, xp, max_radix)

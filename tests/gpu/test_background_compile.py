@@ -22,9 +22,9 @@ if not gpu_available():
     pytest.skip("needs CuPy and a CUDA device", allow_module_level=True)
 
 import cupy  # noqa: E402
-from kscupy import costs, tuning  # noqa: E402
+from kscupy.engine import decide, execute, steps  # noqa: E402
 from kscupy.kernels import nvrtc  # noqa: E402
-from kscupy.problem import problem_of  # noqa: E402
+from kscupy.core.problem import problem_of  # noqa: E402
 from test_kernel import check, oracle  # noqa: E402
 
 #: A pattern and batch that auto runs on a kernel in both layouts (B = 64: the tensor-core
@@ -67,7 +67,7 @@ def test_direct_kernel_answers_until_the_chosen_one_is_compiled(poisoned, gate, 
     K = ks.KSMatrix.random(PATTERN, dtype=dtype, xp=cupy, seed=3)
     M, N = K.shape
     X = cupy.asarray(random_array(rng, (N, BATCH) if layout == "bsl" else (BATCH, N), dtype))
-    choice = tuning.choose(problem_of(K.factor, X, layout))
+    choice = decide.choose(problem_of(K.factor, X, layout))
     assert choice.backend in CHOSEN_FILES, choice
     ref = oracle(K.values, X, layout)
     for _ in range(2):                    # the first call, and one while it still compiles
@@ -100,11 +100,12 @@ def test_a_chain_runs_factor_by_factor_until_its_plan_is_compiled(poisoned, gate
 
 def test_a_long_direct_call_waits_for_the_kernel(poisoned, gate, rng, monkeypatch):
     """Where the model prices the direct kernel above DIRECT_MAX_SECONDS, auto waits."""
-    monkeypatch.setattr(costs, "DIRECT_MAX_SECONDS", 0.0)
+    monkeypatch.setattr(execute, "DIRECT_MAX_SECONDS", 0.0)
     K = ks.KSMatrix.random(PATTERN, dtype=numpy.float32, xp=cupy, seed=4)
     X = cupy.asarray(random_array(rng, (K.shape[1], BATCH), numpy.float32))
     check(K @ X, oracle(K.values, X, "bsl"), numpy.float32)
-    assert _files_loaded() == {"ks_mma.cu"}, _files_loaded()
+    chosen = decide.choose(problem_of(K.factor, X, "bsl")).backend
+    assert _files_loaded() == CHOSEN_FILES[chosen], (chosen, _files_loaded())
     # (the KSMatrix asked for the direct kernel ahead; nothing else went to the background)
     assert {key[0] for key in nvrtc._pending} <= {"ks_direct.cu"}
 
@@ -136,10 +137,9 @@ def test_fresh_processes_answer_and_exit_cleanly(tmp_path):
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
 @pytest.mark.parametrize("B", [1, 3, 1000])
 def test_direct_plan_folds_the_chain_permutations(poisoned, rng, dtype, layout, B):
-    """planner.direct_plan: the chain's input gather in the first factor's reads, its output
+    """steps.direct_plan: the chain's input gather in the first factor's reads, its output
     gather (as a scatter) in the last factor's writes, against the chain's float64 oracle."""
     from conftest import chain_oracle, gpu_chain
-    from kscupy import planner
     patterns = [(2, 3, 5, 4), (1, 10, 6, 4), (3, 4, 2, 2)]      # 24 x 40, 40 x 24, 24 x 12
     n_out, n_in = 24, 12
     perms = {"output_permutation": cupy.asarray(rng.permutation(n_out)),
@@ -147,7 +147,7 @@ def test_direct_plan_folds_the_chain_permutations(poisoned, rng, dtype, layout, 
     for given in ({}, perms, {"input_permutation": perms["input_permutation"]}):
         chain = gpu_chain(patterns, dtype, seed=7, **given)
         X = cupy.asarray(random_array(rng, (n_in, B) if layout == "bsl" else (B, n_in), dtype))
-        Y = planner.direct_plan(chain).prepare(X, layout)(X)
+        Y = steps.direct_plan(chain.factor_chain).prepare(X, layout)(X)
         D = chain_oracle(chain)
         ref = D @ cupy.asnumpy(X) if layout == "bsl" else cupy.asnumpy(X) @ D.T
         err = numpy.linalg.norm(cupy.asnumpy(Y) - ref) / numpy.linalg.norm(ref)

@@ -22,15 +22,24 @@ from conftest import (DTYPES, RTOL, chain_oracle, gpu_available, gpu_chain, rand
                       rel_err)
 from kscupy.kernels import ks_rows
 from kscupy.kernels.ks_rows import make_row_segment
-from kscupy.shuffle import inverse_permutation
+from kscupy.core.shuffle import inverse_permutation
 
 pytestmark = pytest.mark.gpu
 if not gpu_available():
     pytest.skip("needs CuPy and a CUDA device", allow_module_level=True)
 
 import cupy  # noqa: E402
+from kscupy.core import device as devices  # noqa: E402
 
-if ks_rows.cluster_limit() < 2:
+
+def _cluster_limit():
+    """Most blocks of a cluster a tile may take on the current GPU: the device's
+    ``max_cluster`` (16 on Hopper, the portable 8 on later GPUs, 1 before Hopper), at most
+    ks_rows.MAX_CLUSTER (what make_row_segment allows by default)."""
+    return min(ks_rows.MAX_CLUSTER, devices.current().max_cluster)
+
+
+if _cluster_limit() < 2:
     pytest.skip("thread-block clusters need a Hopper GPU (sm_90) or later",
                 allow_module_level=True)
 
@@ -63,7 +72,7 @@ def _clustered(chain, dtype, batch):
     lo, hi = seg.first_pass_bits
     out = []
     cluster = 2
-    while cluster <= ks_rows.cluster_limit():
+    while cluster <= _cluster_limit():
         lcs = cluster.bit_length() - 1
         for last in range(lcs):
             for shift in range(lo, hi - (lcs - last) + 1):
@@ -174,7 +183,7 @@ def test_long_vectors_take_clusters(poisoned, rng, n, dtype):
     assert seg.cluster > 1 and seg.rows * numpy.dtype(dtype).itemsize >= ks_rows.BSL_RUN, \
         seg.describe()
     if n == 8192:      # 16 blocks: a cluster size the kernel must be allowed (Hopper)
-        assert seg.cluster == 16 == ks_rows.cluster_limit()
+        assert seg.cluster == 16 == _cluster_limit()
     X = random_array(rng, (n, B), dtype)
     assert rel_err(seg(cupy.asarray(X), "bsl"), ref_m @ X) < 1e-5
     assert rel_err(H.matmul(cupy.asarray(X), layout="bsl"), ref_m @ X) < 1e-5
@@ -198,7 +207,7 @@ def test_sanitizer_subset_cluster(poisoned, rng, dtype):
     # the configuration's largest cluster (16 blocks on Hopper), a ragged tile
     H = ks.hadamard(8192, dtype=dtype, xp=cupy)
     seg = make_row_segment(_factors(H, numpy.dtype(dtype)), numpy.dtype(dtype), "bsl", 37)
-    assert seg.cluster == ks_rows.cluster_limit(), seg.describe()
+    assert seg.cluster == _cluster_limit(), seg.describe()
     X = random_array(rng, (8192, 37), dtype)
     ref = scipy.linalg.hadamard(8192).astype(numpy.float64) @ X
     assert rel_err(seg(cupy.asarray(X), "bsl"), ref) < 1e-5
@@ -219,7 +228,7 @@ def _clustered_bsf(chain, dtype, batch):
     assert seg is not None and seg.cluster == 1
     out = []
     cluster = 2
-    while cluster <= ks_rows.cluster_limit():
+    while cluster <= _cluster_limit():
         shift = seg.n.bit_length() - cluster.bit_length()
         if ks_rows._cluster_fits("bsf", seg.n, cluster, seg.pass_bits, shift):
             out.append((cluster, dataclasses.replace(seg, cluster=cluster, rank_shift=shift)))

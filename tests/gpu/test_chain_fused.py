@@ -4,7 +4,10 @@ Oracles: a product of dense float64 factors built from the canonical values by t
 definition (conftest.dense_oracle), numpy.fft for DFT chains and scipy.linalg.hadamard for
 Hadamard chains; none of them runs kscupy code. Every test also checks that the plan it
 exercises really contains a fused segment, so a planner that silently fell back to
-per-factor application would fail here. Outputs are NaN-poisoned (``poisoned`` fixture).
+per-factor application would fail here. The fused plans are built with
+``planner.plan(C.factor_chain, ..., fuse="always", rows=False)`` (the segment kernel, fewest
+launches) and run prepared for their operand. Outputs are NaN-poisoned (``poisoned``
+fixture).
 """
 import numpy
 import pytest
@@ -13,7 +16,7 @@ import scipy.linalg
 import kscupy as ks
 from conftest import (DTYPES, RTOL, chain_oracle, gpu_available, gpu_chain, random_array,
                       rel_err)
-from kscupy import planner
+from kscupy.engine import planner
 from kscupy.kernels import ks_chain, ks_rows
 from kscupy.kernels.ks_chain import FusedSegment
 
@@ -39,13 +42,30 @@ CHAINS = {
 }
 
 
-def _fused_steps(chain, layout, dtype, batch, backend):
-    plan = chain.plan(layout, dtype, batch, backend)
-    return [s for s in plan.steps if isinstance(s, FusedSegment)]
+def _fused_plan(chain, layout, dtype, batch):
+    """The chain's plan on the shared-memory segment kernel with the fewest launches (no
+    whole-vector segments: those are test_chain_rows.py's)."""
+    return planner.plan(chain.factor_chain, layout, numpy.dtype(dtype), max(batch, 1),
+                        fuse="always", rows=False)
 
 
-def _check(chain, X, layout, backend, ref, dtype):
-    Y = chain.matmul(X, layout=layout, backend=backend)
+def _fused(chain, X, layout):
+    """The chain's product through :func:`_fused_plan` for X's dtype and batch, prepared for
+    X and run on it. The plan is held while its run runs: a segment's kernel reads its
+    factors (merged ones too, which only the plan holds) by the addresses in its meta table,
+    which the prepared run does not keep alive."""
+    batch = X.shape[1] if layout == "bsl" else X.shape[0]
+    plan = _fused_plan(chain, layout, X.dtype, batch)
+    return plan.prepare(X, layout)(X)
+
+
+def _fused_steps(chain, layout, dtype, batch):
+    return [s for s in _fused_plan(chain, layout, dtype, batch).steps
+            if isinstance(s, FusedSegment)]
+
+
+def _check(chain, X, layout, ref, dtype):
+    Y = _fused(chain, X, layout)
     tol = 20 * RTOL[numpy.dtype(dtype)] * len(chain)
     assert Y.dtype == dtype and rel_err(Y, ref) < tol
 
@@ -57,18 +77,18 @@ def test_fused_chain_against_oracle(poisoned, rng, name, dtype, layout):
     chain = gpu_chain(CHAINS[name], dtype, seed=len(name))
     D = chain_oracle(chain)
     N = chain.shape[1]
-    assert _fused_steps(chain, layout, numpy.dtype(dtype), 1000, "fused"), "nothing was fused"
+    assert _fused_steps(chain, layout, numpy.dtype(dtype), 1000), "nothing was fused"
     for B in BATCHES:
         if B * N > 2**22:
             B = 2**22 // N + 1                      # keep the oracle cheap; still a tail tile
         X = random_array(rng, (N, B) if layout == "bsl" else (B, N), dtype)
         ref = D @ X if layout == "bsl" else X @ D.T
         Xd = cupy.asarray(X)
-        _check(chain, Xd, layout, "fused", ref, dtype)
+        _check(chain, Xd, layout, ref, dtype)
         # without merging: every original factor is a stage of the fused kernel (rows=False:
         # the whole-vector kernel, tested in test_chain_rows.py, would take small chains)
-        unmerged = planner.plan(chain, layout, numpy.dtype(dtype), B, fuse="always", merge=False,
-                                rows=False)
+        unmerged = planner.plan(chain.factor_chain, layout, numpy.dtype(dtype), B, fuse="always",
+                                merge=False, rows=False)
         assert any(isinstance(s, FusedSegment) for s in unmerged.steps)
         assert rel_err(unmerged(Xd, layout), ref) < 20 * RTOL[numpy.dtype(dtype)] * len(chain)
         # per-factor path: an independent route through the same factors
@@ -84,10 +104,10 @@ def test_fused_views(poisoned, rng, dtype, view):
     chain = chain() if view == "conj" else chain
     D = chain_oracle(chain)
     for layout in ("bsl", "bsf"):
-        assert _fused_steps(chain, layout, numpy.dtype(dtype), 1000, "fused")
+        assert _fused_steps(chain, layout, numpy.dtype(dtype), 1000)
         X = random_array(rng, (D.shape[1], 1000) if layout == "bsl" else (1000, D.shape[1]), dtype)
         ref = D @ X if layout == "bsl" else X @ D.T
-        _check(chain, cupy.asarray(X), layout, "fused", ref, dtype)
+        _check(chain, cupy.asarray(X), layout, ref, dtype)
 
 
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
@@ -98,14 +118,14 @@ def test_permutations_folded(poisoned, rng, layout):
     N = base.shape[1]
     chain = ks.KSChain(base.factors, input_permutation=cupy.asarray(rng.permutation(N)),
                        output_permutation=cupy.asarray(rng.permutation(N)))
-    steps = chain.plan(layout, numpy.dtype(dtype), 1000, "fused").steps
+    steps = _fused_plan(chain, layout, numpy.dtype(dtype), 1000).steps
     assert isinstance(steps[0], FusedSegment) and steps[0].src is not None
     assert isinstance(steps[-1], FusedSegment) and steps[-1].dst is not None
     D = chain_oracle(chain)
     for B in BATCHES:
         X = random_array(rng, (N, B) if layout == "bsl" else (B, N), dtype)
         ref = D @ X if layout == "bsl" else X @ D.T
-        _check(chain, cupy.asarray(X), layout, "fused", ref, dtype)
+        _check(chain, cupy.asarray(X), layout, ref, dtype)
 
 
 @pytest.mark.parametrize("budget", [ks_chain.SMEM_BUDGET, 4 * 1024])
@@ -118,14 +138,15 @@ def test_dft_against_numpy_fft(poisoned, rng, monkeypatch, n, dtype, budget):
     monkeypatch.setattr(ks_chain, "SMEM_BUDGET", budget)
     F = ks.dft(n, dtype=dtype, xp=cupy)
     for layout, B in (("bsf", 3), ("bsf", 1000), ("bsl", 65537 if n <= 64 else 33)):
-        steps = _fused_steps(F, layout, numpy.dtype(dtype), B, "fused")
+        steps = _fused_steps(F, layout, numpy.dtype(dtype), B)
         if full_budget or n <= 64:
             assert steps
         X = random_array(rng, (B, n) if layout == "bsf" else (n, B), dtype)
         ref = numpy.fft.fft(X.astype(numpy.complex128), axis=1 if layout == "bsf" else 0)
+        Xd = cupy.asarray(X)
         for backend in ("fused", "auto"):
-            Y = F.matmul(cupy.asarray(X), layout=layout, backend=backend)
-            assert rel_err(Y, ref) < (2e-5 if dtype == numpy.complex64 else 1e-12)
+            Y = _fused(F, Xd, layout) if backend == "fused" else F.matmul(Xd, layout=layout)
+            assert rel_err(Y, ref) < (2e-5 if dtype == numpy.complex64 else 1e-12), backend
 
 
 def test_dft_plan_fuses_and_merges():
@@ -152,7 +173,7 @@ def test_hadamard_fused(poisoned, rng, n):
     for layout in ("bsl", "bsf"):
         X = random_array(rng, (n, 1000) if layout == "bsl" else (1000, n), numpy.float32)
         ref = ref_m @ X if layout == "bsl" else X @ ref_m.T
-        Y = H.matmul(cupy.asarray(X), layout=layout, backend="fused")
+        Y = _fused(H, cupy.asarray(X), layout)
         assert rel_err(Y, ref) < 1e-5
 
 
@@ -162,7 +183,7 @@ def test_fused_strided_operand(poisoned, rng):
     X = random_array(rng, (2 * 300, 3 * D.shape[1]), numpy.float32)
     Xv = cupy.asarray(X)[::2, ::3]                  # both strides > 1
     ref = X[::2, ::3] @ D.T
-    _check(chain, Xv, "bsf", "fused", ref, numpy.float32)
+    _check(chain, Xv, "bsf", ref, numpy.float32)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -176,4 +197,4 @@ def test_sanitizer_subset_chain(poisoned, rng, dtype):
         for layout in ("bsl", "bsf"):
             X = random_array(rng, (N, 37) if layout == "bsl" else (37, N), dtype)
             ref = D @ X if layout == "bsl" else X @ D.T
-            _check(chain, cupy.asarray(X), layout, "fused", ref, dtype)
+            _check(chain, cupy.asarray(X), layout, ref, dtype)

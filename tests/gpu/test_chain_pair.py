@@ -10,7 +10,8 @@ import pytest
 
 import kscupy as ks
 from conftest import RTOL, chain_oracle, gpu_available, gpu_chain, random_array, rel_err
-from kscupy import costs, planner
+from kscupy.engine import planner
+from kscupy.engine.costs import gpu as gpu_costs
 from kscupy.kernels import ks_pair
 
 pytestmark = pytest.mark.gpu
@@ -94,13 +95,13 @@ def test_planner_runs_a_pair(poisoned, rng, monkeypatch):
     """A chain whose plan holds a pair (the model's price of pairs made zero) gives the
     oracle's result through the plan's prepared run."""
     chain = gpu_chain(PAIRS[4], numpy.float32, seed=3)
-    monkeypatch.setattr(costs, "pair_seconds", lambda *args: 0.0)
+    monkeypatch.setattr(gpu_costs, "pair_seconds", lambda *args: 0.0)
     D = chain_oracle(chain)
     for layout in ("bsl", "bsf"):
         for B in (3, 4099):
             X = random_array(rng, (chain.shape[1], B) if layout == "bsl"
                              else (B, chain.shape[1]), numpy.float32)
-            plan = planner.plan(chain, layout, numpy.float32, B)
+            plan = planner.plan(chain.factor_chain, layout, numpy.float32, B)
             assert any(isinstance(s, ks_pair.PairSegment) for s in plan.steps), plan.describe()
             Y = plan.prepare(cupy.asarray(X), layout)(cupy.asarray(X))
             ref = D @ X if layout == "bsl" else X @ D.T

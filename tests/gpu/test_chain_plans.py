@@ -1,6 +1,6 @@
 """Plan steps that rewrite a chain, against float64 oracles on the GPU: a run of factors
-applied as its product (planner.ProductStep) and a plan run in the other layout between two
-transposes (planner.Relayout).
+applied as its product (steps.ProductStep) and a plan run in the other layout between two
+transposes (steps.Relayout).
 
 The oracle is the product of dense float64 factors built from the canonical values by the
 definition, with the chain's permutations as a column scatter and a row gather
@@ -8,12 +8,16 @@ definition, with the chain's permutations as a column scatter and a row gather
 the plan really holds the step, so a planner that stopped choosing it would fail here.
 Outputs are NaN-poisoned.
 """
+import dataclasses
+
 import numpy
 import pytest
 
 import kscupy as ks
 from conftest import DTYPES, RTOL, chain_oracle, gpu_available, gpu_chain, random_array, rel_err
-from kscupy import costs, planner
+from kscupy.core import device as devices
+from kscupy.engine import planner
+from kscupy.engine.steps import ProductStep, Relayout
 from kscupy.kernels import ks_rows
 
 pytestmark = pytest.mark.gpu
@@ -22,9 +26,9 @@ if not gpu_available():
 
 import cupy  # noqa: E402
 
-#: An H200's rates as costs.device_rates() gives them (132 SMs at 1.98 GHz, 4.8 TB/s)
-H200 = costs.DeviceRates(bandwidth=4.8e12, flops32=6.69e13, flops64=3.35e13, name="H200",
-                         cuda_runtime=13020, memory=150 * 2**30)
+#: An H200's facts as device.current() gives them (132 SMs at 1.98 GHz, 4.8 TB/s; clusters
+#: of up to 16 blocks)
+H200 = dataclasses.replace(devices.H200, name="H200", cuda_runtime=13020, memory=150 * 2**30)
 
 BATCHES = [1, 3, 1000, 65537]
 BOTTLENECK = [(2, 48, 192, 1), (1, 192, 48, 2)]       # 96 -> 384 -> 96: a 96 x 96 product
@@ -32,7 +36,7 @@ BOTTLENECK = [(2, 48, 192, 1), (1, 192, 48, 2)]       # 96 -> 384 -> 96: a 96 x 
 
 def _products(chain, layout, dtype, batch):
     return [s for s in chain.plan(layout, dtype, batch).steps
-            if isinstance(s, planner.ProductStep)]
+            if isinstance(s, ProductStep)]
 
 
 @pytest.mark.parametrize("permuted", [False, True])
@@ -53,7 +57,7 @@ def test_bottleneck_chain_as_its_product(poisoned, rng, dtype, layout, permuted)
         assert Y.dtype == dtype and rel_err(Y, ref) < tol, B
         if B == BATCHES[-1]:
             steps = chain.plan(layout, numpy.dtype(dtype), B).steps
-            assert len(steps) == 1 and isinstance(steps[0], planner.ProductStep), \
+            assert len(steps) == 1 and isinstance(steps[0], ProductStep), \
                 chain.plan(layout, numpy.dtype(dtype), B).describe()
 
 
@@ -84,8 +88,8 @@ def test_relayout_against_oracle(poisoned, rng, dtype, layout):
     D = chain_oracle(chain)
     tol = 20 * RTOL[numpy.dtype(dtype)] * len(chain)
     for B in BATCHES:
-        step = planner.Relayout(planner.plan(chain, other, numpy.dtype(dtype), B), other,
-                                chain.shape)
+        step = Relayout(planner.plan(chain.factor_chain, other, numpy.dtype(dtype), B), other,
+                        chain.shape)
         X = random_array(rng, (N, B) if layout == "bsl" else (B, N), dtype)
         ref = D @ X if layout == "bsl" else X @ D.T
         Y = step(cupy.asarray(X), layout)
@@ -96,25 +100,26 @@ def test_relayout_against_oracle(poisoned, rng, dtype, layout):
     assert rel_err(step(view, layout), ref) < tol
 
 
-def test_long_dft_in_batch_size_last_runs_batch_size_first(poisoned, rng, monkeypatch):
-    """DFT(16384), complex64, batch-size-last, planned for an H200's rates without
-    thread-block clusters (the plan tests/test_planner.py checks; on an H100's the model
-    prefers merged products): the plan transposes to the batch-size-first whole-vector
-    launch and back, and matches numpy.fft. With clusters the plan holds the vector on 16
-    blocks in batch-size-last instead (checked too)."""
+def test_long_dft_in_batch_size_last_runs_batch_size_first(poisoned, rng):
+    """DFT(16384), complex64, batch-size-last, planned for an H200's facts without
+    thread-block clusters (``max_cluster=1``; the plan tests/test_planner.py checks; on an
+    H100's the model prefers merged products): the plan transposes to the batch-size-first
+    whole-vector launch and back, and matches numpy.fft. With clusters the plan holds the
+    vector on 16 blocks in batch-size-last instead (checked too)."""
     n, B = 16384, 4096
     F = ks.dft(n, dtype=numpy.complex64, xp=cupy)
     X = cupy.asarray(random_array(rng, (n, B), numpy.complex64))
     cols = slice(0, B, 97)                   # a sample of columns keeps the oracle cheap
     ref = numpy.fft.fft(X[:, cols].get().astype(numpy.complex128), axis=0)
-    clustered = planner.plan(F, "bsl", numpy.dtype(numpy.complex64), B, rates=H200)
+    clustered = planner.plan(F.factor_chain, "bsl", numpy.dtype(numpy.complex64), B,
+                             device=H200)
     segs = [s for s in clustered.steps if isinstance(s, ks_rows.RowSegment)]
     assert len(segs) == 1 and segs[0].cluster == 16 and segs[0].layout == "bsl", \
         clustered.describe()
     assert rel_err(clustered.prepare(X, "bsl")(X)[:, cols], ref) < 2e-5
-    monkeypatch.setattr(ks_rows, "cluster_limit", lambda: 1)
-    plan = planner.plan(F, "bsl", numpy.dtype(numpy.complex64), B, rates=H200)
-    assert isinstance(plan.steps[0], planner.Relayout), plan.describe()
+    plan = planner.plan(F.factor_chain, "bsl", numpy.dtype(numpy.complex64), B,
+                        device=dataclasses.replace(H200, max_cluster=1))
+    assert isinstance(plan.steps[0], Relayout), plan.describe()
     assert plan.launches == 3
     Y = plan.prepare(X, "bsl")(X)
     assert rel_err(Y[:, cols], ref) < 2e-5

@@ -15,7 +15,7 @@ from conftest import (DTYPES, RTOL, chain_oracle, gpu_available, gpu_chain, rand
                       rel_err, to_numpy)
 from kscupy.kernels import ks_rows
 from kscupy.kernels.ks_rows import RowSegment, make_row_segment
-from kscupy.shuffle import inverse_permutation
+from kscupy.core.shuffle import inverse_permutation
 
 pytestmark = pytest.mark.gpu
 if not gpu_available():
@@ -194,7 +194,7 @@ def test_hadamard_rows(poisoned, rng, n):
         assert rel_err(H.matmul(cupy.asarray(X), layout=layout), ref) < 1e-5
 
 
-# -- computed stages (kscupy/structure.DFTStage): DFT and Hadamard factors from their
+# -- computed stages (kscupy/core/structure.DFTStage): DFT and Hadamard factors from their
 # structure; oracles from the definitions, W[k, j] = exp(-2 pi i k j / n) and scipy's hadamard
 def _dft_matrix(n, inverse=False, norm=None):
     k = numpy.arange(n)

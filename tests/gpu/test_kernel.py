@@ -244,40 +244,42 @@ def test_sanitizer_subset(poisoned, dtype, backend):
 
 def test_tune_and_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("KSCUPY_CACHE_DIR", str(tmp_path))
-    from kscupy import tuning
-    from kscupy.problem import problem_of
+    from kscupy.core.problem import problem_of
+    from kscupy.engine import decide
     K = ks.KSMatrix.random((4, 32, 32, 4), dtype=numpy.float32, xp=cupy, seed=2)
-    choice = tuning.tune(K, 4096, layout="bsl", progress=False, n_repeat=3)
+    choice = ks.tune(K, 4096, layout="bsl", progress=False, n_repeat=3)
     assert choice.backend in ("kernel", "kernel_bsl", "kernel_fma", "kernel_skinny", "bmm", "dense")
     assert (tmp_path / "tuning.json").exists()
     X = cupy.random.default_rng(1).standard_normal((K.shape[1], 4096), dtype=numpy.float32)
     problem = problem_of(K.factor, X, "bsl")
-    assert tuning.choose(problem) == choice
+    assert decide.choose(problem) == choice
     check(K @ X, oracle(K.values, X, "bsl"), numpy.float32)
 
 
 def test_auto_times_a_close_call(tmp_path, monkeypatch, poisoned):
     """Where the model cannot tell its two best backends apart on a product long enough to
     time, auto's first preparation times both on the operand and runs the faster; the
-    verdict is the process's choice for that problem from then on (tuning.prepare_chosen).
-    Every problem counts as a close call here."""
+    verdict is the process's choice for that problem from then on (decide.close_call and
+    decide.settle, driven by kscupy.engine.single.prepare). Every problem counts as a close
+    call here."""
     monkeypatch.setenv("KSCUPY_CACHE_DIR", str(tmp_path))   # an empty tuning cache
-    from kscupy import costs, tuning
-    from kscupy.problem import problem_of
-    monkeypatch.setattr(tuning, "GPU_CLOSE_CALL", float("inf"))
-    monkeypatch.setattr(tuning, "GPU_MEASURE_MIN_SECONDS", 0.0)
+    from kscupy.core import device as devices
+    from kscupy.core.problem import problem_of
+    from kscupy.engine import decide
+    monkeypatch.setattr(decide, "GPU_CLOSE_CALL", float("inf"))
+    monkeypatch.setattr(decide, "GPU_MEASURE_MIN_SECONDS", 0.0)
     rng = numpy.random.default_rng(11)
     K = ks.KSMatrix(cupy.asarray(_random(rng, (3, 32, 48, 2), numpy.float32)))
-    rates = costs.device_rates()
+    device = devices.current()
     for layout in ("bsl", "bsf"):
         M, N = K.shape
         X = cupy.asarray(_random(rng, (N, 777) if layout == "bsl" else (777, N), numpy.float32))
         problem = problem_of(K.factor, X, layout)
-        two_best = {entry.name for _, entry in tuning._ranked(problem, rates, "default")[:2]}
+        two_best = {entry.name for _, entry in decide.ranked(problem, device, "default")[:2]}
         check(K.matmul(X, layout=layout), oracle(K.values, X, layout), numpy.float32)
-        timed = tuning._MEMO[tuning._memo_key("timed", problem, rates, "default")]
+        timed = decide._MEMO[decide._memo_key("timed", problem, device, "default")]
         assert set(timed) == two_best and all(s > 0 for s in timed.values()), timed
-        assert tuning.choose(problem).backend == min(timed, key=timed.get)
+        assert decide.choose(problem).backend == min(timed, key=timed.get)
         check(K.matmul(X, layout=layout), oracle(K.values, X, layout), numpy.float32)
 
 
@@ -287,23 +289,24 @@ def test_warmup_times_its_close_calls_after_the_pool(tmp_path, monkeypatch, pois
     operator's next product runs the verdict (checked against the oracle). Every problem
     counts as a close call here."""
     monkeypatch.setenv("KSCUPY_CACHE_DIR", str(tmp_path))   # an empty tuning cache
-    from kscupy import costs, tuning
-    from kscupy.problem import problem_of
-    monkeypatch.setattr(tuning, "GPU_CLOSE_CALL", float("inf"))
-    monkeypatch.setattr(tuning, "GPU_MEASURE_MIN_SECONDS", 0.0)
-    tuning._forget_decisions()
+    from kscupy.core import device as devices
+    from kscupy.core.problem import problem_of
+    from kscupy.engine import decide
+    monkeypatch.setattr(decide, "GPU_CLOSE_CALL", float("inf"))
+    monkeypatch.setattr(decide, "GPU_MEASURE_MIN_SECONDS", 0.0)
+    decide.forget_decisions()
     rng = numpy.random.default_rng(12)
     K = ks.KSMatrix(cupy.asarray(_random(rng, (2, 48, 32, 3), numpy.float32)))
     report = ks.warmup(operators=[K], layouts=("bsl", "bsf"), batches=(513,), threads=2)
     assert report.products == 2 and report.timed_after == 2, report
-    rates = costs.device_rates()
+    device = devices.current()
     for layout in ("bsl", "bsf"):
         M, N = K.shape
         X = cupy.asarray(_random(rng, (N, 513) if layout == "bsl" else (513, N), numpy.float32))
         problem = problem_of(K.factor, X, layout)
-        timed = tuning._MEMO[tuning._memo_key("timed", problem, rates, "default")]
+        timed = decide._MEMO[decide._memo_key("timed", problem, device, "default")]
         assert len(timed) == 2 and all(s > 0 for s in timed.values()), timed
-        assert tuning.choose(problem).backend == min(timed, key=timed.get)
+        assert decide.choose(problem).backend == min(timed, key=timed.get)
         check(K.matmul(X, layout=layout), oracle(K.values, X, layout), numpy.float32)
 
 
@@ -337,7 +340,7 @@ def test_tf32_opt_in(poisoned, dtype, layout, backend):
 def test_tensor_core_candidates(poisoned, dtype):
     """Every configuration the autotuner may pick for the tensor-core kernel is correct."""
     from kscupy.kernels import ks_mma
-    from kscupy.problem import problem_of
+    from kscupy.core.problem import problem_of
     rng = cupy.random.default_rng(31)
     for pattern, layout in [((1, 96, 64, 1), "bsl"), ((2, 48, 40, 4), "bsf")]:
         K = ks.KSMatrix(_random(rng, pattern, dtype))
@@ -357,7 +360,7 @@ def test_float32_group_tiles_of_long_batches(poisoned):
     32768 values or more would leave empty ones (one slot: X by 4-byte copies), two stages
     for blocks of four groups or fewer; ragged batch, rows, reduction and groups."""
     from kscupy.kernels import ks_mma
-    from kscupy.problem import problem_of
+    from kscupy.core.problem import problem_of
     rng = cupy.random.default_rng(43)
     picked = set()
     for pattern in [(1, 200, 176, 3), (1, 256, 160, 6), (1, 192, 192, 12), (3, 128, 128, 4),
@@ -380,7 +383,7 @@ def test_float32_batch_tiles_of_long_batches(poisoned):
     """float32 batch-size-last with a batch of 8192 or more takes chunks of 16 where
     32 < c <= 128 and keeps 32 elsewhere; ragged batch, rows and reduction."""
     from kscupy.kernels import ks_mma
-    from kscupy.problem import problem_of
+    from kscupy.core.problem import problem_of
     rng = cupy.random.default_rng(47)
     for pattern, bk in [((2, 72, 40, 3), 16), ((1, 96, 100, 2), 16), ((3, 128, 128, 1), 16),
                         ((1, 40, 32, 4), 32), ((1, 64, 200, 2), 32)]:
@@ -408,7 +411,7 @@ def test_float32_group_kernel(poisoned, precision):
     import dataclasses
     from kscupy.kernels import ks_mma
     from kscupy.kernels.operands import geometry
-    from kscupy.problem import problem_of
+    from kscupy.core.problem import problem_of
     rng = cupy.random.default_rng(47)
     tol = 5e-3 if precision == "tf32" else RTOL[numpy.dtype(numpy.float32)]
     seen = set()
@@ -448,7 +451,7 @@ def test_float32_group_kernel_non_finite_weights(poisoned, precision):
     of 8, also of a transposed view) and stored blocks by cp.async (chunks of 16)."""
     import dataclasses
     from kscupy.kernels import ks_mma
-    from kscupy.problem import problem_of
+    from kscupy.core.problem import problem_of
     rng = cupy.random.default_rng(59)
     values = _random(rng, (2, 64, 48, 8), numpy.float32)
     values[0, 3, 5, 1] = numpy.nan
@@ -460,8 +463,10 @@ def test_float32_group_kernel_non_finite_weights(poisoned, precision):
         finite = cupy.isfinite(ref)
         assert int((~finite).sum()) == 2 * X.shape[0]
         heuristic = ks_mma.heuristic_config(problem_of(K.factor, X, "bsf"))
-        for config in (heuristic, dataclasses.replace(heuristic, bk=16)):
+        # chunks of 16 in two stages: three would not fit a block's shared memory
+        for config in (heuristic, dataclasses.replace(heuristic, bk=16, stages=2)):
             assert config.lean_group(numpy.float32), config
+            assert config.fits(4, K.factor.transposed), config
             Y = ks_mma.prepare(K.factor, X, "bsf", config, precision)(X)
             assert bool(cupy.array_equal(cupy.isfinite(Y), finite)), config
             err = float(cupy.linalg.norm(cupy.where(finite, Y - ref, 0))
@@ -497,7 +502,7 @@ def test_tensor_core_tile_runs(poisoned, dtype):
     copy pipeline across tile boundaries: runs that end mid-tile-row, a last block with a
     shorter run, ragged batch and row tiles, and reductions of one chunk or several."""
     from kscupy.kernels import ks_mma
-    from kscupy.problem import problem_of
+    from kscupy.core.problem import problem_of
     rng = cupy.random.default_rng(37)
     for pattern, B in [((64, 16, 16, 4), 8192 + 40), ((48, 40, 24, 5), 6000 + 8),
                        ((6, 96, 200, 8), 4096 + 24)]:
@@ -523,7 +528,7 @@ def test_skinny_candidates(poisoned, dtype):
     mid-pass; X staged in shared memory (bsl with B > 1, d > 1) or read where it lies (and
     so when its slice would not fit: c = 2048)."""
     from kscupy.kernels import ks_skinny
-    from kscupy.problem import problem_of
+    from kscupy.core.problem import problem_of
     rng = cupy.random.default_rng(37)
     for pattern in [(1, 96, 64, 1), (2, 48, 40, 4), (3, 5, 7, 2), (1, 4, 2048, 2)]:
         K = ks.KSMatrix(_random(rng, pattern, dtype))

@@ -23,10 +23,11 @@ if not gpu_available():
 
 import cupy  # noqa: E402
 
-from kscupy import costs, planner  # noqa: E402
+from kscupy.core import device as devices  # noqa: E402
+from kscupy.engine import planner  # noqa: E402
 from kscupy.kernels import ks_matmul, ks_mma, ks_rows, nvrtc  # noqa: E402
 from kscupy.kernels.ks_chain import FusedSegment  # noqa: E402
-from kscupy.problem import Problem  # noqa: E402
+from kscupy.core.problem import Problem  # noqa: E402
 
 
 
@@ -62,7 +63,7 @@ def test_matmul_layout_matches_the_kernel(dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
 def test_chain_layout_matches_the_kernel(dtype):
     dtype = numpy.dtype(dtype)
-    rates = costs.device_rates()
+    device = devices.current()
     chains = [ks.KSChain([ks.KSMatrix.random(p, dtype=dtype, xp=cupy, seed=i)
                           for i, p in enumerate(pats)]) for pats in
               ([(1, 24, 6, 2), (2, 6, 24, 1)], [(1, 4, 4, 8), (4, 2, 2, 4)],
@@ -74,8 +75,8 @@ def test_chain_layout_matches_the_kernel(dtype):
     for chain in chains:
         for layout in ("bsl", "bsf"):
             for batch in (1, 1000):
-                plan = planner.plan(chain, layout, dtype, batch, fuse="always", rates=rates,
-                                    rows=False)
+                plan = planner.plan(chain.factor_chain, layout, dtype, batch, fuse="always",
+                                    device=device, rows=False)
                 segments += [s for s in plan.steps if isinstance(s, FusedSegment)]
     assert segments
     reported = _probe("ks_chain.cu", {s.layout_probe_name(dtype) for s in segments})

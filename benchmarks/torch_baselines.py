@@ -1,0 +1,105 @@
+"""PyTorch's products as benchmark baselines (the paper's BMM, and the dense product with
+TF32 allowed): what the repository's benchmarks add to the package's suites
+(``bench_suite.py``). PyTorch is optional and never a dependency of the package: every
+function returns None, and :data:`TORCH` adds nothing, when torch does not import or sees
+no GPU."""
+from __future__ import annotations
+
+import contextlib
+
+from kscupy.bench.baselines import Baselines
+
+try:
+    import torch
+except ImportError:      # the benchmarks time the other baselines
+    torch = None
+
+
+def torch_available() -> bool:
+    return torch is not None and torch.cuda.is_available()
+
+
+@contextlib.contextmanager
+def allow_tf32(enabled: bool):
+    """PyTorch's matmuls with TF32 allowed or not (``torch.backends.cuda.matmul.allow_tf32``),
+    restored on exit."""
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def torch_bmm(blocks, layout, tf32=False):
+    """The paper's PyTorch baseline as a function of a CuPy operand: permute the input to
+    (a*d, c, B) (bsl) or (a*d, B, c) (bsf), ``torch.bmm`` with the (a, d, b, c) blocks,
+    permute back. Shares the CuPy arrays through DLPack (no copies). ``tf32`` allows
+    TF32 tensor cores (``torch.backends.cuda.matmul.allow_tf32``), as a user opting in
+    would. None when torch or CUDA is missing."""
+    if not torch_available():
+        return None
+    a, d, b, c = blocks.shape
+    W = torch.from_dlpack(blocks.copy()).reshape(a * d, b, c)
+    Wt = W.transpose(1, 2)
+
+    def run(X):
+        x = torch.from_dlpack(X)
+        with allow_tf32(tf32):
+            if layout == "bsl":
+                B = x.shape[1]
+                xp = x.reshape(a, c, d, B).permute(0, 2, 1, 3).reshape(a * d, c, B)
+                y = torch.bmm(W, xp)                                   # (a*d, b, B)
+                return y.reshape(a, d, b, B).permute(0, 2, 1, 3).reshape(a * b * d, B)
+            B = x.shape[0]
+            xp = x.reshape(B, a, c, d).permute(1, 3, 0, 2).reshape(a * d, B, c)
+            y = torch.bmm(xp, Wt)                                      # (a*d, B, b)
+            return y.reshape(a, d, B, b).permute(2, 0, 3, 1).reshape(B, a * b * d)
+    return run
+
+
+def torch_dense(D, layout, tf32=False):
+    """cuBLAS on the dense matrix ``D`` through PyTorch (for the TF32 baseline: CuPy's
+    matmul does not switch TF32 at run time), as a function of a CuPy operand."""
+    if not torch_available():
+        return None
+    Dt = torch.from_dlpack(D)
+
+    def run(X):
+        x = torch.from_dlpack(X)
+        with allow_tf32(tf32):
+            return Dt @ x if layout == "bsl" else x @ Dt.T
+    return run
+
+
+class _Torch(Baselines):
+    """:class:`kscupy.bench.baselines.Baselines` through PyTorch."""
+    name = "torch"
+
+    @property
+    def version(self):
+        return torch.__version__ if torch is not None else None
+
+    def bmm(self, blocks, layout, tf32=False):
+        return torch_bmm(blocks, layout, tf32)
+
+    def dense(self, D, layout, tf32=False):
+        return torch_dense(D, layout, tf32)
+
+    def tf32_gemm_flops(self):
+        """The rate of an 8192^3 GEMM with TF32 allowed (the TF32 rows' ceiling)."""
+        if not torch_available():
+            return None
+        from kscupy.bench.timing import time_fn
+        m = 8192
+        T = torch.randn(m, m, device="cuda")
+        with allow_tf32(True):
+            return 2 * m**3 / time_fn(lambda x: T @ x, [T.clone()], max_repeat=20)
+
+    def release(self):
+        if torch_available():
+            torch.cuda.empty_cache()
+
+
+#: PyTorch's baselines where torch sees a GPU, else none.
+TORCH = _Torch() if torch_available() else Baselines()

@@ -1,0 +1,231 @@
+"""How ``backend="auto"`` chooses on the GPU, and what a named backend runs with.
+
+Three sources, each falling back on the next:
+
+1. **Tuning cache**: winners found by :func:`kscupy.tune` (or, with the environment
+   variable ``KSCUPY_AUTOTUNE=1``, by a product's first preparation), kept on disk
+   (:mod:`.tuning_cache`).
+2. **Cost model**: every backend of :data:`~.registry.REGISTRY` that ``auto`` may pick is
+   ranked by its modelled time (:mod:`.costs.gpu`) and the fastest is the choice. Where the
+   model cannot tell its two best apart on a product long enough to time
+   (:data:`GPU_CLOSE_CALL`, :data:`GPU_MEASURE_MIN_SECONDS`), :func:`close_call` names the
+   two and the first preparation times both on its operand (:mod:`.single`); the faster is
+   this process's choice from then on (:func:`settle`).
+3. **Heuristic**: each kernel backend's ``heuristic`` gives a tile configuration for any
+   problem.
+
+Decisions are memoized per process. :data:`epoch` counts the times they changed under what
+was built from them (a verdict other than the model's choice, the tuning cache written or
+cleared, :func:`expire_prepared_runs`): prepared runs and chain plans are stamped with it
+(:mod:`.runs`).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+from ..core import device as devices
+from ..core.device import DeviceFacts
+from ..core.problem import Problem
+from . import registry, tuning_cache
+from .registry import Choice
+
+__all__ = ["Choice", "choose", "close_call", "settle", "defer", "close_calls_deferred",
+           "close_calls_timed", "expire_prepared_runs", "forget_decisions", "seconds",
+           "configuration", "ranked", "candidates", "tuned", "GPU_CLOSE_CALL", "GPU_MEASURE_MIN_SECONDS",
+           "KERNEL_MARGIN", "epoch"]
+
+#: ``auto`` times its two best candidates on the first operand of a problem when the model
+#: puts them within this factor of each other: the model's error is 10-30% per backend,
+#: and it misses cuBLAS's edge on blocks that fill its tiles ...
+GPU_CLOSE_CALL = 1.25
+#: ... and prices the faster one at this or more. The timing runs each candidate four times
+#: and synchronises after each, which a few hundred calls repay where the model was wrong
+#: by a few percent; shorter products, where the host's launch path is most of the time,
+#: keep the model's choice.
+GPU_MEASURE_MIN_SECONDS = 30e-6
+#: ``auto`` picks the FMA kernel over other backends only when the model finds it faster by
+#: this factor: in batch-size-last the model is unbiased and any margin gave away the
+#: kernel's wins; in batch-size-first a wrong pick of it costs far more than a missed one.
+KERNEL_MARGIN = {"bsl": 1.0, "bsf": 1.5}
+
+
+def _memo_key(*parts):
+    # what decides the cache file, cheaper than building its path on every call
+    return (os.environ.get("KSCUPY_CACHE_DIR"), os.environ.get("XDG_CACHE_HOME")) + parts
+
+
+_MEMO: dict = {}
+#: Counts the times the decisions changed under what was built from them (see the module).
+epoch = 0
+
+
+def expire_prepared_runs():
+    """Make every prepared run and chain plan built before now be rebuilt at its next use
+    (bumps :data:`epoch`), the memoized decisions kept: for a decision that changed since."""
+    global epoch
+    epoch += 1
+
+
+def forget_decisions():
+    """Forget every memoized decision (the tuning cache changed) and expire what was built
+    from them."""
+    _MEMO.clear()
+    expire_prepared_runs()
+
+
+def choose(problem: Problem, device: DeviceFacts | None = None,
+           precision: str = "default") -> Choice:
+    """The backend and configuration ``auto`` uses on the GPU (``device``, default the
+    current one): the tuning cache's, else the cost model's, or a close call's verdict once
+    settled. ``precision="tf32"``: what the opt-in ``auto_tf32`` uses, the cost model's
+    choice among the TF32 backends (the tuner times default precision only). Memoized per
+    process (and cache file): a product pays the decision once."""
+    if device is None:
+        device = devices.current()
+    key = _memo_key("auto", problem, device, precision)
+    choice = _MEMO.get(key)
+    if choice is None:
+        choice = _MEMO[key] = _choose(problem, device, precision)
+    return choice
+
+
+def _cached(problem: Problem, device: DeviceFacts):
+    return tuning_cache.get(problem, device)
+
+
+def tuned(problem: Problem, device: DeviceFacts) -> bool:
+    """Whether the tuning cache holds a winner for ``problem`` on ``device``."""
+    return _cached(problem, device) is not None
+
+
+def _choose(problem: Problem, device: DeviceFacts, precision: str) -> Choice:
+    if precision == "default":
+        cached = _cached(problem, device)
+        if cached is not None:
+            return cached
+    return _choice_of(ranked(problem, device, precision)[0][1], problem)
+
+
+def candidates(problem: Problem, device: DeviceFacts, precision: str = "default"):
+    """The registry backends ``auto`` (or ``auto_tf32``) weighs for ``problem``."""
+    return [b for b in registry.REGISTRY.values()
+            if b.in_auto and b.precision == precision and b.fits(problem, device)]
+
+
+def ranked(problem: Problem, device: DeviceFacts, precision: str = "default") -> list:
+    """``(modelled seconds, backend)`` of the candidates, fastest first (the FMA kernel
+    weighed with its margin, :data:`KERNEL_MARGIN`)."""
+    weighed = candidates(problem, device, precision)
+    if not weighed:
+        raise TypeError(f"no backend runs {problem.dtype} at precision {precision!r}")
+    margin = {"kernel_fma": KERNEL_MARGIN[problem.access]}
+    return sorted(((b.seconds(problem, device) * margin.get(b.name, 1.0), b)
+                   for b in weighed), key=lambda ranking: ranking[0])
+
+
+def _choice_of(entry, problem: Problem) -> Choice:
+    return Choice(entry.name, entry.heuristic(problem) if entry.heuristic else None)
+
+
+def close_call(problem: Problem, device: DeviceFacts, precision: str = "default"):
+    """The two choices to time on the operand of ``problem``'s first preparation, or None:
+    when a verdict or the tuning cache settled the problem, or the model's two best are not
+    within :data:`GPU_CLOSE_CALL` (or the faster is priced below
+    :data:`GPU_MEASURE_MIN_SECONDS`), which settles it as the model's choice. The first of
+    the two is :func:`choose`'s."""
+    settled = _memo_key("timed", problem, device, precision)
+    if settled in _MEMO or (precision == "default" and _cached(problem, device) is not None):
+        return None
+    ranking = ranked(problem, device, precision)
+    if (len(ranking) < 2 or ranking[0][0] < GPU_MEASURE_MIN_SECONDS
+            or ranking[1][0] > GPU_CLOSE_CALL * ranking[0][0]):
+        _MEMO[settled] = None
+        return None
+    return choose(problem, device, precision), _choice_of(ranking[1][1], problem)
+
+
+def settle(problem: Problem, device: DeviceFacts, precision: str, rivals, seconds) -> int:
+    """Record the verdict of a close call (``rivals`` timed at ``seconds``): the faster is
+    ``auto``'s choice for the rest of the process (:func:`choose` returns it, and the chain
+    planner prices with it). A verdict other than the model's choice expires what was built
+    before it. Returns the index of the faster."""
+    fastest = seconds.index(min(seconds))
+    _MEMO[_memo_key("auto", problem, device, precision)] = rivals[fastest]
+    _MEMO[_memo_key("timed", problem, device, precision)] = {
+        c.backend: s for c, s in zip(rivals, seconds)}
+    if fastest != 0:    # chain plans priced with the model's choice are priced again
+        expire_prepared_runs()
+    return fastest
+
+
+_deferring = threading.local()
+
+
+def defer(problem: Problem) -> bool:
+    """Inside :func:`close_calls_deferred` (in this thread): note ``problem`` as deferred and
+    return True, so that its close call is left unsettled and timed later; else False."""
+    deferred = getattr(_deferring, "problems", None)
+    if deferred is None:
+        return False
+    deferred.append(problem)
+    return True
+
+
+@contextlib.contextmanager
+def close_calls_deferred():
+    """In this thread, a close call prepares both rivals (so their kernels compile) but runs
+    the model's choice untimed and leaves the call unsettled, so that a later preparation
+    times it; the context yields a list gathering the problems so deferred. For work that
+    runs products side by side, whose timings would share the GPU
+    (:func:`kscupy.warmup`'s pool): time them after it, one at a time
+    (:func:`expire_prepared_runs`, then prepare again)."""
+    with _deferral([]) as problems:
+        yield problems
+
+
+@contextlib.contextmanager
+def close_calls_timed():
+    """In this thread, close calls are timed again, inside a :func:`close_calls_deferred`
+    too (warmup's pass after its pool, which a caller may run inside one of its own)."""
+    with _deferral(None):
+        yield
+
+
+@contextlib.contextmanager
+def _deferral(problems):
+    outer = getattr(_deferring, "problems", None)
+    _deferring.problems = problems
+    try:
+        yield problems
+    finally:
+        _deferring.problems = outer
+
+
+def seconds(problem: Problem, backend: str, device: DeviceFacts) -> float:
+    """Modelled time of one product with ``backend``; for ``"auto"`` (``"auto_tf32"``), of
+    the backend it picks (so the chain planner prices a factor as it will run)."""
+    if backend in registry.AUTOS:
+        backend = choose(problem, device, registry.AUTOS[backend]).backend
+    model = registry.get(backend).seconds
+    if model is None:
+        raise ValueError(f"backend {backend!r} has no cost model")
+    return model(problem, device)
+
+
+def configuration(problem: Problem, backend: str):
+    """The configuration a backend named explicitly runs with: for a kernel backend the
+    tuned one if the tuner's winner for this problem is that backend, else its heuristic;
+    None for backends that take none. Memoized per process like :func:`choose`."""
+    entry = registry.get(backend)
+    if entry.heuristic is None:
+        return None
+    key = _memo_key("config", backend, problem)
+    config = _MEMO.get(key)
+    if config is None:
+        cached = _cached(problem, devices.current())
+        config = cached.config if cached is not None and cached.backend == backend \
+            and cached.config is not None else entry.heuristic(problem)
+        _MEMO[key] = config
+    return config

@@ -1,0 +1,98 @@
+"""Prepared runs: what an operator keeps on the GPU so that a repeated product is one
+dictionary lookup and one launch.
+
+An operator's :class:`PreparedRuns` maps what decides a product (the operand's shape,
+strides, dtype and 16-byte alignment, the layout, the backend and the device) to the run
+prepared for the first such product, and a chain's to its plans. Each run is stamped with
+:func:`stamp`: the decisions it was built under (:data:`kscupy.engine.decide.epoch`), the
+kernels compiled so far (:data:`kscupy.kernels.nvrtc.compiles_finished`, so that a run of
+the direct kernel gives way to the compiled one) and the values of the target's factors
+(their storages' write counts). A run whose stamp is not the current one is prepared anew
+in its place.
+"""
+from __future__ import annotations
+
+from ..core.factor import Factor
+from ..kernels import nvrtc
+from ..kernels.launcher import KernelRun
+from . import decide
+
+__all__ = ["PreparedRuns", "stamp", "runs_of", "for_vectors", "MAX_PREPARED_RUNS"]
+
+#: Prepared runs an operator keeps (one per operand shape, strides, dtype and alignment, per
+#: layout and backend); beyond this many they are all dropped and rebuilt as used.
+MAX_PREPARED_RUNS = 64
+
+
+def stamp(caches) -> tuple:
+    """What a run prepared now is valid for, given the caches of its target's factors
+    (:class:`~kscupy.core.factor.FactorCache`): see the module."""
+    return (decide.epoch, nvrtc.compiles_finished) + tuple(c.generation for c in caches)
+
+
+class PreparedRuns:
+    """The prepared runs (and, for a chain, the plans) of one GPU operator's target (a
+    Factor or a FactorChain); ``current_device()`` gives the current CUDA device's id
+    (default: CuPy's)."""
+    __slots__ = ("_caches", "_runs", "_current_device", "plans")
+
+    def __init__(self, target, current_device=None):
+        if current_device is None:
+            import cupy
+            current_device = cupy.cuda.runtime.getDevice
+        #: the id of the current CUDA device (a run is prepared for the device it ran on)
+        self._current_device = current_device
+        factors = (target,) if isinstance(target, Factor) else target.factors
+        self._caches = tuple(f.cache for f in factors)
+        self._runs = {}
+        #: the chain's plans (:func:`kscupy.engine.planner.cached_plan`)
+        self.plans = {}
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def items(self):
+        """``(key, (stamp, run))`` of the runs kept."""
+        return self._runs.items()
+
+    def _key(self, X, layout, backend):
+        return (X.shape, X.strides, X.dtype, X.data.ptr & 15, layout, backend,
+                self._current_device())
+
+    def get(self, X, layout: str, backend: str):
+        """The run kept for CuPy operands like ``X`` in ``layout`` with ``backend``, or None
+        where none is kept or the one kept is stale."""
+        found = self._runs.get(self._key(X, layout, backend))
+        if found is None or found[0] != stamp(self._caches):
+            return None
+        return found[1]
+
+    def keep(self, X, layout: str, backend: str, run):
+        """Keep ``run``, prepared now for operands like ``X``, in place of a stale one;
+        returns it."""
+        key = self._key(X, layout, backend)
+        if key not in self._runs and len(self._runs) >= MAX_PREPARED_RUNS:
+            self._runs.clear()
+        self._runs[key] = (stamp(self._caches), run)
+        return run
+
+
+def runs_of(factor: Factor) -> PreparedRuns:
+    """The prepared runs of a factor's view, kept in the cache its views share: a write of
+    the values (which clears that cache) drops them, with the converted copies and dense
+    matrices they hold."""
+    key = ("prepared runs", factor.transposed, factor.conjugated)
+    runs = factor.cache.get(key)
+    if runs is None:
+        runs = factor.cache[key] = PreparedRuns(factor)
+    return runs
+
+
+def for_vectors(run, M: int):
+    """``run`` (prepared for the ``(N, 1)`` view of a vector) for the vectors themselves,
+    returning ``(M,)``: a kernel's run reads only X's address, so it serves the vector as it
+    is and allocates Y as a vector (a CuPy reshape costs host time); another run
+    is wrapped in the reshapes."""
+    if isinstance(run, KernelRun):
+        return run.with_result_shape((M,))
+    return lambda X: run(X.reshape(-1, 1)).reshape(M)

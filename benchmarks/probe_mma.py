@@ -96,7 +96,7 @@ def case(pattern, layout, dtype, precision, B, configs, baseline=None):
             t = time_fn(run, [X])
             out["configs"][str(cfg.as_tuple()) + suffix] = {"s": t, "err": err}
     fma = ks_matmul.heuristic_config(problem)
-    out["fma_s"] = time_fn(lambda x: ks_matmul.launch(f, x, layout, fma), [X])
+    out["fma_s"] = time_fn(lambda x: ks_matmul.prepare(f, x, layout, fma)(x), [X])
     blocks = f.blocks
     out["cupy_bmm_s"] = time_fn(lambda x: reference.bmm(blocks, x, layout, cupy), [X])
     tb = torch_bmm(blocks, layout, tf32=precision == "tf32")
@@ -152,7 +152,7 @@ def main():
         cfg = (ks_mma.MmaConfig(*(int(v) for v in args.config.split(","))) if args.config
                else ks_mma.heuristic_config(problem_of(K.factor, X, args.layout)))
         for _ in range(2):
-            ks_mma.launch(K.factor, X, args.layout, cfg, args.precision)
+            ks_mma.prepare(K.factor, X, args.layout, cfg, args.precision)(X)
         cupy.cuda.Device().synchronize()
         print(cfg)
         return

@@ -95,7 +95,7 @@ class FusedSegment:
         return (self.smem_bytes(itemsize), AS, DS, nin, nout, nmax, 1 if in_place else 2)
 
     def __call__(self, X, layout):
-        return launch(self, X, layout)
+        return prepare(self, X, layout)(X)
 
     def prepare(self, X, layout):
         """``run(X)`` for operands like ``X``: see :func:`prepare`."""
@@ -257,8 +257,3 @@ def prepare(segment: FusedSegment, X, layout):
                        i32(segment.load_order), i32(segment.store_order), i32(narrow),
                        i64(tiles)), keep=(segment,))
     return KernelRun(launch, y_shape, dtype)
-
-
-def launch(segment: FusedSegment, X, layout):
-    """:func:`prepare` for ``X``, run once on ``X``."""
-    return prepare(segment, X, layout)(X)

@@ -16,7 +16,7 @@ from . import nvrtc
 from .launcher import KernelRun, Launcher
 from .operands import copying_odd_strides, geometry
 
-__all__ = ["prepare", "launch", "compile_ahead", "THREADS", "name"]
+__all__ = ["prepare", "compile_ahead", "THREADS", "name"]
 
 #: Threads per block.
 THREADS = 256
@@ -63,8 +63,3 @@ def prepare(factor, X, layout, config=None, *, x_rows=None, y_rows=None):
                        i64(sx_f), i64(sx_b), i64(sy_f), i64(sy_b), i32(w_sk), i32(w_sl),
                        i32(factor.conjugated), i32(sy_b == 1)))
     return KernelRun(launch, y_shape, dtype)
-
-
-def launch(factor, X, layout, config=None):
-    """:func:`prepare` for ``X``, run once on ``X``."""
-    return prepare(factor, X, layout, config)(X)

@@ -15,7 +15,7 @@ from . import nvrtc
 from .operands import copying_odd_strides, geometry, tile_launcher
 
 __all__ = ["KernelConfig", "ORDER_BATCH", "ORDER_GROUP", "ORDER_INGROUP", "heuristic_config",
-           "candidate_configs", "launch", "SMEM_LIMIT"]
+           "candidate_configs", "SMEM_LIMIT"]
 
 #: Axis that neighbouring threads walk in global memory (ORDER in ks_matmul.cu): the batch
 #: (batch-size-last), adjacent groups j (batch-size-first, d > 1), the in-group index
@@ -246,8 +246,3 @@ def prepare(factor, X, layout, config: KernelConfig):
     fn = nvrtc.function("ks_matmul.cu", config.name(dtype), smem, cupy.cuda.Device().id)
     return tile_launcher(fn, factor, B, strides, y_shape, dtype, bm=config.bm, bn=config.bn,
                          slots=config.slots, threads=config.threads, smem=smem)
-
-
-def launch(factor, X, layout, config: KernelConfig):
-    """:func:`prepare` for ``X``, run once on ``X``."""
-    return prepare(factor, X, layout, config)(X)

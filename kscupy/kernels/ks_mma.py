@@ -29,7 +29,7 @@ from .operands import copying_odd_strides, geometry, tile_launcher
 
 __all__ = ["MmaConfig", "PRECISIONS", "ORDER_BATCH", "ORDER_GROUP", "ORDER_INGROUP",
            "ORDER_NAMES", "W_STORED", "W_TRANSPOSED", "W_PACKED", "heuristic_config",
-           "candidate_configs", "packed_weights", "prepare", "prepare_batch_last", "launch",
+           "candidate_configs", "packed_weights", "prepare", "prepare_batch_last",
            "SMEM_LIMIT", "supports"]
 
 #: ORDER in ks_mma.cu: the axis the global copies walk (see the kernel's header).
@@ -561,8 +561,3 @@ def prepare_batch_last(factor, X, layout, config: MmaConfig, precision: str = "d
     return transpose.around(
         X, lambda XT: prepare(factor, XT, "bsl", config, precision),
         (factor.shape[0], X.shape[0]))
-
-
-def launch(factor, X, layout, config: MmaConfig, precision: str = "default"):
-    """:func:`prepare` for ``X``, run once on ``X``."""
-    return prepare(factor, X, layout, config, precision)(X)

@@ -20,7 +20,7 @@ from .launcher import KernelRun, Launcher
 from .operands import copying_odd_strides, geometry
 
 __all__ = ["SkinnyConfig", "THREADS", "heuristic_config", "candidate_configs", "prepare",
-           "launch", "vector_width", "staged"]
+           "vector_width", "staged"]
 
 #: Threads per block (SKINNY_THREADS in ks_skinny.cu).
 THREADS = 256
@@ -150,8 +150,3 @@ def prepare(factor, X, layout, config: SkinnyConfig):
         fn = nvrtc.function("ks_skinny.cu", config.name(dtype, v), 0, device)
         launch = Launcher(fn, (blocks,), (THREADS,), 0, arguments)
     return KernelRun(launch, y_shape, dtype)
-
-
-def launch(factor, X, layout, config: SkinnyConfig):
-    """:func:`prepare` for ``X``, run once on ``X``."""
-    return prepare(factor, X, layout, config)(X)

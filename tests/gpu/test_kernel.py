@@ -349,7 +349,7 @@ def test_tensor_core_candidates(poisoned, dtype):
         ref = oracle(K.values, X, layout)
         for config in ks_mma.candidate_configs(problem_of(K.factor, X, layout)):
             try:
-                check(ks_mma.launch(K.factor, X, layout, config), ref, dtype)
+                check(ks_mma.prepare(K.factor, X, layout, config)(X), ref, dtype)
             except AssertionError as exc:
                 raise AssertionError(f"{pattern} {layout} {config}: {exc}") from None
 
@@ -372,7 +372,7 @@ def test_float32_group_tiles_of_long_batches(poisoned):
         assert config.order == ks_mma.ORDER_GROUP and config.bn // config.wn == 64, config
         picked.add((config.slots, config.stages))
         try:
-            check(ks_mma.launch(K.factor, X, "bsf", config), oracle(K.values, X, "bsf"),
+            check(ks_mma.prepare(K.factor, X, "bsf", config)(X), oracle(K.values, X, "bsf"),
                   numpy.float32)
         except AssertionError as exc:
             raise AssertionError(f"{pattern} {config}: {exc}") from None
@@ -393,7 +393,7 @@ def test_float32_batch_tiles_of_long_batches(poisoned):
         config = ks_mma.heuristic_config(problem_of(K.factor, X, "bsl"))
         assert config.order == ks_mma.ORDER_BATCH and config.bk == bk, (pattern, config)
         try:
-            check(ks_mma.launch(K.factor, X, "bsl", config), oracle(K.values, X, "bsl"),
+            check(ks_mma.prepare(K.factor, X, "bsl", config)(X), oracle(K.values, X, "bsl"),
                   numpy.float32)
         except AssertionError as exc:
             raise AssertionError(f"{pattern} {config}: {exc}") from None
@@ -490,7 +490,7 @@ def test_float32_group_kernel_small(poisoned):
         X = _random(rng, (200, K.shape[1]), numpy.float32)
         assert config.lean_group(numpy.float32)
         try:
-            check(ks_mma.launch(K.factor, X, "bsf", config), oracle(K.values, X, "bsf"),
+            check(ks_mma.prepare(K.factor, X, "bsf", config)(X), oracle(K.values, X, "bsf"),
                   numpy.float32)
         except AssertionError as exc:
             raise AssertionError(f"{pattern} {view} {config}: {exc}") from None
@@ -539,7 +539,7 @@ def test_skinny_candidates(poisoned, dtype):
                 ref = oracle(op.values, X, layout)
                 for config in ks_skinny.candidate_configs(problem_of(op.factor, X, layout)):
                     try:
-                        check(ks_skinny.launch(op.factor, X, layout, config), ref, dtype)
+                        check(ks_skinny.prepare(op.factor, X, layout, config)(X), ref, dtype)
                     except AssertionError as exc:
                         raise AssertionError(f"{pattern} B={B} {layout} {config}: {exc}") \
                             from None

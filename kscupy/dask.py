@@ -40,7 +40,7 @@ def matmul(op, X, layout="bsl"):
 
     Parameters
     ----------
-    op : KSMatrix or KSChain whose values live in the array module of ``X``'s chunks.
+    op : a kscupy operator whose values live in the array module of ``X``'s chunks.
     X : dask.array.Array; ``layout="bsl"``: shape ``(N,)`` or ``(N, B)``; ``layout="bsf"``:
         shape ``(B, N)`` or ``(N,)``.
 
@@ -50,7 +50,8 @@ def matmul(op, X, layout="bsl"):
     the batch axis, one chunk along the feature axis.
 
     Raises TypeError when the chunks are not arrays of the operator's module (NumPy chunks
-    with a CuPy operator, say), ValueError on a shape mismatch or an unknown feature size.
+    with a CuPy operator, say) or not of a float or complex dtype, ValueError on a shape
+    mismatch or an unknown feature size.
 
     Examples
     --------
@@ -77,6 +78,7 @@ def matmul(op, X, layout="bsl"):
                         f"first (op.to_device(...) or X.map_blocks(...))")
     if X.ndim not in (1, 2):
         raise ValueError(f"operand must be 1-D or 2-D, got shape {X.shape}")
+    arrays.check_operand_dtype(X.dtype)
     M, N = op.shape
     feature_axis = 0 if (X.ndim == 1 or layout == "bsl") else 1
     if X.shape[feature_axis] != N:

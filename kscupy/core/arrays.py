@@ -11,8 +11,8 @@ import numbers
 
 import numpy
 
-__all__ = ["SUPPORTED_DTYPES", "PRECISIONS", "runs_at", "array_module", "cupy_or_none", "gpu_module", "check_dtype", "result_dtype",
-           "is_scalar", "numpy_copy", "device_of", "read_only", "device_mover", "HOST_ELEMENTS",
+__all__ = ["operand_module", "check_operand_dtype", "is_refused_operand", "SUPPORTED_DTYPES", "PRECISIONS", "runs_at", "array_module", "cupy_or_none", "gpu_module", "check_dtype", "result_dtype",
+           "scalar_of", "numpy_copy", "device_of", "read_only", "device_mover", "HOST_ELEMENTS",
            "on_host_if_small", "check_module"]
 
 #: The value dtypes a KS matrix may hold and products return. float16 is storage and result
@@ -71,6 +71,13 @@ def array_module(x):
     raise TypeError(f"expected a numpy.ndarray or cupy.ndarray, got {type(x).__name__}")
 
 
+def is_refused_operand(x) -> bool:
+    """Whether ``x`` is a kind of operand products refuse with a message of their own (see
+    :func:`operand_module`) rather than leave to the other operand's ``@``."""
+    return _refused(x) is not None or (
+        isinstance(x, numpy.ndarray) and x.dtype.kind not in "fc")
+
+
 def check_module(xp):
     """Raise TypeError unless ``xp`` (an ``xp=`` argument) is the ``numpy`` or ``cupy``
     module."""
@@ -97,10 +104,67 @@ def result_dtype(*dtypes) -> numpy.dtype:
     return dt
 
 
-def is_scalar(alpha) -> bool:
-    """True for Python and NumPy numbers (bool excluded), False for anything else."""
-    return (isinstance(alpha, (numbers.Number, numpy.number))
-            and not isinstance(alpha, (bool, numpy.bool_)))
+def scalar_of(alpha):
+    """``alpha`` as a number that scales an operator, or None when it is no scalar.
+
+    Python numbers and NumPy scalars pass as they are; a 0-d NumPy or CuPy array of an
+    integer, float or complex dtype becomes the NumPy scalar it holds (a CuPy one is read
+    back from the device), so it promotes like a NumPy scalar. bool is no scalar here.
+    """
+    if isinstance(alpha, (bool, numpy.bool_)):
+        return None
+    if isinstance(alpha, (numbers.Number, numpy.number)):
+        return alpha
+    if getattr(alpha, "ndim", None) == 0 and getattr(alpha, "dtype", None) is not None \
+            and numpy.dtype(alpha.dtype).kind in "iufc":
+        try:
+            return numpy.asarray(alpha.get() if array_module(alpha) is not numpy
+                                 else alpha)[()]
+        except TypeError:        # an array of another library
+            return None
+    return None
+
+
+def _refused(X):
+    """Why ``X`` is no operand of a product, as a TypeError naming the fix, or None: masked
+    arrays (their masked entries would be multiplied), ``numpy.matrix`` (its ``*`` and shapes
+    follow other rules), SciPy and cupyx sparse matrices, Python sequences."""
+    kind = type(X).__name__
+    if isinstance(X, numpy.ma.MaskedArray):
+        return TypeError("a masked array operand: its masked entries would enter the product; "
+                         "pass X.filled(value) for the values you mean (or numpy.asarray(X) "
+                         "for the hidden ones)")
+    if isinstance(X, numpy.matrix):
+        return TypeError("a numpy.matrix operand: pass numpy.asarray(X)")
+    if type(X).__module__.startswith(("scipy.sparse", "cupyx.scipy.sparse")):
+        return TypeError(f"a sparse operand ({kind}): kscupy multiplies dense batches; "
+                         f"pass X.toarray() (a KSMatrix K gives a sparse product as K.tocsr() @ X)")
+    if isinstance(X, (list, tuple)):
+        return TypeError(f"a {kind} operand: pass numpy.asarray(X) (or cupy.asarray(X)) of a "
+                         f"float or complex dtype")
+    return None
+
+
+def check_operand_dtype(dtype):
+    """TypeError unless ``dtype`` is one a product computes in: integer, bool and object
+    operands are not converted behind the caller's back."""
+    dtype = numpy.dtype(dtype)
+    if dtype.kind not in "fc":
+        names = ", ".join(str(t) for t in SUPPORTED_DTYPES)
+        raise TypeError(f"operand of dtype {dtype}: products take {names}; convert it first "
+                        f"(e.g. X.astype(numpy.float32))")
+
+
+def operand_module(X):
+    """The array module of a product's operand ``X`` (``numpy`` or ``cupy``), after the checks
+    every product makes: an array (not a masked array, matrix, sparse matrix or sequence)
+    of a float or complex dtype. TypeError naming the operand and the fix otherwise."""
+    refused = _refused(X)
+    if refused is not None:
+        raise refused
+    xp = array_module(X)
+    check_operand_dtype(X.dtype)
+    return xp
 
 
 def numpy_copy(x):

@@ -19,6 +19,16 @@ __all__ = ["KSOperator", "LAYOUTS"]
 LAYOUTS = ("bsl", "bsf")
 
 
+def _an_operand(other) -> bool:
+    """Whether ``@`` takes ``other`` to ``matmul`` (an array, or a kind of operand its checks
+    refuse with a message of their own) rather than leave it to ``other``'s ``@``."""
+    try:
+        arrays.array_module(other)
+        return True
+    except TypeError:
+        return arrays.is_refused_operand(other)
+
+
 def _sum_error(left, right) -> TypeError:
     return TypeError(f"only two KSMatrix of the same pattern can be added, got "
                      f"{type(left).__name__} and {type(right).__name__} (a sum of chains is "
@@ -46,8 +56,11 @@ class KSOperator:
         return self._xp
 
     def __array__(self, *args, **kwargs):
-        raise TypeError(f"a {type(self).__name__} is not converted to an array implicitly; "
-                        f"call .todense() for the dense matrix")
+        # NumPy and SciPy ask for this in np.asarray(op), and SciPy in sparse @ op
+        raise TypeError(f"a {type(self).__name__} is not converted to an array implicitly "
+                        f"(np.asarray(op), or a SciPy sparse matrix @ op, asks for that); "
+                        f"multiply dense arrays (X.toarray() @ op for a sparse X) or call "
+                        f"op.todense() for the dense matrix")
 
     def todense(self):
         """The dense ``(M, N)`` matrix: the operator applied to an identity matrix
@@ -156,12 +169,13 @@ class KSOperator:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         if backend not in self.backends():
             raise ValueError(f"backend must be one of {self.backends()}, got {backend!r}")
-        xp = arrays.array_module(X)
+        xp = arrays.operand_module(X)
         if xp is not self._xp:
             raise TypeError(f"cannot multiply a {name} holding {self._xp.__name__} values "
                             f"with a {xp.__name__} array; move one of them first")
         if X.ndim not in (1, 2):
-            raise ValueError(f"operand must be 1-D or 2-D, got shape {X.shape}")
+            hint = " (a scalar scales the operator: op * alpha)" if X.ndim == 0 else ""
+            raise ValueError(f"operand must be 1-D or 2-D, got shape {X.shape}{hint}")
         N = self.shape[1]
         n_in = X.shape[0] if (X.ndim == 1 or layout == "bsl") else X.shape[1]
         if n_in != N:
@@ -178,9 +192,7 @@ class KSOperator:
             return compose(self, other)
         if is_dask_array(other):                     # a lazy dask.array product
             return dask_matmul(self, other, layout="bsl")
-        try:
-            arrays.array_module(other)
-        except TypeError:
+        if not _an_operand(other):
             return NotImplemented
         return self.matmul(other, layout="bsl")
 
@@ -191,9 +203,7 @@ class KSOperator:
             return compose(other, self)
         if is_dask_array(other):
             return dask_matmul(self.T, other, layout="bsf")
-        try:
-            arrays.array_module(other)
-        except TypeError:
+        if not _an_operand(other):
             return NotImplemented
         return self.T.matmul(other, layout="bsf")
 
@@ -222,7 +232,7 @@ class KSOperator:
         raise TypeError(f"a {type(self).__name__} cannot be scaled")
 
     def __mul__(self, alpha):
-        """``op * alpha`` for a Python or NumPy scalar.
+        """``op * alpha`` for a Python or NumPy scalar or a 0-d NumPy or CuPy array.
 
         The dtype is ``numpy.result_type(op.dtype, alpha)``, NumPy's rule for an array and a
         scalar: with NumPy 2 a Python scalar is "weak" (``2.5 * K`` keeps a float32 ``K``
@@ -231,19 +241,32 @@ class KSOperator:
         supported dtypes raises TypeError. A matrix scales its values; a chain scales one
         factor (the leftmost), so the product is scaled once.
         """
-        if not arrays.is_scalar(alpha):
-            return NotImplemented
-        return self._scaled(alpha, divide=False)
+        scalar = arrays.scalar_of(alpha)
+        if scalar is None:
+            return self._not_a_scale(alpha)
+        return self._scaled(scalar, divide=False)
 
     __rmul__ = __mul__
 
     def __truediv__(self, alpha):
         """``op / alpha`` (see :meth:`__mul__`); ZeroDivisionError for ``alpha == 0``."""
-        if not arrays.is_scalar(alpha):
-            return NotImplemented
-        if alpha == 0:
+        scalar = arrays.scalar_of(alpha)
+        if scalar is None:
+            return self._not_a_scale(alpha)
+        if scalar == 0:
             raise ZeroDivisionError(f"division of a {type(self).__name__} by zero")
-        return self._scaled(alpha, divide=True)
+        return self._scaled(scalar, divide=True)
+
+    def _not_a_scale(self, alpha):
+        # bools and arrays get an answer of their own; anything else is left to Python
+        name = type(self).__name__
+        if isinstance(alpha, (bool, numpy.bool_)):
+            raise TypeError(f"a {name} is scaled by a number, not by a bool")
+        if getattr(alpha, "ndim", None) is not None and hasattr(alpha, "dtype"):
+            what = (f"an array of shape {alpha.shape}; for the product use op @ X"
+                    if alpha.ndim else f"a 0-d array of dtype {alpha.dtype}")
+            raise TypeError(f"a {name} is scaled by a number, not by {what}")
+        return NotImplemented
 
     def __neg__(self):
         return self._scaled(-1, divide=False)

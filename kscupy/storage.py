@@ -3,40 +3,47 @@
 A :class:`~kscupy.KSMatrix` is described by the canonical values ``w`` (shape
 ``(a, b, c, d)``) of the matrix it was built from and two view flags (``transposed``,
 ``conjugated``: ``K.T``, ``K.H`` and ``K.conj()`` are views of one stored matrix). A
-:class:`~kscupy.KSChain` is described by its factors and its input and output permutations.
-Files carry exactly that, as do pickles, deep copies and device moves (``__reduce__`` and
-``_map_arrays`` of each operator); caches (dense matrices, GPU plans) are dropped and rebuilt
-on first use.
+:class:`~kscupy.KSChain` is described by its factors and its input and output permutations,
+a :class:`~kscupy.KSSubmatrix` by its chain and shape, a :class:`~kscupy.KSRealPart` by the
+complex operator it is the real part of. Files carry exactly that, as do pickles, deep copies
+and device moves (``__reduce__`` and ``_map_arrays`` of each operator); caches (dense
+matrices, GPU plans) are dropped and rebuilt on first use.
 
-``.npz`` layout (format version 1): ``kscupy_format`` (the version), ``kscupy_kind``
-(``"KSMatrix"`` or ``"KSChain"``), ``factor_count``, and for each factor ``f``:
-``pattern_f`` (the stored pattern, 4 integers), ``values_f`` (its canonical values),
-``view_f`` (2 booleans: transposed, conjugated); chains add ``input_permutation`` and
-``output_permutation`` when they have them.
+``.npz`` layout (format version 2): ``kscupy_format`` (the version) and the operator's
+entries, each name prefixed by where it sits (``""`` at the top, ``"chain."`` inside a
+submatrix, ``"of."`` inside a real part): ``kind`` (``"KSMatrix"``, ``"KSChain"``,
+``"KSSubmatrix"`` or ``"KSRealPart"``); for a matrix or chain ``factor_count`` and for each
+factor ``f`` ``pattern_f`` (the stored pattern, 4 integers), ``values_f`` (its canonical
+values) and ``view_f`` (2 booleans: transposed, conjugated), chains with
+``input_permutation`` and ``output_permutation`` when they have them; for a submatrix
+``shape`` (2 integers). Version 1 files (a matrix or chain, the top kind in
+``kscupy_kind``) load too.
 """
 from __future__ import annotations
+
+import zipfile
 
 import numpy
 
 from .core import arrays
-from .operators.chain import KSChain
-from .operators.matrix import KSMatrix
 from .core.pattern import KSPattern
+from .operators import KSChain, KSMatrix, KSRealPart, KSSubmatrix
 
 __all__ = ["save", "load", "FORMAT_VERSION"]
 
 #: Version written by :func:`save`; :func:`load` reads this version and older ones.
-FORMAT_VERSION = 1
-KINDS = ("KSMatrix", "KSChain")
+FORMAT_VERSION = 2
+KINDS = ("KSMatrix", "KSChain", "KSSubmatrix", "KSRealPart")
 
 
 # -- files ----------------------------------------------------------------------------------
 def save(path, op) -> None:
-    """Write a KSMatrix or KSChain (NumPy or CuPy values) to the ``.npz`` file ``path``.
+    """Write a KSMatrix, KSChain, KSSubmatrix or KSRealPart (NumPy or CuPy values) to the
+    ``.npz`` file ``path``.
 
-    The file holds the stored patterns, values, view flags and permutations, a kind marker
-    and the format version (see the module docstring); :func:`load` reads it back. NumPy
-    appends ``.npz`` to a path without that suffix.
+    The file holds the stored patterns, values, view flags, permutations and shapes, kind
+    markers and the format version (see the module docstring); :func:`load` reads it back.
+    NumPy appends ``.npz`` to a path without that suffix.
 
     Examples
     --------
@@ -47,6 +54,12 @@ def save(path, op) -> None:
     >>> bool(np.array_equal(ks.load(path).todense(), C.todense()))
     True
     """
+    entries = {"kscupy_format": numpy.int64(FORMAT_VERSION)}
+    _encode(op, "", entries)
+    numpy.savez(path, **entries)
+
+
+def _encode(op, prefix, entries):
     if isinstance(op, KSMatrix):
         kind, factors, perms = "KSMatrix", [op], {}
     elif isinstance(op, KSChain):
@@ -54,54 +67,110 @@ def save(path, op) -> None:
         perms = {name: arrays.numpy_copy(p) for name, p in
                  (("input_permutation", op.input_permutation),
                   ("output_permutation", op.output_permutation)) if p is not None}
+    elif isinstance(op, KSSubmatrix):
+        entries[prefix + "kind"] = numpy.str_("KSSubmatrix")
+        entries[prefix + "shape"] = numpy.array(op.shape, dtype=numpy.int64)
+        _encode(op.chain, prefix + "chain.", entries)
+        return
+    elif isinstance(op, KSRealPart):
+        entries[prefix + "kind"] = numpy.str_("KSRealPart")
+        _encode(op.operator, prefix + "of.", entries)
+        return
     else:
-        raise TypeError(f"kscupy.save writes a KSMatrix or KSChain, got {type(op).__name__}")
-    entries = {"kscupy_format": numpy.int64(FORMAT_VERSION), "kscupy_kind": numpy.str_(kind),
-              "factor_count": numpy.int64(len(factors)), **perms}
+        raise TypeError(f"kscupy.save writes a KSMatrix, KSChain, KSSubmatrix or KSRealPart, "
+                        f"got {type(op).__name__}")
+    entries[prefix + "kind"] = numpy.str_(kind)
+    entries[prefix + "factor_count"] = numpy.int64(len(factors))
+    entries.update({prefix + name: p for name, p in perms.items()})
     for f, factor in enumerate(factors):
         values, (transposed, conjugated) = factor.stored_values(), factor.view_flags
-        entries[f"values_{f}"] = arrays.numpy_copy(values)
-        entries[f"pattern_{f}"] = numpy.array(values.shape, dtype=numpy.int64)
-        entries[f"view_{f}"] = numpy.array([transposed, conjugated])
-    numpy.savez(path, **entries)
+        entries[f"{prefix}values_{f}"] = arrays.numpy_copy(values)
+        entries[f"{prefix}pattern_{f}"] = numpy.array(values.shape, dtype=numpy.int64)
+        entries[f"{prefix}view_{f}"] = numpy.array([transposed, conjugated])
 
 
 def load(path, xp=numpy):
     """Read an operator written by :func:`save`; its arrays are created with ``xp``
     (``numpy``, or ``cupy`` for the current GPU).
 
-    Raises ValueError for a file that :func:`save` did not write (no kscupy markers, missing
-    or inconsistent entries) or that a newer kscupy wrote (format version above
-    :data:`FORMAT_VERSION`).
+    Raises ValueError, naming the file and what is wrong, for a file that :func:`save` did
+    not write (not an ``.npz`` archive, truncated or empty, no kscupy markers, missing or
+    inconsistent entries) or that a newer kscupy wrote (format version above
+    :data:`FORMAT_VERSION`); nothing in a file is ever unpickled.
     """
     arrays.check_module(xp)
-    with numpy.load(path, allow_pickle=False) as data:
-        entries = {name: data[name] for name in data.files}
-    if "kscupy_format" not in entries or "kscupy_kind" not in entries:
-        raise ValueError(f"{path} is not a kscupy operator file (no kscupy_format/kscupy_kind "
+    try:
+        data = numpy.load(path, allow_pickle=False)
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
+        raise
+    except (OSError, EOFError, zipfile.BadZipFile, NotImplementedError) as exc:
+        # empty, truncated or damaged (zipfile meets impossible versions in damaged headers)
+        raise ValueError(f"{path} is not a kscupy operator file (empty, truncated or not an "
+                         f".npz archive: {exc})") from None
+    except ValueError:      # NumPy took the bytes for a pickle, which it may not load
+        raise ValueError(f"{path} is not a kscupy operator file (not an .npz archive)") \
+            from None
+    if not isinstance(data, numpy.lib.npyio.NpzFile):
+        raise ValueError(f"{path} is not a kscupy operator file (a single .npy array, not "
+                         f"an .npz archive)")
+    entries = {}
+    with data:
+        for name in data.files:
+            try:
+                entries[name] = data[name]
+            except ValueError:     # an object entry (never unpickled) or a damaged header
+                raise ValueError(f"{path} is not a kscupy operator file: its entry {name!r} "
+                                 f"is not a plain array (kscupy writes no object entries "
+                                 f"and unpickles nothing)") from None
+            except Exception as exc:   # zipfile, zlib and npy-format failures of damaged data
+                raise ValueError(f"{path} is a damaged .npz archive: entry {name!r} cannot "
+                                 f"be read ({type(exc).__name__}: {exc})") from None
+    if "kscupy_format" not in entries or not {"kscupy_kind", "kind"} & set(entries):
+        raise ValueError(f"{path} is not a kscupy operator file (no kscupy_format and kind "
                          f"entries; it holds {sorted(entries)[:8]})")
-    version = int(entries["kscupy_format"])
+    try:
+        version = int(entries["kscupy_format"])
+    except (TypeError, ValueError):
+        raise ValueError(f"{path} has an unreadable format version") from None
     if version > FORMAT_VERSION:
         raise ValueError(f"{path} has format version {version}, newer than the {FORMAT_VERSION} "
                          f"this kscupy reads; upgrade kscupy")
-    kind = str(entries["kscupy_kind"])
-    if kind not in KINDS:
-        raise ValueError(f"{path} holds an operator of unknown kind {kind!r}")
+    if version < 2:        # version 1: the top kind in kscupy_kind
+        if "kscupy_kind" not in entries:
+            raise ValueError(f"{path} is an incomplete kscupy file: no entry 'kscupy_kind'")
+        entries["kind"] = entries.pop("kscupy_kind")
     try:
-        factors = []
-        for f in range(int(entries["factor_count"])):
-            values, pattern = entries[f"values_{f}"], KSPattern.of(entries[f"pattern_{f}"].tolist())
-            if values.shape != tuple(pattern):
-                raise ValueError(f"values_{f} has shape {values.shape}, pattern_{f} is "
-                                 f"{tuple(pattern)}")
-            transposed, conjugated = (bool(v) for v in entries[f"view_{f}"])
-            factors.append(KSMatrix._rebuild(xp.asarray(values), transposed, conjugated))
+        return _decode(entries, "", xp, path)
     except KeyError as exc:
         raise ValueError(f"{path} is an incomplete kscupy file: no entry {exc}") from None
+    except (TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise ValueError(f"{path} holds an inconsistent operator: {exc}") from None
+
+
+def _decode(entries, prefix, xp, path):
+    kind = str(entries[prefix + "kind"])
+    if kind not in KINDS:
+        raise ValueError(f"an operator of unknown kind {kind!r}")
+    if kind == "KSSubmatrix":
+        shape = tuple(int(s) for s in entries[prefix + "shape"])
+        return KSSubmatrix(_decode(entries, prefix + "chain.", xp, path), shape)
+    if kind == "KSRealPart":
+        return KSRealPart(_decode(entries, prefix + "of.", xp, path))
+    factors = []
+    for f in range(int(entries[prefix + "factor_count"])):
+        values = entries[f"{prefix}values_{f}"]
+        pattern = KSPattern.of(entries[f"{prefix}pattern_{f}"].tolist())
+        if values.shape != tuple(pattern):
+            raise ValueError(f"values_{f} has shape {values.shape}, pattern_{f} is "
+                             f"{tuple(pattern)}")
+        transposed, conjugated = (bool(v) for v in entries[f"{prefix}view_{f}"])
+        factors.append(KSMatrix._rebuild(xp.asarray(values), transposed, conjugated))
     if kind == "KSMatrix":
         if len(factors) != 1:
-            raise ValueError(f"{path} marks a KSMatrix but holds {len(factors)} factors")
+            raise ValueError(f"a KSMatrix of {len(factors)} factors")
         return factors[0]
-    perm = lambda name: None if name not in entries else xp.asarray(entries[name])  # noqa: E731
+
+    def perm(name):
+        return None if prefix + name not in entries else xp.asarray(entries[prefix + name])
     return KSChain(factors, input_permutation=perm("input_permutation"),
                    output_permutation=perm("output_permutation"))

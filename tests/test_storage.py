@@ -7,7 +7,7 @@ import numpy
 import pytest
 
 import kscupy as ks
-from conftest import RTOL, random_array, rel_err
+from conftest import RTOL, random_array, rel_err, to_numpy
 from operator_kinds import KIND_NAMES, operator_kinds, operator_oracle
 
 DTYPES = [numpy.float32, numpy.complex128]
@@ -125,5 +125,73 @@ def test_load_rejects_foreign_and_newer_files(tmp_path, rng):
     numpy.savez(broken, **{k: v for k, v in entries.items() if k != "values_0"})
     with pytest.raises(ValueError, match="incomplete"):
         ks.load(broken)
-    with pytest.raises(TypeError, match="KSMatrix or KSChain"):
+    with pytest.raises(TypeError, match="KSSubmatrix or KSRealPart"):
         ks.save(tmp_path / "x.npz", numpy.ones(3))
+
+
+def saved_bytes(tmp_path, rng):
+    path = tmp_path / "good.npz"
+    ks.save(path, ks.KSChain([ks.KSMatrix(random_array(rng, (2, 3, 4, 1), numpy.float32)),
+                              ks.KSMatrix(random_array(rng, (1, 4, 3, 2), numpy.float32))]))
+    return path.read_bytes()
+
+
+def damaged_files(tmp_path, rng):
+    """``{name: path}`` of files that kscupy.save did not write, or wrote and lost bytes of."""
+    good = saved_bytes(tmp_path, rng)
+    files = {"random bytes": rng.integers(0, 256, 4096, dtype=numpy.uint8).tobytes(),
+             "empty": b"", "truncated": good[:len(good) // 2],
+             "cut short": good[:-10], "text": b"hello, I am not an archive\n"}
+    paths = {}
+    for name, content in files.items():
+        paths[name] = tmp_path / f"{name.replace(' ', '_')}.npz"
+        paths[name].write_bytes(content)
+    paths["npy"] = tmp_path / "single.npy"
+    numpy.save(paths["npy"], numpy.ones(3))
+    paths["object entry"] = tmp_path / "object.npz"
+    numpy.savez(paths["object entry"], kscupy_format=numpy.int64(2),
+                kind=numpy.array([{"a": 1}], dtype=object))
+    return paths
+
+
+def test_load_malformed_files_raise_value_error_naming_the_file(tmp_path, rng):
+    for name, path in damaged_files(tmp_path, rng).items():
+        with pytest.raises(ValueError) as info:
+            ks.load(path)
+        message = str(info.value)
+        assert str(path) in message, name
+        assert "pickle=" not in message, name      # never an invitation to unpickle
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_load_of_randomly_damaged_entries_never_fails_otherwise(tmp_path, seed):
+    # every entry of a good file in turn dropped or replaced by a wrong but plain value:
+    # load either gives back an operator or raises ValueError naming the file
+    rng = numpy.random.default_rng(seed)
+    saved = tmp_path / "good.npz"
+    ks.save(saved, ks.KSSubmatrix(ks.dft(12), (11, 10)))
+    entries = dict(numpy.load(saved))
+    wrong = [numpy.int64(-1), numpy.int64(0), numpy.int64(7), numpy.str_("KSChain"),
+             numpy.str_("Unknown"), numpy.ones(3), numpy.array([1, 2, 2, 1]),
+             numpy.array([True]), numpy.float64(numpy.nan), numpy.array([], dtype=numpy.int64),
+             numpy.ones((1, 2, 2, 6), dtype=numpy.int32)]
+    for name in entries:
+        for value in [None, *rng.permutation(numpy.array(wrong, dtype=object))[:4]]:
+            changed = {k: v for k, v in entries.items() if k != name}
+            if value is not None:
+                changed[name] = value
+            path = tmp_path / "changed.npz"
+            numpy.savez(path, **changed)
+            try:
+                ks.load(path)
+            except ValueError as exc:
+                assert str(path) in str(exc)
+
+
+def test_version_1_files_load(tmp_path, rng):
+    K = ks.KSMatrix(random_array(rng, (2, 3, 4, 5), numpy.float64))
+    path = tmp_path / "v1.npz"
+    numpy.savez(path, kscupy_format=numpy.int64(1), kscupy_kind=numpy.str_("KSMatrix"),
+                factor_count=numpy.int64(1), values_0=to_numpy(K.values),
+                pattern_0=numpy.array(K.pattern), view_0=numpy.array([False, False]))
+    numpy.testing.assert_array_equal(ks.load(path).todense(), K.todense())

@@ -85,6 +85,21 @@ class KSRealPart(KSOperator):
         """Backend names :meth:`matmul` accepts: those of ``W``, which it applies."""
         return self._operator.backends()
 
+    # -- ecosystem protocols (see KSOperator): pickling, copies and moves, scalars ---------
+    def __reduce__(self):
+        return KSRealPart, (self._operator,)
+
+    def _map_arrays(self, convert):
+        return KSRealPart(self._operator._map_arrays(convert))
+
+    def _scaled(self, alpha, divide):
+        # alpha Re(W) = Re(alpha W) for a real alpha; a complex alpha leaves the real matrices
+        if numpy.iscomplexobj(alpha):
+            raise TypeError(f"a KSRealPart scales by real numbers, got {alpha!r}: "
+                            f"alpha * Re(W) is complex; scale W and take the real part "
+                            f"yourself if you mean Re(alpha W)")
+        return KSRealPart(self._operator._scaled(alpha, divide))
+
     def _apply(self, X, layout, backend):
         xp = self._xp
         if X.dtype.kind != "c":

@@ -101,6 +101,18 @@ class KSSubmatrix(KSOperator):
         """Backend names :meth:`matmul` accepts: the chain's (it applies the chain)."""
         return self._chain.backends()
 
+    # -- ecosystem protocols (see KSOperator): pickling, copies and moves, scalars ---------
+    def __reduce__(self):
+        # the chain and the shape; kept views are rebuilt on first use
+        return KSSubmatrix, (self._chain, self._shape)
+
+    def _map_arrays(self, convert):
+        return KSSubmatrix(self._chain._map_arrays(convert), self._shape)
+
+    def _scaled(self, alpha, divide):
+        # alpha C[:M, :N] is the leading block of alpha C
+        return KSSubmatrix(self._chain._scaled(alpha, divide), self._shape)
+
     def _apply(self, X, layout, backend):
         # S X = (C [X; 0])[:M]: zero-pad to the chain's N_c columns, apply, crop to M rows
         xp = self._xp

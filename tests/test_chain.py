@@ -146,6 +146,14 @@ def test_dft_patterns_and_errors():
         ks.dft(0)
     with pytest.raises(ValueError, match="norm"):
         ks.dft(8, norm="unitary")
+    for bad in (0, 1, -3):
+        with pytest.raises(ValueError, match="max_radix"):
+            ks.dft(12, max_radix=bad)
+        with pytest.raises(ValueError, match="max_radix"):
+            ks.transforms.radix_factors(12, max_radix=bad)
+    for bad in (2.5, "64", None, True):
+        with pytest.raises(ValueError, match="max_radix must be a positive integer"):
+            ks.idft(12, max_radix=bad)
 
 
 @pytest.mark.parametrize("n", [1, 2, 16, 256])

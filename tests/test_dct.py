@@ -12,7 +12,7 @@ TOL = {numpy.float64: 1e-12, numpy.float32: 1e-5}
 
 @pytest.mark.parametrize("n", [8, 64, 97, 1000])
 @pytest.mark.parametrize("kind", [1, 2, 3, 4])
-@pytest.mark.parametrize("norm", [None, "ortho"])
+@pytest.mark.parametrize("norm", [None, "ortho", "forward"])
 @pytest.mark.parametrize("transform,oracle", TRANSFORMS, ids=["dct", "dst"])
 def test_matches_scipy_fft(xp, rng, transform, oracle, n, kind, norm):
     for dtype in (numpy.float64, numpy.float32):
@@ -36,7 +36,7 @@ def test_matches_scipy_fft(xp, rng, transform, oracle, n, kind, norm):
 @pytest.mark.parametrize("transform,oracle", TRANSFORMS, ids=["dct", "dst"])
 def test_transpose_consistent_with_dense(transform, oracle, n):
     for kind in (1, 2, 3, 4):
-        for norm in (None, "ortho"):
+        for norm in (None, "ortho", "forward"):
             op = transform(n, type=kind, norm=norm)
             dense = oracle(numpy.eye(n), type=kind, norm=norm, axis=0)
             assert rel_err(op.todense(), dense) < 1e-12
@@ -63,7 +63,9 @@ def test_dct_errors():
     with pytest.raises(ValueError, match="DCT-I needs n >= 2"):
         ks.dct(1, type=1)
     with pytest.raises(ValueError, match="norm"):
-        ks.dst(8, norm="forward")
+        ks.dst(8, norm="inverse")
+    with pytest.raises(ValueError, match="max_radix must be at least 2"):
+        ks.dct(8, max_radix=1)
     with pytest.raises(TypeError, match="real matrices"):
         ks.dct(8, dtype=numpy.complex128)
     with pytest.raises(ValueError, match="positive integer"):

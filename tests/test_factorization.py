@@ -159,6 +159,20 @@ def test_clear_errors():
         ks.factorize(numpy.ones((4, 4), dtype=numpy.int64), "butterfly")
     with pytest.raises(TypeError, match="ndarray"):
         ks.factorize([[1.0, 2.0], [3.0, 4.0]], "butterfly")
+    for bad in (numpy.nan, numpy.inf, -numpy.inf):
+        H = ks.hadamard(8).todense()
+        H[3, 5] = bad
+        with pytest.raises(ValueError, match="NaN or infinity"):
+            ks.factorize(H, "butterfly")
+
+
+def test_float16_matrices_factorize_in_float32(rng):
+    # a float16 product of butterflies comes back exact to float16 rounding, as float16
+    C = ks.butterfly(16, dtype=numpy.float16, seed=int(rng.integers(2**31)))
+    D = C.todense()
+    got = ks.factorize(D, "butterfly")
+    assert got.dtype == numpy.float16 and all(f.dtype == numpy.float16 for f in got.factors)
+    assert rel_err(got.todense(), D.astype(numpy.float64)) < 1e-2
 
 
 def test_single_pattern_is_the_projection(rng):

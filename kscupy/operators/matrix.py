@@ -7,6 +7,7 @@ from .. import engine
 from ..core import arrays, memory, reference
 from ..core.factor import Factor
 from ..core.pattern import KSPattern
+from ..core.structure import DFTStage
 from ..engine import registry
 from .base import KSOperator
 
@@ -64,6 +65,9 @@ class KSMatrix(KSOperator):
             xp = source
         arrays.check_module(xp)
         arrays.check_dtype(values.dtype)
+        if structure is not None and not isinstance(structure, DFTStage):
+            raise TypeError(f"structure must be None or a kscupy.DFTStage, got "
+                            f"{structure!r}")
         if values.ndim != 4:
             raise ValueError("KSMatrix(values) takes canonical values of shape (a, b, c, d), "
                              f"got an array of shape {values.shape}")

@@ -63,13 +63,14 @@ _COMPLEX_OF = {numpy.dtype(numpy.float32): numpy.complex64,
                numpy.dtype(numpy.float64): numpy.complex128}
 
 
-def _checked(n, type, norm, dtype, xp):
-    from .factories import _check_size
+def _checked(n, type, norm, dtype, xp, max_radix):
+    from .factories import _check_max_radix, _check_size
     n = _check_size("n", n)
+    _check_max_radix(max_radix)
     if isinstance(type, bool) or type not in (1, 2, 3, 4):
         raise ValueError(f"type must be 1, 2, 3 or 4, got {type!r}")
-    if norm not in (None, "backward", "ortho"):
-        raise ValueError(f'norm must be None, "backward" or "ortho", got {norm!r}')
+    if norm not in (None, "backward", "ortho", "forward"):
+        raise ValueError(f'norm must be None, "backward", "ortho" or "forward", got {norm!r}')
     dtype = arrays.check_dtype(dtype)
     if dtype.kind != "f":
         raise TypeError(f"the DCT and DST are real matrices: dtype must be float32 or float64, "
@@ -99,7 +100,7 @@ def _real_part_of_dft_block(N, n, dtype, xp, max_radix, row_scale, col_scale=Non
 
 def _type4(n, norm, dtype, xp, max_radix, sine):
     k = numpy.arange(n)
-    scale = numpy.sqrt(1 / (2 * n)) if norm == "ortho" else 1.0
+    scale = {"ortho": numpy.sqrt(1 / (2 * n)), "forward": 1 / (2 * n)}.get(norm, 1.0)
     row = (2j if sine else 2.0) * scale * numpy.exp(-1j * numpy.pi * (2 * k + 1) / (4 * n))
     col = numpy.exp(-0.5j * numpy.pi * k / n)
     return _real_part_of_dft_block(2 * n, n, dtype, xp, max_radix, row, col)
@@ -121,6 +122,8 @@ def _output_scale(n, type, norm, edge):
         scale[edge] = numpy.sqrt(1 / (4 * n))
     elif type == 3:
         scale[edge] = 0.5
+    if norm == "forward":      # scipy's forward scaling: 1 / (2n), the logical DFT size
+        scale /= 2 * n
     return scale
 
 
@@ -140,7 +143,9 @@ def dct(n: int, type: int = 2, norm=None, dtype=numpy.float64, xp=numpy, *, max_
     ----------
     n : size.
     type : 1, 2, 3 or 4 (type 1 needs ``n >= 2``).
-    norm : None (scipy's default, "backward") or "ortho".
+    norm : None (scipy's default, "backward"), "ortho" or "forward" (the unnormalised
+        transform divided by the logical DFT size: ``2(n-1)`` for type 1, ``2n`` otherwise),
+        as in ``scipy.fft.dct``.
     dtype : float32 or float64 (the DFT inside runs in complex64 or complex128).
     xp : numpy or cupy.
 
@@ -153,7 +158,7 @@ def dct(n: int, type: int = 2, norm=None, dtype=numpy.float64, xp=numpy, *, max_
     >>> bool(np.allclose(ks.dct(12, type=3, norm="ortho") @ x, scipy.fft.dct(x, 3, norm="ortho")))
     True
     """
-    n, dtype = _checked(n, type, norm, dtype, xp)
+    n, dtype = _checked(n, type, norm, dtype, xp, max_radix)
     if type == 4:
         return _type4(n, norm, dtype, xp, max_radix, sine=False)
     if type == 1:
@@ -166,6 +171,8 @@ def dct(n: int, type: int = 2, norm=None, dtype=numpy.float64, xp=numpy, *, max_
             col[[0, -1]] *= numpy.sqrt(2)
             row[[0, -1]] /= numpy.sqrt(2)
             row /= numpy.sqrt(2 * (n - 1))
+        elif norm == "forward":        # 1 / the logical DFT size 2(n-1)
+            row /= 2 * (n - 1)
         return _real_part_of_dft_block(2 * (n - 1), n, dtype, xp, max_radix, row, col)
     perm, twiddle = _makhoul(n)
     scale = _output_scale(n, type, norm, edge=0)
@@ -182,7 +189,8 @@ def dst(n: int, type: int = 2, norm=None, dtype=numpy.float64, xp=numpy, *, max_
     ``scipy.fft.dst(X, type=type, norm=norm, axis=-1)``. Built as :func:`dct` with alternating
     signs folded into the DFT operator's input side and the output order reversed (an output
     permutation), see the module docstring; type 1 is a shifted block of the DFT of size
-    ``2(n+1)``, type 4 the DCT-IV's operator times ``i``. Parameters as :func:`dct`.
+    ``2(n+1)``, type 4 the DCT-IV's operator times ``i``. Parameters as :func:`dct` (the
+    logical DFT size that ``norm="forward"`` divides by is ``2(n+1)`` for type 1).
 
     Examples
     --------
@@ -191,12 +199,12 @@ def dst(n: int, type: int = 2, norm=None, dtype=numpy.float64, xp=numpy, *, max_
     >>> bool(np.allclose(ks.dst(12) @ x, scipy.fft.dst(x)))
     True
     """
-    n, dtype = _checked(n, type, norm, dtype, xp)
+    n, dtype = _checked(n, type, norm, dtype, xp, max_radix)
     if type == 4:
         return _type4(n, norm, dtype, xp, max_radix, sine=True)
     if type == 1:
         N = 2 * (n + 1)
-        scale = numpy.sqrt(1 / N) if norm == "ortho" else 1.0
+        scale = {"ortho": numpy.sqrt(1 / N), "forward": 1 / N}.get(norm, 1.0)
         rest = numpy.arange(n + 1, N)
         # F_N[1:n+1, 1:n+1] as a leading block: x_j goes to position j + 1, row k + 1 to k
         to_shifted = numpy.concatenate([[n], numpy.arange(n), rest])

@@ -43,6 +43,13 @@ def _check_size(name, n):
     return int(n)
 
 
+def _check_max_radix(max_radix):
+    # radix 2 is the smallest prime: below it no size but 1 has a chain
+    if _check_size("max_radix", max_radix) < 2:
+        raise ValueError(f"max_radix must be at least 2, got {max_radix!r}")
+    return int(max_radix)
+
+
 def _power_of_two(name, n):
     n = _check_size(name, n)
     if n & (n - 1):
@@ -57,6 +64,7 @@ def radix_factors(n: int, max_radix: int = 64) -> list:
     ``p x p`` block: correct, but no longer a fast transform).
     """
     n = _check_size("n", n)
+    max_radix = _check_max_radix(max_radix)
     radices = prime_factors(n)
     too_big = [r for r in radices if r > max_radix]
     if too_big:
@@ -110,6 +118,7 @@ def dft(n: int, dtype=numpy.complex128, norm=None, xp=numpy, *, inverse=False, m
     'KSChain'
     """
     n = _check_size("n", n)
+    max_radix = _check_max_radix(max_radix)
     dtype = arrays.check_dtype(dtype)
     if dtype.kind != "c":
         raise TypeError(f"a DFT chain needs a complex dtype (complex64 or complex128), got {dtype}")

@@ -45,6 +45,8 @@ checks the bound against an independent per-block SVD oracle.
 """
 from __future__ import annotations
 
+import numpy
+
 from ..core import arrays
 from ..operators.chain import KSChain
 from ..operators.matrix import KSMatrix
@@ -134,8 +136,10 @@ def factorize(D, patterns) -> KSChain:
 
     Parameters
     ----------
-    D : numpy.ndarray or cupy.ndarray of shape ``(M, N)``, dtype float32, float64, complex64
-        or complex128 (the factors get the same dtype and array module).
+    D : numpy.ndarray or cupy.ndarray of shape ``(M, N)`` with finite entries, dtype float16,
+        float32, float64, complex64 or complex128 (the factors get the same dtype and array
+        module; a float16 ``D`` is factorized in float32, as LAPACK has no float16, and the
+        factors are rounded to float16).
     patterns : sequence of ``L`` patterns ``(a, b, c, d)`` whose chain has shape ``(M, N)``,
         in which every pattern chains with the product of the patterns after it: ``a_k``
         divides ``a`` of that product, its ``d`` divides ``d_k``, and the ratio of the ``a``'s
@@ -150,8 +154,8 @@ def factorize(D, patterns) -> KSChain:
 
     Raises
     ------
-    ValueError naming the problem when the patterns do not chain or do not match ``D.shape``;
-    TypeError for an unsupported array type or dtype.
+    ValueError naming the problem when the patterns do not chain or do not match ``D.shape``,
+    or when ``D`` holds NaN or infinity; TypeError for an unsupported array type or dtype.
 
     Examples
     --------
@@ -189,10 +193,15 @@ def factorize(D, patterns) -> KSChain:
     if tuple(D.shape) != suffixes[0].shape:
         raise ValueError(f"D has shape {tuple(D.shape)} but the chain of patterns has shape "
                          f"{suffixes[0].shape}")
+    if not bool(xp.isfinite(D).all()):
+        raise ValueError("factorize needs a matrix of finite entries; D holds NaN or infinity")
+    dtype = D.dtype
+    if dtype == numpy.float16:          # the SVDs run in float32 (LAPACK has no float16)
+        D = D.astype(numpy.float32)
     W = _project(D, suffixes[0])
     values = []
     for k in range(len(patterns) - 1):
         left_values, W = _split(W, patterns[k], suffixes[k + 1], xp)
         values.append(left_values)
     values.append(W)
-    return KSChain([KSMatrix(xp.ascontiguousarray(w)) for w in values])
+    return KSChain([KSMatrix(xp.ascontiguousarray(w, dtype=dtype)) for w in values])

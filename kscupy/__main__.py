@@ -24,6 +24,7 @@ import numpy
 import scipy
 
 import kscupy
+from kscupy.arguments import choice_list, positive_int, positive_int_list
 from kscupy.core import arrays
 
 
@@ -183,10 +184,9 @@ def warmup(args) -> int:
         print(f"python -m kscupy warmup compiles GPU kernels and needs a GPU: {why}",
               file=sys.stderr)
         return 2
-    split = lambda text, kind: [kind(v) for v in text.split(",") if v]  # noqa: E731
     dfts = [kscupy.dft(n, dtype=numpy.complex64, xp=cupy) for n in args.dft]
-    report = kscupy.warmup(args.pattern, operators=dfts, dtypes=split(args.dtypes, str),
-                           layouts=split(args.layouts, str), batches=split(args.batches, int),
+    report = kscupy.warmup(args.pattern, operators=dfts, dtypes=args.dtypes,
+                           layouts=args.layouts, batches=args.batches,
                            threads=args.threads)
     print(f"{report.products} products, {report.kernels_loaded} kernels compiled or loaded, "
           f"{report.seconds:.1f} s")
@@ -195,14 +195,16 @@ def warmup(args) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kscupy", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"kscupy {kscupy.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p_demo = sub.add_parser("demo", help="multiply a random KS factor with every backend")
-    p_demo.add_argument("--pattern", type=int, nargs=4, default=(4, 64, 64, 8),
+    p_demo.add_argument("--pattern", type=positive_int, nargs=4, default=(4, 64, 64, 8),
                         metavar=("A", "B", "C", "D"))
-    p_demo.add_argument("--batch", type=int, default=1024)
+    p_demo.add_argument("--batch", type=positive_int, default=1024)
     p_demo.add_argument("--dtype", default="float32",
                         choices=[str(t) for t in arrays.SUPPORTED_DTYPES])
-    p_demo.add_argument("--repeat", type=int, default=20)
+    p_demo.add_argument("--repeat", type=positive_int, default=20,
+                        help="timed calls per backend (the median is printed)")
     p_demo.add_argument("--cpu", action="store_true", help="use NumPy even if a GPU is there")
     p_demo.set_defaults(func=demo)
     p_info = sub.add_parser("info", help="versions, device and CUDA details")
@@ -214,15 +216,16 @@ def main(argv=None) -> int:
                             description="Run one product per pattern (and DFT size), dtype, "
                                         "layout and batch size on the GPU, so that their "
                                         "kernels are compiled and kept in CuPy's disk cache.")
-    p_warm.add_argument("--pattern", type=int, nargs=4, action="append", default=[],
+    p_warm.add_argument("--pattern", type=positive_int, nargs=4, action="append", default=[],
                         metavar=("A", "B", "C", "D"), help="a KS pattern (repeatable)")
-    p_warm.add_argument("--dft", type=int, action="append", default=[], metavar="N",
+    p_warm.add_argument("--dft", type=positive_int, action="append", default=[], metavar="N",
                         help="a complex64 DFT size (repeatable)")
-    p_warm.add_argument("--dtypes", default="float32", help="comma-separated (default float32)")
-    p_warm.add_argument("--layouts", default="bsl,bsf")
-    p_warm.add_argument("--batches", default="1,64,4096",
+    p_warm.add_argument("--dtypes", type=choice_list([str(t) for t in arrays.SUPPORTED_DTYPES]),
+                        default="float32", help="comma-separated (default float32)")
+    p_warm.add_argument("--layouts", type=choice_list(("bsl", "bsf")), default="bsl,bsf")
+    p_warm.add_argument("--batches", type=positive_int_list, default="1,64,4096",
                         help="comma-separated batch sizes (the tile choice follows them)")
-    p_warm.add_argument("--threads", type=int, default=None,
+    p_warm.add_argument("--threads", type=positive_int, default=None,
                         help="products run (and compiled) at once (default: CPU count, at most 8)")
     p_warm.set_defaults(func=warmup)
     argv = sys.argv[1:] if argv is None else list(argv)

@@ -36,6 +36,37 @@ def test_demo_cpu(dtype):
     assert float(fft.split("rel. error vs float64 FFT")[1].split(";")[0]) < 1e-5
 
 
+def test_version():
+    import kscupy
+    out = _run("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"kscupy {kscupy.__version__}"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["demo", "--batch", "-1"], "not a positive integer"),
+    (["demo", "--batch", "0"], "not a positive integer"),
+    (["demo", "--repeat", "0"], "not a positive integer"),
+    (["demo", "--batch", "2.5"], "not an integer"),
+    (["demo", "--pattern", "2", "0", "4", "3"], "not a positive integer"),
+    (["demo", "--dtype", "int8"], "invalid choice"),
+    (["warmup", "--dtypes", "float32,float8"], "must be one of"),
+    (["warmup", "--layouts", "rows"], "must be one of"),
+    (["warmup", "--batches", "1,,-3"], "not a positive integer"),
+    (["warmup", "--threads", "0"], "not a positive integer"),
+    (["bench", "--count", "0"], "not a positive integer"),
+    (["bench", "--sizes", "256,x"], "not an integer"),
+    (["bench", "--shift", "nan"], "not a finite number"),
+    (["bench", "--dense-limit", "-1"], "not a positive finite number"),
+    (["bench", "--heldout-seed", "-5"], "not a non-negative integer"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_arguments_get_a_usage_line_and_status_2(args, message):
+    out = _run(*args)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "usage:" in out.stderr and message in out.stderr
+    assert "Traceback" not in out.stderr and "nan" not in out.stdout
+
+
 @pytest.mark.gpu
 def test_demo_gpu():
     out = _run("demo", "--pattern", "2", "32", "32", "4", "--batch", "300", "--repeat", "3")

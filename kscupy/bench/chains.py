@@ -47,6 +47,7 @@ from .. import KSChain, KSMatrix, butterfly, dft, hadamard, monarch
 from ..core import device
 from ..engine import single
 from .baselines import NONE
+from ..arguments import positive_int, positive_int_list
 from .engine import median_gpu_seconds, retime_misses
 from .timing import measure_ceilings, run_metadata, time_fn
 
@@ -201,13 +202,14 @@ def _summary(rows):
 
 def add_arguments(parser):
     group = parser.add_argument_group("chains suite")
-    group.add_argument("--sizes", default="256,1024,4096,16384", help="DFT sizes")
-    group.add_argument("--elements", type=int, default=2**26,
+    group.add_argument("--sizes", type=positive_int_list, default="256,1024,4096,16384",
+                       help="DFT sizes")
+    group.add_argument("--elements", type=positive_int, default=2**26,
                        help="B·n for dft, butterfly, hadamard")
-    group.add_argument("--butterfly", default="256,1024,4096")
-    group.add_argument("--hadamard", default="256,1024,4096,8192")
-    group.add_argument("--monarch", default="1024,4096,16384")
-    group.add_argument("--chain-batch", type=int, default=25088,
+    group.add_argument("--butterfly", type=positive_int_list, default="256,1024,4096")
+    group.add_argument("--hadamard", type=positive_int_list, default="256,1024,4096,8192")
+    group.add_argument("--monarch", type=positive_int_list, default="1024,4096,16384")
+    group.add_argument("--chain-batch", type=positive_int, default=25088,
                        help="batch of the monarch and paper chains")
     group.add_argument("--parts", default="dft,butterfly,hadamard,monarch,paper_chain")
 
@@ -231,23 +233,23 @@ def main(args, baselines=NONE):
         cupy.get_default_memory_pool().free_all_blocks()
 
     if "dft" in parts:
-        for n in map(int, args.sizes.split(",")):
+        for n in args.sizes:
             add(bench_dft(n, args.elements, ceilings))
     if "butterfly" in parts:
         for dtype in (numpy.float32, numpy.complex64):
-            for n in map(int, args.butterfly.split(",")):
+            for n in args.butterfly:
                 C = transform_chain("butterfly", n, dtype, cupy)
                 for layout in ("bsf", "bsl"):
                     add(chain_row("butterfly", C, layout, args.elements // n, ceilings,
                                   extra={"n": n}, per_factor_base=True))
     if "hadamard" in parts:
-        for n in map(int, args.hadamard.split(",")):
+        for n in args.hadamard:
             H = transform_chain("hadamard", n, numpy.float32, cupy)
             for layout in ("bsf", "bsl"):
                 add(chain_row("hadamard", H, layout, args.elements // n, ceilings,
                               extra={"n": n}, per_factor_base=True))
     if "monarch" in parts:
-        for n in map(int, args.monarch.split(",")):
+        for n in args.monarch:
             M = monarch(n, dtype=numpy.float32, xp=cupy, seed=n)
             for layout in ("bsf", "bsl"):
                 add(chain_row("monarch", M, layout, args.chain_batch, ceilings, extra={

@@ -21,8 +21,8 @@ SUITES = ("grid", "sweep", "engine", "chains")
 #: What ``--suite all`` runs (with ``--quick``, grid and chains), and the small sample
 #: ``--quick`` takes of each.
 ALL = ("grid", "sweep", "chains")
-QUICK = {"count": 4, "sizes": "256,1024", "elements": 2**22, "hadamard": "1024",
-         "parts": "dft,hadamard", "butterfly": "256", "monarch": "1024"}
+QUICK = {"count": 4, "sizes": [256, 1024], "elements": 2**22, "hadamard": [1024],
+         "parts": "dft,hadamard", "butterfly": [256], "monarch": [1024]}
 
 
 def parser() -> argparse.ArgumentParser:

@@ -42,6 +42,7 @@ from ..engine import decide
 from .baselines import NONE
 from .grid import paper_grid, stratified_sample
 from .timing import l2_bytes, progress, run_metadata, time_fn
+from ..arguments import nonnegative_int
 from .timing import measure_ceilings as copy_and_sgemm
 
 #: Batch size per dtype (the issue's benchmark).
@@ -63,7 +64,7 @@ def add_arguments(parser):
     group.add_argument("--precisions", default="default,tf32",
                        help="tf32 rows are made for float32 only")
     group.add_argument("--samples", default="default,heldout")
-    group.add_argument("--heldout-seed", type=int, default=None,
+    group.add_argument("--heldout-seed", type=nonnegative_int, default=None,
                        help="default: drawn at run time (recorded in the JSON)")
     group.add_argument("--append", action="store_true", help="add rows to --out")
 

@@ -34,6 +34,7 @@ from ..core.problem import problem_of
 from ..engine import decide
 from .grid import PAPER_BATCH, paper_grid, stratified_sample
 from .timing import l2_bytes, measure_ceilings, progress, run_metadata, time_fn
+from ..arguments import finite_float, positive_float, positive_int
 
 SWEEP_BATCHES = (1, 16, 256, 4096, 25_088, 262_144)
 SWEEP_PATTERNS = ((1, 768, 192, 2), (6, 64, 64, 1), (16, 64, 64, 4), (1, 256, 1024, 4),
@@ -126,15 +127,15 @@ def summarize(rows):
 
 def add_arguments(parser):
     group = parser.add_argument_group("grid and sweep suites")
-    group.add_argument("--count", type=int, default=60, help="patterns in the stratified sample")
+    group.add_argument("--count", type=positive_int, default=60, help="patterns in the stratified sample")
     group.add_argument("--all", action="store_true", help="every pattern of the grid")
-    group.add_argument("--shift", type=float, default=0.0,
+    group.add_argument("--shift", type=finite_float, default=0.0,
                        help="shift of the stratified sample (0.5: disjoint from the default)")
     group.add_argument("--layouts", default="bsl,bsf")
-    group.add_argument("--dense-limit", type=float, default=4.0, help="GiB")
-    group.add_argument("--dense-flops", type=float, default=6e12, help="max FLOP for dense")
-    group.add_argument("--csr-limit", type=float, default=5e9, help="max B*nnz for CSR")
-    group.add_argument("--io-limit", type=float, default=12.0,
+    group.add_argument("--dense-limit", type=positive_float, default=4.0, help="GiB")
+    group.add_argument("--dense-flops", type=positive_float, default=6e12, help="max FLOP for dense")
+    group.add_argument("--csr-limit", type=positive_float, default=5e9, help="max B*nnz for CSR")
+    group.add_argument("--io-limit", type=positive_float, default=12.0,
                        help="GiB: skip sweep cases whose X and Y take more")
 
 

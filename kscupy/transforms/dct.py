@@ -72,9 +72,9 @@ def _checked(n, type, norm, dtype, xp, max_radix):
     if norm not in (None, "backward", "ortho", "forward"):
         raise ValueError(f'norm must be None, "backward", "ortho" or "forward", got {norm!r}')
     dtype = arrays.check_dtype(dtype)
-    if dtype.kind != "f":
-        raise TypeError(f"the DCT and DST are real matrices: dtype must be float32 or float64, "
-                        f"got {dtype}")
+    if dtype not in _COMPLEX_OF:      # real, with a complex DFT inside (there is no complex32)
+        raise TypeError(f"the DCT and DST are real matrices built on a complex DFT: dtype must "
+                        f"be float32 or float64, got {dtype}")
     arrays.check_module(xp)
     return n, dtype
 

@@ -1,0 +1,88 @@
+"""Every factory, thrown random arguments (sizes of every type and sign, dtypes, norms,
+radices), either builds the right operator (against numpy.fft, scipy.fft and
+scipy.linalg.hadamard) or raises a TypeError / ValueError before computing anything."""
+import numpy
+import scipy.fft
+import scipy.linalg
+from hypothesis import given, settings, strategies as st
+
+import kscupy as ks
+from conftest import rel_err
+
+SIZES = st.one_of(st.integers(-3, 40), st.sampled_from([True, 2.0, 8.5, "8", None,
+                                                        numpy.int64(12), numpy.uint8(6)]))
+DTYPES = st.sampled_from([numpy.float16, numpy.float32, numpy.float64, numpy.complex64,
+                          numpy.complex128, numpy.int32, bool, object, "float32", "bogus"])
+NORMS = st.sampled_from([None, "backward", "ortho", "forward", "unitary", 1])
+
+
+def right_or_clear(build, oracle):
+    """``build()`` matches the dense ``oracle()`` or raises TypeError / ValueError."""
+    try:
+        op = build()
+    except (TypeError, ValueError) as exc:
+        assert str(exc)
+        return
+    D = oracle(op)
+    tol = 1e-2 if op.dtype in (numpy.float16,) else (
+        1e-5 if op.dtype in (numpy.float32, numpy.complex64) else 1e-10)
+    assert rel_err(op.todense(), D) < tol
+
+
+def _size(n):
+    return int(n)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(n=SIZES, dtype=DTYPES, norm=NORMS, inverse=st.booleans(),
+       max_radix=st.sampled_from([64, 2, 3, 0, -1, 1.5, "64"]))
+def test_dft(n, dtype, norm, inverse, max_radix):
+    def oracle(op):
+        m = _size(n)
+        transform = numpy.fft.ifft if inverse else numpy.fft.fft
+        return transform(numpy.eye(m), axis=0, norm=norm)
+    right_or_clear(lambda: ks.dft(n, dtype=dtype, norm=norm, inverse=inverse,
+                                  max_radix=max_radix), oracle)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(n=SIZES, dtype=DTYPES, norm=NORMS, kind=st.sampled_from([1, 2, 3, 4, 0, 5, "2", True]),
+       sine=st.booleans())
+def test_dct_and_dst(n, dtype, norm, kind, sine):
+    transform = ks.dst if sine else ks.dct
+    reference = scipy.fft.dst if sine else scipy.fft.dct
+    right_or_clear(lambda: transform(n, type=kind, norm=norm, dtype=dtype),
+                   lambda op: reference(numpy.eye(_size(n)), type=kind, norm=norm, axis=0))
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(n=SIZES, dtype=DTYPES, normalized=st.booleans())
+def test_hadamard(n, dtype, normalized):
+    def oracle(op):
+        H = scipy.linalg.hadamard(_size(n)).astype(numpy.float64)
+        return H / numpy.sqrt(_size(n)) if normalized else H
+    right_or_clear(lambda: ks.hadamard(n, normalized=normalized, dtype=dtype), oracle)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(M=SIZES, N=SIZES, r=SIZES, dtype=DTYPES, which=st.sampled_from(
+    ["butterfly", "block_butterfly", "monarch", "low_rank"]))
+def test_random_factories(M, N, r, dtype, which):
+    # random values: right means the shape, dtype and chain the arguments ask for
+    build = {"butterfly": lambda: ks.butterfly(M, dtype=dtype, seed=0),
+             "block_butterfly": lambda: ks.block_butterfly(M, r, dtype=dtype, seed=0),
+             "monarch": lambda: ks.monarch(M, N, dtype=dtype, seed=0),
+             "low_rank": lambda: ks.low_rank(M, N, r, dtype=dtype, seed=0)}[which]
+    try:
+        op = build()
+    except (TypeError, ValueError) as exc:
+        assert str(exc)
+        return
+    assert op.dtype == numpy.dtype(dtype)
+    assert numpy.isfinite(op.todense()).all()
+    if which == "low_rank":
+        assert op.shape == (M, N) and numpy.linalg.matrix_rank(op.todense()) <= r
+    elif which == "monarch":
+        assert op.shape == (M, N if N is not None else M)
+    elif which == "butterfly":
+        assert op.shape == (M, M)

@@ -37,7 +37,8 @@ def _product(runs, X, layout, backend, prepare):
     """What KSOperator.matmul does with an operator's runs."""
     run = runs.get(X, layout, backend)
     if run is None:
-        run = runs.keep(X, layout, backend, prepare(X, layout, backend))
+        valid_for = runs.stamp()
+        run = runs.keep(X, layout, backend, prepare(X, layout, backend), valid_for)
     return run(X)
 
 

@@ -195,3 +195,68 @@ def test_version_1_files_load(tmp_path, rng):
                 factor_count=numpy.int64(1), values_0=to_numpy(K.values),
                 pattern_0=numpy.array(K.pattern), view_0=numpy.array([False, False]))
     numpy.testing.assert_array_equal(ks.load(path).todense(), K.todense())
+
+
+# -- values under threads ------------------------------------------------------------------
+def _race(xp, op_of, K, rng, backend, seconds=1.0):
+    """Products of ``op_of(K)`` in three threads while the main one assigns ``K.values``
+    alternately to two value sets: every product must be that of one set, never a mix."""
+    import threading
+    import time
+    w = [random_array(rng, K.pattern, K.dtype) for _ in range(2)]
+    K.values = xp.asarray(w[0])
+    op = op_of(K)
+    X = xp.asarray(random_array(rng, (op.shape[1], 8), K.dtype))
+    expected = []
+    for values in w:
+        K.values = xp.asarray(values)
+        expected.append(operator_oracle(op) @ to_numpy(X))
+    mixes, failures = [], []
+    stop = time.monotonic() + seconds
+
+    def multiply():
+        try:
+            while time.monotonic() < stop:
+                Y = op.matmul(X, backend=backend)
+                if min(rel_err(Y, e) for e in expected) > 1e-4:
+                    mixes.append(min(rel_err(Y, e) for e in expected))
+        except Exception as exc:       # noqa: BLE001 - reported below
+            failures.append(exc)
+    threads = [threading.Thread(target=multiply) for _ in range(3)]
+    for t in threads:
+        t.start()
+    writes = 0
+    while time.monotonic() < stop:
+        K.values = xp.asarray(w[writes % 2])
+        writes += 1
+    for t in threads:
+        t.join()
+    assert not failures, failures[0]
+    assert not mixes, f"{len(mixes)} products matched neither value set (rel. err {mixes[:3]})"
+    assert writes > 10
+
+
+@pytest.mark.parametrize("backend", ["auto", "bmm", "dense", "einsum", "sparse"])
+@pytest.mark.parametrize("which", ["matrix", "matrix.T", "chain"])
+def test_products_under_concurrent_assignment_see_old_or_new_values(xp, rng, backend, which):
+    K = ks.KSMatrix(xp.asarray(random_array(rng, (4, 16, 16, 4), numpy.float64)))
+    other = ks.KSMatrix(xp.asarray(random_array(rng, (1, 8, 8, 32), numpy.float64)))
+    op_of = {"matrix": lambda K: K, "matrix.T": lambda K: K.T,
+             "chain": lambda K: ks.KSChain([K, other])}[which]
+    _race(xp, op_of, K, rng, backend)
+
+
+def test_a_write_replaces_the_storage_for_every_view(rng):
+    K = ks.KSMatrix(random_array(rng, (2, 3, 4, 5), numpy.float64))
+    views = [K.T, K.H, K.conj(), ks.KSChain([K, K.T])]
+    K.dense_cached()
+    old = [operator_oracle(v) for v in views]
+    new_values = random_array(rng, K.pattern, numpy.float64)
+    K.values = new_values
+    numpy.testing.assert_array_equal(K.values, new_values)
+    for view, before in zip(views, old):
+        after = operator_oracle(view)
+        assert not numpy.allclose(after, before)
+        X = random_array(rng, (view.shape[1], 2), numpy.float64)
+        for backend in ("dense", "sparse", "bmm"):
+            assert rel_err(view.matmul(X, backend=backend), after @ X) < 1e-12

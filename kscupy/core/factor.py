@@ -4,7 +4,7 @@
 A :class:`~kscupy.KSMatrix` is the user's object; the layers below it (the execution
 engine, the kernel families) see only its :class:`Factor`: the stored blocks, the stored
 pattern, whether the operator reads them transposed and/or conjugated, and a cache shared
-by all views of the same storage. A :class:`~kscupy.KSChain` hands them its
+by all views of the same storage (a :class:`Storage`). A :class:`~kscupy.KSChain` hands them its
 :class:`FactorChain`: its factors' Factors and its permutations. Nothing below
 :mod:`kscupy.operators` reads an operator's private fields.
 
@@ -26,7 +26,7 @@ from . import arrays
 from .reference import tocsr, todense
 from .pattern import KSPattern
 
-__all__ = ["Factor", "FactorCache", "FactorChain", "DENSE_CACHE_BYTES"]
+__all__ = ["Factor", "FactorCache", "FactorChain", "Storage", "DENSE_CACHE_BYTES"]
 
 #: A factor keeps its dense matrix (see :meth:`Factor.dense`) only up to this size.
 DENSE_CACHE_BYTES = 256 * 2**20
@@ -36,12 +36,12 @@ _STRUCTURE_HOLDS = "structure holds"
 
 
 class FactorCache(dict):
-    """What is derived from one storage (dense and CSR matrices, converted copies, prepared
-    GPU runs), shared by its views.
+    """What is derived from one set of stored values (dense and CSR matrices, converted
+    copies, prepared GPU runs), shared by the views of the storage.
 
     ``generation`` counts the writes to the storage (:meth:`Factor.write`). Whoever keeps
-    something derived from the values outside this dict (a chain plan keeps merged factors)
-    records the generation and rebuilds when it has moved on.
+    something derived from the values outside this dict (a chain plan keeps merged factors,
+    a chain's prepared runs) records the generation and rebuilds when it has moved on.
     """
     generation = 0
 
@@ -51,21 +51,50 @@ class FactorCache(dict):
         self.generation += 1
 
 
+class Storage:
+    """The stored values of one KS factor and their cache, shared by the views of the factor.
+
+    ``state`` is the pair ``(tiles, cache)``, read and replaced as one reference (atomic
+    under the GIL): a write (:meth:`replace`) puts new tiles with an empty cache in place
+    of the old pair, so whoever read the pair before (a product running in another thread,
+    a prepared run holding the old tiles) goes on with the old values and what was derived
+    from them, and whoever reads it after sees only the new ones. Values are never written
+    in place, so a product never sees a mix.
+    """
+    __slots__ = ("state",)
+
+    def __init__(self, tiles, cache=None):
+        self.state = (tiles, FactorCache() if cache is None else cache)
+
+    def replace(self, tiles):
+        """Put ``tiles`` (new values, complete) in place of the old ones, with an empty cache
+        one generation on. The old cache is invalidated too, so that whoever watches it (a
+        prepared run, a plan) sees that the values moved on."""
+        old = self.state[1]
+        cache = FactorCache()
+        cache.generation = old.generation + 1
+        self.state = (tiles, cache)
+        old.invalidate()
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Factor:
-    """One KS factor as stored: blocks, stored pattern, view flags and a shared cache.
+    """One KS factor as stored: a :class:`Storage` (blocks and cache), the stored pattern,
+    view flags.
 
     ``cache`` holds arrays derived from ``tiles`` (a dense copy, converted copies for mixed
-    dtype products); every view of the same storage shares it. ``tiles`` is written only
-    through :meth:`write`, which invalidates the cache, so nothing derived is ever stale.
+    dtype products); every view of the same storage shares it. The values change only
+    through :meth:`write`, which replaces tiles and cache together, so nothing derived is
+    ever stale. Methods that read the values and keep something derived from them read the
+    pair once; a product reads every factor through :meth:`pinned`, so that all it reads
+    belongs to one write.
     ``declared``: a structure claimed for the stored values (:mod:`kscupy.core.structure`), or
     None; :attr:`structure` says whether they still have it.
     """
-    tiles: object
+    storage: Storage = dataclasses.field(repr=False)
     stored: KSPattern
     transposed: bool = False
     conjugated: bool = False
-    cache: FactorCache = dataclasses.field(default_factory=FactorCache, repr=False)
     declared: object = None
     #: The pattern of the operator (the stored one, transposed for a transposed view);
     #: computed once, it is read on every launch.
@@ -73,7 +102,7 @@ class Factor:
 
     def __post_init__(self):
         # conjugating real values is the identity: keep the flag meaningful
-        if self.conjugated and self.tiles.dtype.kind != "c":
+        if self.conjugated and self.dtype.kind != "c":
             object.__setattr__(self, "conjugated", False)
         object.__setattr__(self, "pattern",
                            self.stored.transpose() if self.transposed else self.stored)
@@ -83,7 +112,23 @@ class Factor:
         """A new factor owning ``tiles`` (``(a, d, b, c)``, C-contiguous) of ``pattern``,
         with the structure ``declared`` for its values (not checked here: see
         :attr:`structure`)."""
-        return cls(tiles, KSPattern.of(pattern), declared=declared)
+        return cls(Storage(tiles), KSPattern.of(pattern), declared=declared)
+
+    @property
+    def tiles(self):
+        """The stored ``(a, d, b0, c0)`` values (see the module docstring)."""
+        return self.storage.state[0]
+
+    @property
+    def cache(self) -> FactorCache:
+        """What is derived from the stored values, shared by the views of the storage."""
+        return self.storage.state[1]
+
+    def pinned(self) -> "Factor":
+        """This view held to the values stored now: later writes do not reach it (a
+        product reads its factors through this, so it never mixes two writes)."""
+        return Factor(Storage(*self.storage.state), self.stored, self.transposed,
+                      self.conjugated, self.declared)
 
     # -- what the operator is ----------------------------------------------------------------
     @property
@@ -119,8 +164,7 @@ class Factor:
     # -- views and conversions -----------------------------------------------------------
     def view(self, transposed: bool, conjugated: bool) -> "Factor":
         """Another view of the same storage (and the same cache)."""
-        return Factor(self.tiles, self.stored, transposed, conjugated, self.cache,
-                      self.declared)
+        return Factor(self.storage, self.stored, transposed, conjugated, self.declared)
 
     @property
     def T(self) -> "Factor":
@@ -135,7 +179,7 @@ class Factor:
 
     def astype(self, dtype) -> "Factor":
         """A copy with values converted to ``dtype`` (a new storage and an empty cache)."""
-        copy = Factor(self.tiles.astype(arrays.check_dtype(dtype)), self.stored,
+        copy = Factor(Storage(self.tiles.astype(arrays.check_dtype(dtype))), self.stored,
                       declared=self.declared)
         return copy.view(self.transposed, self.conjugated)
 
@@ -144,10 +188,11 @@ class Factor:
         ``cupy``: on the current GPU). The copy's cache starts with the verdict on the
         declared structure when this one has it, so values checked on the host are not
         checked again on the GPU."""
-        tiles = arrays.numpy_copy(self.tiles) if xp is numpy else xp.asarray(self.tiles)
-        copy = Factor(tiles, self.stored, declared=self.declared)
-        if _STRUCTURE_HOLDS in self.cache:
-            copy.cache[_STRUCTURE_HOLDS] = self.cache[_STRUCTURE_HOLDS]
+        tiles, cache = self.storage.state
+        copied = arrays.numpy_copy(tiles) if xp is numpy else xp.asarray(tiles)
+        copy = Factor(Storage(copied), self.stored, declared=self.declared)
+        if _STRUCTURE_HOLDS in cache:
+            copy.cache[_STRUCTURE_HOLDS] = cache[_STRUCTURE_HOLDS]
         return copy.view(self.transposed, self.conjugated)
 
     def in_dtype(self, dtype) -> "Factor":
@@ -158,19 +203,27 @@ class Factor:
         if dtype == self.dtype:
             return self
         key = ("converted", dtype)
-        stored = self.cache.get(key)
+        tiles, cache = self.storage.state
+        stored = cache.get(key)
         if stored is None:
-            stored = self.cache[key] = Factor(self.tiles.astype(dtype), self.stored,
-                                              declared=self.declared)
+            stored = cache[key] = Factor(Storage(tiles.astype(dtype)), self.stored,
+                                         declared=self.declared)
         return stored.view(self.transposed, self.conjugated)
 
     def write(self, blocks):
-        """Overwrite the values in place: ``blocks`` are this view's ``(a, d, b, c)`` blocks
-        (same array module, a dtype that casts safely). Every view of the storage sees the
-        new values; the shared cache is invalidated."""
+        """Replace the values: ``blocks`` are this view's ``(a, d, b, c)`` blocks (same array
+        module, a dtype that casts safely). The new values are copied into new tiles,
+        complete (on CuPy, the current stream is synchronised, so that products on other
+        streams never read them half-written), before they replace the old ones in the
+        storage (:meth:`Storage.replace`): every view sees them from then on, a product
+        already running keeps the old ones."""
+        xp = self.xp
         stored = blocks.swapaxes(-1, -2) if self.transposed else blocks
-        self.tiles[...] = self.xp.conj(stored) if self.conjugated else stored
-        self.cache.invalidate()
+        tiles = xp.empty_like(self.tiles)
+        tiles[...] = xp.conj(stored) if self.conjugated else stored
+        if xp is not numpy:
+            xp.cuda.get_current_stream().synchronize()
+        self.storage.replace(tiles)
 
     # -- structure ------------------------------------------------------------------------
     @property
@@ -180,10 +233,11 @@ class Factor:
         in the cache, which a write clears), never assumed."""
         if self.declared is None:
             return None
-        holds = self.cache.get(_STRUCTURE_HOLDS)
+        tiles, cache = self.storage.state
+        holds = cache.get(_STRUCTURE_HOLDS)
         if holds is None:
-            holds = self.cache[_STRUCTURE_HOLDS] = self.declared.holds_for(
-                self.tiles.transpose(0, 2, 3, 1), self.stored)
+            holds = cache[_STRUCTURE_HOLDS] = self.declared.holds_for(
+                tiles.transpose(0, 2, 3, 1), self.stored)
         return self.declared if holds else None
 
     def stage_twiddles(self):
@@ -214,12 +268,13 @@ class Factor:
             raise ValueError(f"blocks of {b * c * isz} bytes are not whole 16-byte words")
         conjugated = conjugated and self.dtype.kind == "c"
         key = "interleaved words, conjugated" if conjugated else "interleaved words"
-        words = self.cache.get(key)
+        tiles, cache = self.storage.state
+        words = cache.get(key)
         if words is None:
             per_word = 16 // isz
-            tiles = self.tiles.conj() if conjugated else self.tiles
+            tiles = tiles.conj() if conjugated else tiles
             groups = tiles.reshape(-1, b * c * isz // 16, per_word)
-            words = self.cache[key] = self.xp.ascontiguousarray(groups.transpose(1, 0, 2))
+            words = cache[key] = self.xp.ascontiguousarray(groups.transpose(1, 0, 2))
         return words
 
     def todense(self):
@@ -233,9 +288,10 @@ class Factor:
         if self.dtype.itemsize * M * N > DENSE_CACHE_BYTES:
             return self.todense()
         key = ("dense", self.transposed, self.conjugated)
-        D = self.cache.get(key)
+        tiles, cache = self.storage.state
+        D = cache.get(key)
         if D is None:
-            D = self.cache[key] = self.todense()
+            D = cache[key] = todense(self.oriented(tiles), self.xp)
             if self.xp is numpy:
                 D.flags.writeable = False      # the kept copy (CuPy has no such flag)
         return D
@@ -243,19 +299,19 @@ class Factor:
     @property
     def address(self) -> int:
         """Device (or host) address of the stored values."""
-        data = self.tiles.data
-        return data.ptr if hasattr(data, "ptr") else self.tiles.ctypes.data
+        tiles = self.tiles
+        return tiles.data.ptr if hasattr(tiles.data, "ptr") else tiles.ctypes.data
 
     def row_major(self):
         """The operator's ``(a, d, b, c)`` blocks, C-contiguous and unconjugated: the storage
         itself, or for a transposed view its transpose, formed once and kept in the cache (as
         large as the storage). Kernels that stream whole block rows read this."""
+        tiles, cache = self.storage.state
         if not self.transposed:
-            return self.tiles
-        S = self.cache.get("row major")
+            return tiles
+        S = cache.get("row major")
         if S is None:
-            S = self.cache["row major"] = self.xp.ascontiguousarray(
-                self.tiles.swapaxes(-1, -2))
+            S = cache["row major"] = self.xp.ascontiguousarray(tiles.swapaxes(-1, -2))
         return S
 
     def csr(self):
@@ -263,9 +319,10 @@ class Factor:
         ``(M, N)``), formed once and kept in the cache: it holds the ``nnz`` values plus their
         column indices, a small multiple of the factor's own storage, so it is always kept."""
         key = ("csr", self.transposed, self.conjugated)
-        S = self.cache.get(key)
+        tiles, cache = self.storage.state
+        S = cache.get(key)
         if S is None:
-            S = self.cache[key] = tocsr(self.blocks, self.xp)
+            S = cache[key] = tocsr(self.oriented(tiles), self.xp)
         return S
 
 
@@ -279,6 +336,11 @@ class FactorChain:
     factors: tuple
     input_permutation: object = None
     output_permutation: object = None
+
+    def pinned(self) -> "FactorChain":
+        """This chain with every factor held to the values stored now (:meth:`Factor.pinned`)."""
+        return FactorChain(tuple(f.pinned() for f in self.factors), self.input_permutation,
+                           self.output_permutation)
 
     @property
     def applied(self) -> tuple:

@@ -35,6 +35,7 @@ def prepare(target, X, layout: str, backend: str, plans: dict | None = None):
     ``backend`` (a registry name, ``"auto"`` or ``"auto_tf32"``). ``plans``: where a chain's
     plans are kept between preparations (its :class:`~.runs.PreparedRuns`'), None to plan
     anew."""
+    target = target.pinned()         # every value read below belongs to one write
     if target.xp is numpy:
         return _prepare_cpu(target, X, layout, backend)
     if backend in registry.AUTOS:

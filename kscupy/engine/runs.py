@@ -34,7 +34,7 @@ class PreparedRuns:
     """The prepared runs (and, for a chain, the plans) of one GPU operator's target (a
     Factor or a FactorChain); ``current_device()`` gives the current CUDA device's id
     (default: CuPy's)."""
-    __slots__ = ("_caches", "_runs", "_current_device", "plans")
+    __slots__ = ("_factors", "_runs", "_current_device", "plans")
 
     def __init__(self, target, current_device=None):
         if current_device is None:
@@ -42,8 +42,8 @@ class PreparedRuns:
             current_device = cupy.cuda.runtime.getDevice
         #: the id of the current CUDA device (a run is prepared for the device it ran on)
         self._current_device = current_device
-        factors = (target,) if isinstance(target, Factor) else target.factors
-        self._caches = tuple(f.cache for f in factors)
+        # the factors themselves, not their caches: a write replaces a factor's cache
+        self._factors = (target,) if isinstance(target, Factor) else target.factors
         self._runs = {}
         #: the chain's plans (:func:`kscupy.engine.planner.cached_plan`)
         self.plans = {}
@@ -59,21 +59,27 @@ class PreparedRuns:
         return (X.shape, X.strides, X.dtype, X.data.ptr & 15, layout, backend,
                 self._current_device())
 
+    def stamp(self) -> tuple:
+        """The stamp of a run prepared from now on (:func:`stamp` of the factors' caches)."""
+        return stamp(f.cache for f in self._factors)
+
     def get(self, X, layout: str, backend: str):
         """The run kept for CuPy operands like ``X`` in ``layout`` with ``backend``, or None
         where none is kept or the one kept is stale."""
         found = self._runs.get(self._key(X, layout, backend))
-        if found is None or found[0] != stamp(self._caches):
+        if found is None or found[0] != self.stamp():
             return None
         return found[1]
 
-    def keep(self, X, layout: str, backend: str, run):
-        """Keep ``run``, prepared now for operands like ``X``, in place of a stale one;
-        returns it."""
+    def keep(self, X, layout: str, backend: str, run, valid_for: tuple):
+        """Keep ``run``, prepared for operands like ``X`` after :meth:`stamp` gave
+        ``valid_for``, in place of a stale one; returns it. (The stamp is taken before the
+        run is prepared: values written while it was prepared make it stale, never a run
+        of the old values current.)"""
         key = self._key(X, layout, backend)
         if key not in self._runs and len(self._runs) >= MAX_PREPARED_RUNS:
             self._runs.clear()
-        self._runs[key] = (stamp(self._caches), run)
+        self._runs[key] = (valid_for, run)
         return run
 
 

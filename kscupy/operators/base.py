@@ -127,7 +127,8 @@ class KSOperator:
             return self._prepare(X, layout, backend)(X)
         run = runs.get(X, layout, backend)
         if run is None:
-            run = runs.keep(X, layout, backend, self._prepare(X, layout, backend))
+            valid_for = runs.stamp()
+            run = runs.keep(X, layout, backend, self._prepare(X, layout, backend), valid_for)
         return run(X)
 
     def _prepare(self, X, layout, backend):

@@ -179,12 +179,15 @@ class KSMatrix(KSOperator):
         """Canonical values ``w`` of shape ``(a, b, c, d)`` (see the class docstring).
 
         Reading gives an array that cannot be written into: a read-only view on NumPy, a copy
-        on CuPy (which has no read-only arrays). Writing goes through assignment,
-        ``K.values = w``: ``w`` of shape ``(a, b, c, d)``, the matrix's array module and a
-        dtype that casts safely to ``K.dtype``. It overwrites the stored values in place, so
-        the views ``K.T``, ``K.H`` (and chains holding ``K``) see the new values, and it
-        drops what was derived from the old ones (dense matrix, converted copies, merged
-        chain factors). To change a few entries::
+        on CuPy (which has no read-only arrays: writing into the copy does not reach ``K``).
+        Writing goes through assignment, ``K.values = w``: ``w`` of shape ``(a, b, c, d)``,
+        the matrix's array module and a dtype that casts safely to ``K.dtype``. The new
+        values are copied into a new storage, complete, which then replaces the old one in a
+        single step: the views ``K.T``, ``K.H`` (and chains holding ``K``) see the new values,
+        what was derived from the old ones (dense matrix, converted copies, merged chain
+        factors, prepared GPU runs) is dropped, and a product running in another thread at
+        that moment gives the result of the old values or of the new ones, never of a mix.
+        To change a few entries::
 
             w = K.values.copy(); w[0, 1, 2, 0] = 5.0; K.values = w
         """

@@ -111,3 +111,31 @@ def test_adding_numpy_and_cupy_raises(rng):
     with pytest.raises(TypeError, match="numpy values and one holding cupy"):
         Kn + Kc
     assert to_numpy((Kc - Kc).values).max() == 0
+
+
+@pytest.mark.parametrize("kind", KIND_NAMES)
+def test_trace_of_square_operators(xp, rng, kind):
+    op = operator_kinds(xp, rng, numpy.complex128)[kind]
+    if op.shape[0] != op.shape[1]:
+        with pytest.raises(ValueError, match="square"):
+            op.trace()
+        return
+    assert abs(op.trace() - numpy.trace(operator_oracle(op))) < 1e-10 * op.shape[0]
+
+
+def test_trace_of_a_large_square_chain_goes_in_column_blocks(rng):
+    C = ks.KSChain([ks.KSMatrix(random_array(rng, p, numpy.float64))
+                    for p in [(1, 40, 30, 50), (5, 6, 8, 50)]])          # 2000 x 2000
+    assert C.shape == (2000, 2000) and ks.operators.base.TRACE_COLUMNS < 2000
+    assert abs(C.trace() - numpy.trace(operator_oracle(C))) < 1e-9 * abs(numpy.trace(operator_oracle(C))) + 1e-9
+
+
+def test_scipy_matrix_functions_are_pointed_to_the_linear_operator(rng):
+    import scipy.linalg
+    import scipy.sparse.linalg as spla
+    K = ks.KSMatrix(random_array(rng, (2, 4, 4, 3), numpy.float64))
+    b = random_array(rng, (K.shape[1],), numpy.float64)
+    with pytest.raises(TypeError, match="aslinearoperator"):
+        spla.expm_multiply(K, b)
+    y = spla.expm_multiply(ks.aslinearoperator(K), b, traceA=K.trace())
+    assert rel_err(y, scipy.linalg.expm(operator_oracle(K).real) @ b) < 1e-10

@@ -17,6 +17,8 @@ from ..engine.runs import for_vectors
 __all__ = ["KSOperator", "LAYOUTS"]
 
 LAYOUTS = ("bsl", "bsf")
+#: Identity columns :meth:`KSOperator.trace` applies an operator to at once.
+TRACE_COLUMNS = 1024
 
 
 def _an_operand(other) -> bool:
@@ -30,9 +32,12 @@ def _an_operand(other) -> bool:
 
 
 def _sum_error(left, right) -> TypeError:
+    # SciPy's matrix functions (expm_multiply, ...) shift their operand by arrays: they
+    # take the LinearOperator, whose sums are lazy
     return TypeError(f"only two KSMatrix of the same pattern can be added, got "
                      f"{type(left).__name__} and {type(right).__name__} (a sum of chains is "
-                     f"not a KS chain)")
+                     f"not a KS chain; for a lazy sum, or a SciPy function such as "
+                     f"expm_multiply, use kscupy.aslinearoperator(op))")
 
 
 class KSOperator:
@@ -69,6 +74,22 @@ class KSOperator:
         memory.check_fits((N * N + M * N) * self.dtype.itemsize, self._xp,
                           f"the identity and the dense {M} x {N} matrix of {self!r}")
         return self.matmul(self._xp.eye(N, dtype=self.dtype))
+
+    def trace(self):
+        """The trace of a square operator (a NumPy scalar of its dtype), exact: the diagonal
+        of the operator applied to the identity, ``TRACE_COLUMNS`` columns at a time (the
+        cost of a dense matrix's worth of products, not its memory). ValueError when the
+        operator is not square. (SciPy's ``expm_multiply`` asks for it.)"""
+        M, N = self.shape
+        if M != N:
+            raise ValueError(f"the trace of a square operator; this one is {M} x {N}")
+        xp, total = self._xp, self.dtype.type(0)
+        for start in range(0, N, TRACE_COLUMNS):
+            stop = min(N, start + TRACE_COLUMNS)
+            E = xp.zeros((N, stop - start), dtype=self.dtype)
+            E[xp.arange(start, stop), xp.arange(stop - start)] = 1
+            total += self.matmul(E)[start:stop].diagonal().sum().item()
+        return self.dtype.type(total)
 
     def matmul(self, X, *, layout="bsl", backend="auto"):
         """Apply the operator to a batch.

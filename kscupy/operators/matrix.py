@@ -229,6 +229,17 @@ class KSMatrix(KSOperator):
         """A copy with values converted to ``dtype`` (one of the supported dtypes)."""
         return KSMatrix.of_factor(self._factor.astype(dtype))
 
+    def trace(self):
+        """The trace (a NumPy scalar of the dtype), from the stored values: a square KS
+        matrix has ``b == c`` and its diagonal is ``w[i, k, k, j]``; ValueError when the
+        matrix is not square."""
+        if self.shape[0] != self.shape[1]:
+            raise ValueError(f"the trace of a square operator; this one is {self.shape[0]} x "
+                             f"{self.shape[1]}")
+        # this view's values (conjugated for H and conj()); a transpose keeps the diagonal
+        w = self._canonical_values()
+        return self.dtype.type(w.diagonal(axis1=1, axis2=2).sum().item())
+
     def todense(self):
         """The dense ``(M, N)`` matrix, in the array module of the values (MemoryError when
         it cannot fit)."""

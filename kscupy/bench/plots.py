@@ -63,9 +63,11 @@ def roofline_fraction(rows, out):
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
     for ax, layout in zip(axes, ("bsl", "bsf")):
-        rs = sorted([r for r in rows if r["layout"] == layout],
-                    key=lambda r: 2 * r["B"] * r["nnz"] / (4 * (r["B"] * (r["M"] + r["N"]) + r["nnz"])))
-        intensity = [2 * r["B"] * r["nnz"] / (4 * (r["B"] * (r["M"] + r["N"]) + r["nnz"])) for r in rs]
+        # FLOP per byte of one float32 product: 2 B nnz over 4 (B (M + N) + nnz)
+        def intensity_of(r):
+            return 2 * r["B"] * r["nnz"] / (4 * (r["B"] * (r["M"] + r["N"]) + r["nnz"]))
+        rs = sorted([r for r in rows if r["layout"] == layout], key=intensity_of)
+        intensity = [intensity_of(r) for r in rs]
         for key, label, marker in (("kernel_s", "fused kernel", "o"), ("bmm_s", "BMM", "s"),
                                    ("auto_s", "auto", "^")):
             ax.scatter(intensity, [r["floor_s"] / r[key] for r in rs], s=14, marker=marker,

@@ -74,8 +74,7 @@ def array_module(x):
 def is_refused_operand(x) -> bool:
     """Whether ``x`` is a kind of operand products refuse with a message of their own (see
     :func:`operand_module`) rather than leave to the other operand's ``@``."""
-    return _refused(x) is not None or (
-        isinstance(x, numpy.ndarray) and x.dtype.kind not in "fc")
+    return _refused(x) is not None
 
 
 def check_module(xp):

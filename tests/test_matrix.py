@@ -359,20 +359,32 @@ def test_mixed_dtype_products_convert_the_matrix_once(xp, rng):
 
 # -- writing values: through assignment only, never stale ----------------------------------
 def test_values_handed_out_cannot_write_around_the_caches(xp, rng):
-    """``values``, ``blocks`` and ``stored_values()`` are read-only views on NumPy (a write
-    raises) and copies on CuPy (a write leaves the matrix alone)."""
+    """``values``, ``blocks``, ``stored_values()`` and ``dense_cached()`` refuse writes on
+    both devices: item assignment, in-place operators, ``fill``, and the same through a view
+    of them; their copies and what is computed from them are writable."""
     K = ks.KSMatrix(xp.asarray(random_array(rng, (2, 3, 4, 5), numpy.float64)))
     D = oracle_of(K)
-    for handed_out in (K.values, K.blocks, K.stored_values(), K.T.values):
-        if xp is numpy:
+    writes = {"item": lambda v: v.__setitem__(Ellipsis, 1.0),
+              "view item": lambda v: v[0].__setitem__(0, 1.0),
+              "transposed view": lambda v: v.T.__setitem__(0, 1.0),
+              "+=": lambda v: v.__iadd__(1.0), "*=": lambda v: v.__imul__(2.0),
+              "fill": lambda v: v.fill(1.0)}
+    for handed_out in (K.values, K.blocks, K.stored_values(), K.T.values, K.dense_cached()):
+        for name, write in writes.items():
             with pytest.raises(ValueError, match="read-only"):
-                handed_out[...] = 1.0
-        else:
-            handed_out[...] = 1.0
+                write(handed_out)
+                pytest.fail(f"{name} was accepted")
+        copy = handed_out.copy()
+        copy[...] = 1.0
+        derived = handed_out * 2.0
+        derived[...] = 1.0
+        assert float(copy.sum()) == float(derived.sum()) == copy.size
     numpy.testing.assert_array_equal(oracle_of(K), D)
-    if xp is numpy:
-        with pytest.raises(ValueError, match="read-only"):
-            K.dense_cached()[0, 0] = 1.0
+    X = random_array(rng, (K.shape[1], 3), numpy.float64)
+    assert rel_err(K @ xp.asarray(X), D @ X) < 1e-12
+    assert rel_err(K.T @ K.dense_cached(), D.T @ D) < 1e-12     # a frozen array as operand
+    K.values = K.values * 3.0                    # computed from a handed-out array: accepted
+    assert rel_err(K @ xp.asarray(X), 3.0 * (D @ X)) < 1e-12
 
 
 @pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex128])

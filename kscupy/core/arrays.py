@@ -12,7 +12,7 @@ import numbers
 import numpy
 
 __all__ = ["operand_module", "check_operand_dtype", "is_refused_operand", "SUPPORTED_DTYPES", "PRECISIONS", "runs_at", "array_module", "cupy_or_none", "gpu_module", "check_dtype", "result_dtype",
-           "scalar_of", "numpy_copy", "device_of", "read_only", "device_mover", "HOST_ELEMENTS",
+           "scalar_of", "numpy_copy", "device_of", "read_only", "frozen", "device_mover", "HOST_ELEMENTS",
            "on_host_if_small", "check_module"]
 
 #: The value dtypes a KS matrix may hold and products return. float16 is storage and result
@@ -64,7 +64,8 @@ def array_module(x):
     """``numpy`` for a NumPy array, ``cupy`` for a CuPy array; TypeError for anything else."""
     if isinstance(x, numpy.ndarray):
         return numpy
-    if type(x).__module__.split(".")[0] == "cupy":
+    if type(x).__module__.split(".")[0] == "cupy" or (
+            _ReadOnlyCupyArray is not None and isinstance(x, _ReadOnlyCupyArray)):
         import cupy
         if isinstance(x, cupy.ndarray):
             return cupy
@@ -196,15 +197,64 @@ def device_of(x):
 
 
 def read_only(x):
-    """``x`` as something that cannot be written into it: a read-only view of a NumPy array,
-    a copy of a CuPy array (CuPy arrays have no write flag). Operators hand out their values
-    this way, so a write cannot bypass the caches derived from them."""
+    """A copy of ``x`` (a view for NumPy) that refuses to be written into (see :func:`frozen`):
+    how operators hand out their values, so a write cannot bypass the caches derived from
+    them. On CuPy the copy keeps writes that bypass the array's methods away from ``x``."""
     if array_module(x) is numpy:
-        view = x.view()
-        view.flags.writeable = False
-        return view
+        return frozen(x.view())
     with device_of(x):
-        return x.copy()
+        return frozen(x.copy())
+
+
+def frozen(x):
+    """``x`` made unwritable, sharing its memory: for NumPy, ``x`` with its write flag off;
+    for CuPy (which has no write flag) a view of class :func:`read_only_cupy_class`, whose
+    item assignment, in-place operators, ``fill`` and ``put`` raise ``ValueError`` as
+    NumPy's read-only arrays do. Copies of it and results computed from it are writable."""
+    if array_module(x) is numpy:
+        x.flags.writeable = False
+        return x
+    view = read_only_cupy_class()(x.shape, x.dtype, x.data, x.strides)
+    view._frozen = True
+    return view
+
+
+_READ_ONLY_MESSAGE = ("assignment destination is read-only: an operator's values are not "
+                      "written in place (the operator would not see the write); copy them, "
+                      "change the copy and assign it, e.g. w = K.values.copy(); "
+                      "w[...] = ...; K.values = w")
+
+
+def read_only_cupy_class():
+    """The CuPy array class :func:`read_only` returns (defined on first use, as CuPy is
+    optional). An instance is frozen when :func:`frozen` made it or when it is a view of
+    one (CuPy views keep the array they view as ``base``); writes through its methods raise.
+    Writes that bypass the array's methods (``cupy.copyto(v, ...)``, ``out=v``, raw
+    pointers) cannot be intercepted."""
+    global _ReadOnlyCupyArray
+    if _ReadOnlyCupyArray is None:
+        import cupy
+
+        def refusing(name):
+            def method(self, *args, **kwargs):
+                if self._frozen or getattr(self.base, "_frozen", False):
+                    raise ValueError(_READ_ONLY_MESSAGE)
+                return getattr(cupy.ndarray, name)(self, *args, **kwargs)
+            method.__name__ = name
+            return method
+
+        writers = ("__setitem__", "fill", "put", "__iadd__", "__isub__", "__imul__",
+                   "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__", "__imatmul__",
+                   "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__")
+        namespace = {name: refusing(name) for name in writers if hasattr(cupy.ndarray, name)}
+        namespace["_frozen"] = False
+        namespace["__doc__"] = "A CuPy array that refuses writes; see kscupy.core.arrays.read_only."
+        namespace["__module__"] = __name__
+        _ReadOnlyCupyArray = type("ReadOnlyCupyArray", (cupy.ndarray,), namespace)
+    return _ReadOnlyCupyArray
+
+
+_ReadOnlyCupyArray = None
 
 
 def device_mover(device):

@@ -291,9 +291,7 @@ class Factor:
         tiles, cache = self.storage.state
         D = cache.get(key)
         if D is None:
-            D = cache[key] = todense(self.oriented(tiles), self.xp)
-            if self.xp is numpy:
-                D.flags.writeable = False      # the kept copy (CuPy has no such flag)
+            D = cache[key] = arrays.frozen(todense(self.oriented(tiles), self.xp))
         return D
 
     @property

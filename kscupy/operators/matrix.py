@@ -170,16 +170,18 @@ class KSMatrix(KSOperator):
 
     @property
     def blocks(self):
-        """The ``(a, d, b, c)`` array of dense group blocks of this matrix, not writable: a
-        read-only view on NumPy, a copy on CuPy (see :attr:`values`)."""
+        """The ``(a, d, b, c)`` array of dense group blocks of this matrix, not writable (see
+        :attr:`values`)."""
         return arrays.read_only(self._factor.blocks)
 
     @property
     def values(self):
         """Canonical values ``w`` of shape ``(a, b, c, d)`` (see the class docstring).
 
-        Reading gives an array that cannot be written into: a read-only view on NumPy, a copy
-        on CuPy (which has no read-only arrays: writing into the copy does not reach ``K``).
+        Reading gives an array that refuses writes (``ValueError: assignment destination is
+        read-only``): a read-only view on NumPy; on CuPy, which has no write flag, a copy
+        whose item assignment, in-place operators, ``fill`` and ``put`` raise (writes that
+        bypass the array's methods, ``cupy.copyto`` or ``out=``, reach the copy only).
         Writing goes through assignment, ``K.values = w``: ``w`` of shape ``(a, b, c, d)``,
         the matrix's array module and a dtype that casts safely to ``K.dtype``. The new
         values are copied into a new storage, complete, which then replaces the old one in a
@@ -253,8 +255,8 @@ class KSMatrix(KSOperator):
 
         The ``dense`` backend (which ``auto`` picks on the GPU for small, nearly dense
         factors where cuBLAS on the dense matrix beats both KS algorithms) uses it;
-        :meth:`clear_cache` releases it. Do not write into it: it is the kept copy (read-only
-        on NumPy).
+        :meth:`clear_cache` releases it. It refuses writes as :attr:`values` does, without
+        being copied: it is the kept matrix itself.
         """
         return self._factor.dense()
 

@@ -70,6 +70,15 @@ def test_to_device_rejects_bad_targets():
         K.to_device(1.5)
 
 
+def first_values(op):
+    """The values of the first KSMatrix inside ``op`` (through chains, submatrices and real
+    parts)."""
+    while not isinstance(op, ks.KSMatrix):
+        op = (op.factors[0] if isinstance(op, ks.KSChain)
+              else op.chain if isinstance(op, ks.KSSubmatrix) else op.operator)
+    return op.values
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", KIND_NAMES)
 def test_to_device_gpu(rng, kind):
@@ -79,8 +88,7 @@ def test_to_device_gpu(rng, kind):
     for target in ("gpu", cupy.cuda.Device(0), 0):
         moved = op.to_device(target)
         assert_same_operator(moved, op, D, cupy, rng)
-        values = moved.values if isinstance(moved, ks.KSMatrix) else moved.factors[0].values
-        assert values.device.id == 0
+        assert first_values(moved).device.id == 0
         assert_same_operator(moved.get(), op, D, numpy, rng)
 
 
@@ -91,6 +99,7 @@ def test_to_device_second_gpu(rng):
         pytest.skip("needs two GPUs")
     C = operator_kinds(numpy, rng, numpy.complex64)["transform"]
     moved = C.to_device(cupy.cuda.Device(1))
+    assert first_values(moved).device.id == 1
     assert all(f.values.device.id == 1 for f in moved.factors)
     assert moved.input_permutation.device.id == 1
     with cupy.cuda.Device(1):

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 
 import numpy
 
-__all__ = ["DeviceFacts", "current", "of", "from_record", "H200"]
+__all__ = ["DeviceFacts", "current", "of", "from_record", "H200", "bind_context"]
 
 KIB = 1024
 
@@ -145,3 +146,18 @@ def from_record(record: dict) -> DeviceFacts:
     :data:`H200`'s."""
     fields = {f.name for f in dataclasses.fields(DeviceFacts)}
     return dataclasses.replace(H200, **{k: v for k, v in record.items() if k in fields})
+
+
+_THREAD = threading.local()         # .bound: the devices whose context this thread has bound
+
+
+def bind_context(device_id: int):
+    """Make device ``device_id``'s primary context current in this thread, once per thread
+    and device. CUDA driver calls (kscupy launches its kernels through ``cuLaunchKernel``)
+    need a current context, which a thread gets only from a CUDA runtime call; a new thread
+    whose products allocate from CuPy's memory pool may never make one."""
+    bound = _THREAD.__dict__.setdefault("bound", set())
+    if device_id not in bound:
+        import cupy
+        cupy.cuda.runtime.setDevice(device_id)      # binds the device's primary context
+        bound.add(device_id)

@@ -38,6 +38,7 @@ def prepare(target, X, layout: str, backend: str, plans: dict | None = None):
     target = target.pinned()         # every value read below belongs to one write
     if target.xp is numpy:
         return _prepare_cpu(target, X, layout, backend)
+    devices.bind_context(X.device.id)     # preparing makes CUDA driver calls (occupancy, loads)
     if backend in registry.AUTOS:
         batch = X.shape[1] if layout == "bsl" else X.shape[0]
         factors = (target,) if isinstance(target, Factor) else target.applied

@@ -7,6 +7,9 @@ kernels' 18 arguments that was most of the host time of a repeated product. A :c
 their addresses that ``cuLaunchKernel`` reads, so a launch writes two pointers and makes one
 driver call. The driver copies the arguments when the launch is queued, so the cells can be
 rewritten by the next launch at once.
+
+``cuLaunchKernel`` needs the device's context current in the calling thread, so each launch
+makes sure of it (:func:`kscupy.core.device.bind_context`, a set lookup after the first).
 """
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ import ctypes
 import threading
 
 import numpy
+
+from ..core.device import bind_context
 
 __all__ = ["Launcher", "KernelRun"]
 
@@ -39,6 +44,7 @@ class Launcher:
         self._cupy = cupy
         self._current_stream = cupy.cuda.get_current_stream
         self._launch_kernel = cupy.cuda.driver.launchKernel
+        self._device = cupy.cuda.runtime.getDevice()
         self._function = fn.kernel.ptr
         self._grid = tuple(grid) + (1,) * (3 - len(grid))
         self._block = tuple(block) + (1,) * (3 - len(block))
@@ -72,6 +78,7 @@ class Launcher:
     def __call__(self, x_ptr: int, y_ptr: int):
         (gx, gy, gz), (bx, by, bz) = self._grid, self._block
         stream = self._current_stream().ptr
+        bind_context(self._device)
         with self._lock:
             self._x.value, self._y.value = x_ptr, y_ptr
             self._launch_kernel(self._function, gx, gy, gz, bx, by, bz, self._smem, stream,

@@ -996,6 +996,7 @@ __global__ void __launch_bounds__(NT, MINB) ks_rows(
 template <class P, class... Rest> struct last_of { using type = typename last_of<Rest...>::type; };
 template <class P> struct last_of<P> { using type = P; };
 
+#if __CUDA_ARCH__ >= 900   // clusters: Hopper on (the Python side asks for none before)
 // ks_rows with each tile held by a cluster of CS blocks, the rank bits of t at SH (Launch),
 // and LAST_BITS of them (the rank's high bits) instead at the top of the last pass's digits:
 // the same parameters; the grid is CS blocks per cluster, and each cluster walks the tiles.
@@ -1081,5 +1082,6 @@ __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(NT, MINB) ks_rows_c
     else if (All::LAST_REMOTE) cluster_sync_relaxed();
   }
 }
+#endif  // __CUDA_ARCH__ >= 900
 
 }  // namespace ks

@@ -32,8 +32,21 @@ def _library_path():
 LIBRARY = _library_path()
 
 
+def supported_archs() -> tuple:
+    """The compute capabilities (``75``, ``80``, ...) this NVRTC compiles for."""
+    lib = ctypes.CDLL(LIBRARY)
+    count = ctypes.c_int()
+    lib.nvrtcGetNumSupportedArchs(ctypes.byref(count))
+    archs = (ctypes.c_int * count.value)()
+    lib.nvrtcGetSupportedArchs(archs)
+    return tuple(archs)
+
+
 def compile_source(source: str, names, include_dir, arch="compute_90"):
-    """Compile ``source`` with the name expressions ``names``; returns ``(ok, log)``."""
+    """Compile ``source`` with the name expressions ``names`` for ``arch`` (``compute_XX``:
+    to PTX only; ``sm_XX``: on to machine code, where ptxas rejects instructions the
+    architecture lacks); returns ``(ok, log)``. NVRTC releases the GIL (a ctypes call), so
+    threads compile in parallel."""
     lib = ctypes.CDLL(LIBRARY)
     prog = ctypes.c_void_p()
     status = lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"kscupy.cu", 0,

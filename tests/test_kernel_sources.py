@@ -1,31 +1,88 @@
 """The CUDA sources compile as kscupy compiles them at run time (NVRTC, same options), for
-every instantiation the Python side asks for. NVRTC needs no GPU: this runs in CI."""
+every instantiation the Python side asks for. NVRTC needs no GPU: this runs in CI.
+
+Each ``test_*_compile`` below names a family's instantiations as kscupy would ask for them
+on the current device (an H200's facts without a GPU) and compiles them for sm_90 (to PTX).
+:func:`test_other_architectures_compile` runs the same tests as a device of each other
+architecture would (its facts: :func:`facts_of`), so families that architecture does not
+run ask for nothing, and compiles a sample of what they ask for on to machine code for that
+architecture, where ptxas refuses any instruction it lacks.
+"""
+import concurrent.futures
 import dataclasses
+import hashlib
 
 import numpy
 import pytest
 
 import kscupy as ks
 from kscupy.core import device
-from kscupy.engine import planner
+from kscupy.engine import planner, registry
 from kscupy.kernels import (ks_direct, ks_matmul, ks_mma, ks_pair, ks_rows, ks_skinny, nvrtc,
                             transpose)
 from kscupy.kernels.ks_chain import FusedSegment
 from kscupy.core.problem import Problem
-from nvrtc_program import LIBRARY, compile_source
+from nvrtc_program import LIBRARY, compile_source, supported_archs
 
 pytestmark = pytest.mark.skipif(LIBRARY is None, reason="NVRTC is not installed (the test "
                                 "extra installs nvidia-cuda-nvrtc-cu12 on Linux x86-64)")
 
-RATES = dataclasses.replace(device.H200, bandwidth=4e12, flops32=6.7e13, flops64=3.4e13, name="test",
-                          memory=80 * 2**30)
 DTYPES = [numpy.float16, numpy.float32, numpy.float64, numpy.complex64, numpy.complex128]
+
+#: The architecture every instantiation is compiled for, and the others, each compiled for a
+#: sample (those this NVRTC knows; CuPy supports each).
+NATIVE = 90
+OTHER_ARCHS = [cc for cc in (75, 80, 86, 89, 100, 120)
+               if LIBRARY is not None and cc in supported_archs()]
+#: Instantiations compiled per kernel and dtype or precision (its first template argument,
+#: and ks_mma's second, its precision) on the other architectures: their code paths differ
+#: by those, and by ``__CUDA_ARCH__``, more than by tile sizes.
+SAMPLE = 1
+_PATH_ARGUMENTS = {"ks::ks_mma": 2}
+
+
+def facts_of(cc: int) -> device.DeviceFacts:
+    """What kscupy reads off a device of compute capability ``cc``: an emulated one's limits
+    (kscupy.core.device.EMULATED_LIMITS), or for Blackwell Hopper's features with the
+    portable cluster size kscupy uses after Hopper."""
+    if cc in device.EMULATED_LIMITS:
+        return device.emulating(device.H200, cc)
+    return dataclasses.replace(device.H200, name=f"sm_{cc}", compute_capability=cc,
+                               max_cluster=8)
+
+
+def rates() -> device.DeviceFacts:
+    """The current device's facts with round rates, so that plans do not depend on them."""
+    return dataclasses.replace(device.current(), bandwidth=4e12, flops32=6.7e13,
+                               flops64=3.4e13, name="test", memory=80 * 2**30)
+
+
+_collected = None      # {file: names} while test_other_architectures_compile collects
 
 
 def _compile(filename, names):
+    if _collected is not None:
+        _collected.setdefault(filename, set()).update(names)
+        return
+    _compile_for(filename, names, f"compute_{NATIVE}")
+
+
+def _compile_for(filename, names, arch, parts=2):
+    """Compile ``names`` of ``filename`` for ``arch`` in ``parts`` programs at once (CI has
+    two cores); a failure names the file, the architecture and NVRTC's errors."""
     source = (nvrtc.source_dir() / filename).read_text()
-    ok, log = compile_source(source, sorted(names), nvrtc.source_dir())
-    assert ok, log[-4000:]
+    names = sorted(names)
+    chunks = [names[i::parts] for i in range(parts) if names[i::parts]]
+    with concurrent.futures.ThreadPoolExecutor(len(chunks)) as pool:
+        results = list(pool.map(
+            lambda chunk: compile_source(source, chunk, nvrtc.source_dir(), arch), chunks))
+    for ok, log in results:
+        assert ok, f"{filename} for {arch}:\n{log[-4000:]}"
+
+
+def _needs(available: bool, what: str):
+    if not available:
+        pytest.skip(f"{what} does not run on sm_{device.current().compute_capability}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -52,6 +109,7 @@ def test_mma_instantiations_compile(dtype):
     dtype but float32), float64's 48-row warp pieces, vector and scalar copies, each precision the dtype supports and a
     two-blocks-per-SM bound, with layout probes (a few instantiations: each takes NVRTC
     about 0.3 s; the GPU suite compiles every candidate)."""
+    _needs(registry.get("kernel").runs_on(device.current()), "ks_mma")
     names = set()
     vector = max(1, 16 // numpy.dtype(dtype).itemsize)
     precisions = [p for p in ks_mma.PRECISIONS if ks_mma.supports(dtype, p)]
@@ -79,6 +137,7 @@ def test_mma_group_instantiations_compile(batch):
     cp.async where there are eight slots), slots that divide the groups, two and three
     stages, W by bulk copies (chunks of 8) and stored or packed by cp.async (chunks of 16),
     vector and scalar copies, both precisions."""
+    _needs(device.current().tma, "ks_mma_group")
     names = set()
     for pattern, transposed in (((8, 512, 512, 16), False), ((2, 48, 96, 4), False),
                                 ((1, 96, 384, 12), True), ((3, 64, 32, 8), False),
@@ -100,6 +159,7 @@ def test_pair_instantiations_compile():
     """ks_pair (two factors fused on the tensor cores) as make_pair_segment makes it for
     square blocks in place, a bottleneck and ragged blocks (MASKED), in both layouts and
     precisions, with vector and scalar copies, and the other tile shapes the GPU tests run."""
+    _needs(device.current().tensor_cores, "ks_pair")
     names = set()
     for patterns in (((32, 32, 32, 1), (1, 32, 32, 32)), ((2, 48, 192, 1), (1, 192, 48, 2)),
                      ((3, 20, 12, 2), (2, 9, 30, 2))):
@@ -158,7 +218,7 @@ def test_planned_segments_compile(dtype):
     names = set()
     for chain in chains:
         for layout in ("bsl", "bsf"):
-            plan = planner.plan(chain.factor_chain, layout, dtype, 1000, fuse="always", device=RATES,
+            plan = planner.plan(chain.factor_chain, layout, dtype, 1000, fuse="always", device=rates(),
                                 rows=False)
             for step in plan.steps:
                 if isinstance(step, FusedSegment):
@@ -219,6 +279,7 @@ def test_cluster_segments_compile(dtype):
     batch-size-last with computed and stored factors, rank bits at the top and the bottom
     of the first pass's digits, the computed bit reversal, element-wise and vector rows;
     batch-size-first with stored factors; with layout probes."""
+    _needs(device.current().max_cluster > 1, "ks_rows_cluster")
     dtype = numpy.dtype(dtype)
     chains = [ks.hadamard(4096, dtype=dtype), ks.hadamard(8192, dtype=dtype),
               ks.butterfly(1024, dtype=dtype)]
@@ -245,6 +306,54 @@ def test_cluster_segments_compile(dtype):
     for s in (last, first):
         names |= {s.name(dtype), s.name(dtype, vector, vector), s.layout_probe_name(dtype)}
     _compile("ks_rows.cu", names)
+
+
+#: Every test above that names instantiations, with its parameters.
+_FAMILIES = [(test, params) for test, params in (
+    (test_matmul_instantiations_compile, DTYPES), (test_mma_instantiations_compile, DTYPES),
+    (test_mma_group_instantiations_compile, [25088]), (test_pair_instantiations_compile, [()]),
+    (test_direct_instantiations_compile, [()]), (test_transpose_instantiations_compile, [()]),
+    (test_skinny_instantiations_compile, DTYPES), (test_planned_segments_compile, DTYPES),
+    (test_row_segments_compile, DTYPES), (test_stage_segments_compile, DTYPES),
+    (test_cluster_segments_compile, DTYPES))]
+
+
+def _sample(names, cc):
+    """:data:`SAMPLE` names per kernel and dtype or precision, a different draw per
+    architecture (so the architectures together cover more)."""
+    groups = {}
+    for name in names:
+        kernel = name.split("<")[0]
+        key = ",".join(name.split(",")[:_PATH_ARGUMENTS.get(kernel, 1)])
+        groups.setdefault(key, []).append(name)
+    draw = lambda name: hashlib.sha256(f"{cc}|{name}".encode()).digest()
+    return {n for group in groups.values() for n in sorted(group, key=draw)[:SAMPLE]}
+
+
+@pytest.mark.parametrize("cc", OTHER_ARCHS)
+def test_other_architectures_compile(cc, monkeypatch):
+    """What kscupy asks for on a device of compute capability ``cc`` compiles for it, to
+    machine code (a sample per kernel, dtype and precision)."""
+    global _collected
+    monkeypatch.setattr(device, "current", lambda: facts_of(cc))
+    _collected = {}
+    try:
+        for test, params in _FAMILIES:
+            for param in params:
+                try:
+                    test(*(param if isinstance(param, tuple) else (param,)))
+                except pytest.skip.Exception:
+                    pass
+        collected = _collected
+    finally:
+        _collected = None
+    if cc < 80:
+        assert not {"ks_mma.cu", "ks_mma_group.cu", "ks_pair.cu"} & set(collected)
+    if cc < 90:
+        assert "ks_mma_group.cu" not in collected
+        assert not any("ks_rows_cluster" in n for n in collected.get("ks_rows.cu", ()))
+    for filename, names in sorted(collected.items()):
+        _compile_for(filename, _sample(names, cc), f"sm_{cc}")
 
 
 def test_a_broken_source_fails():

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import threading
 
 import numpy
 
-__all__ = ["DeviceFacts", "current", "of", "from_record", "H200", "bind_context"]
+__all__ = ["DeviceFacts", "current", "of", "from_record", "H200", "bind_context",
+           "EMULATE_ARCH", "EMULATED_LIMITS", "emulated_arch", "emulating"]
 
 KIB = 1024
 
@@ -61,11 +63,19 @@ class DeviceFacts:
     flops32: float = 6.69e13
     flops64: float = 3.35e13
     cuda_runtime: int = 0
+    emulated_on: str = ""           # the real device's name, where these facts are emulated
 
     @property
     def tma(self) -> bool:
         """Whether the device has the Tensor Memory Accelerator (bulk copies): sm_90 on."""
         return self.compute_capability >= 90
+
+    @property
+    def tensor_cores(self) -> bool:
+        """Whether kscupy's tensor-core kernels run here: they use the ``mma.sync`` shapes
+        (m16n8k8 TF32 and FP64, m16n8k16 FP16) and the ``cp.async`` copies of sm_80 on.
+        Older GPUs run the FMA kernels."""
+        return self.compute_capability >= 80
 
     def blocks_per_sm(self, smem: int, threads: int) -> int:
         """Blocks of ``smem`` bytes of dynamic shared memory and ``threads`` threads that an SM
@@ -92,9 +102,67 @@ def _max_cluster(compute_capability: int, cluster_launch: bool) -> int:
     return 16 if compute_capability == 90 else 8
 
 
-@functools.lru_cache(maxsize=None)
+#: ``KSCUPY_EMULATE_ARCH``: a compute capability (``80``, ``sm_89``) whose limits kscupy
+#: then applies to the real device, to test on one GPU what kscupy does on another
+#: (:func:`emulating`).
+EMULATE_ARCH = "KSCUPY_EMULATE_ARCH"
+
+#: The limits of each emulated compute capability: shared memory per SM and per block (the
+#: opt-in maximum) of the data-centre or most common part of that capability. Clusters need
+#: sm_90 and are off below it; the cost model prices the emulated device as unknown.
+EMULATED_LIMITS = {
+    75: dict(smem_per_sm=64 * KIB, smem_per_block=64 * KIB, threads_per_sm=1024),
+    80: dict(smem_per_sm=164 * KIB, smem_per_block=163 * KIB),
+    86: dict(smem_per_sm=100 * KIB, smem_per_block=99 * KIB, threads_per_sm=1536),
+    89: dict(smem_per_sm=100 * KIB, smem_per_block=99 * KIB, threads_per_sm=1536),
+    90: dict(),
+}
+
+
+def emulated_arch() -> int | None:
+    """The compute capability ``KSCUPY_EMULATE_ARCH`` asks kscupy to emulate, or None."""
+    value = os.environ.get(EMULATE_ARCH, "").strip().lower()
+    if not value:
+        return None
+    digits = value.removeprefix("sm_").removeprefix("compute_")
+    if not digits.isdigit() or int(digits) not in EMULATED_LIMITS:
+        raise ValueError(f"{EMULATE_ARCH}={value!r}: expected one of "
+                         f"{', '.join(str(cc) for cc in EMULATED_LIMITS)} (or sm_80, ...)")
+    return int(digits)
+
+
+def emulating(facts: DeviceFacts, cc: int) -> DeviceFacts:
+    """``facts`` as a device of compute capability ``cc`` would have them: that
+    capability's shared memory and threads (:data:`EMULATED_LIMITS`), clusters only from
+    sm_90, and the name ``sm_<cc> emulated``, which no cost-model file matches: the unknown
+    device's constants price it. The clocks,
+    bandwidth and SM count stay the real device's: emulation tests the choices and limits,
+    not the speed of another chip."""
+    if cc > facts.compute_capability:
+        raise ValueError(f"cannot emulate sm_{cc} on {facts.name} (sm_{facts.compute_capability})")
+    limits = EMULATED_LIMITS[cc]
+    return dataclasses.replace(
+        facts, name=f"sm_{cc} emulated", emulated_on=facts.name, compute_capability=cc,
+        max_cluster=facts.max_cluster if cc >= 90 else 1,
+        smem_reserved_per_block=facts.smem_reserved_per_block,
+        **{key: min(value, getattr(facts, key)) for key, value in limits.items()})
+
+
 def of(device_id: int) -> DeviceFacts:
-    """The facts of CUDA device ``device_id``, read once."""
+    """The facts of CUDA device ``device_id``, read once, as emulated where
+    ``KSCUPY_EMULATE_ARCH`` asks (read on every call, so tests may set it)."""
+    cc = emulated_arch()
+    facts = _read(device_id)
+    return facts if cc is None else _emulated(facts, cc)
+
+
+@functools.lru_cache(maxsize=None)
+def _emulated(facts: DeviceFacts, cc: int) -> DeviceFacts:
+    return emulating(facts, cc)
+
+
+@functools.lru_cache(maxsize=None)
+def _read(device_id: int) -> DeviceFacts:
     import cupy
     rt = cupy.cuda.runtime
 
@@ -136,7 +204,8 @@ def current() -> DeviceFacts:
         import cupy
         device_id = cupy.cuda.Device().id
     except Exception:       # no CuPy, no driver or no device
-        return H200
+        cc = emulated_arch()
+        return H200 if cc is None else _emulated(H200, cc)
     return of(device_id)
 
 

@@ -111,7 +111,8 @@ def _choose(problem: Problem, device: DeviceFacts, precision: str) -> Choice:
 def candidates(problem: Problem, device: DeviceFacts, precision: str = "default"):
     """The registry backends ``auto`` (or ``auto_tf32``) weighs for ``problem``."""
     return [b for b in registry.REGISTRY.values()
-            if b.in_auto and b.precision == precision and b.fits(problem, device)]
+            if b.in_auto and b.precision == precision and b.runs_on(device)
+            and b.fits(problem, device)]
 
 
 def ranked(problem: Problem, device: DeviceFacts, precision: str = "default") -> list:

@@ -43,6 +43,8 @@ AUTO = "auto"
 AUTO_TF32 = "auto_tf32"
 #: Each automatic choice and the precision of the backends it chooses among.
 AUTOS = {AUTO: "default", AUTO_TF32: "tf32"}
+#: The compute capability the tensor-core backends need (DeviceFacts.tensor_cores).
+TENSOR_CORE_CC = 80
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +63,11 @@ class Backend:
     cpu_seconds: Optional[Callable] = None  # (problem) -> modelled seconds with NumPy/SciPy;
                                             # the backends that have one are auto's on the CPU
     precision: str = "default"              # "tf32": a candidate of auto_tf32 instead of auto
+    min_compute_capability: int = 0         # the oldest GPU it runs on (10 * major + minor)
+
+    def runs_on(self, device) -> bool:
+        """Whether this backend runs on the GPU ``device`` (its compute capability)."""
+        return device.compute_capability >= self.min_compute_capability
 
     def run(self, factor, X, layout, config):
         """The product once: :attr:`prepare` for ``X``, run on ``X``."""
@@ -221,6 +228,7 @@ def _small_batch(problem, device):
 _BOTH = frozenset({"cpu", "gpu"})
 REGISTRY = {b.name: b for b in (
     Backend("kernel", frozenset({"gpu"}), _prepare_mma_kernel("default"),
+            min_compute_capability=TENSOR_CORE_CC,
             seconds=_mma_kernel_seconds("default"),
             in_auto=True, fits=_mma_fits("default"),
             heuristic=ks_mma.heuristic_config, candidates=ks_mma.candidate_configs,
@@ -230,6 +238,7 @@ REGISTRY = {b.name: b for b in (
                 "accuracy), DMMA for float64 and complex128, float16 products summed in "
                 "float32"),
     Backend("kernel_bsl", frozenset({"gpu"}), ks_mma.prepare_batch_last,
+            min_compute_capability=TENSOR_CORE_CC,
             seconds=_batch_last_seconds, in_auto=True,
             fits=_batch_last_fits, heuristic=_batch_last_config,
             candidates=lambda problem: ks_mma.candidate_configs(problem.in_batch_last()),
@@ -239,6 +248,7 @@ REGISTRY = {b.name: b for b in (
                 "and the result transposed back; two extra passes over X and Y that pay for "
                 "large blocks. In batch-size-last it is kernel"),
     Backend("kernel_tf32", frozenset({"gpu"}), _prepare_mma_kernel("tf32"),
+            min_compute_capability=TENSOR_CORE_CC,
             seconds=_mma_kernel_seconds("tf32"),
             in_auto=True, precision="tf32",
             fits=_mma_fits("tf32"), heuristic=ks_mma.heuristic_config,

@@ -49,6 +49,12 @@ def prepare(factor, X, layout, backend):
     entry = registry.get(backend)
     if ("gpu" if gpu else "cpu") not in entry.devices:
         raise TypeError(f"backend={backend!r} runs on the GPU and needs CuPy operands")
+    if gpu and not entry.runs_on(devices.current()):
+        device = devices.current()
+        raise ValueError(f"backend={backend!r} needs a GPU of compute capability "
+                         f"{entry.min_compute_capability} or newer; {device.name} is "
+                         f"sm_{device.compute_capability} (backend='auto' picks among the "
+                         f"ones that run here)")
     config = decide.configuration(problem_of(factor, X, layout), backend) if gpu else None
     return entry.prepare(factor, X, layout, config)
 

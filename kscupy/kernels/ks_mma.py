@@ -181,10 +181,11 @@ class MmaConfig:
     def lean_group(self, dtype) -> bool:
         """Whether this configuration runs ``kernels_cu/ks_mma_group.cu``, the float32 group
         order's own kernel: one warp per group (``wm = wn = 1``), pieces of 64 or more batch
-        columns (the row sums' tiles), one block per SM. Every other configuration runs
-        ``ks_mma.cu``."""
+        columns (the row sums' tiles), one block per SM, on a GPU with bulk copies (the TMA,
+        sm_90 on: it copies W by them). Every other configuration runs ``ks_mma.cu``."""
         return (GROUP_KERNEL and self.order == ORDER_GROUP and numpy.dtype(dtype) == numpy.float32
-                and self.wm == 1 and self.wn == 1 and self.bn >= 64 and self.min_blocks == 1)
+                and self.wm == 1 and self.wn == 1 and self.bn >= 64 and self.min_blocks == 1
+                and devices.current().tma)
 
     def x_async(self, vx: int) -> bool:
         """Whether ks_mma_group.cu copies X by cp.async into shared memory in global memory's
@@ -361,13 +362,19 @@ def heuristic_config(problem: Problem) -> MmaConfig:
 
 
 def _fit(config: MmaConfig, problem: Problem) -> MmaConfig:
-    """Fewer stages, then fewer groups per block, until ``min_blocks`` blocks fit an SM."""
+    """Fewer stages, then fewer groups per block, until ``min_blocks`` blocks fit an SM;
+    then, on devices with less shared memory than Hopper's, one block per SM and narrower
+    batch tiles until one fits."""
     def fits(cfg):
         return cfg.fits(problem.itemsize, problem.transposed)
     while not fits(config) and config.stages > 2:
         config = dataclasses.replace(config, stages=config.stages - 1)
     while not fits(config) and config.slots > 1:
         config = dataclasses.replace(config, slots=config.slots // 2)
+    if not fits(config) and config.min_blocks > 1:
+        config = dataclasses.replace(config, min_blocks=1)
+    while not fits(config) and config.wn > 1:
+        config = dataclasses.replace(config, wn=config.wn // 2, bn=config.bn // 2)
     return config
 
 

@@ -173,8 +173,8 @@ class PairSegment:
 def make_pair_segment(factors, dtype, layout, device=None):
     """A :class:`PairSegment` applying two ``factors`` (application order) to float32
     batches in ``layout`` on ``device`` (default: the current GPU's facts); None where the
-    family does not apply (another dtype or count of factors, or no tile of 8 columns fits
-    shared memory). Units of two row tiles where every block has 24 rows or more (a unit's
+    family does not apply (another dtype or count of factors, a GPU without the sm_80
+    tensor-core instructions, or no tile of 8 columns fits shared memory). Units of two row tiles where every block has 24 rows or more (a unit's
     B fragments then serve 32 rows), the most columns that fit."""
     if len(factors) != 2 or numpy.dtype(dtype) != numpy.float32:
         return None
@@ -183,6 +183,8 @@ def make_pair_segment(factors, dtype, layout, device=None):
         return None
     row_tiles = 2 if min(p.b for p in patterns) >= 24 else 1
     device = devices.current() if device is None else device
+    if not device.tensor_cores:
+        return None
     limit = min(SMEM_MAX, device.smem_per_block)
     for columns in COLUMNS:
         if pair_layout(patterns, columns, layout, row_tiles).bytes <= limit:

@@ -134,6 +134,7 @@ def test_perturbed_product_error_of_the_order_of_the_perturbation(xp, rng, name)
     assert rel_err(C.todense(), P) <= 2 * math.sqrt(len(patterns)) * eps
 
 
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
 def test_clear_errors():
     D = numpy.random.default_rng(0).standard_normal((18, 18))
     with pytest.raises(ValueError, match=r"do not chain.*a2/a1 divides c1"):
@@ -157,8 +158,13 @@ def test_clear_errors():
         ks.factorize(numpy.ones((2, 2, 2)), [(1, 2, 2, 1)])
     with pytest.raises(TypeError, match="unsupported dtype"):
         ks.factorize(numpy.ones((4, 4), dtype=numpy.int64), "butterfly")
-    with pytest.raises(TypeError, match="ndarray"):
+    with pytest.raises(TypeError, match="a list as matrix to factorize"):
         ks.factorize([[1.0, 2.0], [3.0, 4.0]], "butterfly")
+    H = ks.hadamard(4).todense()
+    with pytest.raises(TypeError, match="masked array as matrix to factorize"):
+        ks.factorize(numpy.ma.masked_array(H, H > 0), "butterfly")
+    with pytest.raises(TypeError, match=r"numpy.matrix as matrix to factorize: pass numpy.asarray"):
+        ks.factorize(numpy.matrix(H), "butterfly")
     for bad in (numpy.nan, numpy.inf, -numpy.inf):
         H = ks.hadamard(8).todense()
         H[3, 5] = bad

@@ -2,6 +2,7 @@
 radices), either builds the right operator (against numpy.fft, scipy.fft and
 scipy.linalg.hadamard) or raises a TypeError / ValueError before computing anything."""
 import numpy
+import pytest
 import scipy.fft
 import scipy.linalg
 from hypothesis import given, settings, strategies as st
@@ -86,3 +87,36 @@ def test_random_factories(M, N, r, dtype, which):
         assert op.shape == (M, N if N is not None else M)
     elif which == "butterfly":
         assert op.shape == (M, M)
+
+
+# -- flags, argument types, sizes too large to search ---------------------------------------
+@pytest.mark.parametrize("make", [lambda v: ks.hadamard(4, normalized=v),
+                                  lambda v: ks.dft(12, inverse=v),
+                                  lambda v: ks.DFTStage(twiddled=v)])
+@pytest.mark.parametrize("value", ["no", 0, 1, None, numpy.array([True])])
+def test_flags_take_bools_only(make, value):
+    """A string such as "no" would read as true: flags take True or False only."""
+    with pytest.raises(TypeError, match="must be True or False"):
+        make(value)
+
+
+def test_numpy_bools_are_flags():
+    numpy.testing.assert_allclose(ks.hadamard(4, normalized=numpy.True_).todense(),
+                                  ks.hadamard(4, normalized=True).todense())
+
+
+@pytest.mark.parametrize("make", [ks.hadamard, ks.dft, ks.dct, lambda n: ks.monarch(n),
+                                  lambda n: ks.low_rank(8, 4, n), lambda n: ks.butterfly(n)])
+@pytest.mark.parametrize("bad", [8.0, "8", None, numpy.array([8]), True])
+def test_sizes_of_another_type_are_type_errors(make, bad):
+    with pytest.raises(TypeError, match="positive integer"):
+        make(bad)
+
+
+@pytest.mark.parametrize("make", [ks.dft, ks.dct, ks.monarch, lambda n: ks.dft(n, max_radix=2)])
+@pytest.mark.parametrize("n", [2**61 - 1, 10**18])
+def test_huge_sizes_fail_fast(make, n):
+    """A size whose values cannot fit raises MemoryError from the lower bound checked before
+    any factor search (which for these sizes would run for minutes)."""
+    with pytest.raises(MemoryError, match="at least"):
+        make(n)

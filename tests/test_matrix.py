@@ -108,8 +108,19 @@ def test_bad_values_raise():
         ks.KSMatrix(numpy.ones((2, 2, 2)))
     with pytest.raises(ValueError, match="positive integer"):
         ks.KSMatrix(numpy.ones((2, 0, 2, 2)))
-    with pytest.raises(TypeError, match="numpy.ndarray or cupy.ndarray"):
+    with pytest.raises(TypeError, match=r"a list as values: pass numpy.asarray"):
         ks.KSMatrix([[[[1.0]]]])
+    w = numpy.random.default_rng(0).standard_normal((2, 3, 4, 2))
+    for bad in (numpy.ma.masked_array(w, w > 0), numpy.ma.masked_array(w)):
+        with pytest.raises(TypeError, match="masked array as values"):
+            ks.KSMatrix(bad)
+    with pytest.raises(TypeError, match="masked array as dense matrix"):
+        ks.KSMatrix.from_dense(numpy.ma.masked_array(numpy.ones((6, 8))), (2, 3, 4, 1))
+    with pytest.raises(TypeError, match="non-native byte order"):
+        ks.KSMatrix(w.astype(">f8"))
+    K = ks.KSMatrix(w)
+    with pytest.raises(TypeError, match="masked array as values"):
+        K.values = numpy.ma.masked_array(w)
     with pytest.raises(TypeError, match="xp must be numpy or cupy"):
         ks.KSMatrix.random((1, 2, 2, 1), xp=list)
     for structure in ("dft", 1, ks.KSPattern.of((1, 2, 2, 1))):
@@ -274,7 +285,7 @@ def test_non_array_operands_raise():
         K @ [1.0, 2.0]
     with pytest.raises(TypeError):
         [1.0, 2.0] @ K
-    with pytest.raises(TypeError, match=r"a list operand: pass numpy.asarray\(X\)"):
+    with pytest.raises(TypeError, match=r"a list as operand: pass numpy.asarray\(X\)"):
         K.matmul([1.0, 2.0])
     with pytest.raises(TypeError, match="needs CuPy"):
         K.matmul(numpy.ones(2), backend="kernel")

@@ -71,10 +71,16 @@ def test_chaining():
     assert not right.chains_with(left)
 
 
-@pytest.mark.parametrize("bad", [(0, 1, 1, 1), (1, -2, 1, 1), (1, 1.5, 1, 1), (1, True, 1, 1),
-                                 (1, "2", 1, 1), (1, 1, 1, float("nan"))])
+@pytest.mark.parametrize("bad", [(0, 1, 1, 1), (1, -2, 1, 1), (numpy.int64(0), 1, 1, 1)])
 def test_invalid_entries(bad):
     with pytest.raises(ValueError, match="positive integer"):
+        KSPattern(*bad)
+
+
+@pytest.mark.parametrize("bad", [(1, 1.5, 1, 1), (1, True, 1, 1), (1, "2", 1, 1),
+                                 (1, 1, 1, float("nan")), (1, None, 1, 1), (2.0, 1, 1, 1)])
+def test_entries_of_another_type(bad):
+    with pytest.raises(TypeError, match="positive integer"):
         KSPattern(*bad)
 
 

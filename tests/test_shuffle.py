@@ -48,9 +48,41 @@ def test_bit_reversal():
 
 
 def test_shuffle_bad_sizes():
-    for bad in (0, -1, 2.0, True):
-        with pytest.raises(ValueError, match="positive integer"):
+    for bad, error in ((0, ValueError), (-1, ValueError), (2.0, TypeError), (True, TypeError),
+                       ("2", TypeError), (None, TypeError), (numpy.array([2]), TypeError)):
+        with pytest.raises(error, match="positive integer"):
             ks.perfect_shuffle(bad, 2)
+
+
+def test_numpy_integer_sizes_are_sizes():
+    """NumPy integer scalars and 0-d arrays are converted at once: no int8 arithmetic wraps."""
+    expected = ks.perfect_shuffle(3, 100)
+    numpy.testing.assert_array_equal(ks.perfect_shuffle(numpy.int8(3), numpy.int8(100)),
+                                     expected)
+    numpy.testing.assert_array_equal(ks.perfect_shuffle(numpy.array(3), numpy.uint8(100)),
+                                     expected)
+    numpy.testing.assert_array_equal(ks.bit_reversal(numpy.int64(8)), ks.bit_reversal(8))
+    assert ks.perfect_shuffle_matrix(numpy.int8(16), numpy.int8(16)).shape == (256, 256)
+
+
+@pytest.mark.parametrize("bad, error, message", [
+    (numpy.array([2, 2, 2, 2]), ValueError, "not a permutation"),
+    (numpy.array([0, 0, 1]), ValueError, "not a permutation"),
+    (numpy.array([0, 1, 5]), ValueError, "not a permutation"),
+    (numpy.array([0, -1, 1]), ValueError, "not a permutation"),
+    (numpy.array([0.0, 1.0]), TypeError, "integer array"),
+    (numpy.array([[0, 1]]), ValueError, "shape"),
+    ([1, 0], TypeError, "a list as the permutation"),
+    (numpy.ma.masked_array([1, 0]), TypeError, "masked array as the permutation")])
+def test_inverse_permutation_checks_its_argument(bad, error, message):
+    with pytest.raises(error, match=message):
+        ks.inverse_permutation(bad)
+
+
+def test_inverse_permutation_inverts():
+    perm = numpy.random.default_rng(4).permutation(37)
+    x = numpy.arange(37) * 3
+    numpy.testing.assert_array_equal(x[perm][ks.inverse_permutation(perm)], x)
 
 
 @given(small, small, small, small, st.integers(0, 2**31))

@@ -11,7 +11,7 @@ import numbers
 
 import numpy
 
-__all__ = ["operand_module", "check_operand_dtype", "is_refused_operand", "SUPPORTED_DTYPES", "PRECISIONS", "runs_at", "array_module", "cupy_or_none", "gpu_module", "check_dtype", "result_dtype",
+__all__ = ["operand_module", "plain_array_module", "check_operand_dtype", "is_refused_operand", "SUPPORTED_DTYPES", "PRECISIONS", "runs_at", "array_module", "cupy_or_none", "gpu_module", "check_dtype", "result_dtype",
            "scalar_of", "numpy_copy", "device_of", "read_only", "frozen", "device_mover", "HOST_ELEMENTS",
            "on_host_if_small", "check_module"]
 
@@ -89,6 +89,9 @@ def check_dtype(dtype) -> numpy.dtype:
     """Return ``dtype`` as a NumPy dtype if kscupy supports it, else raise TypeError."""
     dt = numpy.dtype(dtype)
     if dt not in SUPPORTED_DTYPES:
+        if dt.newbyteorder("=") in SUPPORTED_DTYPES:
+            raise TypeError(f"dtype {dt.str} is in non-native byte order; convert it with "
+                            f"x.astype(x.dtype.newbyteorder('='))")
         names = ", ".join(str(t) for t in SUPPORTED_DTYPES)
         raise TypeError(f"unsupported dtype {dt}; kscupy supports {names}")
     return dt
@@ -125,24 +128,36 @@ def scalar_of(alpha):
     return None
 
 
-def _refused(X):
-    """Why ``X`` is no operand of a product, as a TypeError naming the fix, or None: masked
-    arrays (their masked entries would be multiplied), ``numpy.matrix`` (its ``*`` and shapes
-    follow other rules), SciPy and cupyx sparse matrices, Python sequences."""
+def _refused(X, role="operand"):
+    """Why ``X`` cannot be the array ``role`` (a product's operand, a matrix's values) as a
+    TypeError naming the fix, or None: masked arrays (their masked entries would be used),
+    ``numpy.matrix`` (its ``*`` and shapes follow other rules), SciPy and cupyx sparse
+    matrices, Python sequences."""
     kind = type(X).__name__
     if isinstance(X, numpy.ma.MaskedArray):
-        return TypeError("a masked array operand: its masked entries would enter the product; "
-                         "pass X.filled(value) for the values you mean (or numpy.asarray(X) "
-                         "for the hidden ones)")
+        return TypeError(f"a masked array as {role}: its masked entries would be used; pass "
+                         f"X.filled(value) for the values you mean (or numpy.asarray(X) for "
+                         f"the hidden ones)")
     if isinstance(X, numpy.matrix):
-        return TypeError("a numpy.matrix operand: pass numpy.asarray(X)")
+        return TypeError(f"a numpy.matrix as {role}: pass numpy.asarray(X)")
     if type(X).__module__.startswith(("scipy.sparse", "cupyx.scipy.sparse")):
-        return TypeError(f"a sparse operand ({kind}): kscupy multiplies dense batches; "
-                         f"pass X.toarray() (a KSMatrix K gives a sparse product as K.tocsr() @ X)")
+        return TypeError(f"a sparse matrix ({kind}) as {role}: kscupy takes dense arrays; "
+                         f"pass X.toarray() (a KSMatrix K gives a sparse product as "
+                         f"K.tocsr() @ X)")
     if isinstance(X, (list, tuple)):
-        return TypeError(f"a {kind} operand: pass numpy.asarray(X) (or cupy.asarray(X)) of a "
-                         f"float or complex dtype")
+        return TypeError(f"a {kind} as {role}: pass numpy.asarray(X) (or cupy.asarray(X)) of "
+                         f"a float or complex dtype")
     return None
+
+
+def plain_array_module(x, role: str):
+    """The array module of ``x``, a plain NumPy or CuPy array given as ``role`` (e.g.
+    ``"values"``): masked arrays, matrices, sparse matrices and sequences are refused with
+    the fix, as product operands are (:func:`operand_module`)."""
+    refused = _refused(x, role)
+    if refused is not None:
+        raise refused
+    return array_module(x)
 
 
 def check_operand_dtype(dtype):

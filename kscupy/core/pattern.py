@@ -13,9 +13,10 @@ of Gonon et al., ICML 2025, Algorithm 2).
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy
+
+from .argument_checks import positive_int
 
 __all__ = ["KSPattern", "super_pattern", "super_group_lengths"]
 
@@ -40,13 +41,8 @@ class KSPattern(tuple):
     def __new__(cls, a, b, c, d):
         if type(a) is type(b) is type(c) is type(d) is int and min(a, b, c, d) >= 1:
             return super().__new__(cls, (a, b, c, d))   # the common case, on hot paths
-        values = []
-        for name, v in zip("abcd", (a, b, c, d)):
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-                raise ValueError(f"KS pattern entry {name} must be a positive integer, got {v!r}")
-            if v < 1:
-                raise ValueError(f"KS pattern entry {name} must be a positive integer, got {v}")
-            values.append(int(v))
+        values = [positive_int(f"KS pattern entry {name}", v)
+                  for name, v in zip("abcd", (a, b, c, d))]
         return super().__new__(cls, values)
 
     a = property(lambda self: self[0], doc="number of diagonal blocks (``I_a``)")

@@ -21,23 +21,39 @@ from __future__ import annotations
 import numpy
 
 from . import arrays
+from .argument_checks import positive_int
 from .pattern import KSPattern
 
-__all__ = ["perfect_shuffle", "inverse_perfect_shuffle", "inverse_permutation", "perfect_shuffle_matrix",
+__all__ = ["perfect_shuffle", "inverse_perfect_shuffle", "inverse_permutation", "check_permutation", "perfect_shuffle_matrix",
            "bit_reversal", "block_diagonal_permutations", "block_diagonalize"]
 
 
-def _check_positive(**sizes):
-    for name, v in sizes.items():
-        if isinstance(v, bool) or not isinstance(v, (int, numpy.integer)) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+def check_permutation(perm, n=None, what="the permutation"):
+    """``perm`` if it is a permutation of ``range(n)`` (``n``: its length when None): a 1-D
+    NumPy or CuPy array of an integer dtype holding each index once. TypeError for another
+    type or dtype, ValueError naming ``what`` otherwise. A large CuPy permutation is checked
+    on the GPU (one synchronization)."""
+    xp = arrays.plain_array_module(perm, what)
+    if perm.dtype.kind not in "iu":
+        raise TypeError(f"{what} must be an integer array, got dtype {perm.dtype}")
+    n = perm.shape[0] if n is None and perm.ndim == 1 else n
+    if perm.ndim != 1 or perm.shape[0] != n:
+        raise ValueError(f"{what} must be an integer array of shape ({n},), got shape "
+                         f"{perm.shape}")
+    small = arrays.on_host_if_small(perm)     # checked on the host when small
+    module = arrays.array_module(small)
+    if not bool((module.sort(small) == module.arange(n)).all()):
+        raise ValueError(f"{what} is not a permutation of range({n}): an index repeats or "
+                         f"lies outside")
+    return perm
 
 
 def inverse_permutation(perm, xp=numpy):
     """Gather indices of the inverse of the gather ``perm``: ``x[perm][inv] == x``, in the
     array module ``xp`` and the dtype of ``perm`` (a small CuPy permutation is inverted on
-    the host, see :data:`kscupy.arrays.HOST_ELEMENTS`)."""
-    perm = arrays.on_host_if_small(perm)
+    the host, see :data:`kscupy.arrays.HOST_ELEMENTS`). ``perm`` must be a permutation
+    (:func:`check_permutation`)."""
+    perm = arrays.on_host_if_small(check_permutation(perm))
     module = arrays.array_module(perm)
     inv = module.empty_like(perm)
     inv[perm] = module.arange(perm.shape[0], dtype=perm.dtype)
@@ -67,7 +83,7 @@ def perfect_shuffle(p: int, q: int, xp=numpy):
     >>> x[ks.perfect_shuffle(2, 3)], x.reshape(2, 3).T.ravel()
     (array([10, 13, 11, 14, 12, 15]), array([10, 13, 11, 14, 12, 15]))
     """
-    _check_positive(p=p, q=q)
+    p, q = positive_int("p", p), positive_int("q", q)
     return xp.arange(p * q, dtype=xp.int64).reshape(p, q).T.ravel()
 
 
@@ -98,6 +114,7 @@ def perfect_shuffle_matrix(p: int, q: int, dtype=numpy.float64, xp=numpy):
            [0., 0., 0., 1.]])
     >>> bool(np.array_equal(ks.perfect_shuffle_matrix(2, 3).T, ks.perfect_shuffle_matrix(3, 2)))
     True"""
+    p, q = positive_int("p", p), positive_int("q", q)
     idx = perfect_shuffle(p, q, xp)
     P = xp.zeros((p * q, p * q), dtype=dtype)
     P[xp.arange(p * q), idx] = 1
@@ -118,7 +135,7 @@ def bit_reversal(n: int, xp=numpy):
     >>> ks.bit_reversal(8)[ks.bit_reversal(8)]
     array([0, 1, 2, 3, 4, 5, 6, 7])
     """
-    _check_positive(n=n)
+    n = positive_int("n", n)
     if n & (n - 1):
         raise ValueError(f"bit_reversal needs a power of two, got {n}")
     bits = n.bit_length() - 1

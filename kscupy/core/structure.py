@@ -42,6 +42,8 @@ class DFTStage:
     scale: float = 1.0
 
     def __post_init__(self):
+        if not isinstance(self.twiddled, (bool, numpy.bool_)):
+            raise TypeError(f"DFTStage.twiddled must be True or False, got {self.twiddled!r}")
         if self.sign not in (-1, 1):
             raise ValueError(f"DFTStage.sign must be -1 or +1, got {self.sign!r}")
         if isinstance(self.scale, complex) or not numpy.isfinite(self.scale):

@@ -6,7 +6,7 @@ import numpy
 from .. import engine
 from ..core import arrays
 from ..core.factor import Factor, FactorChain
-from ..core.shuffle import inverse_permutation
+from ..core.shuffle import check_permutation, inverse_permutation
 from ..engine import registry
 from .base import KSOperator
 
@@ -81,20 +81,17 @@ class KSChain(KSOperator):
                   self._check_permutation(output_permutation, flat[0].shape[0], "output"))
 
     def _check_permutation(self, perm, n, which):
+        """The chain's own copy of a permutation given to it (the caller's array may change
+        later)."""
         if perm is None:
             return None
-        xp = arrays.array_module(perm)
+        xp = arrays.plain_array_module(perm, f"the {which} permutation")
         if xp is not self._xp:
             raise TypeError(f"the {which} permutation is a {xp.__name__} array but the factors "
                             f"hold {self._xp.__name__} values")
-        if perm.ndim != 1 or perm.shape[0] != n or perm.dtype.kind not in "iu":
-            raise ValueError(f"the {which} permutation must be an integer array of shape ({n},), "
-                             f"got {perm.dtype} of shape {perm.shape}")
-        small = arrays.on_host_if_small(perm)     # checked on the host when small
-        module = arrays.array_module(small)
-        if not bool((module.sort(small) == module.arange(n)).all()):
-            raise ValueError(f"the {which} permutation is not a permutation of range({n})")
-        return perm
+        check_permutation(perm, n, f"the {which} permutation")
+        with arrays.device_of(perm):
+            return perm.copy()
 
     def _set(self, factors, input_permutation, output_permutation):
         self._factors = tuple(factors)
@@ -146,13 +143,17 @@ class KSChain(KSOperator):
         and the permutations."""
         return self._target
 
+    # The permutations are handed out unwritable (arrays.frozen): a write into one would
+    # bypass every check and every plan made from it.
     @property
     def input_permutation(self):
-        return self._in
+        """Gather applied to the input first (``(N,)`` integers), or None; not writable."""
+        return None if self._in is None else arrays.frozen(self._in)
 
     @property
     def output_permutation(self):
-        return self._out
+        """Gather applied to the output last (``(M,)`` integers), or None; not writable."""
+        return None if self._out is None else arrays.frozen(self._out)
 
     def __len__(self) -> int:
         return len(self._factors)

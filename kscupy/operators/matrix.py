@@ -60,7 +60,7 @@ class KSMatrix(KSOperator):
     """
 
     def __init__(self, values, structure=None, *, xp=None):
-        source = arrays.array_module(values)
+        source = arrays.plain_array_module(values, "values")
         if xp is None:
             xp = source
         arrays.check_module(xp)
@@ -127,7 +127,7 @@ class KSMatrix(KSOperator):
         is not ``pattern.shape``, TypeError on an unsupported dtype.
         """
         pattern = KSPattern.of(pattern)
-        xp = arrays.array_module(D)
+        xp = arrays.plain_array_module(D, "dense matrix")
         arrays.check_dtype(D.dtype)
         if D.shape != pattern.shape:
             raise ValueError(f"dense matrix of shape {D.shape} does not match pattern "
@@ -197,7 +197,7 @@ class KSMatrix(KSOperator):
 
     @values.setter
     def values(self, w):
-        if arrays.array_module(w) is not self._xp:
+        if arrays.plain_array_module(w, "values") is not self._xp:
             raise TypeError(f"new values must be a {self._xp.__name__} array like the matrix's, "
                             f"got a {arrays.array_module(w).__name__} array")
         if w.shape != tuple(self.pattern):

@@ -53,6 +53,7 @@ from __future__ import annotations
 import numpy
 
 from ..core import arrays
+from ..core.argument_checks import positive_int
 from .fourier import framed_dft
 from ..operators.realpart import KSRealPart
 from ..operators.submatrix import KSSubmatrix
@@ -64,8 +65,8 @@ _COMPLEX_OF = {numpy.dtype(numpy.float32): numpy.complex64,
 
 
 def _checked(n, type, norm, dtype, xp, max_radix):
-    from .factories import _check_max_radix, _check_size
-    n = _check_size("n", n)
+    from .factories import _check_max_radix, check_values_fit
+    n = positive_int("n", n)
     _check_max_radix(max_radix)
     if isinstance(type, bool) or type not in (1, 2, 3, 4):
         raise ValueError(f"type must be 1, 2, 3 or 4, got {type!r}")
@@ -76,6 +77,7 @@ def _checked(n, type, norm, dtype, xp, max_radix):
         raise TypeError(f"the DCT and DST are real matrices built on a complex DFT: dtype must "
                         f"be float32 or float64, got {dtype}")
     arrays.check_module(xp)
+    check_values_fit(2 * n, _COMPLEX_OF[dtype], xp, f"{type}-type transform of size {n}")
     return n, dtype
 
 

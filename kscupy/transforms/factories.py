@@ -31,27 +31,30 @@ from ..operators.chain import KSChain
 from .fourier import dft_scale, framed_dft, mixed_radix_dft, needs_bluestein, prime_factors
 from ..operators.matrix import KSMatrix
 from ..core.pattern import KSPattern
+from ..core.argument_checks import flag, positive_int
 from ..core.structure import DFTStage
 
 __all__ = ["dft", "idft", "hadamard", "butterfly", "block_butterfly", "monarch", "low_rank",
            "choose_pattern", "radix_factors"]
 
 
-def _check_size(name, n):
-    if isinstance(n, bool) or not isinstance(n, (int, numpy.integer)) or n < 1:
-        raise ValueError(f"{name} must be a positive integer, got {n!r}")
-    return int(n)
-
-
 def _check_max_radix(max_radix):
     # radix 2 is the smallest prime: below it no size but 1 has a chain
-    if _check_size("max_radix", max_radix) < 2:
+    if positive_int("max_radix", max_radix) < 2:
         raise ValueError(f"max_radix must be at least 2, got {max_radix!r}")
     return int(max_radix)
 
 
+def check_values_fit(count: int, dtype, xp, what: str):
+    """MemoryError unless ``count`` values of ``dtype`` fit in the memory of ``xp``: a lower
+    bound a factory checks before searching factors or divisors of a size, which for a huge
+    size would run for minutes before the exact check."""
+    memory.check_fits(count * numpy.dtype(dtype).itemsize, xp,
+                      f"{what} (at least {count:,} values)")
+
+
 def _power_of_two(name, n):
-    n = _check_size(name, n)
+    n = positive_int(name, n)
     if n & (n - 1):
         raise ValueError(f"{name} must be a power of two, got {n}")
     return n.bit_length() - 1
@@ -63,7 +66,7 @@ def radix_factors(n: int, max_radix: int = 64) -> list:
     Raises ValueError when a prime factor exceeds ``max_radix`` (its factor would be a dense
     ``p x p`` block: correct, but no longer a fast transform).
     """
-    n = _check_size("n", n)
+    n = positive_int("n", n)
     max_radix = _check_max_radix(max_radix)
     radices = prime_factors(n)
     too_big = [r for r in radices if r > max_radix]
@@ -117,13 +120,15 @@ def dft(n: int, dtype=numpy.complex128, norm=None, xp=numpy, *, inverse=False, m
     >>> type(ks.dft(96)).__name__                                # 96 = 2^5 * 3: a chain
     'KSChain'
     """
-    n = _check_size("n", n)
+    n = positive_int("n", n)
     max_radix = _check_max_radix(max_radix)
+    inverse = flag("inverse", inverse)
     dtype = arrays.check_dtype(dtype)
     if dtype.kind != "c":
         raise TypeError(f"a DFT chain needs a complex dtype (complex64 or complex128), got {dtype}")
     scale = dft_scale(n, norm, inverse)
     arrays.check_module(xp)
+    check_values_fit(2 * n, dtype, xp, f"dft({n})")      # every factor holds n * r >= 2n
     if needs_bluestein(n, max_radix):
         return framed_dft(n, dtype=dtype, norm=norm, xp=xp, inverse=inverse, max_radix=max_radix)
     return mixed_radix_dft(n, dtype, scale, inverse, xp)
@@ -161,6 +166,7 @@ def hadamard(n: int, normalized=False, dtype=numpy.float64, xp=numpy):
     ``(2^(l-1), 2, 2, 2^(L-l))``. ``normalized=True`` scales by ``1/sqrt(n)`` (orthogonal).
     """
     L = _power_of_two("n", n)
+    normalized = flag("normalized", normalized)
     h2 = numpy.array([[1.0, 1.0], [1.0, -1.0]]) / (math.sqrt(2) if normalized else 1.0)
     if L == 0:
         return _factor_chain([(1, 1, 1, 1)], lambda i, p: numpy.ones((1, 1, 1, 1)), dtype, xp)
@@ -188,7 +194,7 @@ def butterfly(n: int, dtype=numpy.float32, xp=numpy, seed=None):
 
 def block_butterfly(n: int, t: int, dtype=numpy.float32, xp=numpy, seed=None):
     """A random block butterfly of size ``n = 2^L t``: factors ``(2^(l-1), 2t, 2t, 2^(L-l))``."""
-    n, t = _check_size("n", n), _check_size("t", t)
+    n, t = positive_int("n", n), positive_int("t", t)
     if n % t:
         raise ValueError(f"block_butterfly needs t to divide n, got n={n}, t={t}")
     L = _power_of_two("n / t", n // t)
@@ -224,15 +230,17 @@ def monarch(M: int, N: int | None = None, *, blocks: int | None = None, dtype=nu
     >>> ks.monarch(64, 256, blocks=8).shape
     (64, 256)
     """
-    M = _check_size("M", M)
+    M = positive_int("M", M)
     if N is not None and blocks is None:
         raise TypeError(f"monarch({M}, {N}) is ambiguous: give the block count as a keyword, "
                         f"monarch({M}, blocks={N}) for a square {M} x {M} Monarch matrix with "
                         f"{N} blocks, or monarch({M}, {N}, blocks=p) for an {M} x {N} one")
-    N = M if N is None else _check_size("N", N)
+    N = M if N is None else positive_int("N", N)
+    arrays.check_module(xp)
+    check_values_fit(M + N, arrays.check_dtype(dtype), xp, f"monarch({M}, {N})")
     if blocks is None:
         blocks = max(q for q in range(1, math.isqrt(M) + 1) if M % q == 0)
-    p = _check_size("blocks", blocks)
+    p = positive_int("blocks", blocks)
     if M % p or N % p:
         raise ValueError(f"monarch needs blocks to divide M, N and min(M, N); got M={M}, N={N}, "
                          f"blocks={p}")
@@ -247,7 +255,7 @@ def low_rank(M: int, N: int, r: int, dtype=numpy.float32, xp=numpy, seed=None):
     dtypes"). Raises ValueError unless ``1 <= r <= min(M, N)`` (a larger inner dimension
     stores more values than the dense matrix and is not of rank ``r``).
     """
-    M, N, r = _check_size("M", M), _check_size("N", N), _check_size("r", r)
+    M, N, r = positive_int("M", M), positive_int("N", N), positive_int("r", r)
     if r > min(M, N):
         raise ValueError(f"low_rank needs r <= min(M, N) = {min(M, N)}, got r={r}")
     return _random_chain([(1, M, r, 1), (1, r, N, 1)], dtype, xp, seed)
@@ -264,7 +272,7 @@ def choose_pattern(M: int, N: int, density: float = 0.1) -> KSPattern:
     the splits of ``a*d``, the largest ``d`` (the kernel reads adjacent groups together).
     Raises ValueError when no pattern qualifies.
     """
-    M, N = _check_size("M", M), _check_size("N", N)
+    M, N = positive_int("M", M), positive_int("N", N)
     if not 0 < density <= 1:
         raise ValueError(f"density must be in (0, 1], got {density}")
     g = math.gcd(M, N)

@@ -165,7 +165,7 @@ def factorize(D, patterns) -> KSChain:
     >>> C.patterns[0], bool(np.allclose(C.todense(), H))
     (KSPattern(a=1, b=2, c=2, d=8), True)
     """
-    xp = arrays.array_module(D)
+    xp = arrays.plain_array_module(D, "matrix to factorize")
     arrays.check_dtype(D.dtype)
     if D.ndim != 2:
         raise ValueError(f"factorize needs a 2-D matrix, got shape {D.shape}")

@@ -1,0 +1,45 @@
+"""Checks of the scalar arguments public functions take: sizes and flags.
+
+One home for them, so every factory, pattern and shuffle says the same thing about the same
+mistake: a wrong type is a ``TypeError`` (a float, string, bool or None where a size goes;
+anything but a bool where a flag goes), a wrong value a ``ValueError``. NumPy integer
+scalars and 0-d integer arrays are sizes too, converted to ``int`` at once so that no
+arithmetic on them wraps around in a small integer type.
+"""
+from __future__ import annotations
+
+import operator
+
+import numpy
+
+__all__ = ["positive_int", "flag"]
+
+
+def positive_int(name: str, value) -> int:
+    """``value`` as a Python ``int`` >= 1; TypeError for a non-integer type (bools
+    included), ValueError for a value below 1."""
+    if isinstance(value, (bool, numpy.bool_)) or not _integral(value):
+        raise TypeError(f"{name} must be a positive integer, got {type(value).__name__} "
+                        f"{value!r}")
+    value = operator.index(value)
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value}")
+    return value
+
+
+def _integral(value) -> bool:
+    if isinstance(value, numpy.ndarray):
+        return value.ndim == 0 and value.dtype.kind in "iu"
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
+def flag(name: str, value) -> bool:
+    """``value`` if it is a bool (Python's or NumPy's), else TypeError: a string such as
+    ``"no"`` would otherwise read as true."""
+    if not isinstance(value, (bool, numpy.bool_)):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return bool(value)

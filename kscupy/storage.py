@@ -163,7 +163,11 @@ def _decode(entries, prefix, xp, path):
         if values.shape != tuple(pattern):
             raise ValueError(f"values_{f} has shape {values.shape}, pattern_{f} is "
                              f"{tuple(pattern)}")
-        transposed, conjugated = (bool(v) for v in entries[f"{prefix}view_{f}"])
+        view = entries[f"{prefix}view_{f}"]
+        if view.dtype != numpy.bool_ or view.shape != (2,):
+            raise ValueError(f"view_{f} must hold 2 booleans (transposed, conjugated), got "
+                             f"{view.dtype} of shape {view.shape}")
+        transposed, conjugated = (bool(v) for v in view)
         factors.append(KSMatrix._rebuild(xp.asarray(values), transposed, conjugated))
     if kind == "KSMatrix":
         if len(factors) != 1:

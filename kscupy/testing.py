@@ -40,6 +40,11 @@ def dottest(op, *, layout="bsl", backend="auto", rtol=None, xp=None, seed=None) 
     """
     if layout not in ("bsl", "bsf"):
         raise ValueError(f'layout must be "bsl" or "bsf", got {layout!r}')
+    missing = [name for name in ("shape", "dtype", "H", "matmul") if not hasattr(op, name)]
+    if missing:
+        raise TypeError(f"dottest needs an operator with shape, dtype, H and matmul (a "
+                        f"KSMatrix or KSChain); a {type(op).__name__} has no "
+                        f"{', '.join(missing)}")
     xp = getattr(op, "xp", numpy) if xp is None else xp
     dtype = numpy.dtype(op.dtype)
     if rtol is None:

@@ -120,3 +120,37 @@ def test_huge_sizes_fail_fast(make, n):
     any factor search (which for these sizes would run for minutes)."""
     with pytest.raises(MemoryError, match="at least"):
         make(n)
+
+
+def test_plan_tune_and_dottest_check_their_arguments():
+    C = ks.dft(16)
+    with pytest.raises(ValueError, match="layout must be one of"):
+        C.plan("foo", numpy.complex64, 64)
+    with pytest.raises(TypeError, match="unsupported dtype int32"):
+        C.plan("bsl", numpy.int32, 64)
+    for bad, error in ((-1, ValueError), (0, ValueError), (2.5, TypeError)):
+        with pytest.raises(error, match="batch must be a positive integer"):
+            C.plan("bsl", numpy.complex64, bad)
+    K = ks.KSMatrix.random((1, 2, 2, 1))
+    with pytest.raises(TypeError, match="backend must be a string"):
+        K.matmul(numpy.ones((2, 1), numpy.float32), backend=1)
+    with pytest.raises(TypeError, match="dottest needs an operator"):
+        ks.testing.dottest(numpy.eye(3))
+    if ks.core.arrays.cupy_or_none() is None:
+        with pytest.raises(RuntimeError, match="tune times kernels on a GPU"):
+            ks.tune(K, 64)
+    else:
+        with pytest.raises(TypeError, match="CuPy values"):
+            ks.tune(K, 64)
+
+
+def test_pattern_tiles_take_integer_indices():
+    with pytest.raises(TypeError):
+        ks.KSPattern(2, 3, 4, 5).tile(0.5, 0)
+    rows, cols = ks.KSPattern(2, 3, 4, 5).tile(numpy.int64(1), 2)
+    assert rows.tolist() == [17, 22, 27] and cols.tolist() == [22, 27, 32, 37]
+
+
+def test_choose_pattern_of_a_large_shape_enumerates_divisors_once():
+    """2^40 has 41 divisors: the search is over pairs of them, not over every integer."""
+    assert ks.choose_pattern(2**40, 2**40) == ks.KSPattern(1, 2**36, 2**36, 16)

@@ -160,6 +160,13 @@ def damaged_files(tmp_path, rng):
     paths["object entry"] = tmp_path / "object.npz"
     numpy.savez(paths["object entry"], kscupy_format=numpy.int64(2),
                 kind=numpy.array([{"a": 1}], dtype=object))
+    good_path = tmp_path / "good.npz"
+    entries = dict(numpy.load(good_path))
+    for name, view in (("view as strings", numpy.array(["False", "False"])),
+                       ("view as numbers", numpy.array([0, 1])),
+                       ("view of 3 flags", numpy.array([False, False, True]))):
+        paths[name] = tmp_path / f"{name.replace(' ', '_')}.npz"
+        numpy.savez(paths[name], **{**entries, "view_0": view})
     return paths
 
 

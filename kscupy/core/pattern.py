@@ -13,6 +13,7 @@ of Gonon et al., ICML 2025, Algorithm 2).
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy
 
@@ -103,6 +104,7 @@ class KSPattern(tuple):
         ``rows[k] = i*b*d + k*d + j`` (length ``b``), ``cols[l] = i*c*d + l*d + j`` (length
         ``c``); ``K[rows][:, cols]`` is the group's dense block.
         """
+        i, j = operator.index(i), operator.index(j)     # TypeError for non-integers
         if not (0 <= i < self.a and 0 <= j < self.d):
             raise IndexError(f"group (i, j) = ({i}, {j}) is outside a={self.a}, d={self.d}")
         a, b, c, d = self

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy
 
-from ..core import device as devices
+from ..core import arrays, device as devices
+from ..core.argument_checks import positive_int
 from ..core.factor import Factor
 from ..core.problem import Problem
 from . import decide, registry, tuning_cache
@@ -34,7 +35,9 @@ def tune(problem_or_matrix, batch=None, *, layout="bsl", dtype=None, progress=Tr
     installed. Returns the winning :class:`~kscupy.engine.registry.Choice`, which ``auto``
     and ``kernel`` then use for this problem.
     """
-    import cupy
+    cupy = arrays.cupy_or_none()
+    if cupy is None:
+        raise RuntimeError("tune times kernels on a GPU: it needs CuPy and a CUDA device")
     from cupyx.profiler import benchmark
 
     if isinstance(problem_or_matrix, Problem):
@@ -47,6 +50,7 @@ def tune(problem_or_matrix, batch=None, *, layout="bsl", dtype=None, progress=Tr
                             f"{type(problem_or_matrix).__name__}")
         if batch is None:
             raise TypeError("tune(K, batch, layout=...) needs the batch size")
+        batch = positive_int("batch", batch)
         if factor.xp is not cupy:
             raise TypeError("tune needs a KSMatrix holding CuPy values")
         factor = factor.in_dtype(dtype or factor.dtype)

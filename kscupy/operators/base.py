@@ -17,6 +17,12 @@ from ..engine.runs import for_vectors
 __all__ = ["KSOperator", "LAYOUTS"]
 
 LAYOUTS = ("bsl", "bsf")
+
+
+def check_layout(layout):
+    """ValueError unless ``layout`` is one of :data:`LAYOUTS`."""
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
 #: Identity columns :meth:`KSOperator.trace` applies an operator to at once.
 TRACE_COLUMNS = 1024
 
@@ -187,8 +193,10 @@ class KSOperator:
         """Known layout and backend, same array module, 1-D or 2-D, ``N`` features along the
         layout's feature axis. Raises ValueError or TypeError naming the problem."""
         name = type(self).__name__
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        check_layout(layout)
+        if not isinstance(backend, str):
+            raise TypeError(f"backend must be a string, one of {self.backends()}, got "
+                            f"{type(backend).__name__} {backend!r}")
         if backend not in self.backends():
             raise ValueError(f"backend must be one of {self.backends()}, got {backend!r}")
         xp = arrays.operand_module(X)

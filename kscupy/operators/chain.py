@@ -5,10 +5,11 @@ import numpy
 
 from .. import engine
 from ..core import arrays
+from ..core.argument_checks import positive_int
 from ..core.factor import Factor, FactorChain
 from ..core.shuffle import check_permutation, inverse_permutation
 from ..engine import registry
-from .base import KSOperator
+from .base import KSOperator, check_layout
 
 __all__ = ["KSChain", "compose"]
 
@@ -206,7 +207,9 @@ class KSChain(KSOperator):
         """The plan (:class:`kscupy.engine.steps.ChainPlan`) that ``matmul`` follows under
         ``auto`` on the current GPU for a batch of ``batch`` in ``layout`` (kept per batch
         size bucket); ``print(plan.describe())`` lists its launches."""
-        dtype = numpy.dtype(self.dtype if dtype is None else dtype)
+        check_layout(layout)
+        dtype = arrays.check_dtype(self.dtype if dtype is None else dtype)
+        batch = positive_int("batch", batch)
         plans = None if self._prepared is None else self._prepared.plans
         return engine.plan(self._target, layout, dtype, batch, plans)
 

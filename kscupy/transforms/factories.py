@@ -261,6 +261,12 @@ def low_rank(M: int, N: int, r: int, dtype=numpy.float32, xp=numpy, seed=None):
     return _random_chain([(1, M, r, 1), (1, r, N, 1)], dtype, xp, seed)
 
 
+def _divisors(n: int) -> list:
+    """The divisors of ``n``, by trial division up to ``sqrt(n)``."""
+    small = [q for q in range(1, math.isqrt(n) + 1) if n % q == 0]
+    return sorted(set(small) | {n // q for q in small})
+
+
 def choose_pattern(M: int, N: int, density: float = 0.1) -> KSPattern:
     """A KS pattern of shape ``(M, N)`` for a target density: a heuristic.
 
@@ -276,9 +282,10 @@ def choose_pattern(M: int, N: int, density: float = 0.1) -> KSPattern:
     if not 0 < density <= 1:
         raise ValueError(f"density must be in (0, 1], got {density}")
     g = math.gcd(M, N)
+    divisors = _divisors(g)          # a and d range over them: a * d divides g
     candidates = [KSPattern(a, M // (a * d), N // (a * d), d)
-                  for a in range(1, g + 1) if g % a == 0
-                  for d in range(1, g // a + 1) if (g // a) % d == 0 and a * d * density >= 1 - 1e-12]
+                  for a in divisors for d in divisors
+                  if (g // a) % d == 0 and a * d * density >= 1 - 1e-12]
     if not candidates:
         raise ValueError(f"no KS pattern of shape ({M}, {N}) has density <= {density}")
     return max(candidates, key=lambda p: (p.density, p.d))

@@ -36,6 +36,8 @@ def test_emulated_facts_have_that_architectures_limits(emulated):
     assert facts.emulated_on == device.H200.name
     # no device file's constants: the unknown device's (gpu.json's) price it
     assert constants.gpu(facts.name) == constants.gpu("an unknown GPU")
+    assert constants.files_for(facts.name) == ["gpu.json"]
+    assert constants.files_for(facts.emulated_on) == ["gpu.json", "gpu-h200.json"]
 
 
 @pytest.mark.parametrize("value", ["70", "sm_95", "ampere", "8.0"])

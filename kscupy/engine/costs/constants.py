@@ -15,7 +15,7 @@ import functools
 import json
 from pathlib import Path
 
-__all__ = ["GpuConstants", "gpu", "cpu", "DATA"]
+__all__ = ["GpuConstants", "gpu", "cpu", "files_for", "DATA"]
 
 #: The folder of the data files.
 DATA = Path(__file__).resolve().parent
@@ -76,6 +76,16 @@ def gpu(device_name: str) -> GpuConstants:
             model[name] = _number_keys(value)
             sources[name] = doc["sources"][source]
     return GpuConstants(single, model, sources)
+
+
+def files_for(device_name: str) -> list:
+    """The data files whose constants price the device named ``device_name``: gpu.json, then
+    each device file whose ``"match"`` word is in the name (an unknown device: gpu.json
+    alone, its constants applied to the device's own rates)."""
+    _, devices = _files()
+    names = sorted(path.name for path in DATA.glob("gpu-*.json"))
+    return ["gpu.json"] + [name for name, doc in zip(names, devices)
+                           if doc["match"] in device_name]
 
 
 @functools.lru_cache(maxsize=None)

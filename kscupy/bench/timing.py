@@ -53,6 +53,28 @@ def time_fn(fn, inputs, budget_s=0.15, max_repeat=50):
     return float(numpy.median(benchmark(step, n_repeat=repeat, n_warmup=1).gpu_times))
 
 
+def throughput_seconds(fn, inputs, budget_s=0.15, max_calls=1000, rounds=3):
+    """Seconds per call of ``fn(x)`` run back to back, cycling through ``inputs``: CUDA events
+    recorded around a whole run of calls after warm-up, the median of ``rounds`` runs. What
+    a pipeline that launches products one after another sees; host time between launches
+    counts where it leaves the GPU idle. :func:`time_fn` times each call on its own
+    (latency)."""
+    calls = len(inputs)
+
+    def run(count):
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        for k in range(count):
+            fn(inputs[k % calls])
+        end.record()
+        end.synchronize()
+        return cupy.cuda.get_elapsed_time(start, end) * 1e-3 / count
+
+    run(max(3, calls))                                    # warm-up
+    count = int(min(max_calls, max(calls, budget_s / rounds / max(run(calls), 1e-7))))
+    return float(numpy.median([run(count) for _ in range(rounds)]))
+
+
 def measure_ceilings():
     """Copy bandwidth (bytes read + written per second) and cuBLAS SGEMM rate, measured here."""
     n = 1 << 28                                           # 1 GiB of float32

@@ -12,6 +12,11 @@ results and the PNG plots to ``--out``; ``--quick`` runs a small sample of each 
 ``warmup`` compiles ahead the kernels that given patterns, dtypes, layouts and batch sizes
 (and DFT sizes) need (:func:`kscupy.warmup`), so that later processes find them in CuPy's
 disk cache.
+
+Each subcommand checks its arguments before it runs: a bad value, or a request that cannot
+run (a demo whose buffers exceed the memory available, a suite left nothing to run, a results
+file that holds none), ends in argparse's usage line, a one-line message naming the option,
+and exit status 2.
 """
 from __future__ import annotations
 
@@ -24,8 +29,10 @@ import numpy
 import scipy
 
 import kscupy
-from kscupy.arguments import choice_list, positive_int, positive_int_list
-from kscupy.core import arrays
+from kscupy.arguments import (UsageError, choice_list, out_of_memory, positive_int,
+                              positive_int_list)
+from kscupy.core import arrays, memory
+from kscupy.operators.base import LAYOUTS
 
 
 def _device_lines(cupy):
@@ -83,11 +90,62 @@ def _rel_err(Y, ref):
     return float(numpy.linalg.norm(Y - ref) / numpy.linalg.norm(ref))
 
 
+def _demo_buffers(pattern, dtype, B):
+    """The largest buffers :func:`demo` holds at once for ``pattern``, ``dtype`` and the
+    batch size ``B``: ``{what: (bytes, on_host)}``, ``on_host`` for the NumPy arrays it
+    builds whatever the array module (the float64 oracle, the operand's draw), else with
+    the array module (the factor, operands and results, the dense and sparse backends'
+    matrices). The CG and FFT sections, of fixed sizes (a few hundred MiB at most), are left
+    out."""
+    (M, N), nnz, size = pattern.shape, pattern.nnz, dtype.itemsize
+    return {
+        "the dense complex128 oracle": (16 * M * N, True),
+        "the oracle's complex128 values": (16 * nnz, True),
+        "the operand's float64 draw and its cast": ((8 + size) * N * B, True),
+        "the reference product and the error checks' complex128 copies":
+            (16 * (N * B + 3 * M * B), True),
+        "the factor's values and their making": (2 * size * nnz, False),
+        "the operand in both layouts": (2 * size * N * B, False),
+        "two results": (2 * size * M * B, False),
+        "the dense backend's matrix": (size * M * N, False),
+        "the sparse backend's CSR matrix": ((size + 8) * nnz, False),
+    }
+
+
+def _gib(nbytes) -> str:
+    return f"{nbytes:,} bytes ({nbytes / 2**30:,.1f} GiB)"
+
+
+def _check_demo_fits(args, xp):
+    """UsageError, with the bytes needed, where the demo's buffers (:func:`_demo_buffers`)
+    exceed the memory available now: found before anything is allocated, rather than as
+    an allocation error (or a dimension NumPy cannot index) halfway through the run."""
+    pattern = kscupy.KSPattern(*args.pattern)
+    buffers = _demo_buffers(pattern, numpy.dtype(args.dtype), args.batch)
+    sides = {"host memory": (numpy, lambda on_host: on_host or xp is numpy)}
+    if xp is not numpy:
+        sides[f"memory on GPU {xp.cuda.Device().id}"] = (xp, lambda on_host: not on_host)
+    for where, (module, here) in sides.items():
+        parts = {what: n for what, (n, on_host) in buffers.items() if here(on_host)}
+        need, largest = sum(parts.values()), max(parts, key=parts.get)
+        available = memory.available_bytes(module)
+        # where the platform does not say, what no process can address still is refused
+        limit = available if available is not None else sys.maxsize
+        if need > limit:
+            have = f"but only {_gib(available)} are available" if available is not None \
+                else "more than a process can address"
+            raise UsageError(
+                f"--pattern {' '.join(map(str, pattern))} --batch {args.batch} --dtype "
+                f"{args.dtype}: the demo needs about {_gib(need)} of {where} ({largest}: "
+                f"{_gib(parts[largest])}), {have}")
+
+
 def demo(args) -> int:
     cupy, why = arrays.gpu_module()
     if args.cpu:
         cupy, why = None, "--cpu was given"
     xp = cupy if cupy is not None else numpy
+    _check_demo_fits(args, xp)
     info()
     print()
     pattern = kscupy.KSPattern(*args.pattern)
@@ -179,6 +237,8 @@ def bench(argv) -> int:
 
 
 def warmup(args) -> int:
+    if not args.pattern and not args.dft:
+        raise UsageError("give at least one --pattern or --dft: there is nothing to compile")
     cupy, why = arrays.gpu_module()
     if cupy is None:
         print(f"python -m kscupy warmup compiles GPU kernels and needs a GPU: {why}",
@@ -193,11 +253,16 @@ def warmup(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def _parser():
+    """The command line's parser, and its subcommands' parsers by name."""
     parser = argparse.ArgumentParser(prog="python -m kscupy", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"kscupy {kscupy.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    p_demo = sub.add_parser("demo", help="multiply a random KS factor with every backend")
+    p_demo = sub.add_parser("demo", help="multiply a random KS factor with every backend",
+                            description="Multiply a random KS factor with every backend and "
+                                        "check each against a dense float64 oracle; refused "
+                                        "up front where its buffers would not fit in the "
+                                        "memory available now.")
     p_demo.add_argument("--pattern", type=positive_int, nargs=4, default=(4, 64, 64, 8),
                         metavar=("A", "B", "C", "D"))
     p_demo.add_argument("--batch", type=positive_int, default=1024)
@@ -215,24 +280,35 @@ def main(argv=None) -> int:
     p_warm = sub.add_parser("warmup", help="compile ahead the kernels given products need",
                             description="Run one product per pattern (and DFT size), dtype, "
                                         "layout and batch size on the GPU, so that their "
-                                        "kernels are compiled and kept in CuPy's disk cache.")
+                                        "kernels are compiled and kept in CuPy's disk cache. "
+                                        "Give at least one --pattern or --dft.")
     p_warm.add_argument("--pattern", type=positive_int, nargs=4, action="append", default=[],
                         metavar=("A", "B", "C", "D"), help="a KS pattern (repeatable)")
     p_warm.add_argument("--dft", type=positive_int, action="append", default=[], metavar="N",
                         help="a complex64 DFT size (repeatable)")
     p_warm.add_argument("--dtypes", type=choice_list([str(t) for t in arrays.SUPPORTED_DTYPES]),
                         default="float32", help="comma-separated (default float32)")
-    p_warm.add_argument("--layouts", type=choice_list(("bsl", "bsf")), default="bsl,bsf")
+    p_warm.add_argument("--layouts", type=choice_list(LAYOUTS), default=",".join(LAYOUTS))
     p_warm.add_argument("--batches", type=positive_int_list, default="1,64,4096",
                         help="comma-separated batch sizes (the tile choice follows them)")
     p_warm.add_argument("--threads", type=positive_int, default=None,
                         help="products run (and compiled) at once (default: CPU count, at most 8)")
     p_warm.set_defaults(func=warmup)
+    return parser, sub.choices
+
+
+def main(argv=None) -> int:
+    parser, commands = _parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:
         return bench(argv[1:])
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        commands[args.command].error(str(exc))
+    except MemoryError as exc:      # past the checks made up front: a run that failed
+        return out_of_memory(commands[args.command].prog, exc)
 
 
 if __name__ == "__main__":

@@ -44,10 +44,13 @@ except ImportError:     # --help works without CuPy; main() says what is missing
     cupy = None
 
 from .. import KSChain, KSMatrix, butterfly, dft, hadamard, monarch
+from ..transforms.factories import radix_factors
+from ..transforms.fourier import prime_factors
 from ..core import device
 from ..engine import single
 from .baselines import NONE
-from ..arguments import positive_int, positive_int_list
+from ..arguments import checked, choice_list, listed, positive_int, positive_int_list, \
+    power_of_two_list
 from .engine import median_gpu_seconds, retime_misses
 from .timing import measure_ceilings, run_metadata, time_fn
 
@@ -55,6 +58,8 @@ PAPER_CHAINS = (((1, 192, 48, 2), (2, 48, 192, 1)), ((1, 768, 192, 2), (6, 64, 6
                 ((1, 128, 128, 3), (6, 64, 256, 1)), ((1, 64, 256, 16), (64, 64, 64, 1)),
                 ((2, 48, 192, 1), (1, 192, 48, 2)))
 PER_FACTOR_BACKENDS = ("kernel", "bmm", "dense")
+#: The parts of the suite, in the order a run takes them (``--parts``).
+PARTS = ("dft", "butterfly", "hadamard", "monarch", "paper_chain")
 CHECK_ROWS = 64
 
 
@@ -167,6 +172,24 @@ def chain_row(transform, chain, layout, batch, ceilings, *, extra=None, referenc
     return row
 
 
+def dft_chain_size(n: int) -> int:
+    """``n`` where ``dft(n)`` is a KS chain, as the dft rows need (they weigh and time its
+    factors); ValueError for a size with a prime factor above the chains' largest radix,
+    whose ``dft`` is Bluestein's operator, which has no factors."""
+    try:
+        radix_factors(n)
+    except ValueError:
+        raise ValueError(f"dft({n}) is not a KS chain: its prime factor {prime_factors(n)[-1]} "
+                         f"is above the largest radix") from None
+    return n
+
+
+def rows_of(elements, n):
+    """The batch size B of a row of size ``n`` with B·n = ``elements`` values: at least one
+    row, where ``n`` exceeds ``elements``."""
+    return max(1, elements // n)
+
+
 def transform_chain(kind, n, dtype, xp):
     """The chain a ``dft``, ``hadamard`` or ``butterfly`` row of size ``n`` measures (random
     butterflies seeded by ``n``, so that fit_costs.py can rebuild a row's chain)."""
@@ -180,7 +203,7 @@ def transform_chain(kind, n, dtype, xp):
 def bench_dft(n, elements, ceilings):
     F = transform_chain("dft", n, numpy.complex64, cupy)
     exact = lambda x: cupy.fft.fft(_check_slice(x, "bsf").astype(numpy.complex128), axis=-1)  # noqa: E731
-    return chain_row("dft", F, "bsf", max(1, elements // n), ceilings, extra={"n": n},
+    return chain_row("dft", F, "bsf", rows_of(elements, n), ceilings, extra={"n": n},
                      reference=exact, methods={
                          "base_cufft": lambda x: cupy.fft.fft(x, axis=-1),
                          "base_bmm_chain": lambda x: F.matmul(x, layout="bsf", backend="bmm")})
@@ -202,20 +225,25 @@ def _summary(rows):
 
 def add_arguments(parser):
     group = parser.add_argument_group("chains suite")
-    group.add_argument("--sizes", type=positive_int_list, default="256,1024,4096,16384",
-                       help="DFT sizes")
+    group.add_argument("--sizes", type=listed(checked(positive_int, dft_chain_size), "DFT sizes"),
+                       default="256,1024,4096,16384",
+                       help="DFT sizes whose dft is a KS chain (no large prime factor)")
     group.add_argument("--elements", type=positive_int, default=2**26,
-                       help="B·n for dft, butterfly, hadamard")
-    group.add_argument("--butterfly", type=positive_int_list, default="256,1024,4096")
-    group.add_argument("--hadamard", type=positive_int_list, default="256,1024,4096,8192")
-    group.add_argument("--monarch", type=positive_int_list, default="1024,4096,16384")
+                       help="B·n for dft, butterfly, hadamard (B at least 1)")
+    group.add_argument("--butterfly", type=power_of_two_list, default="256,1024,4096",
+                       help="butterfly sizes, powers of two")
+    group.add_argument("--hadamard", type=power_of_two_list, default="256,1024,4096,8192",
+                       help="Hadamard sizes, powers of two")
+    group.add_argument("--monarch", type=positive_int_list, default="1024,4096,16384",
+                       help="Monarch sizes (square, sqrt(n) blocks where n is a square)")
     group.add_argument("--chain-batch", type=positive_int, default=25088,
                        help="batch of the monarch and paper chains")
-    group.add_argument("--parts", default="dft,butterfly,hadamard,monarch,paper_chain")
+    group.add_argument("--parts", type=choice_list(PARTS), default=",".join(PARTS),
+                       help=f"comma-separated, of {','.join(PARTS)}")
 
 
 def main(args, baselines=NONE):
-    parts = args.parts.split(",")
+    parts = args.parts
     t0 = time.time()
     ceilings = measure_ceilings()
     out = pathlib.Path(args.out)
@@ -240,13 +268,13 @@ def main(args, baselines=NONE):
             for n in args.butterfly:
                 C = transform_chain("butterfly", n, dtype, cupy)
                 for layout in ("bsf", "bsl"):
-                    add(chain_row("butterfly", C, layout, args.elements // n, ceilings,
+                    add(chain_row("butterfly", C, layout, rows_of(args.elements, n), ceilings,
                                   extra={"n": n}, per_factor_base=True))
     if "hadamard" in parts:
         for n in args.hadamard:
             H = transform_chain("hadamard", n, numpy.float32, cupy)
             for layout in ("bsf", "bsl"):
-                add(chain_row("hadamard", H, layout, args.elements // n, ceilings,
+                add(chain_row("hadamard", H, layout, rows_of(args.elements, n), ceilings,
                               extra={"n": n}, per_factor_base=True))
     if "monarch" in parts:
         for n in args.monarch:

@@ -8,21 +8,22 @@ needed).
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import sys
 
+from ..arguments import UsageError, out_of_memory
 from ..core import arrays
 from . import baselines as baselines_module
+from .results import read_results
 
 __all__ = ["main", "parser", "SUITES"]
 
 SUITES = ("grid", "sweep", "engine", "chains")
 #: What ``--suite all`` runs (with ``--quick``, grid and chains), and the small sample
-#: ``--quick`` takes of each.
+#: ``--quick`` takes of each (values as their options' types give them).
 ALL = ("grid", "sweep", "chains")
 QUICK = {"count": 4, "sizes": [256, 1024], "elements": 2**22, "hadamard": [1024],
-         "parts": "dft,hadamard", "butterfly": [256], "monarch": [1024]}
+         "parts": ["dft", "hadamard"], "butterfly": [256], "monarch": [1024]}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -40,7 +41,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="bench-results",
                    help="folder for the JSON results and plots (default: bench-results)")
     p.add_argument("--plot", nargs="+", metavar="FILE",
-                   help="plot these result files into --out instead of running anything")
+                   help="plot these result files (JSON objects with the rows a suite "
+                        "measured) into --out instead of running anything; needs matplotlib")
     patterns.add_arguments(p)
     engine.add_arguments(p)
     chains.add_arguments(p)
@@ -57,45 +59,85 @@ def _kind(result) -> str:
 
 
 def plot(paths, out):
-    """Plot result files (their suite read from their rows) into the folder ``out``."""
+    """Plot result files (their suite read from their rows) into the folder ``out``;
+    UsageError, before anything is drawn, for a file that holds no results
+    (:func:`.results.read_results`) or a folder ``out`` that cannot be made."""
     from . import plots
     out = pathlib.Path(out)
+    results = {path: read_results(path) for path in paths}
+    _make_folder(out)
     kinds = {}
-    for path in paths:
-        kinds.setdefault(_kind(json.loads(pathlib.Path(path).read_text())), []).append(path)
+    for path, result in results.items():
+        kinds.setdefault(_kind(result), []).append(path)
     for path in kinds.get("chains", []):
         plots.plot_chains(path, out)
     if "engine" in kinds:
         plots.plot_engine(kinds["engine"], out / "engine_speedups.png")
-    grids = [p for p in kinds.get("grid", [])
-             if json.loads(pathlib.Path(p).read_text()).get("rows")]
-    sweeps = [p for p in kinds.get("grid", [])
-              if json.loads(pathlib.Path(p).read_text()).get("batch_sweep")]
+    grids = [p for p in kinds.get("grid", []) if results[p].get("rows")]
+    sweeps = [p for p in kinds.get("grid", []) if results[p].get("batch_sweep")]
     if grids or sweeps:
         plots.plot_grid(grids, out, sweep=sweeps[0] if sweeps else None)
 
 
-def main(argv=None, baselines=baselines_module.NONE) -> int:
-    """Run the suites the arguments ask for (``baselines``: those beyond CuPy's a caller
-    adds, :class:`kscupy.bench.baselines.Baselines`)."""
-    args = parser().parse_args(argv)
+def _make_folder(out):
+    """Make the folder ``--out`` names; UsageError where it cannot be (a file there, no
+    permission)."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot make this folder ({exc.strerror or exc})") from None
+
+
+def _plot_files(paths, out):
+    """``--plot``: the plots of the files ``paths`` into the folder ``out``."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("--plot draws with matplotlib, which is not installed "
+                         "(pip install kscupy[bench])") from None
+    try:
+        plot(paths, out)
+    except KeyError as exc:     # a JSON object with rows that no suite wrote
+        raise UsageError(f"--plot {' '.join(paths)}: not the results of a kscupy bench suite "
+                         f"(they lack the field {exc} that its plots read)") from None
+    print(f"plots in {out}")
+    return 0
+
+
+def _suites(args):
+    """The suites the arguments run, in order."""
+    if args.suite != "all":
+        return (args.suite,)
+    return ("grid", "chains") if args.quick else ALL
+
+
+def _check(args, suites, out):
+    """UsageError where the arguments ask a suite of ``suites`` for what it cannot run."""
+    from . import engine, patterns
+    patterns.check_arguments(args, suites)
+    if "engine" in suites:
+        engine.check_arguments(args, out / "engine.json")
+
+
+def _run(args, baselines):
+    """Parsed arguments to an exit status (UsageError for a request that cannot run)."""
     out = pathlib.Path(args.out)
     if args.plot:
-        plot(args.plot, out)
-        print(f"plots in {out}")
-        return 0
+        return _plot_files(args.plot, out)
+    if args.quick:
+        for name, value in QUICK.items():
+            setattr(args, name, value)
+    suites = _suites(args)
+    _check(args, suites, out)
     cupy, why = arrays.gpu_module()
     if cupy is None:
         print(f"python -m kscupy bench times GPU kernels and needs a GPU: {why}. "
               f"(python -m kscupy demo --cpu runs on the CPU.)", file=sys.stderr)
         return 2
     from . import chains, engine, patterns
-    if args.quick:
-        for name, value in QUICK.items():
-            setattr(args, name, value)
-    out.mkdir(parents=True, exist_ok=True)
-    suites = ((ALL if not args.quick else ("grid", "chains")) if args.suite == "all"
-              else (args.suite,))
+    _make_folder(out)
     if baselines.name is None:
         print("baselines: CuPy's BMM, cuBLAS dense and cuFFT (the repository's "
               "benchmarks/bench_suite.py adds PyTorch's BMM)", flush=True)
@@ -119,3 +161,17 @@ def main(argv=None, baselines=baselines_module.NONE) -> int:
         print("(no plots: matplotlib is not installed; pip install kscupy[bench])")
     print(f"\nresults and plots in {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
     return 0
+
+
+def main(argv=None, baselines=baselines_module.NONE) -> int:
+    """Run the suites the arguments ask for (``baselines``: those beyond CuPy's a caller
+    adds, :class:`kscupy.bench.baselines.Baselines`), or plot results; a request that cannot
+    run exits with argparse's usage line and status 2, before anything runs."""
+    p = parser()
+    args = p.parse_args(argv)
+    try:
+        return _run(args, baselines)
+    except UsageError as exc:
+        p.error(str(exc))
+    except MemoryError as exc:      # past the checks made up front: a run that failed
+        return out_of_memory(p.prog, exc)

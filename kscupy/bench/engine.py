@@ -42,7 +42,8 @@ from ..engine import decide
 from .baselines import NONE
 from .grid import paper_grid, stratified_sample
 from .timing import l2_bytes, progress, run_metadata, time_fn
-from ..arguments import nonnegative_int
+from ..arguments import UsageError, choice_list, nonnegative_int
+from .results import read_results
 from .timing import measure_ceilings as copy_and_sgemm
 
 #: Batch size per dtype (the issue's benchmark).
@@ -54,16 +55,23 @@ LEAD = {"default": "auto", "tf32": "auto_tf32"}
 #: ... and in batch-size-first, at default precision: the kernel between two transposes.
 KSCUPY_BSF = ("kernel_bsl",)
 ORACLE_COLUMNS = 256
+#: The samples of the paper's grid a run can take (:func:`_samples`).
+SAMPLES = ("default", "heldout")
 #: A row whose lead method reads below this fraction of the best baseline is timed again.
 RETIME_BELOW = 0.95
 
 
 def add_arguments(parser):
     group = parser.add_argument_group("engine suite")
-    group.add_argument("--dtypes", default="float32,float64,complex64")
-    group.add_argument("--precisions", default="default,tf32",
-                       help="tf32 rows are made for float32 only")
-    group.add_argument("--samples", default="default,heldout")
+    group.add_argument("--dtypes", type=choice_list(tuple(BATCH)),
+                       default="float32,float64,complex64",
+                       help=f"comma-separated, of {','.join(BATCH)}")
+    group.add_argument("--precisions", type=choice_list(tuple(KSCUPY)), default=",".join(KSCUPY),
+                       help=f"comma-separated, of {','.join(KSCUPY)}; tf32 rows are made for "
+                            f"float32 only")
+    group.add_argument("--samples", type=choice_list(SAMPLES), default=",".join(SAMPLES),
+                       help=f"comma-separated, of {','.join(SAMPLES)} (the held-out sample: "
+                            f"--count patterns of the grid outside the default sample)")
     group.add_argument("--heldout-seed", type=nonnegative_int, default=None,
                        help="default: drawn at run time (recorded in the JSON)")
     group.add_argument("--append", action="store_true", help="add rows to --out")
@@ -215,6 +223,37 @@ def retime_misses(row, methods, inputs, timer, lead=None):
             row[field][name] = min(row[field][name], seconds)
 
 
+def row_kinds(dtypes, precisions):
+    """The (dtype, precision) pairs a run makes rows of: TF32 rows for float32 only."""
+    return [(dt, prec) for dt in dtypes for prec in precisions
+            if prec == "default" or dt == "float32"]
+
+
+def check_arguments(args, out):
+    """UsageError where the arguments ask for no row, for a held-out sample larger than the
+    grid's patterns outside the default sample, or ``--append`` to a file ``out`` that is no
+    engine results file or lacks a float16 row's ceiling."""
+    if not row_kinds(args.dtypes, args.precisions):
+        raise UsageError(f"--precisions {','.join(args.precisions)} with --dtypes "
+                         f"{','.join(args.dtypes)}: no rows (tf32 rows are made for float32 "
+                         f"only)")
+    grid = paper_grid()
+    room = len(grid) - len(stratified_sample(grid, args.count))
+    if "heldout" in args.samples and args.count > room:
+        raise UsageError(f"--count {args.count}: the held-out sample takes that many patterns "
+                         f"outside the default sample of as many, and the grid has "
+                         f"{len(grid)}: give --count {len(grid) // 2} at most, or --samples "
+                         f"default")
+    if args.append and pathlib.Path(out).exists():
+        ceilings = read_results(out, "--append to").get("ceilings")
+        if not isinstance(ceilings, dict):
+            raise UsageError(f"--append to {out}: no ceilings recorded, not an engine "
+                             f"results file")
+        if "hgemm" not in ceilings and "float16" in args.dtypes:
+            raise UsageError(f"--append to {out}: the file has no float16 ceiling, so no "
+                             f"float16 rows: start a new file")
+
+
 def _samples(names, count, seed):
     grid = paper_grid()
     default = stratified_sample(grid, count)
@@ -273,18 +312,11 @@ def main(args, baselines=NONE):
                   "rows": []}
     else:
         result.setdefault("commands", []).append(meta["command"])
-    samples = _samples(args.samples.split(","), args.count, seed)
-    cases = [(p, lay, dt, prec, name)
-             for dt in args.dtypes.split(",") for prec in args.precisions.split(",")
-             if prec == "default" or dt == "float32"
-             for name, pats in samples.items() for p in pats for lay in args.layouts.split(",")]
+    samples = _samples(args.samples, args.count, seed)
+    cases = [(p, lay, dt, prec, name) for dt, prec in row_kinds(args.dtypes, args.precisions)
+             for name, pats in samples.items() for p in pats for lay in args.layouts]
     done = {(tuple(r["pattern"]), r["layout"], r["dtype"], r["precision"], r["sample"])
             for r in result["rows"]}
-    for dtype in args.dtypes.split(","):
-        if dtype not in BATCH:
-            raise SystemExit(f"no batch size for dtype {dtype}")
-    if "hgemm" not in ceilings and "float16" in args.dtypes.split(","):
-        raise SystemExit("--append to a file without a float16 ceiling: start a new file")
     for case in progress([c for c in cases if c not in done], desc="engine"):
         result["rows"].append(bench_row(*case, args, ceilings, baselines=baselines))
         out.write_text(json.dumps(result))

@@ -41,7 +41,8 @@ def stratified_sample(patterns, count, shift=0.0):
     ordered = sorted(patterns, key=lambda p: (KSPattern(*p).h, KSPattern(*p).nnz))
     if count >= len(ordered):
         return ordered
-    spacing = (len(ordered) - 1) / (count - 1)
+    # one pick: its spacing is the whole range (shift 0.5 picks the middle pattern)
+    spacing = (len(ordered) - 1) / max(count - 1, 1)
     idx = numpy.clip(numpy.linspace(0, len(ordered) - 1, count) + shift * spacing, 0,
                      len(ordered) - 1)
     return [ordered[i] for i in numpy.unique(idx.round().astype(int))]

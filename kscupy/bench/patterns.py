@@ -34,7 +34,8 @@ from ..core.problem import problem_of
 from ..engine import decide
 from .grid import PAPER_BATCH, paper_grid, stratified_sample
 from .timing import l2_bytes, measure_ceilings, progress, run_metadata, time_fn
-from ..arguments import finite_float, positive_float, positive_int
+from ..arguments import UsageError, choice_list, fraction, positive_float, positive_int
+from ..operators.base import LAYOUTS
 
 SWEEP_BATCHES = (1, 16, 256, 4096, 25_088, 262_144)
 SWEEP_PATTERNS = ((1, 768, 192, 2), (6, 64, 64, 1), (16, 64, 64, 4), (1, 256, 1024, 4),
@@ -129,9 +130,11 @@ def add_arguments(parser):
     group = parser.add_argument_group("grid and sweep suites")
     group.add_argument("--count", type=positive_int, default=60, help="patterns in the stratified sample")
     group.add_argument("--all", action="store_true", help="every pattern of the grid")
-    group.add_argument("--shift", type=finite_float, default=0.0,
-                       help="shift of the stratified sample (0.5: disjoint from the default)")
-    group.add_argument("--layouts", default="bsl,bsf")
+    group.add_argument("--shift", type=fraction, default=0.0,
+                       help="shift of the stratified sample, in [0, 1) (0.5: disjoint from "
+                            "the default)")
+    group.add_argument("--layouts", type=choice_list(LAYOUTS), default=",".join(LAYOUTS),
+                       help="comma-separated (also of the engine suite)")
     group.add_argument("--dense-limit", type=positive_float, default=4.0, help="GiB")
     group.add_argument("--dense-flops", type=positive_float, default=6e12, help="max FLOP for dense")
     group.add_argument("--csr-limit", type=positive_float, default=5e9, help="max B*nnz for CSR")
@@ -139,12 +142,27 @@ def add_arguments(parser):
                        help="GiB: skip sweep cases whose X and Y take more")
 
 
+def sweep_cases(layouts, io_limit):
+    """The sweep's (pattern, batch, layout) cases whose X and Y take at most ``io_limit``
+    GiB."""
+    return [(p, B, lay) for p, B, lay in itertools.product(SWEEP_PATTERNS, SWEEP_BATCHES, layouts)
+            if 4 * B * sum(KSPattern(*p).shape) <= io_limit * 2**30]
+
+
+def check_arguments(args, parts):
+    """UsageError where the arguments leave a part of ``parts`` nothing to run."""
+    if "sweep" in parts and not sweep_cases(args.layouts, args.io_limit):
+        smallest = min(4 * sum(KSPattern(*p).shape) for p in SWEEP_PATTERNS) * min(SWEEP_BATCHES)
+        raise UsageError(f"--io-limit {args.io_limit:g}: the batch sweep would run nothing (its "
+                         f"smallest case takes {smallest / 2**30:.2g} GiB)")
+
+
 def main(args, parts=("grid", "sweep")):
     """The grid at B = 25088 and/or the batch-size sweep (``parts``), written to
     ``args.out``."""
     grid = paper_grid()
     sample = grid if args.all else stratified_sample(grid, args.count, args.shift)
-    layouts = args.layouts.split(",")
+    layouts = args.layouts
     t0 = time.time()
     ceilings = measure_ceilings()
     print(f"ceilings: copy {ceilings['copy_bandwidth_Bps'] / 1e12:.2f} TB/s, "
@@ -157,9 +175,8 @@ def main(args, parts=("grid", "sweep")):
             rows.append(bench_and_release(pattern, PAPER_BATCH, layout, args, ceilings))
             out.write_text(json.dumps({"partial": True, "ceilings": ceilings, "rows": rows}))
     if "sweep" in parts:
-        cases = [(p, B, lay) for p, B, lay in itertools.product(SWEEP_PATTERNS, SWEEP_BATCHES, layouts)
-                 if 4 * B * sum(KSPattern(*p).shape) <= args.io_limit * 2**30]
-        for pattern, B, layout in progress(cases, desc="batch sweep"):
+        for pattern, B, layout in progress(sweep_cases(layouts, args.io_limit),
+                                           desc="batch sweep"):
             sweep.append(bench_and_release(pattern, B, layout, args, ceilings))
             out.write_text(json.dumps({"partial": True, "ceilings": ceilings, "rows": rows,
                                        "batch_sweep": sweep}))

@@ -31,7 +31,8 @@ import scipy
 import kscupy
 from kscupy.arguments import (UsageError, choice_list, out_of_memory, positive_int,
                               positive_int_list)
-from kscupy.core import arrays, memory
+from kscupy.core import arrays, device, memory
+from kscupy.engine.costs import constants
 from kscupy.operators.base import LAYOUTS
 
 
@@ -45,7 +46,25 @@ def _device_lines(cupy):
     return [f"device: {name} (compute capability {props['major']}.{props['minor']}, "
             f"{props['multiProcessorCount']} SMs, {props['totalGlobalMem'] / 2**30:.1f} GiB, "
             f"L2 {props['l2CacheSize'] / 2**20:.0f} MiB)",
-            f"CUDA runtime {rt // 1000}.{rt % 1000 // 10}, driver {drv // 1000}.{drv % 1000 // 10}"]
+            f"CUDA runtime {rt // 1000}.{rt % 1000 // 10}, driver {drv // 1000}.{drv % 1000 // 10}",
+            *_model_lines(device.current())]
+
+
+def _model_lines(facts) -> list:
+    """What kscupy runs on the device ``facts`` describe, and which constants price it."""
+    lines = []
+    if facts.emulated_on:
+        lines.append(f"emulating sm_{facts.compute_capability} on {facts.emulated_on} "
+                     f"({device.EMULATE_ARCH}): its shared memory and features, not its speed")
+    runs = ["FMA kernels"] + (["tensor-core kernels"] if facts.tensor_cores else []) \
+        + (["TMA group kernel"] if facts.tma else []) \
+        + ([f"clusters of up to {facts.max_cluster} blocks"] if facts.max_cluster > 1 else [])
+    lines.append(f"kernels: {', '.join(runs)}")
+    files = constants.files_for(facts.name)
+    how = ("constants fitted on this device" if len(files) > 1
+           else "the generic constants applied to this device's own rates (not fitted here)")
+    lines.append(f"cost model: {' + '.join(files)}: {how}")
+    return lines
 
 
 def info(_args=None) -> int:

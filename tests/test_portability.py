@@ -96,3 +96,12 @@ def test_chain_plans_use_clusters_and_pairs_only_where_they_run(emulated, layout
     pair = [ks.KSMatrix.random(p, dtype=numpy.float32).factor
             for p in ((32, 32, 32, 1), (1, 32, 32, 32))]
     assert (ks_pair.make_pair_segment(pair, numpy.float32, layout) is None) == (emulated < 80)
+
+
+def test_info_says_what_runs_and_which_constants_price_it(emulated):
+    from kscupy.__main__ import _model_lines
+    text = "\n".join(_model_lines(device.current()))
+    assert f"emulating sm_{emulated}" in text
+    assert ("tensor-core kernels" in text) == (emulated >= 80)
+    assert ("clusters" in text) == (emulated >= 90)
+    assert "cost model: gpu.json: the generic constants" in text

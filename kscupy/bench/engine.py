@@ -19,6 +19,9 @@ adds rows to an existing file, so that a long run can be split across calls; the
 sample's seed is drawn at run time and recorded. A row where ``auto`` reads below 0.95 of
 the best baseline is timed a second time, every method, each keeping its faster time
 (``retime_misses``; the first times stay in the row's ``first_seconds``).
+A row's ``seconds`` are per call of calls run back to back between two CUDA events
+(throughput, the file's ``"timing": "events"``), its ``call_seconds`` the median of calls
+timed one at a time (latency).
 """
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ from ..core.problem import problem_of
 from ..engine import decide
 from .baselines import NONE
 from .grid import paper_grid, stratified_sample
-from .timing import l2_bytes, progress, run_metadata, time_fn
+from .timing import l2_bytes, progress, run_metadata, throughput_seconds, time_fn
 from ..arguments import UsageError, choice_list, nonnegative_int
 from .results import read_results
 from .timing import measure_ceilings as copy_and_sgemm
@@ -123,16 +126,25 @@ def relative_error(Y, ref, layout):
 
 
 def median_gpu_seconds(fn, inputs):
+    """``{"seconds": ...}``: the median per-call CUDA-event time (latency)."""
     return {"seconds": time_fn(fn, inputs)}
 
 
+def events_and_call_seconds(fn, inputs):
+    """``{"seconds": ..., "call_seconds": ...}``: the time per call of back-to-back calls
+    between two CUDA events (throughput, what a pipeline sees: the rows' figure, recorded
+    as ``"timing": "events"``) and the median per-call time (latency)."""
+    return {"seconds": throughput_seconds(fn, inputs), "call_seconds": time_fn(fn, inputs)}
+
+
 def bench_row(pattern, layout, dtype, precision, sample, args, ceilings, *, batch=None,
-              timer=median_gpu_seconds, suite="patterns", extra_methods=(), baselines=NONE):
+              timer=events_and_call_seconds, suite="patterns", extra_methods=(),
+              baselines=NONE):
     """One row: every method of ``precision`` (and the kscupy backends ``extra_methods``) on
     one pattern and layout, its relative error against the float64 oracle and its time.
     ``batch`` defaults to :data:`BATCH` of the dtype; ``timer(fn, inputs)`` returns
     ``{field: seconds}``, each field a dict of the row keyed by method (default:
-    ``seconds``, the median CUDA-event time). ``baselines``: those beyond CuPy's."""
+    :func:`events_and_call_seconds`). ``baselines``: those beyond CuPy's."""
     B = BATCH[dtype] if batch is None else batch
     K = KSMatrix.random(pattern, dtype=dtype, xp=cupy, seed=0)
     M, N = K.shape
@@ -308,6 +320,7 @@ def main(args, baselines=NONE):
         result = {"device": meta["gpu"], "commit": meta["commit"], "date": meta["date"],
                   "command": meta["command"], "cupy": meta["cupy"], "kscupy": meta["kscupy"],
                   "heldout_seed": seed, baselines.name or "baselines": baselines.version,
+                  "timing": "events",
                   "ceilings": ceilings, "rates": dataclasses.asdict(device.current()),
                   "rows": []}
     else:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy
 
+from .core import arrays
+
 __all__ = ["dottest"]
 
 #: Default relative tolerance of :func:`dottest`, by the precision of the operator's dtype.
@@ -45,6 +47,11 @@ def dottest(op, *, layout="bsl", backend="auto", rtol=None, xp=None, seed=None) 
         raise TypeError(f"dottest needs an operator with shape, dtype, H and matmul (a "
                         f"KSMatrix or KSChain); a {type(op).__name__} has no "
                         f"{', '.join(missing)}")
+    if xp is not None:
+        arrays.check_module(xp)
+    if rtol is not None and (isinstance(rtol, bool) or not isinstance(rtol, (int, float))
+                             or not rtol > 0):
+        raise ValueError(f"rtol must be a positive number, got {rtol!r}")
     xp = getattr(op, "xp", numpy) if xp is None else xp
     dtype = numpy.dtype(op.dtype)
     if rtol is None:

@@ -154,3 +154,34 @@ def test_pattern_tiles_take_integer_indices():
 def test_choose_pattern_of_a_large_shape_enumerates_divisors_once():
     """2^40 has 41 divisors: the search is over pairs of them, not over every integer."""
     assert ks.choose_pattern(2**40, 2**40) == ks.KSPattern(1, 2**36, 2**36, 16)
+
+
+def test_second_review_errors_name_the_mistake():
+    K = ks.KSMatrix.random((2, 3, 4, 2), dtype=numpy.float64)
+    with pytest.raises(TypeError, match="of an integer dtype"):
+        ks.inverse_permutation([2, 0, 1])
+    with pytest.raises(TypeError, match="density must be a number"):
+        ks.choose_pattern(64, 64, "0.1")
+    with pytest.raises(TypeError, match="no float16 CSR"):
+        K.astype(numpy.float16).tocsr()
+    with pytest.raises(TypeError, match=r"KSChain\(\[K\]\)"):
+        ks.KSChain(K)
+    with pytest.raises(ValueError, match="rtol must be a positive number"):
+        ks.testing.dottest(K, rtol=-1)
+    with pytest.raises(TypeError, match="xp must be numpy or cupy"):
+        ks.testing.dottest(K, xp="cupy")
+    for make in (lambda: ks.perfect_shuffle(2**30, 2**30), lambda: ks.bit_reversal(2**40),
+                 lambda: ks.perfect_shuffle_matrix(2**16, 2**16)):
+        with pytest.raises(MemoryError, match="need"):
+            make()
+
+
+def test_fractions_and_decimals_scale():
+    import decimal
+    import fractions
+    K = ks.KSMatrix.random((2, 3, 4, 2), dtype=numpy.float64, seed=1)
+    X = numpy.random.default_rng(2).standard_normal((K.shape[1], 3))
+    D = K.todense()
+    assert rel_err((K * fractions.Fraction(1, 3)) @ X, D @ X / 3) < 1e-12
+    assert rel_err((decimal.Decimal("0.5") * K) @ X, D @ X * 0.5) < 1e-12
+    assert (K * fractions.Fraction(1, 3)).dtype == numpy.float64

@@ -72,7 +72,7 @@ def test_numpy_integer_sizes_are_sizes():
     (numpy.array([0, -1, 1]), ValueError, "not a permutation"),
     (numpy.array([0.0, 1.0]), TypeError, "integer array"),
     (numpy.array([[0, 1]]), ValueError, "shape"),
-    ([1, 0], TypeError, "a list as the permutation"),
+    ([1, 0], TypeError, "is a list: pass numpy.asarray"),
     (numpy.ma.masked_array([1, 0]), TypeError, "masked array as the permutation")])
 def test_inverse_permutation_checks_its_argument(bad, error, message):
     with pytest.raises(error, match=message):

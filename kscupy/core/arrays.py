@@ -112,12 +112,16 @@ def scalar_of(alpha):
 
     Python numbers and NumPy scalars pass as they are; a 0-d NumPy or CuPy array of an
     integer, float or complex dtype becomes the NumPy scalar it holds (a CuPy one is read
-    back from the device), so it promotes like a NumPy scalar. bool is no scalar here.
+    back from the device), so it promotes like a NumPy scalar. Other numbers (``Fraction``,
+    ``Decimal``) become the Python float (or complex) nearest them. bool is no scalar here.
     """
     if isinstance(alpha, (bool, numpy.bool_)):
         return None
-    if isinstance(alpha, (numbers.Number, numpy.number)):
+    if isinstance(alpha, (int, float, complex, numpy.number)):
         return alpha
+    if isinstance(alpha, numbers.Number):
+        value = complex(alpha)
+        return value if value.imag else float(alpha)
     if getattr(alpha, "ndim", None) == 0 and getattr(alpha, "dtype", None) is not None \
             and numpy.dtype(alpha.dtype).kind in "iufc":
         try:

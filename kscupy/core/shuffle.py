@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy
 
-from . import arrays
+from . import arrays, memory
 from .argument_checks import positive_int
 from .pattern import KSPattern
 
@@ -33,6 +33,9 @@ def check_permutation(perm, n=None, what="the permutation"):
     NumPy or CuPy array of an integer dtype holding each index once. TypeError for another
     type or dtype, ValueError naming ``what`` otherwise. A large CuPy permutation is checked
     on the GPU (one synchronization)."""
+    if isinstance(perm, (list, tuple)):
+        raise TypeError(f"{what} is a {type(perm).__name__}: pass numpy.asarray(perm) (or "
+                        f"cupy.asarray(perm)) of an integer dtype")
     xp = arrays.plain_array_module(perm, what)
     if perm.dtype.kind not in "iu":
         raise TypeError(f"{what} must be an integer array, got dtype {perm.dtype}")
@@ -84,6 +87,7 @@ def perfect_shuffle(p: int, q: int, xp=numpy):
     (array([10, 13, 11, 14, 12, 15]), array([10, 13, 11, 14, 12, 15]))
     """
     p, q = positive_int("p", p), positive_int("q", q)
+    memory.check_fits(8 * p * q, xp, f"perfect_shuffle({p}, {q}) ({p * q:,} int64 indices)")
     return xp.arange(p * q, dtype=xp.int64).reshape(p, q).T.ravel()
 
 
@@ -115,6 +119,8 @@ def perfect_shuffle_matrix(p: int, q: int, dtype=numpy.float64, xp=numpy):
     >>> bool(np.array_equal(ks.perfect_shuffle_matrix(2, 3).T, ks.perfect_shuffle_matrix(3, 2)))
     True"""
     p, q = positive_int("p", p), positive_int("q", q)
+    memory.check_fits(numpy.dtype(dtype).itemsize * (p * q) ** 2, xp,
+                      f"perfect_shuffle_matrix({p}, {q}) ({p * q} x {p * q} dense)")
     idx = perfect_shuffle(p, q, xp)
     P = xp.zeros((p * q, p * q), dtype=dtype)
     P[xp.arange(p * q), idx] = 1
@@ -136,6 +142,7 @@ def bit_reversal(n: int, xp=numpy):
     array([0, 1, 2, 3, 4, 5, 6, 7])
     """
     n = positive_int("n", n)
+    memory.check_fits(2 * 8 * n, xp, f"bit_reversal({n}) (two int64 arrays of {n:,})")
     if n & (n - 1):
         raise ValueError(f"bit_reversal needs a power of two, got {n}")
     bits = n.bit_length() - 1

@@ -50,6 +50,9 @@ class KSChain(KSOperator):
     """
 
     def __init__(self, factors, *, input_permutation=None, output_permutation=None):
+        if isinstance(factors, KSOperator) or not hasattr(factors, "__iter__"):
+            raise TypeError(f"KSChain takes a sequence of factors (KSMatrix or KSChain), got "
+                            f"a {type(factors).__name__}; for one factor: KSChain([K])")
         flat = []
         for f in factors:
             if isinstance(f, KSChain):

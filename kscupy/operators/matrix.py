@@ -266,7 +266,12 @@ class KSMatrix(KSOperator):
         self._factor.cache.clear()
 
     def tocsr(self):
-        """The matrix in CSR format (``scipy.sparse`` or ``cupyx.scipy.sparse``)."""
+        """The matrix in CSR format (``scipy.sparse`` or ``cupyx.scipy.sparse``). SciPy has
+        no float16 sparse matrices: TypeError for float16 (``K.astype(numpy.float32)``
+        first)."""
+        if self.dtype == numpy.float16:
+            raise TypeError("scipy.sparse and cupyx have no float16 CSR matrices: convert "
+                            "first, K.astype(numpy.float32).tocsr()")
         return reference.tocsr(self._factor.blocks, self._xp)
 
     def __repr__(self) -> str:

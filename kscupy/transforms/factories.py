@@ -279,6 +279,10 @@ def choose_pattern(M: int, N: int, density: float = 0.1) -> KSPattern:
     Raises ValueError when no pattern qualifies.
     """
     M, N = positive_int("M", M), positive_int("N", N)
+    if isinstance(density, (bool, numpy.bool_)) or not isinstance(density, (int, float,
+                                                                              numpy.number)):
+        raise TypeError(f"density must be a number in (0, 1], got {type(density).__name__} "
+                        f"{density!r}")
     if not 0 < density <= 1:
         raise ValueError(f"density must be in (0, 1], got {density}")
     g = math.gcd(M, N)

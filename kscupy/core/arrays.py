@@ -178,10 +178,7 @@ def operand_module(X):
     """The array module of a product's operand ``X`` (``numpy`` or ``cupy``), after the checks
     every product makes: an array (not a masked array, matrix, sparse matrix or sequence)
     of a float or complex dtype. TypeError naming the operand and the fix otherwise."""
-    refused = _refused(X)
-    if refused is not None:
-        raise refused
-    xp = array_module(X)
+    xp = plain_array_module(X, "operand")
     check_operand_dtype(X.dtype)
     return xp
 

@@ -18,9 +18,11 @@ import threading
 import numpy
 
 __all__ = ["DeviceFacts", "current", "of", "from_record", "H200", "bind_context",
-           "EMULATE_ARCH", "EMULATED_LIMITS", "emulated_arch", "emulating"]
+           "EMULATE_ARCH", "EMULATED_LIMITS", "TENSOR_CORE_CC", "emulated_arch", "emulating"]
 
 KIB = 1024
+#: The compute capability kscupy's tensor-core kernels need (DeviceFacts.tensor_cores).
+TENSOR_CORE_CC = 80
 
 # cudaDeviceAttr values read below (CUDA runtime API)
 _CLOCK_RATE = 13                        # kHz
@@ -75,7 +77,7 @@ class DeviceFacts:
         """Whether kscupy's tensor-core kernels run here: they use the ``mma.sync`` shapes
         (m16n8k8 TF32 and FP64, m16n8k16 FP16) and the ``cp.async`` copies of sm_80 on.
         Older GPUs run the FMA kernels."""
-        return self.compute_capability >= 80
+        return self.compute_capability >= TENSOR_CORE_CC
 
     def blocks_per_sm(self, smem: int, threads: int) -> int:
         """Blocks of ``smem`` bytes of dynamic shared memory and ``threads`` threads that an SM
@@ -144,7 +146,6 @@ def emulating(facts: DeviceFacts, cc: int) -> DeviceFacts:
     return dataclasses.replace(
         facts, name=f"sm_{cc} emulated", emulated_on=facts.name, compute_capability=cc,
         max_cluster=facts.max_cluster if cc >= 90 else 1,
-        smem_reserved_per_block=facts.smem_reserved_per_block,
         **{key: min(value, getattr(facts, key)) for key, value in limits.items()})
 
 

@@ -30,6 +30,7 @@ import numpy
 
 from ..core import reference
 from ..core.arrays import runs_at
+from ..core.device import TENSOR_CORE_CC
 from ..core.factor import DENSE_CACHE_BYTES
 from ..kernels import gemm, ks_direct, ks_matmul, ks_mma, ks_skinny
 from .costs import cpu as cpu_costs, gpu as gpu_costs
@@ -43,8 +44,6 @@ AUTO = "auto"
 AUTO_TF32 = "auto_tf32"
 #: Each automatic choice and the precision of the backends it chooses among.
 AUTOS = {AUTO: "default", AUTO_TF32: "tf32"}
-#: The compute capability the tensor-core backends need (DeviceFacts.tensor_cores).
-TENSOR_CORE_CC = 80
 
 
 @dataclasses.dataclass(frozen=True)

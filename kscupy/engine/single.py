@@ -49,8 +49,8 @@ def prepare(factor, X, layout, backend):
     entry = registry.get(backend)
     if ("gpu" if gpu else "cpu") not in entry.devices:
         raise TypeError(f"backend={backend!r} runs on the GPU and needs CuPy operands")
-    if gpu and not entry.runs_on(devices.current()):
-        device = devices.current()
+    device = devices.current() if gpu else None
+    if gpu and not entry.runs_on(device):
         raise ValueError(f"backend={backend!r} needs a GPU of compute capability "
                          f"{entry.min_compute_capability} or newer; {device.name} is "
                          f"sm_{device.compute_capability} (backend='auto' picks among the "

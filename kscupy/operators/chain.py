@@ -89,11 +89,11 @@ class KSChain(KSOperator):
         later)."""
         if perm is None:
             return None
-        xp = arrays.plain_array_module(perm, f"the {which} permutation")
+        check_permutation(perm, n, f"the {which} permutation")
+        xp = arrays.array_module(perm)
         if xp is not self._xp:
             raise TypeError(f"the {which} permutation is a {xp.__name__} array but the factors "
                             f"hold {self._xp.__name__} values")
-        check_permutation(perm, n, f"the {which} permutation")
         with arrays.device_of(perm):
             return perm.copy()
 

@@ -18,7 +18,7 @@ from .results import read_results
 
 __all__ = ["main", "parser", "SUITES"]
 
-SUITES = ("grid", "sweep", "engine", "chains")
+SUITES = ("grid", "sweep", "engine", "portability", "chains")
 #: What ``--suite all`` runs (with ``--quick``, grid and chains), and the small sample
 #: ``--quick`` takes of each (values as their options' types give them).
 ALL = ("grid", "sweep", "chains")
@@ -27,7 +27,7 @@ QUICK = {"count": 4, "sizes": [256, 1024], "elements": 2**22, "hadamard": [1024]
 
 
 def parser() -> argparse.ArgumentParser:
-    from . import chains, engine, patterns
+    from . import chains, engine, patterns, portability
     p = argparse.ArgumentParser(
         prog="python -m kscupy bench",
         description="Run kscupy's benchmark suites on the GPU (medians of the CUDA-event "
@@ -45,6 +45,7 @@ def parser() -> argparse.ArgumentParser:
                         "measured) into --out instead of running anything; needs matplotlib")
     patterns.add_arguments(p)
     engine.add_arguments(p)
+    portability.add_arguments(p)
     chains.add_arguments(p)
     return p
 
@@ -115,10 +116,12 @@ def _suites(args):
 
 def _check(args, suites, out):
     """UsageError where the arguments ask a suite of ``suites`` for what it cannot run."""
-    from . import engine, patterns
+    from . import engine, patterns, portability
     patterns.check_arguments(args, suites)
     if "engine" in suites:
         engine.check_arguments(args, out / "engine.json")
+    if "portability" in suites:
+        portability.check_arguments(args, out / "portability.json")
 
 
 def _run(args, baselines):
@@ -136,7 +139,7 @@ def _run(args, baselines):
         print(f"python -m kscupy bench times GPU kernels and needs a GPU: {why}. "
               f"(python -m kscupy demo --cpu runs on the CPU.)", file=sys.stderr)
         return 2
-    from . import chains, engine, patterns
+    from . import chains, engine, patterns, portability
     _make_folder(out)
     if baselines.name is None:
         print("baselines: CuPy's BMM, cuBLAS dense and cuFFT (the repository's "
@@ -150,6 +153,10 @@ def _run(args, baselines):
     if "engine" in suites:
         args.out = str(out / "engine.json")
         engine.main(args, baselines)
+        written.append(args.out)
+    if "portability" in suites:
+        args.out = str(out / "portability.json")
+        portability.main(args, baselines)
         written.append(args.out)
     if "chains" in suites:
         args.out = str(out / "chains.json")

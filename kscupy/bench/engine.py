@@ -51,6 +51,8 @@ from .timing import measure_ceilings as copy_and_sgemm
 
 #: Batch size per dtype (the issue's benchmark).
 BATCH = {"float32": 25088, "float16": 25088, "float64": 8192, "complex64": 8192}
+#: The dtypes the suite measures unless ``--dtypes`` says.
+DTYPES = ("float32", "float64", "complex64")
 KSCUPY = {"default": ("auto", "kernel", "kernel_fma", "bmm"),
           "tf32": ("auto_tf32", "kernel_tf32", "bmm_tf32")}
 #: The method a precision's summary leads with (its automatic choice).
@@ -66,9 +68,9 @@ RETIME_BELOW = 0.95
 
 def add_arguments(parser):
     group = parser.add_argument_group("engine suite")
-    group.add_argument("--dtypes", type=choice_list(tuple(BATCH)),
-                       default="float32,float64,complex64",
-                       help=f"comma-separated, of {','.join(BATCH)}")
+    group.add_argument("--dtypes", type=choice_list(tuple(BATCH)), default=None,
+                       help=f"comma-separated, of {','.join(BATCH)} (default: "
+                            f"{','.join(DTYPES)})")
     group.add_argument("--precisions", type=choice_list(tuple(KSCUPY)), default=",".join(KSCUPY),
                        help=f"comma-separated, of {','.join(KSCUPY)}; tf32 rows are made for "
                             f"float32 only")
@@ -137,17 +139,12 @@ def events_and_call_seconds(fn, inputs):
     return {"seconds": throughput_seconds(fn, inputs), "call_seconds": time_fn(fn, inputs)}
 
 
-def bench_row(pattern, layout, dtype, precision, sample, args, ceilings, *, batch=None,
-              timer=events_and_call_seconds, suite="patterns", extra_methods=(),
-              baselines=NONE):
-    """One row: every method of ``precision`` (and the kscupy backends ``extra_methods``) on
-    one pattern and layout, its relative error against the float64 oracle and its time.
-    ``batch`` defaults to :data:`BATCH` of the dtype; ``timer(fn, inputs)`` returns
-    ``{field: seconds}``, each field a dict of the row keyed by method (default:
-    :func:`events_and_call_seconds`). ``baselines``: those beyond CuPy's."""
-    B = BATCH[dtype] if batch is None else batch
+def operands(pattern, layout, dtype, B):
+    """A random KS matrix of ``pattern`` (seed 0) and the inputs a row cycles through: enough
+    copies of a random ``(N, B)`` (bsl) or ``(B, N)`` (bsf) batch that together they exceed
+    twice the L2 cache (at most 4), so that no call reads its input from L2."""
     K = KSMatrix.random(pattern, dtype=dtype, xp=cupy, seed=0)
-    M, N = K.shape
+    N = K.shape[1]
     shape = (N, B) if layout == "bsl" else (B, N)
     isz = numpy.dtype(dtype).itemsize
     copies = int(min(4, max(1, -(-2 * l2_bytes() // (isz * N * B)))))
@@ -158,18 +155,24 @@ def bench_row(pattern, layout, dtype, precision, sample, args, ceilings, *, batc
         if numpy.dtype(dtype).kind == "c":
             X = X + 1j * rng.standard_normal(shape, dtype=numpy.float64)
         inputs.append(X.astype(dtype))
-    methods = {m: (lambda m: lambda x: K.matmul(x, layout=layout, backend=m))(m)
-               for m in KSCUPY[precision] + tuple(extra_methods)
-               + (KSCUPY_BSF if layout == "bsf" and precision == "default" else ())}
+    return K, inputs
+
+
+def baseline_methods(K, layout, precision, B, args, baselines=NONE):
+    """``{name: fn}``: the baselines of a row (``base_`` prefix): CuPy's BMM, ``baselines``'
+    BMM and cuBLAS on the dense matrix where it fits ``args.dense_limit`` (GiB) and
+    ``args.dense_flops``; for the TF32 opt-in their TF32 versions."""
+    M, N = K.shape
     blocks = K.blocks
     tf32 = precision == "tf32"
     suffix = "_tf32" if tf32 else ""
+    methods = {}
     if not tf32:
         methods["base_cupy_bmm"] = lambda x: reference.bmm(blocks, x, layout, cupy)
     tb = baselines.bmm(blocks, layout, tf32=tf32)
     if tb is not None:
         methods[f"base_{baselines.name}_bmm" + suffix] = tb
-    if isz * M * N <= args.dense_limit * 2**30 and 2 * B * M * N <= args.dense_flops:
+    if K.dtype.itemsize * M * N <= args.dense_limit * 2**30 and 2 * B * M * N <= args.dense_flops:
         D = K.todense()
         if tf32:
             td = baselines.dense(D, layout, tf32=True)
@@ -177,10 +180,12 @@ def bench_row(pattern, layout, dtype, precision, sample, args, ceilings, *, batc
                 methods["base_dense_tf32"] = td
         else:
             methods["base_dense"] = lambda x: reference.dense(D, x, layout, cupy)
-    ref = oracle(K, inputs[0], layout)
-    row = {"suite": suite, "sample": sample, "pattern": list(pattern), "layout": layout,
-           "dtype": dtype, "precision": precision, "batch": B,
-           "floor_s": _floor(pattern, B, dtype, precision, ceilings), "seconds": {}, "relerr": {}}
+    return methods
+
+
+def time_methods(row, methods, inputs, ref, layout, timer):
+    """Fill ``row``'s ``relerr`` (against the oracle ``ref``) and the timer's fields for each
+    of ``methods`` (``{name: fn}``)."""
     for name, fn in methods.items():
         Y = fn(inputs[0])
         if not isinstance(Y, cupy.ndarray):
@@ -189,6 +194,27 @@ def bench_row(pattern, layout, dtype, precision, sample, args, ceilings, *, batc
         del Y
         for field, seconds in timer(fn, inputs).items():
             row.setdefault(field, {})[name] = seconds
+
+
+def bench_row(pattern, layout, dtype, precision, sample, args, ceilings, *, batch=None,
+              timer=events_and_call_seconds, suite="patterns", extra_methods=(),
+              baselines=NONE):
+    """One row: every method of ``precision`` (and the kscupy backends ``extra_methods``) on
+    one pattern and layout, its relative error against the float64 oracle and its time.
+    ``batch`` defaults to :data:`BATCH` of the dtype; ``timer(fn, inputs)`` returns
+    ``{field: seconds}``, each field a dict of the row keyed by method (default:
+    :func:`events_and_call_seconds`). ``baselines``: those beyond CuPy's."""
+    B = BATCH[dtype] if batch is None else batch
+    K, inputs = operands(pattern, layout, dtype, B)
+    methods = {m: (lambda m: lambda x: K.matmul(x, layout=layout, backend=m))(m)
+               for m in KSCUPY[precision] + tuple(extra_methods)
+               + (KSCUPY_BSF if layout == "bsf" and precision == "default" else ())}
+    methods.update(baseline_methods(K, layout, precision, B, args, baselines))
+    ref = oracle(K, inputs[0], layout)
+    row = {"suite": suite, "sample": sample, "pattern": list(pattern), "layout": layout,
+           "dtype": dtype, "precision": precision, "batch": B,
+           "floor_s": _floor(pattern, B, dtype, precision, ceilings), "seconds": {}, "relerr": {}}
+    time_methods(row, methods, inputs, ref, layout, timer)
     retime_misses(row, methods, inputs, timer)
     # after auto ran: on a close call of the model its first run timed the two best
     # candidates, and the faster is the choice (kscupy.engine.decide)
@@ -244,7 +270,10 @@ def row_kinds(dtypes, precisions):
 def check_arguments(args, out):
     """UsageError where the arguments ask for no row, for a held-out sample larger than the
     grid's patterns outside the default sample, or ``--append`` to a file ``out`` that is no
-    engine results file or lacks a float16 row's ceiling."""
+    engine results file or lacks a float16 row's ceiling; ``--dtypes`` left out becomes
+    :data:`DTYPES`."""
+    if args.dtypes is None:
+        args.dtypes = list(DTYPES)
     if not row_kinds(args.dtypes, args.precisions):
         raise UsageError(f"--precisions {','.join(args.precisions)} with --dtypes "
                          f"{','.join(args.dtypes)}: no rows (tf32 rows are made for float32 "
@@ -256,6 +285,12 @@ def check_arguments(args, out):
                          f"outside the default sample of as many, and the grid has "
                          f"{len(grid)}: give --count {len(grid) // 2} at most, or --samples "
                          f"default")
+    check_append(args, out)
+
+
+def check_append(args, out):
+    """UsageError where ``--append`` names a file ``out`` that is no engine results file or
+    lacks a float16 row's ceiling."""
     if args.append and pathlib.Path(out).exists():
         ceilings = read_results(out, "--append to").get("ceilings")
         if not isinstance(ceilings, dict):
@@ -280,15 +315,30 @@ def _samples(names, count, seed):
     return out
 
 
+def _group(row) -> str:
+    """The summary key of a row: ``dtype|precision|layout``, then ``|B=<batch>`` where the
+    batch is not the dtype's :data:`BATCH`, ``|sm_XX`` for a row measured in an emulated
+    architecture and ``|heldout`` for the held-out sample."""
+    key = f"{row['dtype']}|{row['precision']}|{row['layout']}"
+    if row.get("batch", BATCH.get(row["dtype"])) != BATCH.get(row["dtype"]):
+        key += f"|B={row['batch']}"
+    if row.get("emulated_arch"):
+        key += f"|{row['emulated_arch']}"
+    return key + ("" if row["sample"] == "default" else f"|{row['sample']}")
+
+
 def summarize(rows):
-    """Per (dtype, precision, layout, sample): medians of auto and kernel against the best
-    baseline, patterns below 0.95x, fraction of the floor, worst error ratio to cuBLAS dense.
-    Keys ``dtype|precision|layout``, with ``|heldout`` appended for the held-out sample."""
+    """Per group of rows (:func:`_group`: dtype, precision, layout, and batch, emulated
+    architecture and sample where they differ from the default): medians of the automatic
+    choice and of each kscupy method timed against the best baseline, patterns below 0.95x,
+    the kernel's fraction of the floor, the worst error ratio to cuBLAS dense."""
+    groups = {}
+    for r in rows:
+        groups.setdefault(_group(r), []).append(r)
     out = {}
-    keys = sorted({(r["dtype"], r["precision"], r["layout"], r["sample"]) for r in rows})
-    for dtype, precision, layout, sample in keys:
-        rs = [r for r in rows
-              if (r["dtype"], r["precision"], r["layout"], r["sample"]) == (dtype, precision, layout, sample)]
+    for key in sorted(groups):
+        rs = groups[key]
+        precision = rs[0]["precision"]
         lead = LEAD[precision]
         lead_r = numpy.array([lead_ratio(r) for r in rs])
         entry = {"patterns": len(rs), f"{lead}_median": float(numpy.median(lead_r)),
@@ -297,12 +347,13 @@ def summarize(rows):
             if all(method in r["seconds"] for r in rs):
                 entry[f"{method}_median"] = float(numpy.median([speedup(r, method) for r in rs]))
         if precision == "default":
-            entry["kernel_floor_fraction"] = float(numpy.median(
-                [r["floor_s"] / r["seconds"]["kernel"] for r in rs]))
+            if all("kernel" in r["seconds"] for r in rs):
+                entry["kernel_floor_fraction"] = float(numpy.median(
+                    [r["floor_s"] / r["seconds"]["kernel"] for r in rs]))
             errs = [r["relerr"]["auto"] / r["relerr"]["base_dense"] for r in rs
                     if "base_dense" in r["relerr"] and r["relerr"]["base_dense"] > 0]
             entry["auto_err_over_dense_max"] = float(max(errs)) if errs else None
-        out[f"{dtype}|{precision}|{layout}" + ("" if sample == "default" else f"|{sample}")] = entry
+        out[key] = entry
     return out
 
 

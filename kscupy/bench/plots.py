@@ -214,6 +214,8 @@ def _engine_speedups(rows):
     for r in rows:
         best = min(v for k, v in r["seconds"].items() if k.startswith("base_") and v)
         label = f"{r['dtype']} {r.get('precision', 'default')} {r.get('sample', 'default')}"
+        if r.get("emulated_arch"):
+            label += f" {r['emulated_arch']} B={r['batch']}"
         lead = "auto_tf32" if r.get("precision") == "tf32" else "auto"
         out.setdefault((r["layout"], label), []).append(best / r["seconds"][lead])
     return {key: sorted(v) for key, v in out.items()}

@@ -276,3 +276,20 @@ def test_a_write_replaces_the_storage_for_every_view(rng):
         X = random_array(rng, (view.shape[1], 2), numpy.float64)
         for backend in ("dense", "sparse", "bmm"):
             assert rel_err(view.matmul(X, backend=backend), after @ X) < 1e-12
+
+
+def test_a_plan_made_from_replaced_values_is_never_served_for_the_new_ones(rng):
+    """A product that pinned the chain just before a write plans from the old values; the
+    plan it keeps must not pass for a plan of the new ones (the old cache takes a number no
+    live cache has). Planned for an H200's facts, on the CPU."""
+    from kscupy.engine import planner
+    K = ks.KSMatrix(random_array(rng, (2, 8, 8, 2), numpy.float32))
+    C = ks.KSChain([K, ks.KSMatrix(random_array(rng, (4, 4, 4, 2), numpy.float32))])
+    plans = {}
+    before_write = C.factor_chain.pinned()            # a product reads the old values ...
+    K.values = random_array(rng, K.pattern, numpy.float32)    # ... another thread writes
+    old_plan = planner.cached_plan(before_write, "bsl", numpy.float32, 64, plans)
+    new_plan = planner.cached_plan(C.factor_chain.pinned(), "bsl", numpy.float32, 64, plans)
+    assert new_plan is not old_plan
+    generations = {f.cache.generation for f in (before_write.factors[0], C.factor_chain.factors[0])}
+    assert len(generations) == 2

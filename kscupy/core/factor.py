@@ -19,6 +19,7 @@ transposed. Element ``(k, l)`` (``k < b`` output row, ``l < c`` reduction index)
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy
 
@@ -35,20 +36,32 @@ DENSE_CACHE_BYTES = 256 * 2**20
 _STRUCTURE_HOLDS = "structure holds"
 
 
+#: Generations are numbered from one counter for the whole process, so that no two caches,
+#: nor a cache before and after its values changed, ever share a number.
+_GENERATIONS = itertools.count(1)
+
+
 class FactorCache(dict):
     """What is derived from one set of stored values (dense and CSR matrices, converted
     copies, prepared GPU runs), shared by the views of the storage.
 
-    ``generation`` counts the writes to the storage (:meth:`Factor.write`). Whoever keeps
-    something derived from the values outside this dict (a chain plan keeps merged factors,
-    a chain's prepared runs) records the generation and rebuilds when it has moved on.
+    ``generation`` names the values the cache derives from: a new cache takes a new number,
+    and so does one whose values were replaced (:meth:`invalidate`). Whoever keeps something
+    derived from the values outside this dict (a chain plan keeps merged factors, a chain's
+    prepared runs) records the generation and rebuilds when it differs. The numbers are
+    unique in the process: a product that read the old values just before a write (its
+    pinned factor holds the old cache) records the old cache's new number, which no live
+    cache has, so what it derives from the old values is never taken for the new ones'.
     """
-    generation = 0
+
+    def __init__(self):
+        super().__init__()
+        self.generation = next(_GENERATIONS)
 
     def invalidate(self):
         """The values changed: drop everything derived from them."""
         self.clear()
-        self.generation += 1
+        self.generation = next(_GENERATIONS)
 
 
 class Storage:
@@ -67,13 +80,11 @@ class Storage:
         self.state = (tiles, FactorCache() if cache is None else cache)
 
     def replace(self, tiles):
-        """Put ``tiles`` (new values, complete) in place of the old ones, with an empty cache
-        one generation on. The old cache is invalidated too, so that whoever watches it (a
-        prepared run, a plan) sees that the values moved on."""
+        """Put ``tiles`` (new values, complete) in place of the old ones, with a new empty
+        cache (a new generation). The old cache is invalidated too (another new generation),
+        so that whoever watches it (a prepared run, a plan) sees that the values moved on."""
         old = self.state[1]
-        cache = FactorCache()
-        cache.generation = old.generation + 1
-        self.state = (tiles, cache)
+        self.state = (tiles, FactorCache())
         old.invalidate()
 
 

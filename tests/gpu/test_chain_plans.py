@@ -116,7 +116,8 @@ def test_long_dft_in_batch_size_last_runs_batch_size_first(poisoned, rng):
     segs = [s for s in clustered.steps if isinstance(s, ks_rows.RowSegment)]
     assert len(segs) == 1 and segs[0].cluster == 16 and segs[0].layout == "bsl", \
         clustered.describe()
-    assert rel_err(clustered.prepare(X, "bsl")(X)[:, cols], ref) < 2e-5
+    if devices.current().max_cluster >= 16:     # runs only where clusters of 16 launch
+        assert rel_err(clustered.prepare(X, "bsl")(X)[:, cols], ref) < 2e-5
     plan = planner.plan(F.factor_chain, "bsl", numpy.dtype(numpy.complex64), B,
                         device=dataclasses.replace(H200, max_cluster=1))
     assert isinstance(plan.steps[0], Relayout), plan.describe()

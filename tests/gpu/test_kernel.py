@@ -399,6 +399,14 @@ def test_float32_batch_tiles_of_long_batches(poisoned):
             raise AssertionError(f"{pattern} {config}: {exc}") from None
 
 
+def _needs_tma():
+    """The group kernel (ks_mma_group.cu) copies with the Tensor Memory Accelerator, which
+    sm_90 and later have: elsewhere (or emulating an older GPU) it is never chosen."""
+    from kscupy.core import device as devices
+    if not devices.current().tma:
+        pytest.skip("the float32 group kernel needs the TMA (sm_90 or later)")
+
+
 @pytest.mark.parametrize("precision", ["default", "tf32"])
 def test_float32_group_kernel(poisoned, precision):
     """kernels_cu/ks_mma_group.cu (the float32 group order's own kernel, which the heuristic
@@ -408,6 +416,7 @@ def test_float32_group_kernel(poisoned, precision):
     one groups (a strided view), W by bulk copies (the heuristic's chunks of 8) and, in
     chunks of 16, stored blocks and packed (transposed) ones by cp.async; ragged batch, rows,
     reduction and groups."""
+    _needs_tma()
     import dataclasses
     from kscupy.kernels import ks_mma
     from kscupy.kernels.operands import geometry
@@ -449,6 +458,7 @@ def test_float32_group_kernel_non_finite_weights(poisoned, precision):
     non-finite that the float64 definition makes non-finite (3xTF32 gives NaN for infinity's
     outputs: its small part is NaN), and no other: W by bulk copies (the heuristic's chunks
     of 8, also of a transposed view) and stored blocks by cp.async (chunks of 16)."""
+    _needs_tma()
     import dataclasses
     from kscupy.kernels import ks_mma
     from kscupy.core.problem import problem_of
@@ -478,6 +488,7 @@ def test_float32_group_kernel_small(poisoned):
     """ks_mma_group.cu's copy paths on short batches, small enough for compute-sanitizer's
     memcheck and racecheck: X by cp.async and W by bulk copies, X through registers with bulk
     W, stored and packed W by cp.async; a ragged batch of 200."""
+    _needs_tma()
     from kscupy.kernels import ks_mma
     rng = cupy.random.default_rng(53)
     for pattern, view, config in [

@@ -14,6 +14,8 @@ from .operators import KSMatrix, KSChain, KSSubmatrix, KSRealPart
 from .transforms import (dft, idft, dct, dst, hadamard, butterfly, block_butterfly, monarch,
                          low_rank, choose_pattern, factorize)
 from .linalg import aslinearoperator
+from .gradients import values_grad, vjp
+from .fitting import fit, FitResult
 from .storage import save, load
 from . import testing
 from .engine import tune
@@ -26,4 +28,4 @@ __all__ = ["KSPattern", "KSMatrix", "DFTStage", "KSChain", "KSSubmatrix", "KSRea
            "low_rank", "choose_pattern", "perfect_shuffle", "inverse_perfect_shuffle",
            "inverse_permutation", "perfect_shuffle_matrix", "bit_reversal",
            "block_diagonal_permutations", "block_diagonalize", "aslinearoperator", "save",
-           "load", "testing", "tune", "warmup", "SUPPORTED_DTYPES", "gpu_module", "__version__"]
+           "load", "values_grad", "vjp", "fit", "FitResult", "testing", "tune", "warmup", "SUPPORTED_DTYPES", "gpu_module", "__version__"]

@@ -1,7 +1,8 @@
 """Checks for users of kscupy operators (and for kscupy's own test suite).
 
 :func:`dottest` checks that an operator's adjoint is its adjoint: the classic "dot test"
-``<op x, y> == <x, op^H y>`` on random data.
+``<op x, y> == <x, op^H y>`` on random data. :func:`gradcheck` checks the gradients of
+:func:`kscupy.vjp` against central finite differences in double precision.
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy
 
 from .core import arrays
 
-__all__ = ["dottest"]
+__all__ = ["dottest", "gradcheck"]
 
 #: Default relative tolerance of :func:`dottest`, by the precision of the operator's dtype.
 DOTTEST_RTOL = {2: 1e-2, 4: 1e-4, 8: 1e-10}     # real itemsize: half, single, double
@@ -87,4 +88,99 @@ def dottest(op, *, layout="bsl", backend="auto", rtol=None, xp=None, seed=None) 
             f"dot test failed for {op!r} (layout {layout!r}, backend {backend!r}): "
             f"<op X, Y> = {lhs:.8g}, <X, op^H Y> = {rhs:.8g}, |difference| = "
             f"{abs(lhs - rhs):.3g} > rtol * ||op X|| ||Y|| = {rtol:g} * {bound:.3g}")
+    return True
+
+
+def _host_complex(u):
+    return numpy.asarray(u.get() if hasattr(u, "get") else u, dtype=numpy.complex128)
+
+
+def gradcheck(op, *, layout="bsl", batch=3, eps=1e-6, rtol=1e-6, seed=None) -> bool:
+    """Check :func:`kscupy.vjp` against central finite differences, in double precision.
+
+    With random ``X`` and ``G`` the loss is ``L = Re sum(conj(G) * op(X))`` (so ``G`` is its
+    gradient with respect to the product). For a random direction ``V`` of every factor's
+    values and ``U`` of ``X``, the directional derivatives ``(L(w + eps V) - L(w - eps V)) /
+    (2 eps)`` are compared with ``Re sum(conj(dw) * V)`` and likewise for ``X``; a factor
+    whose values are declared structured (no gradient) is left unperturbed.
+
+    Parameters
+    ----------
+    op : KSMatrix or KSChain; checked as a float64 (complex128 where complex) copy.
+    layout : "bsl" or "bsf".
+    batch : columns (bsl) or rows (bsf) of ``X``.
+    eps : step of the finite differences (in units of the values' and ``X``'s scale).
+    rtol : tolerance relative to the size of the terms of the derivative.
+    seed : seed of the NumPy generator that draws ``X``, ``G`` and the directions.
+
+    Returns True; raises AssertionError naming the gradient (of ``X`` or of factor ``l``)
+    and both derivatives when one differs.
+
+    Examples
+    --------
+    >>> import numpy as np, kscupy as ks
+    >>> ks.testing.gradcheck(ks.butterfly(16, seed=0), seed=1)
+    True
+    """
+    from . import gradients
+    from .operators.chain import KSChain
+    from .operators.matrix import KSMatrix
+    if not isinstance(op, (KSMatrix, KSChain)):
+        raise TypeError(f"gradcheck takes a KSMatrix or a KSChain, got {type(op).__name__}")
+    if layout not in ("bsl", "bsf"):
+        raise ValueError(f'layout must be "bsl" or "bsf", got {layout!r}')
+    dtype = numpy.dtype(numpy.complex128 if op.dtype.kind == "c" else numpy.float64)
+    factors = [op] if isinstance(op, KSMatrix) else list(op.factors)
+    factors = [f.astype(dtype) for f in factors]
+    xp = op.xp
+    rng = numpy.random.default_rng(seed)
+
+    def draw(shape, kind=dtype.kind):
+        data = rng.standard_normal(shape)
+        if kind == "c":
+            data = data + 1j * rng.standard_normal(shape)
+        return xp.asarray(data.astype(dtype if kind == dtype.kind else numpy.float64))
+
+    def rebuild(values):
+        made = [f if v is None else KSMatrix(v) for f, v in zip(factors, values)]
+        if isinstance(op, KSMatrix):
+            return made[0]
+        return KSChain(made, input_permutation=op.input_permutation,
+                       output_permutation=op.output_permutation)
+
+    M, N = op.shape
+    X = draw((N, batch) if layout == "bsl" else (batch, N))
+    G = draw((M, batch) if layout == "bsl" else (batch, M))
+    target = rebuild([None] * len(factors))
+    dX, dws = gradients.vjp(target, X, G, layout=layout)
+    dws = [dws] if isinstance(op, KSMatrix) else dws
+    values = [f.values for f in factors]
+
+    def loss(values, X):
+        return float(numpy.vdot(_host_complex(G).ravel(),
+                                _host_complex(rebuild(values).matmul(X, layout=layout)).ravel()).real)
+
+    def compare(name, analytic, numeric, scale):
+        if not abs(analytic - numeric) <= rtol * scale:
+            raise AssertionError(f"gradcheck of {op!r}: the gradient of {name} gives the "
+                                 f"directional derivative {analytic:.10g}, finite differences "
+                                 f"{numeric:.10g} (|difference| {abs(analytic - numeric):.3g} > "
+                                 f"rtol * {scale:.3g})")
+
+    for idx, dw in enumerate(dws):
+        if dw is None:
+            continue
+        V = draw(values[idx].shape)
+        step = [None] * len(factors)
+        plus, minus = list(step), list(step)
+        plus[idx], minus[idx] = values[idx] + eps * V, values[idx] - eps * V
+        numeric = (loss(plus, X) - loss(minus, X)) / (2 * eps)
+        terms = numpy.conj(_host_complex(dw)) * _host_complex(V)
+        compare(f"factor {idx}'s values", float(terms.sum().real), numeric,
+                float(numpy.abs(terms).sum()))
+    U = draw(X.shape)
+    numeric = (loss([None] * len(factors), X + eps * U)
+               - loss([None] * len(factors), X - eps * U)) / (2 * eps)
+    terms = numpy.conj(_host_complex(dX)) * _host_complex(U)
+    compare("X", float(terms.sum().real), numeric, float(numpy.abs(terms).sum()))
     return True

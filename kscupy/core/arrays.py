@@ -164,13 +164,14 @@ def plain_array_module(x, role: str):
     return array_module(x)
 
 
-def check_operand_dtype(dtype):
+def check_operand_dtype(dtype, role="operand"):
     """TypeError unless ``dtype`` is one a product computes in: integer, bool and object
-    operands are not converted behind the caller's back."""
+    operands (or other arrays given as ``role``) are not converted behind the caller's
+    back."""
     dtype = numpy.dtype(dtype)
     if dtype.kind not in "fc":
         names = ", ".join(str(t) for t in SUPPORTED_DTYPES)
-        raise TypeError(f"operand of dtype {dtype}: products take {names}; convert it first "
+        raise TypeError(f"{role} of dtype {dtype}: products take {names}; convert it first "
                         f"(e.g. X.astype(numpy.float32))")
 
 

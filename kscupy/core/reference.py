@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .pattern import KSPattern
 
-__all__ = ["bmm", "einsum", "dense", "sparse", "todense", "tocsr"]
+__all__ = ["bmm", "einsum", "dense", "sparse", "todense", "tocsr", "blocks_gradient"]
 
 
 def _pattern_of(blocks) -> KSPattern:
@@ -90,3 +90,25 @@ def tocsr(blocks, xp):
     values = xp.ascontiguousarray(blocks).ravel()
     return sp.coo_matrix((values, (rows.ravel(), cols.ravel())), shape=pattern.shape).tocsr()
 
+
+
+def blocks_gradient(G, X, pattern, layout, xp):
+    """The gradient of a real loss with respect to the ``(a, d, b, c)`` blocks of a KS matrix
+    of ``pattern``, given the product's operand ``X`` and the loss's gradient ``G`` with
+    respect to the product (both in ``layout``, one dtype): per group, the batch sum
+    ``G_g X_g^H`` (PyTorch's convention for complex values: the conjugate of JAX's).
+
+    In index form (bsl), ``dW[i, k, l, j] = sum_n G[i*b*d + k*d + j, n] *
+    conj(X[i*c*d + l*d + j, n])``. Each group's rows of ``G`` and ``X`` are gathered by one
+    transpose (as :func:`bmm` does), then one batched product sums over the batch.
+    """
+    a, b, c, d = pattern
+    if layout == "bsl":
+        B = G.shape[1]
+        Gp = xp.ascontiguousarray(G.reshape(a, b, d, B).transpose(0, 2, 1, 3))   # (a, d, b, B)
+        Xp = xp.ascontiguousarray(X.reshape(a, c, d, B).transpose(0, 2, 3, 1))   # (a, d, B, c)
+    else:
+        B = G.shape[0]
+        Gp = xp.ascontiguousarray(G.reshape(B, a, b, d).transpose(1, 3, 2, 0))   # (a, d, b, B)
+        Xp = xp.ascontiguousarray(X.reshape(B, a, c, d).transpose(1, 3, 0, 2))   # (a, d, B, c)
+    return xp.matmul(Gp, Xp.conj() if Xp.dtype.kind == "c" else Xp)            # (a, d, b, c)

@@ -1,0 +1,207 @@
+"""Gradients of KS products with respect to the factors' values and the operand, without a
+deep-learning framework.
+
+For ``Y = op @ X`` (``layout="bsl"``; ``Y = X @ op.T`` for ``"bsf"``) and the gradient
+``G = dL/dY`` of a real loss ``L``, :func:`vjp` returns ``dL/dX = op^H G`` (``G @ conj(op)``
+in bsf) and ``dL/dw`` for the values ``w = op.values``: per group the batch sum ``G_g X_g^H``
+restricted to the support,
+
+    dw[i, k, l, j] = sum_n G[i*b*d + k*d + j, n] * conj(X[i*c*d + l*d + j, n])      (bsl)
+
+with ``(a, b, c, d) = op.pattern``. Complex values follow PyTorch's convention (the gradient
+is ``dL/d(conj w)`` times two, the direction of steepest ascent); JAX's ``grad`` returns its
+conjugate. Real values with complex operands get the real part (the gradient with respect
+to real parameters). For a chain ``P_out K_1 ... K_L P_in`` the backward pass runs through
+the factors right to left with the intermediates of the forward pass (kept, or recomputed
+where they would not fit).
+
+On CuPy the reduction over the batch is one batched cuBLAS product per factor after a
+transpose of ``G`` and ``X`` (:func:`kscupy.core.reference.blocks_gradient`); on NumPy the
+same with NumPy's matmul. float16 is reduced in float32 and rounded once.
+"""
+from __future__ import annotations
+
+import numpy
+
+from .core import arrays, memory, reference
+from .core.shuffle import inverse_permutation
+from .operators.base import KSOperator, check_layout
+from .operators.chain import KSChain
+from .operators.matrix import KSMatrix
+
+__all__ = ["values_grad", "vjp"]
+
+#: Intermediates of a chain's forward pass are kept while they take at most this fraction
+#: of the memory available; beyond it each is recomputed from X when the backward pass
+#: needs it (a product per factor and step: quadratic in the chain's length).
+KEEP_FRACTION = 0.5
+
+
+def values_grad(op, X, G, *, layout="bsl"):
+    """The gradient of a real loss with respect to ``op.values``.
+
+    Parameters
+    ----------
+    op : KSMatrix or KSChain (NumPy or CuPy values).
+    X : the operand of the product, ``(N, B)`` or ``(N,)`` for ``layout="bsl"``, ``(B, N)``
+        for ``"bsf"``, in ``op``'s array module.
+    G : the loss's gradient with respect to the product, of the product's shape.
+    layout : {"bsl", "bsf"}
+
+    Returns
+    -------
+    For a KSMatrix an array of shape ``op.pattern`` ``(a, b, c, d)``; for a KSChain a list
+    with one such array per factor, ``None`` for a factor whose values are declared
+    structured (a DFT stage from :func:`kscupy.dft`: fixed, no free values; writing its
+    values makes it an ordinary factor). dtype: ``numpy.result_type`` of the values, ``X``
+    and ``G``, real where the values are real. See :func:`vjp` for both gradients at once.
+
+    Examples
+    --------
+    >>> import numpy as np, kscupy as ks
+    >>> K = ks.KSMatrix.random((2, 3, 4, 2), dtype=np.float64, seed=0)
+    >>> X = np.random.default_rng(1).standard_normal((16, 5))
+    >>> G = np.ones((12, 5))                   # dL/dY for L = sum(K @ X)
+    >>> dw = ks.values_grad(K, X, G)
+    >>> dw.shape, bool(np.isclose(dw[0, 0, 0, 0], X[0].sum()))
+    ((2, 3, 4, 2), True)
+    """
+    return vjp(op, X, G, layout=layout, wrt="values")[1]
+
+
+def vjp(op, X, G, *, layout="bsl", wrt="both", intermediates="auto"):
+    """The vector-Jacobian product of ``op.matmul(X, layout=layout)``: the gradients of a
+    real loss with respect to ``X`` and to the values, given ``G``, its gradient with respect
+    to the product.
+
+    Parameters
+    ----------
+    op, X, G, layout : as for :func:`values_grad`.
+    wrt : {"both", "values", "input"}
+        Which gradients to compute (the other entry of the pair is None).
+    intermediates : {"auto", "keep", "recompute"}
+        A chain's backward pass needs the input of every factor: ``"keep"`` holds them from
+        one forward pass, ``"recompute"`` recomputes each from ``X`` (memory of two
+        intermediates, a product per factor more per step), ``"auto"`` keeps them where they
+        take at most :data:`KEEP_FRACTION` of the memory available.
+
+    Returns
+    -------
+    ``(dX, dvalues)``: ``dX`` of ``X``'s shape (``op^H G`` in bsl), ``dvalues`` as
+    :func:`values_grad` returns it.
+
+    Examples
+    --------
+    >>> import numpy as np, kscupy as ks
+    >>> C = ks.butterfly(8, dtype=np.float64, seed=0)
+    >>> X = np.random.default_rng(1).standard_normal((8, 3))
+    >>> dX, dws = ks.vjp(C, X, 2 * (C @ X))    # L = ||C X||^2
+    >>> dX.shape, [dw.shape for dw in dws]
+    ((8, 3), [(1, 2, 2, 4), (2, 2, 2, 2), (4, 2, 2, 1)])
+    """
+    if not isinstance(op, (KSMatrix, KSChain)):
+        kind = "it is an operator without free values of its own" \
+            if isinstance(op, KSOperator) else "got a " + type(op).__name__
+        raise TypeError(f"gradients are taken through a KSMatrix or a KSChain ({kind}); for "
+                        f"the gradient with respect to X alone use op.H")
+    if wrt not in ("both", "values", "input"):
+        raise ValueError(f'wrt must be "both", "values" or "input", got {wrt!r}')
+    if intermediates not in ("auto", "keep", "recompute"):
+        raise ValueError(f'intermediates must be "auto", "keep" or "recompute", got '
+                         f'{intermediates!r}')
+    X, G, vector = _operands(op, X, G, layout)
+    dtype = arrays.result_dtype(op.dtype, X.dtype, G.dtype)
+    X, G = X.astype(dtype, copy=False), G.astype(dtype, copy=False)
+    if isinstance(op, KSMatrix):
+        dX = op.H.matmul(G, layout=layout) if wrt != "values" else None
+        dw = _values_gradient(op, X, G, layout) if wrt != "input" else None
+    else:
+        dX, dw = _chain_vjp(op, X, G, layout, wrt, intermediates)
+    if vector and dX is not None:
+        dX = dX.reshape(-1)
+    return dX, dw
+
+
+def _operands(op, X, G, layout):
+    """``X`` and ``G`` checked against ``op`` and each other, vectors as batches of one
+    (bsl); also whether they were vectors."""
+    check_layout(layout)
+    op._check_operand(X, layout, "auto")
+    G_module = arrays.plain_array_module(G, "G")
+    arrays.check_operand_dtype(G.dtype, "G")
+    if G_module is not op.xp:
+        raise TypeError(f"G must be a {op.xp.__name__} array like the operator's values, got "
+                        f"a {arrays.array_module(G).__name__} array")
+    M, N = op.shape
+    vector = X.ndim == 1
+    if vector:
+        X, layout = X.reshape(N, 1), "bsl"
+        if G.shape != (M,):
+            raise ValueError(f"G must have the product's shape ({M},), got {G.shape}")
+        return X, G.reshape(M, 1), True
+    B = X.shape[1] if layout == "bsl" else X.shape[0]
+    expected = (M, B) if layout == "bsl" else (B, M)
+    if G.shape != expected:
+        raise ValueError(f"G must have the product's shape {expected} (layout {layout!r}, "
+                         f"X of shape {X.shape}), got {G.shape}")
+    return X, G, False
+
+
+def _values_gradient(K, X, G, layout):
+    """``dL/dw`` of one KSMatrix in canonical order ``(a, b, c, d)``, in the dtype of ``X``
+    (real where ``K``'s values are)."""
+    xp = K.xp
+    dtype = X.dtype if K.dtype.kind == "c" else numpy.finfo(X.dtype).dtype
+    if X.dtype == numpy.float16:          # reduce in float32, round once
+        X, G = X.astype(numpy.float32), G.astype(numpy.float32)
+    with arrays.device_of(X):
+        dW = reference.blocks_gradient(G, X, tuple(K.pattern), layout, xp)   # (a, d, b, c)
+        if dW.dtype.kind == "c" and dtype.kind != "c":
+            dW = dW.real
+        return xp.ascontiguousarray(dW.transpose(0, 2, 3, 1)).astype(dtype, copy=False)
+
+
+def _gather(Z, perm, layout):
+    """``P Z``: the features of ``Z`` reordered by the gather index ``perm``."""
+    return Z[perm] if layout == "bsl" else Z[:, perm]
+
+
+def _chain_vjp(C, X, G, layout, wrt, intermediates):
+    factors = C.factors
+    xp = C.xp
+    perm_in, perm_out = C.input_permutation, C.output_permutation
+    X0 = _gather(X, perm_in, layout) if perm_in is not None else X
+
+    def forward(Z, start):
+        """The input of factor ``start`` (factors apply right to left) from the chain's."""
+        for f in reversed(factors[start + 1:]):
+            Z = f.matmul(Z, layout=layout)
+        return Z
+
+    keep = intermediates == "keep"
+    if intermediates == "auto":
+        B = X.shape[1] if layout == "bsl" else X.shape[0]
+        total = sum(f.shape[1] for f in factors[:-1]) * B * X.dtype.itemsize
+        keep = total <= KEEP_FRACTION * memory.available_bytes(xp)
+    inputs = {}
+    if keep and wrt != "input":
+        Z = X0
+        inputs[len(factors) - 1] = Z
+        for idx in range(len(factors) - 1, 0, -1):
+            Z = factors[idx].matmul(Z, layout=layout)
+            inputs[idx - 1] = Z
+    Gc = _gather(G, inverse_permutation(perm_out), layout) if perm_out is not None else G
+    dws = []
+    for idx, f in enumerate(factors):
+        if wrt != "input":
+            if f.structure is not None:
+                dws.append(None)
+            else:
+                Z = inputs.pop(idx) if keep else forward(X0, idx)
+                dws.append(_values_gradient(f, Z, Gc, layout))
+        if idx + 1 < len(factors) or wrt != "values":
+            Gc = f.H.matmul(Gc, layout=layout)
+    if wrt == "values":
+        return None, dws
+    dX = _gather(Gc, inverse_permutation(perm_in), layout) if perm_in is not None else Gc
+    return dX, (dws if wrt != "input" else None)

@@ -1,0 +1,103 @@
+"""kscupy.fit: planted chains recovered through every kind of target, a dense target
+improved beyond factorize, the optimisers' stops, and clear errors for bad requests.
+Errors are measured against the planted or dense target directly (never through fit)."""
+import numpy
+import pytest
+import scipy.sparse.linalg
+
+import kscupy as ks
+from conftest import to_numpy
+
+
+def relerr(C, D):
+    C, D = to_numpy(C.todense()), to_numpy(D)
+    return float(numpy.linalg.norm(C - D) / numpy.linalg.norm(D))
+
+
+def gaussian_kernel(n, xp, seed=0):
+    x = numpy.sort(numpy.random.default_rng(seed).uniform(0, 1, n))
+    return xp.asarray(numpy.exp(-((x[:, None] - x[None, :]) ** 2) / (2 * 0.05 ** 2)))
+
+
+@pytest.mark.parametrize("kind", ["function", "array", "operator", "linear_operator"])
+def test_a_planted_chain_is_recovered_through_each_kind_of_target(xp, kind):
+    planted = ks.butterfly(32, dtype=numpy.float64, xp=xp, seed=3)
+    D = planted.todense()
+    target = {"function": lambda P: planted @ P, "array": D, "operator": planted,
+              "linear_operator": ks.aslinearoperator(planted)}[kind]
+    result = ks.fit(target, "butterfly", shape=(32, 32), xp=xp, seed=4)
+    assert relerr(result.chain, D) < 1e-10
+    assert result.heldout_relerr < 1e-10 and result.start == "factorize"
+
+
+@pytest.mark.parametrize("planted", ["butterfly", "monarch"])
+def test_lbfgs_from_a_random_start_recovers_a_planted_chain(planted):
+    C = ks.butterfly(16, dtype=numpy.float64, seed=5) if planted == "butterfly" \
+        else ks.monarch(16, blocks=4, dtype=numpy.float64, seed=5)
+    result = ks.fit(lambda P: C @ P, C.patterns, shape=C.shape, start="random", seed=6,
+                    steps=4000)
+    assert result.start == "random" and result.start_relerr > 0.5
+    assert result.heldout_relerr < 1e-6, (result.stopped, result.steps)
+    assert relerr(result.chain, C.todense()) < 1e-6
+
+
+def test_fit_from_factorize_lowers_the_error_of_a_dense_target(xp):
+    D = gaussian_kernel(128, xp)
+    patterns = ks.butterfly(128).patterns
+    before = relerr(ks.factorize(D, patterns), D)
+    result = ks.fit(D, patterns, steps=200, seed=7)
+    after = relerr(result.chain, D)
+    assert result.start == "factorize"
+    assert result.start_relerr == pytest.approx(before, rel=0.2)
+    assert after < before * (1 - 1e-4), (before, after)
+    assert result.history == sorted(result.history, reverse=True)   # L-BFGS descends
+
+
+def test_adam_lowers_the_loss_and_complex_targets_fit(xp):
+    planted = ks.monarch(16, blocks=4, dtype=numpy.complex128, xp=xp, seed=8)
+    result = ks.fit(lambda P: planted @ P, planted.patterns, shape=(16, 16), xp=xp,
+                    start="random", optimizer="adam", steps=300, lr=3e-2, seed=9)
+    assert result.chain.dtype == numpy.complex128
+    assert numpy.mean(result.history[-20:]) < 0.1 * numpy.mean(result.history[:20])
+
+
+def test_stops_are_reported():
+    planted = ks.butterfly(16, dtype=numpy.float64, seed=1)
+    tol = ks.fit(planted, "butterfly", seed=1, start="random", tol=1e-3)
+    assert tol.stopped == "tol" and tol.history[-1] <= 1e-3
+    steps = ks.fit(planted, "butterfly", seed=1, start="random", steps=5, tol=0)
+    assert steps.stopped == "steps" and steps.steps == 5
+    patience = ks.fit(planted, "butterfly", seed=1, start="random", optimizer="adam",
+                      lr=1e-9, patience=20, check_every=5, steps=1000, tol=0)
+    assert patience.stopped == "patience" and patience.steps < 1000
+
+
+def test_structured_factors_stay_fixed():
+    """A DFT chain's stages are declared structured: fitting one is refused by name."""
+    F = ks.dft(16, dtype=numpy.complex128)
+    with pytest.raises(ValueError, match="nothing to fit"):
+        ks.fit(F, F.patterns, start=F)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(target=lambda P: P, patterns="butterfly"), TypeError, "shape=\\(M, N\\)"),
+    (dict(target="a", patterns="butterfly"), TypeError, "target must be"),
+    (dict(target=numpy.eye(8), patterns="butterfly", optimizer="sgd"), ValueError, "optimizer"),
+    (dict(target=numpy.eye(8), patterns="butterfly", start="ones"), ValueError, "start"),
+    (dict(target=numpy.eye(8), patterns="butterfly", probes="all"), ValueError, "probes"),
+    (dict(target=numpy.ones((2, 8, 8)), patterns="butterfly"), ValueError, "2-D"),
+    (dict(target=lambda P: P[:4], patterns="butterfly", shape=(8, 8)), ValueError,
+     "maps probes of shape"),
+    (dict(target=numpy.eye(8), patterns=[(1, 2, 2, 2)]), ValueError,
+     "give a chain of shape \\(4, 4\\), but the target has shape \\(8, 8\\)"),
+])
+def test_bad_requests_are_named(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        ks.fit(**kwargs)
+
+
+def test_progress_bar_and_result_fields(capsys):
+    pytest.importorskip("tqdm")
+    result = ks.fit(numpy.eye(8), "butterfly", steps=3, progress=True, seed=0)
+    assert result.seconds > 0 and len(result.history) == result.steps
+    assert "fit" in capsys.readouterr().err

@@ -1,0 +1,208 @@
+"""Gradients of KS products (kscupy.vjp, kscupy.values_grad) against an oracle from the
+definition, and kscupy.testing.gradcheck.
+
+The values' oracle gathers, for every canonical index ``(i, k, l, j)``, row
+``i*b*d + k*d + j`` of ``G`` and row ``i*c*d + l*d + j`` of ``X`` by index arithmetic and
+sums their product over the batch in complex128 on the host; a chain's oracle takes the
+dense gradient ``L^H G (R X)^H`` of each factor (``L``, ``R``: the dense products left and
+right of it, from conftest's oracles) at the factor's support.
+"""
+import numpy
+import pytest
+
+import kscupy as ks
+from conftest import DTYPES, RTOL, dense_oracle, random_array, rel_err, to_numpy
+
+BATCHES = [1, 3, 127]
+PATTERNS = [(1, 1, 1, 1), (2, 3, 4, 2), (1, 8, 8, 1), (4, 2, 2, 8), (3, 5, 1, 2), (1, 1, 7, 3)]
+
+
+def values_oracle(pattern, X, G, layout):
+    """``dw[i,k,l,j] = sum_n G[row, n] conj(X[col, n])`` in complex128, from the index
+    definition (bsf operands are transposed first)."""
+    a, b, c, d = pattern
+    X = to_numpy(X).astype(numpy.complex128)
+    G = to_numpy(G).astype(numpy.complex128)
+    if layout == "bsf":
+        X, G = X.T, G.T
+    i, k, l, j = numpy.meshgrid(numpy.arange(a), numpy.arange(b), numpy.arange(c),
+                                numpy.arange(d), indexing="ij")
+    rows, cols = i * b * d + k * d + j, i * c * d + l * d + j
+    return numpy.einsum("...n,...n->...", G[rows], numpy.conj(X[cols]))
+
+
+def operands(rng, K, B, layout, dtype, xp):
+    M, N = K.shape
+    X = random_array(rng, (N, B) if layout == "bsl" else (B, N), dtype)
+    G = random_array(rng, (M, B) if layout == "bsl" else (B, M), dtype)
+    return xp.asarray(X), xp.asarray(G)
+
+
+def tolerance(dtype):
+    # float16: every operand rounded to float16, sums in float32
+    return 5 * RTOL[numpy.dtype(dtype)] if numpy.dtype(dtype) == numpy.float16 \
+        else 20 * RTOL[numpy.dtype(dtype)]
+
+
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_values_gradient_against_the_definition(xp, rng, pattern, dtype, layout):
+    K = ks.KSMatrix.random(pattern, dtype=dtype, xp=xp, seed=int(rng.integers(2**31)))
+    for B in BATCHES:
+        X, G = operands(rng, K, B, layout, dtype, xp)
+        dX, dw = ks.vjp(K, X, G, layout=layout)
+        assert dw.shape == tuple(pattern) and dw.dtype == K.dtype
+        assert rel_err(dw, values_oracle(pattern, X, G, layout)) < tolerance(dtype), B
+        D = dense_oracle(to_numpy(K.values))
+        ref_dX = D.conj().T @ to_numpy(G) if layout == "bsl" else to_numpy(G) @ D.conj()
+        assert rel_err(dX, ref_dX) < tolerance(dtype), B
+        assert rel_err(ks.values_grad(K, X, G, layout=layout), values_oracle(
+            pattern, X, G, layout)) < tolerance(dtype)
+
+
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_a_long_batch_and_strided_operands(xp, rng, layout):
+    """B = 65537 (the issue's long batch) with operands that are strided views."""
+    pattern = (2, 4, 3, 2)
+    K = ks.KSMatrix.random(pattern, dtype=numpy.float64, xp=xp, seed=1)
+    X, G = operands(rng, K, 2 * 65537, layout, numpy.float64, xp)
+    X, G = (X[:, ::2], G[:, ::2]) if layout == "bsl" else (X[::2], G[::2])
+    dw = ks.values_grad(K, X, G, layout=layout)
+    assert rel_err(dw, values_oracle(pattern, X, G, layout)) < 1e-12
+
+
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.float64])
+def test_real_values_with_complex_operands_get_the_real_part(xp, rng, dtype):
+    K = ks.KSMatrix.random((2, 3, 2, 2), dtype=dtype, xp=xp, seed=2)
+    X, G = operands(rng, K, 5, "bsl", numpy.complex128, xp)
+    dw = ks.values_grad(K, X, G)
+    assert dw.dtype == numpy.float64
+    assert rel_err(dw, values_oracle(K.pattern, X, G, "bsl").real) < 1e-12
+
+
+def test_a_vector_operand(xp, rng):
+    K = ks.KSMatrix.random((2, 3, 4, 2), dtype=numpy.float64, xp=xp, seed=3)
+    X, G = operands(rng, K, 1, "bsl", numpy.float64, xp)
+    dX, dw = ks.vjp(K, X[:, 0], G[:, 0])
+    assert dX.shape == (K.shape[1],)
+    assert rel_err(dw, values_oracle(K.pattern, X, G, "bsl")) < 1e-12
+
+
+def chain_gradients_oracle(C, X, G, layout):
+    """Each factor's gradient from dense products: for ``Y = Lf K_l Rf X``, ``dK_l =
+    Lf^H G (Rf X)^H`` read at the factor's support; and ``dX = D^H G``."""
+    X = to_numpy(X).astype(numpy.complex128)
+    G = to_numpy(G).astype(numpy.complex128)
+    if layout == "bsf":
+        X, G = X.T, G.T
+    dense = [dense_oracle(to_numpy(f.values)) for f in C.factors]
+    P_out = numpy.eye(C.shape[0])
+    if C.output_permutation is not None:
+        P_out = P_out[to_numpy(C.output_permutation)]
+    P_in = numpy.eye(C.shape[1])
+    if C.input_permutation is not None:
+        P_in = P_in[to_numpy(C.input_permutation)]
+    out = []
+    for idx, f in enumerate(C.factors):
+        left = P_out
+        for D in dense[:idx]:
+            left = left @ D
+        right = P_in
+        for D in reversed(dense[idx + 1:]):
+            right = D @ right
+        full = left.conj().T @ G @ (right @ X).conj().T
+        a, b, c, d = f.pattern
+        i, k, l, j = numpy.meshgrid(numpy.arange(a), numpy.arange(b), numpy.arange(c),
+                                    numpy.arange(d), indexing="ij")
+        out.append(full[i * b * d + k * d + j, i * c * d + l * d + j])
+    D = P_out
+    for Dl in dense:
+        D = D @ Dl
+    dX = D @ P_in
+    dX = dX.conj().T @ G
+    return (dX if layout == "bsl" else dX.T), out
+
+
+@pytest.mark.parametrize("intermediates", ["keep", "recompute"])
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex128])
+def test_chain_gradients_with_permutations(xp, rng, dtype, layout, intermediates):
+    factors = [ks.KSMatrix.random(p, dtype=dtype, xp=xp, seed=s) for s, p in
+               enumerate([(1, 2, 3, 4), (2, 3, 2, 2), (4, 2, 2, 1)])]
+    M, N = factors[0].shape[0], factors[-1].shape[1]
+    C = ks.KSChain(factors, input_permutation=xp.asarray(rng.permutation(N)),
+                   output_permutation=xp.asarray(rng.permutation(M)))
+    X, G = operands(rng, C, 7, layout, dtype, xp)
+    dX, dws = ks.vjp(C, X, G, layout=layout, intermediates=intermediates)
+    ref_dX, ref_dws = chain_gradients_oracle(C, X, G, layout)
+    tol = 20 * RTOL[numpy.dtype(dtype)]
+    assert rel_err(dX, ref_dX) < tol
+    for dw, ref in zip(dws, ref_dws):
+        assert rel_err(dw, ref) < tol
+
+
+def test_structured_factors_have_no_gradient_and_the_input_still_does(xp, rng):
+    C = ks.dft(16, dtype=numpy.complex128, xp=xp)
+    X, G = operands(rng, C, 3, "bsl", numpy.complex128, xp)
+    dX, dws = ks.vjp(C, X, G)
+    assert all(dw is None for dw in dws)
+    D = to_numpy(C.todense())
+    assert rel_err(dX, D.conj().T @ to_numpy(G)) < 1e-12
+
+
+@pytest.mark.parametrize("wrt", ["values", "input"])
+def test_one_side_only(xp, rng, wrt):
+    C = ks.butterfly(16, dtype=numpy.float64, xp=xp, seed=4)
+    X, G = operands(rng, C, 3, "bsl", numpy.float64, xp)
+    dX, dws = ks.vjp(C, X, G, wrt=wrt)
+    full_dX, full_dws = ks.vjp(C, X, G)
+    if wrt == "values":
+        assert dX is None
+        for a, b in zip(dws, full_dws):
+            numpy.testing.assert_array_equal(to_numpy(a), to_numpy(b))
+    else:
+        assert dws is None
+        numpy.testing.assert_array_equal(to_numpy(dX), to_numpy(full_dX))
+
+
+@pytest.mark.parametrize("op", ["matrix", "butterfly", "chain_perm", "complex"])
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_gradcheck_passes_for_correct_gradients(op, layout):
+    rng = numpy.random.default_rng(5)
+    make = {"matrix": lambda: ks.KSMatrix.random((2, 3, 4, 2), seed=1),
+            "butterfly": lambda: ks.butterfly(16, seed=2),
+            "chain_perm": lambda: ks.KSChain([ks.KSMatrix.random((1, 4, 2, 2), seed=3),
+                                              ks.KSMatrix.random((2, 2, 4, 1), seed=4)],
+                                             input_permutation=rng.permutation(8)),
+            "complex": lambda: ks.monarch(16, blocks=4, dtype=numpy.complex64, seed=5)}[op]
+    assert ks.testing.gradcheck(make(), layout=layout, seed=6)
+
+
+def test_gradcheck_catches_a_wrong_gradient(monkeypatch):
+    """A gradient that forgets the conjugate fails the check (so the check can fail)."""
+    from kscupy.core import reference
+    right = reference.blocks_gradient
+    monkeypatch.setattr(reference, "blocks_gradient",
+                        lambda G, X, p, layout, xp: right(G, X.conj(), p, layout, xp))
+    K = ks.KSMatrix.random((2, 3, 4, 2), dtype=numpy.complex128, seed=1)
+    with pytest.raises(AssertionError, match="factor 0's values"):
+        ks.testing.gradcheck(K, seed=2)
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda K, X, G: ks.vjp(ks.dft(1009), X, G), TypeError, "KSMatrix or a KSChain"),
+    (lambda K, X, G: ks.vjp(K, X, G[:-1]), ValueError, "G must have the product's shape"),
+    (lambda K, X, G: ks.vjp(K, X[:-1], G), ValueError, "shape mismatch"),
+    (lambda K, X, G: ks.vjp(K, X, G, layout="col"), ValueError, "layout"),
+    (lambda K, X, G: ks.vjp(K, X, G, wrt="w"), ValueError, "wrt"),
+    (lambda K, X, G: ks.vjp(K, X, G, intermediates="some"), ValueError, "intermediates"),
+    (lambda K, X, G: ks.vjp(K, X, G.tolist()), TypeError, "a list as G"),
+    (lambda K, X, G: ks.vjp(K, X, G.astype(numpy.int64)), TypeError, "G of dtype int64"),
+])
+def test_bad_arguments_are_named(call, error, match):
+    K = ks.KSMatrix.random((2, 3, 4, 2), dtype=numpy.float64, seed=1)
+    rng = numpy.random.default_rng(0)
+    X, G = rng.standard_normal((16, 3)), rng.standard_normal((12, 3))
+    with pytest.raises(error, match=match):
+        call(K, X, G)

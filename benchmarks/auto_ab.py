@@ -92,6 +92,7 @@ def main(argv=None):
     for _ in range(args.rounds):
         for side in ("before", "after"):
             run = subprocess.run([sys.executable, __file__, "--worker", getattr(args, side),
+                                  "--before", args.before,
                                   "--cases", str(cases_file), "--out", args.out],
                                  capture_output=True, text=True, check=True)
             line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")][-1]

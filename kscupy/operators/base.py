@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy
 
-from ..core import arrays, memory
+from ..core import arrays, foreign, memory
 from ..dask import is_dask_array, matmul as dask_matmul
 from ..engine.runs import for_vectors
 
@@ -34,7 +34,7 @@ def _an_operand(other) -> bool:
         arrays.array_module(other)
         return True
     except TypeError:
-        return arrays.is_refused_operand(other)
+        return arrays.is_refused_operand(other) or foreign.is_foreign(other)
 
 
 def _sum_error(left, right) -> TypeError:
@@ -151,6 +151,9 @@ class KSOperator:
         """
         runs = self._runs()
         if runs is None or type(X) is not self._xp.ndarray:
+            if foreign.is_foreign(X):           # a PyTorch, JAX, ... array: through DLPack
+                taken = foreign.take(X)
+                return taken.back(self.matmul(taken.native, layout=layout, backend=backend))
             return self._prepare(X, layout, backend)(X)
         run = runs.get(X, layout, backend)
         if run is None:

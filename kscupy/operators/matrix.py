@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy
 
 from .. import engine
-from ..core import arrays, memory, reference
+from ..core import arrays, foreign, memory, reference
 from ..core.factor import Factor
 from ..core.pattern import KSPattern
 from ..core.structure import DFTStage
@@ -23,9 +23,11 @@ class KSMatrix(KSOperator):
 
     and stored *pre-tiled*: an array of shape ``(a, d, b, c)`` in which the dense ``b × c``
     block of every group ``(i, j)`` is contiguous, so multiplies never re-lay out weights.
-    The array module of the values decides where the matrix lives: NumPy values give a
-    CPU matrix, CuPy values a GPU matrix; ``xp=cupy`` (or ``xp=numpy``) stores them in the
-    other module instead, tiled (and checked against ``structure``) where they are given.
+    The values are copied. Their array module decides where the matrix lives: NumPy values
+    give a CPU matrix, CuPy values a GPU matrix (a PyTorch or JAX array, or another
+    library's that exports DLPack, counts as the NumPy or CuPy array of its memory);
+    ``xp=cupy`` (or ``xp=numpy``) stores them in the other module instead, tiled (and
+    checked against ``structure``) where they are given.
     ``structure``: a declared structure of the values (:class:`kscupy.DFTStage`), checked
     here (ValueError when the values do not have it).
 
@@ -46,7 +48,10 @@ class KSMatrix(KSOperator):
     once). When the operands' dtypes differ, the one of lower
     precision is converted to the result dtype for the product (the matrix's converted
     values are kept for the next product; :meth:`clear_cache` releases them). NumPy and CuPy
-    operands must not be mixed (TypeError). ``T``, ``H`` and ``conj()`` return views that
+    operands must not be mixed (TypeError). Another library's array (PyTorch, JAX, any
+    that exports ``__dlpack__``) is multiplied without a copy as the NumPy or CuPy array of
+    its memory, and the result comes back as that library's array
+    (:mod:`kscupy.core.foreign`). ``T``, ``H`` and ``conj()`` return views that
     share the stored values. Below this class, every layer sees the matrix through its
     :attr:`factor` (:class:`kscupy.core.factor.Factor`).
 
@@ -60,6 +65,8 @@ class KSMatrix(KSOperator):
     """
 
     def __init__(self, values, structure=None, *, xp=None):
+        if foreign.is_foreign(values):          # a PyTorch, JAX, ... array: through DLPack
+            values = foreign.take(values, "values").native
         source = arrays.plain_array_module(values, "values")
         if xp is None:
             xp = source
@@ -73,7 +80,9 @@ class KSMatrix(KSOperator):
                              f"got an array of shape {values.shape}")
         pattern = KSPattern.of(values.shape)   # also rejects empty axes
         with arrays.device_of(values):        # tiled (and checked) where the values are
-            tiles = source.ascontiguousarray(values.transpose(0, 3, 1, 2))
+            # always a copy: values whose (a, d, b, c) view is contiguous already would
+            # otherwise be shared with the caller's array
+            tiles = source.array(values.transpose(0, 3, 1, 2), order="C", copy=True)
         factor = Factor.of_blocks(tiles, pattern, declared=structure)
         if structure is not None and factor.structure is None:
             raise ValueError(f"the values of pattern {tuple(pattern)} do not have the declared "

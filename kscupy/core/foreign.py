@@ -1,0 +1,85 @@
+"""Arrays of other libraries (PyTorch, JAX, ...) through DLPack: taken in without a copy as
+NumPy or CuPy arrays, and results handed back as the caller's type.
+
+An array is *foreign* when it is no NumPy or CuPy array but exports ``__dlpack__`` and
+``__dlpack_device__`` (the array API standard's interchange). :func:`take` views it as a
+NumPy array (CPU memory) or a CuPy array (CUDA memory, on its device), zero-copy:
+``cupy.from_dlpack`` passes CuPy's current stream to the producer, which orders its pending
+work before it. The result goes back through the producing library's own ``from_dlpack``,
+found among the modules already imported (kscupy imports no framework): ``torch``'s,
+``jax.dlpack``'s, or ``from_dlpack`` of the producer's top-level module.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import numpy
+
+__all__ = ["Foreign", "is_foreign", "take"]
+
+#: DLPack device types (``DLDeviceType``) whose memory NumPy reads, and CuPy.
+_CPU = (1, 3)           # kDLCPU, kDLCUDAHost (pinned host memory)
+_CUDA = (2, 13)         # kDLCUDA, kDLCUDAManaged
+
+#: The ``from_dlpack`` of the libraries whose array types' modules are not the library
+#: itself (a JAX array's class lives in ``jaxlib``): ``(module, attribute)``.
+_JAX = (("jax.dlpack", "from_dlpack"), ("jax.numpy", "from_dlpack"))
+_FROM_DLPACK = {"jaxlib": _JAX, "jax": _JAX, "torch": (("torch", "from_dlpack"),)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Foreign:
+    """A foreign array taken in: ``native`` its NumPy or CuPy view, ``back(result)`` a
+    NumPy or CuPy result as the caller's type (the result itself where the producer offers
+    no ``from_dlpack``), ``library`` the producer's top-level module name."""
+    native: object
+    back: object
+    library: str
+
+
+def is_foreign(x) -> bool:
+    """Whether ``x`` is an array of another library that DLPack can hand over."""
+    if isinstance(x, numpy.ndarray) or type(x).__module__.split(".")[0] == "cupy":
+        return False
+    return hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__")
+
+
+def take(x, role: str = "operand") -> Foreign:
+    """``x`` (a foreign array, :func:`is_foreign`) as a NumPy or CuPy array sharing its
+    memory. TypeError naming the fix for memory kscupy cannot reach (another device type)
+    or a dtype NumPy and CuPy cannot hold (bfloat16)."""
+    library = type(x).__module__.split(".")[0]
+    device_type, device_id = (int(v) for v in x.__dlpack_device__())
+    try:
+        if device_type in _CPU:
+            native = numpy.from_dlpack(x)
+        elif device_type in _CUDA:
+            from .arrays import gpu_module
+            cupy, why = gpu_module()
+            if cupy is None:
+                raise TypeError(f"a {library} array in GPU memory as {role}, but {why}")
+            with cupy.cuda.Device(device_id):
+                native = cupy.from_dlpack(x)
+        else:
+            raise TypeError(f"a {library} array on DLPack device type {device_type} as "
+                            f"{role}: kscupy runs on the CPU (NumPy) and on CUDA GPUs (CuPy)")
+    except (BufferError, ValueError, RuntimeError) as exc:
+        dtype = str(getattr(x, "dtype", "")).lower()
+        if "bfloat16" in dtype:
+            raise TypeError(f"a bfloat16 {library} array as {role}: NumPy and CuPy hold no "
+                            f"bfloat16 and kscupy does not compute in it; convert it to "
+                            f"float32 (or float16) first") from None
+        raise TypeError(f"a {library} array as {role} could not be taken through DLPack "
+                        f"({exc}); convert it to a NumPy or CuPy array") from None
+    return Foreign(native, _back_to(library), library)
+
+
+def _back_to(library: str):
+    """The producer's ``from_dlpack``, if its library is imported and has one, else the
+    identity."""
+    for module_name, attribute in _FROM_DLPACK.get(library, ((library, "from_dlpack"),)):
+        convert = getattr(sys.modules.get(module_name), attribute, None)
+        if callable(convert):
+            return convert
+    return lambda result: result

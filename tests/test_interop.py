@@ -1,0 +1,151 @@
+"""Arrays of other libraries through DLPack (kscupy.core.foreign): products take them
+without a copy and hand results back as the caller's type; KSMatrix takes them as values.
+
+A stand-in library (``standin``, registered in ``sys.modules`` as an imported framework
+would be) holds NumPy memory behind ``__dlpack__`` and has its own ``from_dlpack``, so the
+mechanics are tested on any machine; PyTorch and JAX are tested where they import (CPU
+tensors here, CUDA tensors in the GPU suite). Results are compared with a float64 oracle
+from the definition (conftest)."""
+import sys
+import types
+
+import numpy
+import pytest
+
+import kscupy as ks
+from conftest import dense_oracle, gpu_available, GPU_REASON, random_array, rel_err, to_numpy
+
+
+class StandIn:
+    """An array of another library: NumPy memory behind DLPack, no ``__array__``, no
+    ``@`` of its own for KS operators."""
+    __module__ = "standin"
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+    @property
+    def dtype(self):
+        return self.array.dtype
+
+
+@pytest.fixture
+def standin(monkeypatch):
+    module = types.ModuleType("standin")
+    module.from_dlpack = lambda x: StandIn(numpy.from_dlpack(x))
+    monkeypatch.setitem(sys.modules, "standin", module)
+    return module
+
+
+def test_products_take_and_give_the_callers_arrays(standin, rng):
+    K = ks.KSMatrix(random_array(rng, (2, 3, 4, 2), numpy.float64))
+    D = dense_oracle(to_numpy(K.values))
+    X = random_array(rng, (16, 5), numpy.float64)
+    Y = K @ StandIn(X)
+    assert isinstance(Y, StandIn) and rel_err(Y.array, D @ X) < 1e-12
+    Z = StandIn(X.T.copy()) @ K.T                      # batch-size-first, through __rmatmul__
+    assert isinstance(Z, StandIn) and rel_err(Z.array, X.T @ D.T) < 1e-12
+    C = ks.KSChain([K, ks.KSMatrix(random_array(rng, (4, 4, 3, 1), numpy.float64))])
+    V = C.matmul(StandIn(random_array(rng, (12, 3), numpy.float64)), layout="bsl")
+    assert isinstance(V, StandIn) and V.array.shape == (12, 3)
+
+
+def test_the_operand_is_read_in_place(standin, rng):
+    """Zero-copy: the product reads the caller's memory (a strided view included)."""
+    K = ks.KSMatrix(random_array(rng, (1, 4, 4, 1), numpy.float64))
+    X = random_array(rng, (4, 6), numpy.float64)
+    seen = []
+    real_take = ks.core.foreign.take
+
+    def take(x, role="operand"):
+        taken = real_take(x, role)
+        seen.append(numpy.shares_memory(taken.native, X))
+        return taken
+    import kscupy.core.foreign as foreign
+    foreign.take = take
+    try:
+        Y = K @ StandIn(X[:, ::2])
+    finally:
+        foreign.take = real_take
+    assert seen == [True]
+    assert rel_err(Y.array, dense_oracle(to_numpy(K.values)) @ X[:, ::2]) < 1e-12
+
+
+def test_values_from_another_library_are_copied(standin, rng):
+    w = random_array(rng, (2, 3, 4, 2), numpy.float32)
+    K = ks.KSMatrix(StandIn(w))
+    w[...] = 0                                         # the caller's memory changes
+    assert numpy.abs(to_numpy(K.values)).max() > 0
+
+
+def test_values_whose_tiled_view_is_contiguous_are_copied_too(rng):
+    """Values that are the (a, b, c, d) view of an (a, d, b, c) array, as K.values is, are
+    copied like any others (they were once shared with the caller's array)."""
+    w = random_array(rng, (2, 5, 3, 4), numpy.float64).transpose(0, 2, 3, 1)
+    K = ks.KSMatrix(w)
+    before = dense_oracle(w)
+    w[...] = 0
+    numpy.testing.assert_array_equal(K.todense(), before.real)
+
+
+def test_a_library_without_from_dlpack_gets_numpy_back(monkeypatch, rng):
+    monkeypatch.setitem(sys.modules, "standin", types.ModuleType("standin"))
+    K = ks.KSMatrix(random_array(rng, (1, 2, 2, 1), numpy.float64))
+    Y = K @ StandIn(random_array(rng, (2, 3), numpy.float64))
+    assert isinstance(Y, numpy.ndarray)
+
+
+def test_unreachable_memory_and_bfloat16_are_named(standin):
+    class Elsewhere(StandIn):
+        def __dlpack_device__(self):
+            return (14, 0)                             # kDLOneAPI: no module here reads it
+
+    class Brain(StandIn):
+        dtype = "torch.bfloat16"
+
+        def __dlpack__(self, **kwargs):
+            raise BufferError("unsupported dtype")
+    K = ks.KSMatrix.random((1, 2, 2, 1), dtype=numpy.float32)
+    with pytest.raises(TypeError, match="device type 14"):
+        K @ Elsewhere(numpy.ones((2, 1), numpy.float32))
+    with pytest.raises(TypeError, match="bfloat16 .* convert it to float32"):
+        K @ Brain(numpy.ones((2, 1), numpy.float32))
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_pytorch_tensors(device, rng):
+    torch = pytest.importorskip("torch")
+    if device == "cuda":
+        if not gpu_available() or not torch.cuda.is_available():
+            pytest.skip(GPU_REASON)
+        import cupy as xp
+    else:
+        xp = numpy
+    w = random_array(rng, (2, 8, 4, 2), numpy.float32)
+    K = ks.KSMatrix(torch.from_numpy(w).to(device))
+    assert K.xp is xp
+    X = torch.from_numpy(random_array(rng, (16, 7), numpy.float32)).to(device)
+    Y = K @ X
+    assert isinstance(Y, torch.Tensor) and Y.device == X.device and Y.dtype == torch.float32
+    assert rel_err(Y.cpu().numpy(), dense_oracle(w) @ X.cpu().numpy()) < 1e-5
+    Z = X.T @ K.T
+    assert isinstance(Z, torch.Tensor)
+    assert rel_err(Z.cpu().numpy(), Y.cpu().numpy().T) < 1e-5
+
+
+def test_jax_arrays(rng):
+    jnp = pytest.importorskip("jax.numpy")
+    w = random_array(rng, (2, 4, 4, 2), numpy.float32)
+    K = ks.KSMatrix(w)
+    X = jnp.asarray(random_array(rng, (16, 3), numpy.float32))
+    Y = K @ X if K.xp is numpy and "cpu" in str(X.devices()).lower() else None
+    if Y is None:
+        pytest.skip("JAX arrays here are on a device other than the CPU")
+    assert type(Y).__module__.split(".")[0] in ("jax", "jaxlib")
+    assert rel_err(numpy.asarray(Y), dense_oracle(w) @ numpy.asarray(X)) < 1e-5

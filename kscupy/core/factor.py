@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import uuid
 
 import numpy
 
@@ -45,6 +46,11 @@ class FactorCache(dict):
     """What is derived from one set of stored values (dense and CSR matrices, converted
     copies, prepared GPU runs), shared by the views of the storage.
 
+    ``values_id`` names the values themselves, unique across processes (a UUID): copies
+    of an operator (pickled, deep-copied, moved) carry it, a write gives the new values a
+    new one, so that what depends on the values alone (a chain's plan) can be shared by
+    every copy of them (:func:`kscupy.engine.planner.cached_plan`).
+
     ``generation`` names the values the cache derives from: a new cache takes a new number,
     and so does one whose values were replaced (:meth:`invalidate`). Whoever keeps something
     derived from the values outside this dict (a chain plan keeps merged factors, a chain's
@@ -54,9 +60,10 @@ class FactorCache(dict):
     cache has, so what it derives from the old values is never taken for the new ones'.
     """
 
-    def __init__(self):
+    def __init__(self, values_id: str | None = None):
         super().__init__()
         self.generation = next(_GENERATIONS)
+        self.values_id = values_id or uuid.uuid4().hex
 
     def invalidate(self):
         """The values changed: drop everything derived from them."""
@@ -119,11 +126,13 @@ class Factor:
                            self.stored.transpose() if self.transposed else self.stored)
 
     @classmethod
-    def of_blocks(cls, tiles, pattern, declared=None) -> "Factor":
+    def of_blocks(cls, tiles, pattern, declared=None, values_id=None) -> "Factor":
         """A new factor owning ``tiles`` (``(a, d, b, c)``, C-contiguous) of ``pattern``,
         with the structure ``declared`` for its values (not checked here: see
-        :attr:`structure`)."""
-        return cls(Storage(tiles), KSPattern.of(pattern), declared=declared)
+        :attr:`structure`); ``values_id``: the :attr:`FactorCache.values_id` of the values
+        when they are a copy of another factor's (default: new values, a new id)."""
+        return cls(Storage(tiles, FactorCache(values_id)), KSPattern.of(pattern),
+                   declared=declared)
 
     @property
     def tiles(self):
@@ -345,11 +354,12 @@ class FactorChain:
     factors: tuple
     input_permutation: object = None
     output_permutation: object = None
+    #: names the permutations (a UUID a chain's copies share), as values_id names values
+    permutations_id: str = ""
 
     def pinned(self) -> "FactorChain":
         """This chain with every factor held to the values stored now (:meth:`Factor.pinned`)."""
-        return FactorChain(tuple(f.pinned() for f in self.factors), self.input_permutation,
-                           self.output_permutation)
+        return dataclasses.replace(self, factors=tuple(f.pinned() for f in self.factors))
 
     @property
     def applied(self) -> tuple:

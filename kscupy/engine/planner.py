@@ -22,11 +22,15 @@ the kernels' tests and probes.
 
 :func:`cached_plan` keeps plans per layout, dtype and batch bucket, valid while the
 decisions they were priced with and the factors' values stand (a plan may hold merged
-factors).
+factors), in the chain and in a table shared by the process, keyed by the names of the
+values and permutations (:class:`~kscupy.core.factor.FactorCache`): a copy of a chain
+(unpickled on a dask worker, deep-copied, moved) finds the plan of the chain it copies.
 """
 from __future__ import annotations
 
+import collections
 import math
+import threading
 
 import numpy
 
@@ -61,18 +65,55 @@ PAIR_MARGIN = 0.85
 PLAN_BUCKET_CAP = 65536
 
 
+#: Plans the process keeps for copies of chains (:func:`cached_plan`), the least recently
+#: used dropped first. A kept plan holds the values of the chain it was made for (its
+#: steps hold the factors), so the table is small in count and in the bytes of those values
+#: (a chain larger than that is not kept).
+SHARED_PLANS = 32
+SHARED_PLAN_BYTES = 256 * 2**20
+_SHARED = collections.OrderedDict()     # name -> (decide.epoch, plan, bytes of values)
+_SHARED_LOCK = threading.Lock()
+
+
 def cached_plan(chain: FactorChain, layout: str, dtype, batch: int, plans: dict,
                 fuse: str = "auto") -> ChainPlan:
     """:func:`plan` for the current GPU, kept in ``plans`` (the chain's, see
     :class:`kscupy.engine.runs.PreparedRuns`) per layout, dtype, batch bucket and ``fuse``,
-    and made anew when the decisions or the factors' values it was made with changed."""
+    and made anew when the decisions or the factors' values it was made with changed. A
+    plan made for a chain of the same values and permutations (a copy of this one) under
+    the same decisions on the same device is taken from the process's table instead of
+    made again."""
     dtype = numpy.dtype(dtype)
     key = (layout, dtype, min(batch_bucket(batch), PLAN_BUCKET_CAP), fuse)
     valid_for = (decide.epoch, tuple(f.cache.generation for f in chain.factors))
     found = plans.get(key)
     if found is None or found[0] != valid_for:
-        found = plans[key] = (valid_for, plan(chain, layout, dtype, max(batch, 1), fuse=fuse))
+        found = plans[key] = (valid_for, _shared_plan(chain, key, batch))
     return found[1]
+
+
+def _shared_plan(chain: FactorChain, key: tuple, batch: int) -> ChainPlan:
+    """The plan of ``chain`` for ``key`` from the process's table, made and kept there
+    when it is not (or was made under other decisions)."""
+    layout, dtype, _, fuse = key
+    nbytes = sum(f.tiles.nbytes for f in chain.factors)
+    permuted = chain.input_permutation is not None or chain.output_permutation is not None
+    if nbytes > SHARED_PLAN_BYTES or (permuted and not chain.permutations_id):
+        return plan(chain, layout, dtype, max(batch, 1), fuse=fuse)
+    named = (tuple((f.cache.values_id, f.transposed, f.conjugated) for f in chain.factors),
+             chain.permutations_id, devices.current()) + key
+    with _SHARED_LOCK:
+        found = _SHARED.pop(named, None)
+        if found is not None and found[0] == decide.epoch:
+            _SHARED[named] = found                      # now the most recently used
+            return found[1]
+    made = plan(chain, layout, dtype, max(batch, 1), fuse=fuse)
+    with _SHARED_LOCK:
+        _SHARED[named] = (decide.epoch, made, nbytes)
+        while len(_SHARED) > SHARED_PLANS or \
+                sum(entry[2] for entry in _SHARED.values()) > SHARED_PLAN_BYTES:
+            _SHARED.popitem(last=False)
+    return made
 
 
 def _factor_seconds(factor, batch, dtype, layout, device, backend):

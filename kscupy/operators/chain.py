@@ -1,6 +1,8 @@
 """KSChain: a product ``K1 @ K2 @ ... @ KL`` of KS factors, applied right to left."""
 from __future__ import annotations
 
+import uuid
+
 import numpy
 
 from .. import engine
@@ -97,20 +99,24 @@ class KSChain(KSOperator):
         with arrays.device_of(perm):
             return perm.copy()
 
-    def _set(self, factors, input_permutation, output_permutation):
+    def _set(self, factors, input_permutation, output_permutation, permutations_id=None):
         self._factors = tuple(factors)
         self._xp = self._factors[0].xp
         self._in, self._out = input_permutation, output_permutation
+        # the permutations never change: copies of the chain carry this name of them
+        self._permutations_id = permutations_id or uuid.uuid4().hex
         self._target = FactorChain(tuple(f.factor for f in self._factors),
-                                   input_permutation, output_permutation)
+                                   input_permutation, output_permutation,
+                                   self._permutations_id)
         self._views = {}      # "T", "H" -> the transposed / adjoint chain (see T)
         self._prepared = None if self._xp is numpy else engine.PreparedRuns(self._target)
 
     @classmethod
-    def _make(cls, factors, input_permutation, output_permutation):
-        """A chain from already validated parts."""
+    def _make(cls, factors, input_permutation, output_permutation, permutations_id=None):
+        """A chain from already validated parts (``permutations_id``: that of the chain
+        whose permutations these are, for a copy)."""
         obj = cls.__new__(cls)
-        obj._set(factors, input_permutation, output_permutation)
+        obj._set(factors, input_permutation, output_permutation, permutations_id)
         return obj
 
     # -- attributes ----------------------------------------------------------------------
@@ -172,7 +178,8 @@ class KSChain(KSOperator):
     def _reversed(self, op):
         # (P_out K1 ... KL P_in)^T = P_in^T KL^T ... K1^T P_out^T, and P^T gathers by P^{-1}.
         inv = lambda p: None if p is None else inverse_permutation(p, self._xp)  # noqa: E731
-        return KSChain._make([op(f) for f in reversed(self._factors)], inv(self._out), inv(self._in))
+        return KSChain._make([op(f) for f in reversed(self._factors)], inv(self._out),
+                             inv(self._in), self._permutations_id + ":reversed")
 
     # T and H are kept (and link back), so that `X @ C.T`, which applies C.T.T, finds the
     # chain whose plans are already cached instead of planning a fresh copy on every call.
@@ -191,7 +198,8 @@ class KSChain(KSOperator):
         return self._kept_view("H", lambda f: f.H)
 
     def conj(self) -> "KSChain":
-        return KSChain._make([f.conj() for f in self._factors], self._in, self._out)
+        return KSChain._make([f.conj() for f in self._factors], self._in, self._out,
+                             self._permutations_id)
 
     # -- multiplication --------------------------------------------------------------------
     @staticmethod
@@ -220,17 +228,18 @@ class KSChain(KSOperator):
     def __reduce__(self):
         # pickle and deepcopy carry the factors and the permutations; plans and kept views
         # are rebuilt on first use
-        return KSChain._make, (self._factors, self._in, self._out)
+        return KSChain._make, (self._factors, self._in, self._out, self._permutations_id)
 
     def _map_arrays(self, convert):
         perm = lambda p: None if p is None else convert(p)  # noqa: E731
         return KSChain._make([f._map_arrays(convert) for f in self._factors], perm(self._in),
-                             perm(self._out))
+                             perm(self._out), self._permutations_id)
 
     def _scaled(self, alpha, divide):
         # the product is scaled once: through its leftmost factor
         first = self._factors[0]._scaled(alpha, divide)
-        return KSChain._make([first, *self._factors[1:]], self._in, self._out)
+        return KSChain._make([first, *self._factors[1:]], self._in, self._out,
+                             self._permutations_id)
 
 
 def compose(left, right) -> KSChain:

@@ -322,20 +322,24 @@ class KSMatrix(KSOperator):
         return self._factor.tiles.transpose(0, 2, 3, 1)
 
     @staticmethod
-    def _rebuild(values, transposed, conjugated, structure=None) -> "KSMatrix":
-        """A fresh matrix from canonical stored values, viewed as asked (no caches)."""
-        return KSMatrix.of_factor(KSMatrix(values, structure).factor.view(transposed,
-                                                                          conjugated))
+    def _rebuild(values, transposed, conjugated, structure=None, values_id=None) -> "KSMatrix":
+        """A fresh matrix from canonical stored values, viewed as asked (no caches);
+        ``values_id``: the name of the values it copies (see
+        :class:`~kscupy.core.factor.FactorCache`), which its copy keeps."""
+        factor = KSMatrix(values, structure).factor
+        if values_id is not None:
+            factor.cache.values_id = values_id
+        return KSMatrix.of_factor(factor.view(transposed, conjugated))
 
     def __reduce__(self):
-        # pickle and deepcopy carry the stored values, the view flags and the structure
-        # that still holds, not the caches
+        # pickle and deepcopy carry the stored values, the view flags, the structure that
+        # still holds and the values' name, not the caches
         return KSMatrix._rebuild, ((self._stored_values(),) + self.view_flags
-                                   + (self.structure,))
+                                   + (self.structure, self._factor.cache.values_id))
 
     def _map_arrays(self, convert):
         return KSMatrix._rebuild(convert(self._stored_values()), *self.view_flags,
-                                 self.structure)
+                                 self.structure, self._factor.cache.values_id)
 
     def _scaled(self, alpha, divide):
         values = self._canonical_values().astype(arrays.result_dtype(self.dtype, alpha))

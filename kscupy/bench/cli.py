@@ -18,7 +18,7 @@ from .results import read_results
 
 __all__ = ["main", "parser", "SUITES"]
 
-SUITES = ("grid", "sweep", "engine", "portability", "chains")
+SUITES = ("grid", "sweep", "engine", "portability", "chains", "scale")
 #: What ``--suite all`` runs (with ``--quick``, grid and chains), and the small sample
 #: ``--quick`` takes of each (values as their options' types give them).
 ALL = ("grid", "sweep", "chains")
@@ -27,7 +27,7 @@ QUICK = {"count": 4, "sizes": [256, 1024], "elements": 2**22, "hadamard": [1024]
 
 
 def parser() -> argparse.ArgumentParser:
-    from . import chains, engine, patterns, portability
+    from . import chains, engine, patterns, portability, scale
     p = argparse.ArgumentParser(
         prog="python -m kscupy bench",
         description="Run kscupy's benchmark suites on the GPU (medians of the CUDA-event "
@@ -47,6 +47,7 @@ def parser() -> argparse.ArgumentParser:
     engine.add_arguments(p)
     portability.add_arguments(p)
     chains.add_arguments(p)
+    scale.add_arguments(p)
     return p
 
 
@@ -139,7 +140,7 @@ def _run(args, baselines):
         print(f"python -m kscupy bench times GPU kernels and needs a GPU: {why}. "
               f"(python -m kscupy demo --cpu runs on the CPU.)", file=sys.stderr)
         return 2
-    from . import chains, engine, patterns, portability
+    from . import chains, engine, patterns, portability, scale
     _make_folder(out)
     if baselines.name is None:
         print("baselines: CuPy's BMM, cuBLAS dense and cuFFT (the repository's "
@@ -162,8 +163,12 @@ def _run(args, baselines):
         args.out = str(out / "chains.json")
         chains.main(args, baselines)
         written.append(args.out)
+    if "scale" in suites:        # no plot: a table of a few rows
+        args.out = str(out / "scale.json")
+        scale.main(args, baselines)
     try:
-        plot(written, out)
+        if written:
+            plot(written, out)
     except ImportError:
         print("(no plots: matplotlib is not installed; pip install kscupy[bench])")
     print(f"\nresults and plots in {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")

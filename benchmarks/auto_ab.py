@@ -80,9 +80,9 @@ def main(argv=None):
     if args.worker:
         return _worker(args.worker, args.cases)
     sys.path.insert(0, str(HERE.parent))
-    from kscupy.bench.engine import _samples
+    from kscupy.bench.engine import samples
     from kscupy.bench.timing import run_metadata
-    patterns = _samples(["default"], args.count, 0)["default"]
+    patterns = samples(["default"], args.count, 0)["default"]
     cases = [(list(p), lay, dt, int(B)) for dt in args.dtypes.split(",")
              for B in args.batches.split(",") for p in patterns for lay in ("bsl", "bsf")]
     out = pathlib.Path(args.out)

@@ -60,7 +60,7 @@ LEAD = {"default": "auto", "tf32": "auto_tf32"}
 #: ... and in batch-size-first, at default precision: the kernel between two transposes.
 KSCUPY_BSF = ("kernel_bsl",)
 ORACLE_COLUMNS = 256
-#: The samples of the paper's grid a run can take (:func:`_samples`).
+#: The samples of the paper's grid a run can take (:func:`samples`).
 SAMPLES = ("default", "heldout")
 #: A row whose lead method reads below this fraction of the best baseline is timed again.
 RETIME_BELOW = 0.95
@@ -99,7 +99,9 @@ def measure_ceilings(baselines=NONE):
     return out
 
 
-def _floor(pattern, B, dtype, precision, ceilings):
+def floor_seconds(pattern, B, dtype, precision, ceilings):
+    """The row's floor: the slower of moving its bytes at the copy bandwidth and its flops at
+    the dtype's GEMM rate, both measured in the run (``ceilings``)."""
     p = KSPattern(*pattern)
     M, N = p.shape
     isz = numpy.dtype(dtype).itemsize
@@ -213,7 +215,7 @@ def bench_row(pattern, layout, dtype, precision, sample, args, ceilings, *, batc
     ref = oracle(K, inputs[0], layout)
     row = {"suite": suite, "sample": sample, "pattern": list(pattern), "layout": layout,
            "dtype": dtype, "precision": precision, "batch": B,
-           "floor_s": _floor(pattern, B, dtype, precision, ceilings), "seconds": {}, "relerr": {}}
+           "floor_s": floor_seconds(pattern, B, dtype, precision, ceilings), "seconds": {}, "relerr": {}}
     time_methods(row, methods, inputs, ref, layout, timer)
     retime_misses(row, methods, inputs, timer)
     # after auto ran: on a close call of the model its first run timed the two best
@@ -221,10 +223,16 @@ def bench_row(pattern, layout, dtype, precision, sample, args, ceilings, *, batc
     row[f"{LEAD[precision]}_choice"] = decide.choose(problem_of(K.factor, inputs[0], layout),
                                                      precision=precision).backend
     del inputs
+    release(K, baselines)
+    return row
+
+
+def release(K, baselines):
+    """Free what a row held: the matrix's cached copies, CuPy's pooled memory, the
+    baselines' copies."""
     K.clear_cache()
     cupy.get_default_memory_pool().free_all_blocks()
     baselines.release()
-    return row
 
 
 def speedup(row, method):
@@ -301,7 +309,9 @@ def check_append(args, out):
                              f"float16 rows: start a new file")
 
 
-def _samples(names, count, seed):
+def samples(names, count, seed):
+    """``{name: patterns}`` of the samples ``names`` of the paper's grid: the stratified
+    sample of ``count`` and the held-out one (``count`` others, drawn with ``seed``)."""
     grid = paper_grid()
     default = stratified_sample(grid, count)
     out = {}
@@ -376,9 +386,9 @@ def main(args, baselines=NONE):
                   "rows": []}
     else:
         result.setdefault("commands", []).append(meta["command"])
-    samples = _samples(args.samples, args.count, seed)
+    drawn = samples(args.samples, args.count, seed)
     cases = [(p, lay, dt, prec, name) for dt, prec in row_kinds(args.dtypes, args.precisions)
-             for name, pats in samples.items() for p in pats for lay in args.layouts]
+             for name, pats in drawn.items() for p in pats for lay in args.layouts]
     done = {(tuple(r["pattern"]), r["layout"], r["dtype"], r["precision"], r["sample"])
             for r in result["rows"]}
     for case in progress([c for c in cases if c not in done], desc="engine"):

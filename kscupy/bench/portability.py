@@ -94,7 +94,7 @@ def rows_of_case(pattern, layout, dtype, B, archs, args, ceilings, baselines=NON
             row = {"suite": "patterns", "sample": "default", "pattern": list(pattern),
                    "layout": layout, "dtype": dtype, "precision": "default", "batch": B,
                    "emulated_arch": arch,
-                   "floor_s": engine._floor(pattern, B, dtype, "default", ceilings),
+                   "floor_s": engine.floor_seconds(pattern, B, dtype, "default", ceilings),
                    "seconds": dict(base["seconds"]), "relerr": dict(base["relerr"])}
             engine.time_methods(row, auto, inputs, ref, layout, _throughput)
             engine.retime_misses(row, {**auto, **base_methods}, inputs, _throughput)
@@ -102,9 +102,7 @@ def rows_of_case(pattern, layout, dtype, B, archs, args, ceilings, baselines=NON
             Ka.clear_cache()
         rows.append(row)
     del inputs
-    K.clear_cache()
-    cupy.get_default_memory_pool().free_all_blocks()
-    baselines.release()
+    engine.release(K, baselines)
     return rows
 
 
@@ -133,7 +131,7 @@ def main(args, baselines=NONE):
                   "emulated_rates": {arch: _rates(arch) for arch in args.archs}, "rows": []}
     else:
         result.setdefault("commands", []).append(meta["command"])
-    patterns = engine._samples(["default"], args.count, 0)["default"]
+    patterns = engine.samples(["default"], args.count, 0)["default"]
     cases = [(p, lay, dt, B) for dt in args.dtypes for B in args.batches
              for p in patterns for lay in args.layouts]
     done = {(tuple(r["pattern"]), r["layout"], r["dtype"], r["batch"]) for r in result["rows"]

@@ -394,8 +394,14 @@ def main(args, baselines=NONE):
     for case in progress([c for c in cases if c not in done], desc="engine"):
         result["rows"].append(bench_row(*case, args, ceilings, baselines=baselines))
         out.write_text(json.dumps(result))
+    finish(result, out, time.time() - t0)
+
+
+def finish(result, out, seconds):
+    """Summarize the rows of an engine-schema ``result`` into it, add ``seconds`` to its
+    running time, write it to ``out`` and print the summary."""
     result["summary"] = summarize(result["rows"])
-    result["seconds"] = result.get("seconds", 0) + time.time() - t0
+    result["seconds"] = result.get("seconds", 0) + seconds
     out.write_text(json.dumps(result, indent=1))
     print(f"\n{result['device']}, {len(result['rows'])} rows")
     for key, s in result["summary"].items():

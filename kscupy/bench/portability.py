@@ -139,13 +139,7 @@ def main(args, baselines=NONE):
     for case in progress([c for c in cases if c not in done], desc="portability"):
         result["rows"] += rows_of_case(*case, args.archs, args, ceilings, baselines)
         out.write_text(json.dumps(result))
-    result["summary"] = engine.summarize(result["rows"])
-    result["seconds"] = result.get("seconds", 0) + time.time() - t0
-    out.write_text(json.dumps(result, indent=1))
-    print(f"\n{result['device']}, {len(result['rows'])} rows")
-    for key, s in result["summary"].items():
-        print(key, " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                            for k, v in s.items()))
+    engine.finish(result, out, time.time() - t0)
 
 
 def _rates(arch):

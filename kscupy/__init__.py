@@ -16,6 +16,7 @@ from .transforms import (dft, idft, dct, dst, hadamard, butterfly, block_butterf
 from .linalg import aslinearoperator
 from .gradients import values_grad, vjp
 from .fitting import fit, FitResult
+from .streaming import stream_matmul
 from .storage import save, load
 from . import testing
 from .engine import tune
@@ -28,4 +29,4 @@ __all__ = ["KSPattern", "KSMatrix", "DFTStage", "KSChain", "KSSubmatrix", "KSRea
            "low_rank", "choose_pattern", "perfect_shuffle", "inverse_perfect_shuffle",
            "inverse_permutation", "perfect_shuffle_matrix", "bit_reversal",
            "block_diagonal_permutations", "block_diagonalize", "aslinearoperator", "save",
-           "load", "values_grad", "vjp", "fit", "FitResult", "testing", "tune", "warmup", "SUPPORTED_DTYPES", "gpu_module", "__version__"]
+           "load", "values_grad", "vjp", "fit", "FitResult", "stream_matmul", "testing", "tune", "warmup", "SUPPORTED_DTYPES", "gpu_module", "__version__"]

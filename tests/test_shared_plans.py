@@ -60,15 +60,3 @@ def test_the_table_is_bounded(monkeypatch):
     plan_of(ks.butterfly(64, dtype=numpy.float32, seed=9))
     assert dict(planner._SHARED) == before
 
-
-@pytest.mark.gpu
-def test_scale_suite_fresh_copy_rows(tmp_path):
-    """The scale suite's rows on a small batch: both operators, both times measured."""
-    from conftest import GPU_REASON, gpu_available
-    if not gpu_available():
-        pytest.skip(GPU_REASON)
-    from kscupy.bench import scale
-    for name in scale.OPERATORS:
-        row = scale.fresh_copy_row(name, 2000)
-        assert row["suite"] == "fresh_copy" and row["first_s"] > 0 and row["warm_s"] > 0
-        assert len(row["first_all_s"]) == scale.COPIES

@@ -1,5 +1,6 @@
 """The scale suite: what a copy of an operator costs on its first product (an operator
-shipped to a dask worker, unpickled, deep-copied).
+shipped to a dask worker, unpickled, deep-copied), and a batch larger than the GPU streamed
+through it (:func:`kscupy.stream_matmul`).
 
     python -m kscupy bench --suite scale --out bench-results
 
@@ -9,6 +10,14 @@ copy's first product (the batch-size-first ``X @ op.T`` of ``--rows`` rows, sync
 after the original ran once in the process; ``warm_s`` the median of the same product
 repeated on the original. Both are latencies (host time included), since a fresh copy's
 cost is host time: planning, preparing launches.
+
+Rows ``{"suite": "out_of_core", "memory": "pinned" | "pageable", "bytes": ..., "seconds":
+..., "bandwidth_fraction": ...}``: a float32 batch of ``--host-gb`` GB (``--pageable-gb`` for
+pageable memory) in host memory through a random butterfly(4096) with
+:func:`kscupy.stream_matmul` (batch-size-first), the result as large again;
+``bandwidth_fraction`` is the batch's bytes over the time, divided by the host-to-device
+copy bandwidth measured in the same run (a pinned 1 GiB copy): each byte crosses twice, and
+the copies in and out overlap.
 """
 from __future__ import annotations
 
@@ -25,7 +34,8 @@ except ImportError:
     cupy = None
 
 from .. import butterfly, dft
-from ..arguments import positive_int
+from ..arguments import positive_float, positive_int
+from ..streaming import stream_matmul
 from .timing import run_metadata
 
 #: The operators of the issue's target, by name: (factory, dtype).
@@ -41,6 +51,10 @@ def add_arguments(parser):
     group = parser.add_argument_group("scale suite")
     group.add_argument("--rows", type=positive_int, default=50000,
                        help="rows of the batch-size-first operand (default 50000)")
+    group.add_argument("--host-gb", type=positive_float, default=32.0,
+                       help="GB of the pinned host batch streamed (default 32)")
+    group.add_argument("--pageable-gb", type=positive_float, default=4.0,
+                       help="GB of the pageable host batch streamed (default 4)")
 
 
 def _synchronised_seconds(fn):
@@ -70,6 +84,35 @@ def fresh_copy_row(name, rows):
             "warm_s": float(numpy.median(warm)), "first_all_s": first}
 
 
+def host_to_device_bandwidth():
+    """Bytes per second of a pinned 1 GiB host-to-device copy (the median of five)."""
+    import cupyx
+    host = cupyx.empty_pinned((2**28,), dtype=numpy.float32)
+    host[...] = 1.0
+    device = cupy.empty(host.shape, dtype=host.dtype)
+    seconds = [_synchronised_seconds(lambda: device.set(host)) for _ in range(5)]
+    return host.nbytes / float(numpy.median(seconds))
+
+
+def out_of_core_row(gigabytes, pinned, bandwidth):
+    """One row: a float32 host batch of ``gigabytes`` through a butterfly(4096) with
+    :func:`kscupy.stream_matmul`, timed once after a small warm-up call."""
+    import cupyx
+    op = butterfly(4096, dtype=numpy.float32, xp=cupy, seed=0)
+    rows = int(gigabytes * 1e9) // (4 * 4096)
+    make = (lambda shape: cupyx.empty_pinned(shape, numpy.float32)) if pinned else \
+        (lambda shape: numpy.empty(shape, numpy.float32))
+    X, Y = make((rows, 4096)), make((rows, 4096))
+    X[...] = 1.0                                   # touched: its pages exist before timing
+    stream_matmul(op, X[:1000], out=Y[:1000])      # compiles and plans every chunk shape
+    t0 = time.perf_counter()
+    stream_matmul(op, X, out=Y)
+    seconds = time.perf_counter() - t0
+    return {"suite": "out_of_core", "memory": "pinned" if pinned else "pageable",
+            "bytes": X.nbytes, "seconds": seconds, "h2d_bandwidth": bandwidth,
+            "bandwidth_fraction": X.nbytes / seconds / bandwidth}
+
+
 def main(args, baselines=None):
     out = pathlib.Path(args.out)
     meta = run_metadata()
@@ -77,7 +120,16 @@ def main(args, baselines=None):
               "command": meta["command"], "cupy": meta["cupy"], "kscupy": meta["kscupy"],
               "rows": [fresh_copy_row(name, args.rows) for name in OPERATORS]}
     out.write_text(json.dumps(result, indent=1))
+    bandwidth = host_to_device_bandwidth()
+    for gigabytes, pinned in ((args.host_gb, True), (args.pageable_gb, False)):
+        result["rows"].append(out_of_core_row(gigabytes, pinned, bandwidth))
+        out.write_text(json.dumps(result, indent=1))
     print(f"\n{result['device']}")
     for r in result["rows"]:
-        print(f"{r['operator']:16s} first product of a copy {r['first_s'] * 1e3:8.3f} ms, "
-              f"warm {r['warm_s'] * 1e3:8.3f} ms ({r['first_s'] / r['warm_s']:.2f}x)")
+        if r["suite"] == "fresh_copy":
+            print(f"{r['operator']:16s} first product of a copy {r['first_s'] * 1e3:8.3f} ms, "
+                  f"warm {r['warm_s'] * 1e3:8.3f} ms ({r['first_s'] / r['warm_s']:.2f}x)")
+        else:
+            print(f"out of core, {r['memory']:8s} {r['bytes'] / 1e9:6.1f} GB in "
+                  f"{r['seconds']:7.2f} s: {r['bandwidth_fraction']:.2f} of the host-to-device "
+                  f"bandwidth ({r['h2d_bandwidth'] / 1e9:.1f} GB/s)")

@@ -25,7 +25,8 @@ import time
 
 import numpy
 
-from .core import arrays
+from .core import arrays, foreign
+from .core.argument_checks import positive_int
 from .core.pattern import KSPattern
 from .gradients import vjp
 from .operators.base import KSOperator
@@ -58,8 +59,8 @@ class FitResult:
     start : str, ``"factorize"``, ``"random"`` or ``"given"``.
     steps : int, optimiser steps taken.
     stopped : str, ``"tol"`` (the loss reached ``tol``), ``"patience"`` (the held-out error
-        stopped improving), ``"converged"`` (L-BFGS found no further descent) or
-        ``"steps"``.
+        stopped improving), ``"converged"`` (L-BFGS's relative decrease vanished),
+        ``"stalled"`` (L-BFGS's line search found no descent) or ``"steps"``.
     seconds : float, wall time of the whole fit, start included.
     """
     chain: KSChain
@@ -78,6 +79,8 @@ class _Target:
 
     def __init__(self, target, shape, xp):
         self.dense_matrix = None
+        if foreign.is_foreign(target):          # a PyTorch, JAX, ... matrix: through DLPack
+            target = foreign.take(target, "target").native
         if isinstance(target, KSOperator):
             self.apply, self.shape, self.dtype, self.xp = target.matmul, target.shape, \
                 numpy.dtype(target.dtype), target.xp
@@ -97,12 +100,19 @@ class _Target:
             if shape is None:
                 raise TypeError("a function target needs shape=(M, N): fit cannot tell how "
                                 "many columns its probes need")
-            self.shape, self.xp = tuple(shape), xp or numpy
+            if not hasattr(shape, "__len__") or len(shape) != 2:
+                raise ValueError(f"shape must be (M, N), got {shape!r}")
+            self.shape = tuple(positive_int(name, n) for name, n in zip(("M", "N"), shape))
+            self.xp = xp or numpy
             self.apply = target
             self.dtype = None       # read from its first result
+            shape = None
         else:
             raise TypeError(f"target must be a 2-D array, a KS operator, a LinearOperator or "
                             f"a function X -> T @ X; got a {type(target).__name__}")
+        if shape is not None and tuple(shape) != tuple(self.shape):
+            raise ValueError(f"shape={tuple(shape)!r} but the target has shape "
+                             f"{tuple(self.shape)} (shape is for function targets)")
         if xp is not None and xp is not self.xp:
             raise TypeError(f"xp={xp.__name__} but the target's arrays are "
                             f"{self.xp.__name__}'s")
@@ -114,9 +124,10 @@ class _Target:
             raise ValueError(f"the target maps probes of shape {P.shape} to "
                              f"{getattr(Y, 'shape', type(Y).__name__)}, expected "
                              f"{(M, P.shape[1])}")
-        if arrays.array_module(Y) is not self.xp:
+        if arrays.plain_array_module(Y, "the target's result") is not self.xp:
             raise TypeError(f"the target returned a {arrays.array_module(Y).__name__} array "
                             f"for {self.xp.__name__} probes")
+        arrays.check_operand_dtype(Y.dtype, "the target's result")
         if self.dtype is None:
             self.dtype = numpy.dtype(Y.dtype)
         return Y
@@ -151,8 +162,9 @@ def fit(target, patterns, *, start="auto", shape=None, dtype=None, xp=None,
         string ``"butterfly"`` too), with ``output_permutation``/``input_permutation`` the
         chain's fixed permutations, if any.
     start : ``"auto"`` (``"factorize"`` where the dense target is at hand, see the module
-        docstring, else ``"random"``), ``"factorize"``, ``"random"`` or a KSChain of these
-        patterns to start from (copied).
+        docstring, else ``"random"``: random values scaled to the target's gain),
+        ``"factorize"``, ``"random"`` or a KSChain to start from (copied; its patterns and
+        permutations are the fit's: give ``patterns=None`` or its patterns).
     shape : ``(M, N)``, for a function target.
     dtype : the chain's dtype; default the target's (float64 for a function, read from its
         first result).
@@ -189,6 +201,15 @@ def fit(target, patterns, *, start="auto", shape=None, dtype=None, xp=None,
         raise ValueError(f'optimizer must be "lbfgs" or "adam", got {optimizer!r}')
     if probes not in ("auto", "gaussian", "identity"):
         raise ValueError(f'probes must be "auto", "gaussian" or "identity", got {probes!r}')
+    steps, patience, check_every, heldout = (
+        positive_int(name, value) for name, value in (
+            ("steps", steps), ("patience", patience), ("check_every", check_every),
+            ("heldout", heldout)))
+    batch = None if batch is None else positive_int("batch", batch)
+    lr = _number("lr", lr, positive=True)
+    tol = _number("tol", tol, positive=False)
+    if xp is not None:
+        arrays.check_module(xp)
     T = _Target(target, shape, xp)
     xp = T.xp
     rng = numpy.random.default_rng(seed)
@@ -197,6 +218,17 @@ def fit(target, patterns, *, start="auto", shape=None, dtype=None, xp=None,
         T(xp.asarray(rng.standard_normal((N, 1))))
     dtype = arrays.check_dtype(numpy.dtype(dtype) if dtype is not None else
                                arrays.result_dtype(T.dtype, numpy.float32))
+    if dtype == numpy.float16:
+        raise TypeError("fit computes in float32, float64, complex64 or complex128 (float16 "
+                        "gradients are too coarse for the line searches); fit in float32 and "
+                        "convert the chain's factors with astype")
+    if T.dtype.kind == "c" and dtype.kind != "c":
+        raise TypeError(f"the target is complex ({T.dtype}) but dtype={dtype} is real: a "
+                        f"real chain would fit its real part only; give a complex dtype")
+    if probes == "identity" and T.dense() is None:
+        raise ValueError(f"probes='identity' applies the target to all {N} columns of the "
+                         f"identity, more than DENSE_PROBE_LIMIT = {DENSE_PROBE_LIMIT}: use "
+                         f"probes='gaussian'")
     chain, start_kind = _start(T, patterns, start, dtype, rng, input_permutation,
                                output_permutation)
     factors = [f for f in chain.factors if f.structure is None]
@@ -211,9 +243,17 @@ def fit(target, patterns, *, start="auto", shape=None, dtype=None, xp=None,
 
     Q = draw(heldout)
     TQ = T(Q).astype(dtype, copy=False)
+    size = float(_norm(TQ, xp))
+    if not numpy.isfinite(size) or size == 0:
+        raise ValueError("the target gives " + ("zero" if size == 0 else "non-finite values")
+                         + " on random probes: nothing to fit")
+    if start_kind == "random":              # the chain's gain made the target's
+        gain = (size / float(_norm(chain @ Q, xp))) ** (1 / len(factors))
+        for f in factors:
+            f.values = f.values * gain
 
     def heldout_relerr():
-        return float(_norm(chain @ Q - TQ, xp) / _norm(TQ, xp))
+        return float(_norm(chain @ Q - TQ, xp)) / size
 
     start_relerr = heldout_relerr()
     run = _lbfgs if optimizer == "lbfgs" else _adam
@@ -232,6 +272,19 @@ def _norm(A, xp):
     return xp.sqrt(xp.sum(xp.abs(A) ** 2))
 
 
+def _number(name, value, positive):
+    """``value`` as a finite float, above zero (``positive``) or at least zero; TypeError
+    for a non-number, ValueError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, numpy.number)) \
+            or numpy.iscomplexobj(value):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not numpy.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ValueError(f"{name} must be a finite number {'above' if positive else 'of at least'}"
+                         f" zero, got {value!r}")
+    return value
+
+
 def _progress_bar(progress, steps):
     if not progress:
         return None
@@ -247,10 +300,30 @@ def _start(T, patterns, start, dtype, rng, input_permutation, output_permutation
     from .transforms.factorization import factorize, _butterfly_patterns
     xp = T.xp
     if isinstance(start, KSChain):
-        made = [KSMatrix(xp.asarray(f.values).astype(dtype), structure=f.structure)
-                for f in start.factors]
+        if input_permutation is not None or output_permutation is not None:
+            raise ValueError("a start chain carries its own permutations: give them to "
+                             "KSChain, not to fit")
+        if start.xp is not xp:
+            raise TypeError(f"the start chain holds {start.xp.__name__} values but the "
+                            f"target's are {xp.__name__}'s")
+        if start.dtype.kind == "c" and dtype.kind != "c":
+            raise TypeError(f"the start chain is complex ({start.dtype}) but the fit is in "
+                            f"{dtype}: give dtype={start.dtype}")
+        wanted = patterns if not isinstance(patterns, str) else None
+        if patterns is not None and (wanted is None or [tuple(KSPattern.of(p)) for p in wanted]
+                                     != [tuple(p) for p in start.patterns]):
+            raise ValueError(f"the start chain's patterns {[tuple(p) for p in start.patterns]} "
+                             f"are not patterns={patterns!r} (give patterns=None with a "
+                             f"start chain)")
+        if start.shape != tuple(T.shape):
+            raise ValueError(f"the start chain has shape {start.shape}, the target "
+                             f"{tuple(T.shape)}")
+        made = [KSMatrix(f.values.astype(dtype), structure=f.structure) for f in start.factors]
         return KSChain(made, input_permutation=start.input_permutation,
                        output_permutation=start.output_permutation), "given"
+    if patterns is None:
+        raise TypeError("patterns must be a sequence of patterns (or \"butterfly\"); None is "
+                        "for a start chain, which has its own")
     if start not in ("auto", "factorize", "random"):
         raise ValueError(f'start must be "auto", "factorize", "random" or a KSChain, got '
                          f'{start!r}')
@@ -279,10 +352,8 @@ def _start(T, patterns, start, dtype, rng, input_permutation, output_permutation
             D = D[:, input_permutation]
         C = factorize(D, patterns)
         return KSChain(list(C.factors), **perms), "factorize"
-    made = []
-    for p in patterns:
-        K = KSMatrix.random(tuple(p), dtype=dtype, xp=xp, seed=int(rng.integers(2**31)))
-        made.append(K * (1 / numpy.sqrt(K.pattern[2])))   # each factor keeps the scale
+    made = [KSMatrix.random(tuple(p), dtype=dtype, xp=xp, seed=int(rng.integers(2**31)))
+            for p in patterns]                    # fit() scales them to the target's gain
     return KSChain(made, **perms), "random"
 
 
@@ -362,7 +433,9 @@ def _lbfgs(chain, factors, T, draw, o):
     for f, w in zip(factors, unpack(result.x)):
         f.values = w
     if state["stopped"] == "steps" and len(history) < o["steps"]:
-        state["stopped"] = "converged"
+        # L-BFGS-B stopped on its own: no relative decrease left (converged), or a line
+        # search that found no descent (stalled: at a minimum to rounding, or badly scaled)
+        state["stopped"] = "converged" if result.status == 0 else "stalled"
     return history, state["stopped"]
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy
 
-from .core import arrays, memory, reference
+from .core import arrays, foreign, memory, reference
 from .core.shuffle import inverse_permutation
 from .operators.base import KSOperator, check_layout
 from .operators.chain import KSChain
@@ -44,7 +44,8 @@ def values_grad(op, X, G, *, layout="bsl"):
     ----------
     op : KSMatrix or KSChain (NumPy or CuPy values).
     X : the operand of the product, ``(N, B)`` or ``(N,)`` for ``layout="bsl"``, ``(B, N)``
-        for ``"bsf"``, in ``op``'s array module.
+        (or ``(N,)``) for ``"bsf"``, in ``op``'s array module (or another library's array
+        of that memory, through DLPack: ``dX`` then comes back as that library's).
     G : the loss's gradient with respect to the product, of the product's shape.
     layout : {"bsl", "bsf"}
 
@@ -109,7 +110,13 @@ def vjp(op, X, G, *, layout="bsl", wrt="both", intermediates="auto"):
     if intermediates not in ("auto", "keep", "recompute"):
         raise ValueError(f'intermediates must be "auto", "keep" or "recompute", got '
                          f'{intermediates!r}')
-    X, G, vector = _operands(op, X, G, layout)
+    back = None
+    if foreign.is_foreign(X):              # a PyTorch, JAX, ... array: through DLPack
+        taken = foreign.take(X, "X")
+        X, back = taken.native, taken.back
+    if foreign.is_foreign(G):
+        G = foreign.take(G, "G").native
+    X, G, layout, vector = _operands(op, X, G, layout)
     dtype = arrays.result_dtype(op.dtype, X.dtype, G.dtype)
     X, G = X.astype(dtype, copy=False), G.astype(dtype, copy=False)
     if isinstance(op, KSMatrix):
@@ -119,12 +126,14 @@ def vjp(op, X, G, *, layout="bsl", wrt="both", intermediates="auto"):
         dX, dw = _chain_vjp(op, X, G, layout, wrt, intermediates)
     if vector and dX is not None:
         dX = dX.reshape(-1)
+    if back is not None and dX is not None:
+        dX = back(dX)
     return dX, dw
 
 
 def _operands(op, X, G, layout):
-    """``X`` and ``G`` checked against ``op`` and each other, vectors as batches of one
-    (bsl); also whether they were vectors."""
+    """``(X, G, layout, vector)``: ``X`` and ``G`` checked against ``op`` and each other,
+    vectors as batches of one in bsl (whatever ``layout`` said, as for products)."""
     check_layout(layout)
     op._check_operand(X, layout, "auto")
     G_module = arrays.plain_array_module(G, "G")
@@ -138,13 +147,13 @@ def _operands(op, X, G, layout):
         X, layout = X.reshape(N, 1), "bsl"
         if G.shape != (M,):
             raise ValueError(f"G must have the product's shape ({M},), got {G.shape}")
-        return X, G.reshape(M, 1), True
+        return X, G.reshape(M, 1), "bsl", True
     B = X.shape[1] if layout == "bsl" else X.shape[0]
     expected = (M, B) if layout == "bsl" else (B, M)
     if G.shape != expected:
         raise ValueError(f"G must have the product's shape {expected} (layout {layout!r}, "
                          f"X of shape {X.shape}), got {G.shape}")
-    return X, G, False
+    return X, G, layout, False
 
 
 def _values_gradient(K, X, G, layout):

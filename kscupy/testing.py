@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy
 
 from .core import arrays
+from .core.argument_checks import positive_int
 
 __all__ = ["dottest", "gradcheck"]
 
@@ -129,6 +130,11 @@ def gradcheck(op, *, layout="bsl", batch=3, eps=1e-6, rtol=1e-6, seed=None) -> b
         raise TypeError(f"gradcheck takes a KSMatrix or a KSChain, got {type(op).__name__}")
     if layout not in ("bsl", "bsf"):
         raise ValueError(f'layout must be "bsl" or "bsf", got {layout!r}')
+    batch = positive_int("batch", batch)
+    for name, value in (("eps", eps), ("rtol", rtol)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not numpy.isfinite(value) or not value > 0:
+            raise ValueError(f"{name} must be a finite positive number, got {value!r}")
     dtype = numpy.dtype(numpy.complex128 if op.dtype.kind == "c" else numpy.float64)
     factors = [op] if isinstance(op, KSMatrix) else list(op.factors)
     factors = [f.astype(dtype) for f in factors]

@@ -101,3 +101,76 @@ def test_progress_bar_and_result_fields(capsys):
     result = ks.fit(numpy.eye(8), "butterfly", steps=3, progress=True, seed=0)
     assert result.seconds > 0 and len(result.history) == result.steps
     assert "fit" in capsys.readouterr().err
+
+
+def _planted():
+    return ks.butterfly(16, dtype=numpy.float64, seed=0)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(steps=0), ValueError, "steps"), (dict(steps=2.5), TypeError, "steps"),
+    (dict(check_every=0), ValueError, "check_every"), (dict(heldout=0), ValueError, "heldout"),
+    (dict(batch=0), ValueError, "batch"), (dict(patience=-1), ValueError, "patience"),
+    (dict(lr=-1.0), ValueError, "lr"), (dict(tol=float("nan")), ValueError, "tol"),
+    (dict(lr="big"), TypeError, "lr"), (dict(xp="numpy"), TypeError, "xp"),
+    (dict(dtype=numpy.float16), TypeError, "float16"),
+    (dict(shape=(3, 3)), ValueError, "shape is for function targets"),
+    (dict(probes="identity", start="random"), None, None),
+])
+def test_numeric_and_module_arguments_are_checked(kwargs, error, match):
+    if error is None:                                   # accepted: a small dense target
+        assert ks.fit(_planted().todense(), "butterfly", steps=2, seed=0, **kwargs).steps == 2
+        return
+    with pytest.raises(error, match=match):
+        ks.fit(_planted().todense(), "butterfly", seed=0, **kwargs)
+
+
+def test_a_complex_target_is_not_fitted_by_a_real_chain():
+    T = _planted().todense() + 1j * numpy.random.default_rng(5).standard_normal((16, 16))
+    with pytest.raises(TypeError, match="complex"):
+        ks.fit(T, "butterfly", dtype=numpy.float64)
+    assert ks.fit(T, "butterfly", steps=2).chain.dtype == numpy.complex128
+
+
+@pytest.mark.parametrize("value, match", [(numpy.nan, "non-finite"), (0.0, "zero")])
+def test_non_finite_or_zero_targets_are_refused(value, match):
+    D = _planted().todense()
+    if value == 0.0:
+        D[...] = 0.0
+    else:
+        D[0, 0] = value
+    with pytest.raises(ValueError, match=match):
+        ks.fit(D, "butterfly", start="random")
+
+
+def test_identity_probes_beyond_the_limit_are_refused(monkeypatch):
+    from kscupy import fitting
+    monkeypatch.setattr(fitting, "DENSE_PROBE_LIMIT", 8)
+    C = _planted()
+    with pytest.raises(ValueError, match="probes='gaussian'"):
+        ks.fit(lambda P: C @ P, "butterfly", shape=(16, 16), start="random", probes="identity")
+
+
+def test_a_start_chain_brings_its_patterns_and_permutations():
+    rng = numpy.random.default_rng(1)
+    C = ks.KSChain(list(_planted().factors), input_permutation=rng.permutation(16))
+    D = C.todense()
+    start = ks.KSChain([f * 1.01 for f in C.factors], input_permutation=C.input_permutation)
+    result = ks.fit(D, None, start=start, steps=20)
+    assert result.start == "given"
+    numpy.testing.assert_array_equal(result.chain.input_permutation, C.input_permutation)
+    with pytest.raises(ValueError, match="patterns"):
+        ks.fit(D, [(1, 4, 4, 4)] * 2, start=start)
+    with pytest.raises(ValueError, match="own permutations"):
+        ks.fit(D, None, start=start, input_permutation=numpy.arange(16))
+    with pytest.raises(ValueError, match="shape"):
+        ks.fit(D[:8, :8], None, start=start)
+    with pytest.raises(TypeError, match="patterns must be"):
+        ks.fit(D, None)
+
+
+def test_a_random_start_has_the_targets_gain():
+    C = ks.butterfly(256, dtype=numpy.float64, seed=2)
+    result = ks.fit(lambda P: C @ P, C.patterns, shape=C.shape, start="random", steps=1,
+                    seed=3)
+    assert 0.9 < result.start_relerr < 2.0       # same size, unrelated: about sqrt(2)

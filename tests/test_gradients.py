@@ -206,3 +206,26 @@ def test_bad_arguments_are_named(call, error, match):
     X, G = rng.standard_normal((16, 3)), rng.standard_normal((12, 3))
     with pytest.raises(error, match=match):
         call(K, X, G)
+
+
+def test_a_vector_in_batch_size_first_is_a_batch_of_one(xp, rng):
+    """As for products, a vector is one column whatever the layout says (with permutations
+    too)."""
+    C = ks.KSChain([ks.KSMatrix.random((1, 4, 2, 2), dtype=numpy.float64, xp=xp, seed=1),
+                    ks.KSMatrix.random((2, 2, 4, 1), dtype=numpy.float64, xp=xp, seed=2)],
+                   input_permutation=xp.asarray(rng.permutation(8)))
+    x, g = (xp.asarray(random_array(rng, (8,), numpy.float64)) for _ in range(2))
+    dX, dws = ks.vjp(C, x, g, layout="bsf")
+    ref_dX, ref_dws = chain_gradients_oracle(C, x[:, None], g[:, None], "bsl")
+    assert dX.shape == (8,) and rel_err(dX, ref_dX[:, 0]) < 1e-12
+    assert all(rel_err(a, b) < 1e-12 for a, b in zip(dws, ref_dws))
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(eps=0), ValueError, "eps"), (dict(eps=float("nan")), ValueError, "eps"),
+    (dict(rtol=0), ValueError, "rtol"), (dict(rtol=-1.0), ValueError, "rtol"),
+    (dict(batch=0), ValueError, "batch"), (dict(batch=1.5), TypeError, "batch"),
+])
+def test_gradcheck_refuses_bad_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        ks.testing.gradcheck(ks.butterfly(8, seed=0), **kwargs)

@@ -149,3 +149,15 @@ def test_jax_arrays(rng):
         pytest.skip("JAX arrays here are on a device other than the CPU")
     assert type(Y).__module__.split(".")[0] in ("jax", "jaxlib")
     assert rel_err(numpy.asarray(Y), dense_oracle(w) @ numpy.asarray(X)) < 1e-5
+
+
+def test_gradients_and_value_writes_take_foreign_arrays(standin, rng):
+    K = ks.KSMatrix(random_array(rng, (2, 3, 4, 2), numpy.float64))
+    X, G = random_array(rng, (16, 5), numpy.float64), random_array(rng, (12, 5), numpy.float64)
+    dX, dw = ks.vjp(K, StandIn(X), StandIn(G))
+    assert isinstance(dX, StandIn)
+    D = dense_oracle(to_numpy(K.values))
+    assert rel_err(dX.array, D.T @ G) < 1e-12
+    w = random_array(rng, (2, 3, 4, 2), numpy.float64)
+    K.values = StandIn(w)
+    numpy.testing.assert_array_equal(K.values, w)

@@ -60,3 +60,17 @@ def test_the_table_is_bounded(monkeypatch):
     plan_of(ks.butterfly(64, dtype=numpy.float32, seed=9))
     assert dict(planner._SHARED) == before
 
+
+
+def test_a_plan_of_the_unpinned_chain_never_serves_later_values():
+    """C.plan() plans the chain as it stands; a copy made before a write must not find a
+    plan that reads the values written after it."""
+    C = ks.KSChain([ks.KSMatrix.random((64, 64, 64, 1), dtype=numpy.float32, seed=0),
+                    ks.KSMatrix.random((1, 64, 64, 64), dtype=numpy.float32, seed=1)])
+    twin = pickle.loads(pickle.dumps(C))
+    planner.cached_plan(C.factor_chain, "bsl", C.dtype, 64, {})
+    C.factors[0].values = numpy.zeros((64, 64, 64, 1), numpy.float32)
+    plan = planner.cached_plan(twin.factor_chain.pinned(), "bsl", twin.dtype, 64, {})
+    held = [f for step in plan.steps for f in getattr(step, "factors", ())
+            + ((step.factor,) if hasattr(step, "factor") else ())]
+    assert held and all(numpy.any(f.tiles) for f in held)

@@ -16,6 +16,8 @@ import sys
 
 import numpy
 
+from .arrays import array_module, gpu_module
+
 __all__ = ["Foreign", "is_foreign", "take"]
 
 #: DLPack device types (``DLDeviceType``) whose memory NumPy reads, and CuPy.
@@ -39,10 +41,15 @@ class Foreign:
 
 
 def is_foreign(x) -> bool:
-    """Whether ``x`` is an array of another library that DLPack can hand over."""
-    if isinstance(x, numpy.ndarray) or type(x).__module__.split(".")[0] == "cupy":
+    """Whether ``x`` is an array of another library that DLPack can hand over (not a NumPy
+    or CuPy array, nor one of their subclasses)."""
+    if not (hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__")):
         return False
-    return hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__")
+    try:
+        array_module(x)
+        return False
+    except TypeError:
+        return True
 
 
 def take(x, role: str = "operand") -> Foreign:
@@ -55,7 +62,6 @@ def take(x, role: str = "operand") -> Foreign:
         if device_type in _CPU:
             native = numpy.from_dlpack(x)
         elif device_type in _CUDA:
-            from .arrays import gpu_module
             cupy, why = gpu_module()
             if cupy is None:
                 raise TypeError(f"a {library} array in GPU memory as {role}, but {why}")

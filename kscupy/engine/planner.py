@@ -67,8 +67,9 @@ PLAN_BUCKET_CAP = 65536
 
 #: Plans the process keeps for copies of chains (:func:`cached_plan`), the least recently
 #: used dropped first. A kept plan holds the values of the chain it was made for (its
-#: steps hold the factors), so the table is small in count and in the bytes of those values
-#: (a chain larger than that is not kept).
+#: steps hold the factors, even after the chain's values were replaced), so the table is
+#: small in count and in the bytes of those values (counting the factors' stored values,
+#: not merged or converted copies; a chain larger than that is not kept).
 SHARED_PLANS = 32
 SHARED_PLAN_BYTES = 256 * 2**20
 _SHARED = collections.OrderedDict()     # name -> (decide.epoch, plan, bytes of values)
@@ -84,6 +85,7 @@ def cached_plan(chain: FactorChain, layout: str, dtype, batch: int, plans: dict,
     the same decisions on the same device is taken from the process's table instead of
     made again."""
     dtype = numpy.dtype(dtype)
+    chain = chain.pinned()       # a kept plan holds the values of this moment, never later ones
     key = (layout, dtype, min(batch_bucket(batch), PLAN_BUCKET_CAP), fuse)
     valid_for = (decide.epoch, tuple(f.cache.generation for f in chain.factors))
     found = plans.get(key)
@@ -100,8 +102,11 @@ def _shared_plan(chain: FactorChain, key: tuple, batch: int) -> ChainPlan:
     permuted = chain.input_permutation is not None or chain.output_permutation is not None
     if nbytes > SHARED_PLAN_BYTES or (permuted and not chain.permutations_id):
         return plan(chain, layout, dtype, max(batch, 1), fuse=fuse)
+    tiles = chain.factors[0].tiles
+    device_id = tiles.device.id if hasattr(tiles, "device") and \
+        hasattr(tiles.device, "id") else None       # copies on two equal GPUs differ here
     named = (tuple((f.cache.values_id, f.transposed, f.conjugated) for f in chain.factors),
-             chain.permutations_id, devices.current()) + key
+             chain.permutations_id, device_id, devices.current()) + key
     with _SHARED_LOCK:
         found = _SHARED.pop(named, None)
         if found is not None and found[0] == decide.epoch:

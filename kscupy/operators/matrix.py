@@ -206,6 +206,8 @@ class KSMatrix(KSOperator):
 
     @values.setter
     def values(self, w):
+        if foreign.is_foreign(w):               # a PyTorch, JAX, ... array: through DLPack
+            w = foreign.take(w, "values").native
         if arrays.plain_array_module(w, "values") is not self._xp:
             raise TypeError(f"new values must be a {self._xp.__name__} array like the matrix's, "
                             f"got a {arrays.array_module(w).__name__} array")

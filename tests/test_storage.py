@@ -293,3 +293,42 @@ def test_a_plan_made_from_replaced_values_is_never_served_for_the_new_ones(rng):
     assert new_plan is not old_plan
     generations = {f.cache.generation for f in (before_write.factors[0], C.factor_chain.factors[0])}
     assert len(generations) == 2
+
+
+def test_a_new_segments_tables_are_made_once_under_concurrent_first_launches(monkeypatch):
+    """Threads launching a new whole-vector segment at once share one set of the tables its
+    kernel table points into (the race that let a product read freed memory: on Python
+    3.12 and later, whose cached_property holds no lock, each thread made its own
+    interleaved blocks, the segment kept one set, and the other threads' launches read
+    addresses into freed ones). NumPy factors: the tables are plain arrays here."""
+    import threading
+    import time
+    from kscupy.core.factor import Factor
+    from kscupy.kernels.ks_rows import make_row_segment
+    rng = numpy.random.default_rng(0)
+    factors = [ks.KSMatrix(random_array(rng, p, numpy.float64)).factor
+               for p in [(1, 8, 8, 32), (4, 16, 16, 4)]]
+    segment = make_row_segment(factors, numpy.dtype(numpy.float64), "bsl", 8)
+    assert segment is not None and any(segment.vector_blocks)
+    slow, made = Factor.interleaved_words, []
+
+    def interleaved_words(self, conjugated=False):
+        time.sleep(0.01)                       # every thread misses the factor's cache
+        words = slow(self, conjugated)
+        made.append(words)
+        return words
+    monkeypatch.setattr(Factor, "interleaved_words", interleaved_words)
+    start, tables = threading.Barrier(8), []
+
+    def launch():
+        start.wait()
+        tables.append(segment.meta)
+    threads = [threading.Thread(target=launch) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(made) == sum(segment.vector_blocks), "each thread made its own tables"
+    kept = {words.ctypes.data for words in segment._interleaved if words is not None}
+    for table in tables:
+        assert {int(table[3 * i]) for i, vec in enumerate(segment.vector_blocks) if vec} == kept

@@ -184,6 +184,11 @@ def operand_module(X):
     return xp
 
 
+def address(x) -> int:
+    """The address of a NumPy (host) or CuPy (device) array's first element."""
+    return x.data.ptr if hasattr(x.data, "ptr") else x.ctypes.data
+
+
 def numpy_copy(x):
     """A NumPy copy of a NumPy or CuPy array."""
     return x.get() if array_module(x) is not numpy else x.copy()

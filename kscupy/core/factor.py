@@ -317,8 +317,7 @@ class Factor:
     @property
     def address(self) -> int:
         """Device (or host) address of the stored values."""
-        tiles = self.tiles
-        return tiles.data.ptr if hasattr(tiles.data, "ptr") else tiles.ctypes.data
+        return arrays.address(self.tiles)
 
     def row_major(self):
         """The operator's ``(a, d, b, c)`` blocks, C-contiguous and unconjugated: the storage

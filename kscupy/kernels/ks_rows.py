@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 
 import numpy
 
@@ -90,6 +91,8 @@ _LOAD_BALANCING = 2                          # CUclusterSchedulingPolicy
 MAX_GRID_BLOCKS = 2**31 - 1
 #: ``META`` in ks_rows.cu: entries of the kernel's meta table per factor.
 _META = 3
+#: Serialises the first making of a segment's kernel tables (:attr:`RowSegment.meta`).
+_TABLES_LOCK = threading.Lock()
 
 
 def _words(dtype) -> int:
@@ -322,15 +325,24 @@ class RowSegment:
         of its values (their interleaved copy for ``vector_blocks``, of the conjugated
         values for a conjugated view; its twiddle table; or 0 for a Hadamard stage), 1 to
         use their conjugates (stored blocks read in place), the bits of its scale as a
-        float64 (stages)."""
+        float64 (stages).
+
+        Made once, under a lock: two threads launching a new segment at once would otherwise
+        each make the tables the addresses point into, and the segment would keep one
+        thread's tables while the other's launch read addresses into the freed ones."""
+        with _TABLES_LOCK:
+            made = self.__dict__.get("meta")          # another thread made it meanwhile
+            return made if made is not None else self._meta_table()
+
+    def _meta_table(self):
         table = numpy.zeros(_META * len(self.factors), dtype=numpy.int64)
         for i, (f, (stage, _), tw, words) in enumerate(zip(
                 self.factors, self.stages, self._twiddle_tables, self._interleaved)):
             if stage == STORED:
-                table[_META * i] = f.address if words is None else words.data.ptr
+                table[_META * i] = f.address if words is None else arrays.address(words)
                 table[_META * i + 1] = int(f.conjugated and words is None)
             else:
-                table[_META * i] = 0 if tw is None else tw.data.ptr
+                table[_META * i] = 0 if tw is None else arrays.address(tw)
                 table[_META * i + 2] = numpy.float64(f.structure.scale).view(numpy.int64)
         return self.factors[0].xp.asarray(table)
 

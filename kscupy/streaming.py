@@ -2,8 +2,11 @@
 
 :func:`stream_matmul` cuts the batch into chunks along its batch axis and sends them through
 the GPU on several CUDA streams, so that one chunk's host-to-device copy, another's product
-and a third's device-to-host copy overlap. Each stream owns a device buffer for its input
-chunk; the product allocates its result from CuPy's pool on that stream. A chunk's copies
+and a third's device-to-host copy overlap. The streams start after the caller's stream's
+work; the products run one after another (the first builds what the operator keeps, its
+converted values and kernel tables, which the others read), the copies around them. Each
+stream owns a device buffer for its input chunk; the product allocates its result from
+CuPy's pool on that stream. A chunk's copies
 run from and into the caller's arrays directly where they are page-locked ("pinned") and
 the chunk is contiguous (batch-size-first rows of C-ordered arrays); otherwise through a
 pinned staging buffer per stream, filled and emptied by the host while the GPU works on
@@ -117,13 +120,24 @@ class _Pipeline:
     def __init__(self, cupy, op, X, out, layout, backend, streams, rows):
         self.cupy, self.op, self.X, self.out = cupy, op, X, out
         self.layout, self.backend = layout, backend
+        # the streams start after the caller's stream's work (the operator's values, X's
+        # producer): they do not wait for it on their own
+        caller = cupy.cuda.get_current_stream().record()
         self.streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(streams)]
+        for stream in self.streams:
+            stream.wait_event(caller)
+        # CuPy 13 made ndarray.get wait for its copy unless told not to
+        self.get_async = {"blocking": False} if int(cupy.__version__.split(".")[0]) >= 13 \
+            else {}
         self.N = X.shape[1] if layout == "bsf" else X.shape[0]
         self.M = out.shape[1] if layout == "bsf" else out.shape[0]
         # straight copies need pinned, C-ordered arrays and contiguous chunks (bsf rows)
         self.direct_in = layout == "bsf" and X.flags.c_contiguous and _pinned(cupy, X)
         self.direct_out = layout == "bsf" and out.flags.c_contiguous and _pinned(cupy, out)
-        self.device_in = [cupy.empty(rows * self.N, dtype=X.dtype) for _ in self.streams]
+        self.device_in = []
+        for stream in self.streams:             # each from its own stream's pool
+            with stream:
+                self.device_in.append(cupy.empty(rows * self.N, dtype=X.dtype))
         self.stage_in = None if self.direct_in else [
             _pinned_array(rows * self.N, X.dtype) for _ in self.streams]
         self.stage_out = None if self.direct_out else [
@@ -169,10 +183,11 @@ class _Pipeline:
         """The chunk's result ``Y`` on its way back to ``out`` on stream ``s``."""
         Y = self.cupy.ascontiguousarray(Y)
         if self.direct_out:
-            Y.get(stream=stream, out=self.out[start:stop])
+            Y.get(stream=stream, out=self.out[start:stop], **self.get_async)
             return
         self._empty(s)                               # the staging buffer's last result
-        Y.get(stream=stream, out=self._chunk(self.stage_out[s], self.M, stop - start))
+        Y.get(stream=stream, out=self._chunk(self.stage_out[s], self.M, stop - start),
+              **self.get_async)
         self.pending[s] = (stream.record(), start, stop)
 
     def run(self, runs, progress):
@@ -184,22 +199,34 @@ class _Pipeline:
                 raise ImportError("progress=True draws a tqdm progress bar: pip install "
                                   "tqdm") from None
             bar = tqdm(total=len(runs), desc="stream_matmul")
-        for k, (start, stop) in enumerate(runs):
-            s = k % len(self.streams)
-            stream = self.streams[s]
-            with stream:
-                device_in = self._copy_in(s, stream, start, stop)
-                Y = self.op.matmul(device_in, layout=self.layout, backend=self.backend)
-                self._copy_out(s, stream, Y, start, stop)
-                del Y
+        multiplied = None          # event: the last chunk's product is done
+        try:
+            for k, (start, stop) in enumerate(runs):
+                s = k % len(self.streams)
+                stream = self.streams[s]
+                with stream:
+                    device_in = self._copy_in(s, stream, start, stop)
+                    # products run one after another: the first builds what the operator
+                    # keeps (converted values, kernel tables) on its stream, which the
+                    # others then read; the copies still overlap them
+                    if multiplied is not None:
+                        stream.wait_event(multiplied)
+                    Y = self.op.matmul(device_in, layout=self.layout, backend=self.backend)
+                    multiplied = stream.record()
+                    self._copy_out(s, stream, Y, start, stop)
+                    del Y
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            # copies in flight read X and write out and the pinned buffers: let them land
+            # before returning (or raising), and before the buffers go back to the pool
+            for stream in self.streams:
+                stream.synchronize()
             if bar is not None:
-                bar.update(1)
-        for s, stream in enumerate(self.streams):
-            stream.synchronize()
-            if not self.direct_out:
+                bar.close()
+        if not self.direct_out:
+            for s in range(len(self.streams)):
                 self._empty(s)
-        if bar is not None:
-            bar.close()
 
 
 def _pinned_array(size, dtype):

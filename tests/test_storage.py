@@ -332,3 +332,29 @@ def test_a_new_segments_tables_are_made_once_under_concurrent_first_launches(mon
     kept = {words.ctypes.data for words in segment._interleaved if words is not None}
     for table in tables:
         assert {int(table[3 * i]) for i, vec in enumerate(segment.vector_blocks) if vec} == kept
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("which", ["matrix", "chain"])
+def test_what_one_stream_prepares_another_reads_complete(rng, which):
+    """A product on stream A prepares what the operator keeps (a float32 matrix's float64
+    copy, packed weights, kernel tables) on A; the same product at once on stream B reads
+    them without waiting for A: preparing waits for them before the run is kept."""
+    from conftest import GPU_REASON, gpu_available
+    if not gpu_available():
+        pytest.skip(GPU_REASON)
+    import cupy
+    for seed in range(5):
+        factors = [ks.KSMatrix.random(p, dtype=numpy.float32, xp=cupy, seed=seed + 10 * i)
+                   for i, p in enumerate([(4, 16, 16, 4), (1, 8, 8, 32)])]
+        op = factors[0] if which == "matrix" else ks.KSChain(factors)
+        X = cupy.asarray(random_array(rng, (op.shape[1], 4096), numpy.float64))
+        ref = operator_oracle(op) @ to_numpy(X)
+        a, b = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+        with a:
+            Ya = op @ X
+        with b:
+            Yb = op @ X
+        a.synchronize()
+        b.synchronize()
+        assert rel_err(Ya, ref) < 1e-5 and rel_err(Yb, ref) < 1e-5

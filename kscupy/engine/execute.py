@@ -39,6 +39,23 @@ def prepare(target, X, layout: str, backend: str, plans: dict | None = None):
     if target.xp is numpy:
         return _prepare_cpu(target, X, layout, backend)
     devices.bind_context(X.device.id)     # preparing makes CUDA driver calls (occupancy, loads)
+    run = _prepare_on_gpu(target, X, layout, backend, plans)
+    _finish_building()
+    return run
+
+
+def _finish_building():
+    """Wait for what preparing queued on the current stream (converted values, packed
+    weights, kernel tables, kept in the factors' caches for every later product): a product
+    on another stream reads them without waiting for this one. Not while a CUDA graph is
+    captured, where nothing may synchronise (the graph holds the building)."""
+    import cupy
+    stream = cupy.cuda.get_current_stream()
+    if not stream.is_capturing():
+        stream.synchronize()
+
+
+def _prepare_on_gpu(target, X, layout, backend, plans):
     if backend in registry.AUTOS:
         batch = X.shape[1] if layout == "bsl" else X.shape[0]
         factors = (target,) if isinstance(target, Factor) else target.applied

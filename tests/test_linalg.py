@@ -33,7 +33,7 @@ def test_operator_methods(xp, rng, dtype):
     x, y = random_array(rng, (40,), dtype), random_array(rng, (30,), dtype)
     X, Y = random_array(rng, (40, 3), dtype), random_array(rng, (30, 3), dtype)
     assert rel_err(op.matvec(xp.asarray(x)), D @ x) < tol
-    assert rel_err(op.matvec(xp.asarray(x[:, None])), (D @ x)[:, None]) < tol
+    assert rel_err(op.matmat(xp.asarray(x[:, None])), (D @ x)[:, None]) < tol   # a column
     assert rel_err(op.rmatvec(xp.asarray(y)), D.conj().T @ y) < tol
     assert rel_err(op.matmat(xp.asarray(X)), D @ X) < tol
     assert rel_err(op.rmatmat(xp.asarray(Y)), D.conj().T @ Y) < tol

@@ -12,6 +12,9 @@ in the background (:func:`kscupy.kernels.nvrtc.unless_compiled`) and the run is 
 kernel's (:func:`~.steps.direct_plan`: one thread an output, quick to compile), unless
 the model prices that above :data:`DIRECT_MAX_SECONDS` a call; the next preparation (a
 prepared run's stamp changes when a compile finishes, :mod:`.runs`) finds the kernel.
+
+**CUDA graphs.** A prepared run only launches on the current stream, so a stream capture
+records it; preparing is refused while a graph is captured (:data:`CAPTURE_FIRST`).
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from ..core.factor import Factor
 from ..kernels import ks_direct, nvrtc
 from . import cpu_choice, planner, registry, single, steps
 
-__all__ = ["prepare", "plan", "compile_ahead", "DIRECT_MAX_SECONDS"]
+__all__ = ["prepare", "plan", "compile_ahead", "DIRECT_MAX_SECONDS", "CAPTURE_FIRST"]
 
 #: The longest call for which ``auto`` runs the direct kernel while its own kernel compiles,
 #: rather than wait for the compile.
@@ -38,21 +41,26 @@ def prepare(target, X, layout: str, backend: str, plans: dict | None = None):
     target = target.pinned()         # every value read below belongs to one write
     if target.xp is numpy:
         return _prepare_cpu(target, X, layout, backend)
+    import cupy
+    stream = cupy.cuda.get_current_stream()
+    if stream.is_capturing():
+        raise RuntimeError(CAPTURE_FIRST)
     devices.bind_context(X.device.id)     # preparing makes CUDA driver calls (occupancy, loads)
     run = _prepare_on_gpu(target, X, layout, backend, plans)
-    _finish_building()
+    # what preparing queued on this stream (converted values, packed weights, kernel
+    # tables, kept for every later product) is complete before a product on another
+    # stream reads it without waiting for this one
+    stream.synchronize()
     return run
 
 
-def _finish_building():
-    """Wait for what preparing queued on the current stream (converted values, packed
-    weights, kernel tables, kept in the factors' caches for every later product): a product
-    on another stream reads them without waiting for this one. Not while a CUDA graph is
-    captured, where nothing may synchronise (the graph holds the building)."""
-    import cupy
-    stream = cupy.cuda.get_current_stream()
-    if not stream.is_capturing():
-        stream.synchronize()
+#: Why a product cannot be prepared while a CUDA graph is captured, and the fix.
+CAPTURE_FIRST = (
+    "this product has not run before for operands like these, and the current stream is "
+    "capturing a CUDA graph: preparing it compiles, plans and builds what the operator keeps "
+    "on the GPU, which a captured graph would build only when replayed. Run the product once "
+    "before capturing (the same operand shape, strides, dtype, layout and backend, a plain "
+    "cupy.ndarray; kscupy.warmup compiles kernels ahead), then capture it.")
 
 
 def _prepare_on_gpu(target, X, layout, backend, plans):

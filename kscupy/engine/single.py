@@ -62,9 +62,8 @@ def prepare(factor, X, layout, backend):
 def _prepare_auto(factor, X, layout, precision):
     """``auto``'s run on the GPU: :func:`kscupy.engine.decide.choose`'s, or on a close call
     of the model the faster of its two best candidates, both prepared and timed on ``X``
-    (not inside :func:`~kscupy.engine.decide.close_calls_deferred`, nor while the current
-    stream captures a CUDA graph). With ``KSCUPY_AUTOTUNE=1`` a problem the tuning cache does
-    not hold is tuned first."""
+    (not inside :func:`~kscupy.engine.decide.close_calls_deferred`). With
+    ``KSCUPY_AUTOTUNE=1`` a problem the tuning cache does not hold is tuned first."""
     problem = problem_of(factor, X, layout)
     device = devices.current()
     if (precision == "default" and os.environ.get("KSCUPY_AUTOTUNE", "0") not in ("", "0")
@@ -77,8 +76,6 @@ def _prepare_auto(factor, X, layout, precision):
     if decide.defer(problem):
         return runs[0]
     seconds = _gpu_seconds(runs, X)
-    if seconds is None:
-        return runs[0]
     return runs[decide.settle(problem, device, precision, rivals, seconds)]
 
 
@@ -88,12 +85,9 @@ def _prepared(factor, X, layout, choice):
 
 def _gpu_seconds(runs, X):
     """The best of three timings of each prepared run on ``X`` (after one untimed run), in
-    seconds; None while the current stream captures a CUDA graph, where nothing may
-    synchronise."""
-    import cupy
+    seconds (never under a CUDA graph capture, where :func:`.execute.prepare` refuses to
+    prepare)."""
     from cupyx.profiler import benchmark
-    if cupy.cuda.get_current_stream().is_capturing():
-        return None
     return [float(benchmark(run, (X,), n_repeat=3, n_warmup=1, name="auto close call")
                   .gpu_times.min()) for run in runs]
 

@@ -161,3 +161,24 @@ def test_gradients_and_value_writes_take_foreign_arrays(standin, rng):
     w = random_array(rng, (2, 3, 4, 2), numpy.float64)
     K.values = StandIn(w)
     numpy.testing.assert_array_equal(K.values, w)
+
+
+@pytest.mark.gpu
+def test_pytorch_products_follow_the_callers_stream(rng):
+    """On a side PyTorch stream, a tensor made and changed there is multiplied after that
+    work (the product runs on PyTorch's current stream), and the result is right."""
+    torch = pytest.importorskip("torch")
+    if not gpu_available() or not torch.cuda.is_available():
+        pytest.skip(GPU_REASON)
+    w = random_array(rng, (2, 64, 64, 4), numpy.float32)
+    K = ks.KSMatrix(torch.from_numpy(w).cuda())
+    x = random_array(rng, (512, 4096), numpy.float32)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        X = torch.from_numpy(x).cuda(non_blocking=False)
+        for _ in range(20):                     # pending work on the side stream
+            X.mul_(1.0)
+        X.mul_(2.0)
+        Y = K @ X
+        torch.cuda.current_stream().synchronize()
+    assert rel_err(Y.cpu().numpy(), dense_oracle(w) @ (2 * x)) < 1e-5

@@ -7,10 +7,13 @@ NumPy array (CPU memory) or a CuPy array (CUDA memory, on its device), zero-copy
 ``cupy.from_dlpack`` passes CuPy's current stream to the producer, which orders its pending
 work before it. The result goes back through the producing library's own ``from_dlpack``,
 found among the modules already imported (kscupy imports no framework): ``torch``'s,
-``jax.dlpack``'s, or ``from_dlpack`` of the producer's top-level module.
+``jax.dlpack``'s, or ``from_dlpack`` of the producer's top-level module. A PyTorch CUDA
+tensor's product runs on PyTorch's current stream (as a CuPy ``ExternalStream``), so that it
+follows the caller's work with no wait between streams.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 
@@ -34,10 +37,13 @@ _FROM_DLPACK = {"jaxlib": _JAX, "jax": _JAX, "torch": (("torch", "from_dlpack"),
 class Foreign:
     """A foreign array taken in: ``native`` its NumPy or CuPy view, ``back(result)`` a
     NumPy or CuPy result as the caller's type (the result itself where the producer offers
-    no ``from_dlpack``), ``library`` the producer's top-level module name."""
+    no ``from_dlpack``), ``library`` the producer's top-level module name, ``stream`` the
+    context to compute in: the producer's current CUDA stream as CuPy's where the producer
+    says which it is (PyTorch), else a context that changes nothing."""
     native: object
     back: object
     library: str
+    stream: object = dataclasses.field(default_factory=contextlib.nullcontext)
 
 
 def is_foreign(x) -> bool:
@@ -65,8 +71,10 @@ def take(x, role: str = "operand") -> Foreign:
             cupy, why = gpu_module()
             if cupy is None:
                 raise TypeError(f"a {library} array in GPU memory as {role}, but {why}")
-            with cupy.cuda.Device(device_id):
+            stream = _producer_stream(cupy, x, library, device_id)
+            with cupy.cuda.Device(device_id), stream:
                 native = cupy.from_dlpack(x)
+            return Foreign(native, _back_to(library), library, stream)
         else:
             raise TypeError(f"a {library} array on DLPack device type {device_type} as "
                             f"{role}: kscupy runs on the CPU (NumPy) and on CUDA GPUs (CuPy)")
@@ -79,6 +87,17 @@ def take(x, role: str = "operand") -> Foreign:
         raise TypeError(f"a {library} array as {role} could not be taken through DLPack "
                         f"({exc}); convert it to a NumPy or CuPy array") from None
     return Foreign(native, _back_to(library), library)
+
+
+def _producer_stream(cupy, x, library, device_id):
+    """PyTorch's current stream on the tensor's device, as a CuPy stream (so that the
+    product runs where the caller's work runs, with no wait between streams); a context
+    that changes nothing for other producers."""
+    torch = sys.modules.get("torch") if library == "torch" else None
+    if torch is None:
+        return contextlib.nullcontext()
+    current = torch.cuda.current_stream(device_id)
+    return cupy.cuda.ExternalStream(current.cuda_stream, device_id)
 
 
 def _back_to(library: str):

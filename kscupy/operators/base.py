@@ -153,7 +153,9 @@ class KSOperator:
         if runs is None or type(X) is not self._xp.ndarray:
             if foreign.is_foreign(X):           # a PyTorch, JAX, ... array: through DLPack
                 taken = foreign.take(X)
-                return taken.back(self.matmul(taken.native, layout=layout, backend=backend))
+                with taken.stream:              # the producer's stream, where it has one
+                    return taken.back(self.matmul(taken.native, layout=layout,
+                                                  backend=backend))
             return self._prepare(X, layout, backend)(X)
         run = runs.get(X, layout, backend)
         if run is None:

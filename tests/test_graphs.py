@@ -37,7 +37,8 @@ def test_a_captured_product_and_axpy_replay_with_new_data(cupy, rng, name, layou
     op.matmul(X, layout=layout)                 # prepared before the capture
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
-        op.matmul(X, layout=layout)             # ... and on the capturing stream
+        2.0 * op.matmul(X, layout=layout) + Z   # ... and on the capturing stream, with the
+        stream.synchronize()                    # axpy's CuPy kernel compiled and pooled
         stream.begin_capture()
         try:
             Y = op.matmul(X, layout=layout)

@@ -58,6 +58,38 @@ def torch_bmm(blocks, layout, tf32=False):
     return run
 
 
+def torch_bmm_values_grad(blocks, layout):
+    """The weights' gradient of :func:`torch_bmm`'s product by PyTorch's autograd, as a
+    function ``(X, G) -> dW`` of CuPy operands: the forward (permute, ``torch.bmm``,
+    permute) is recorded once per operand and only the backward to the weights is run on
+    each call (``torch.autograd.grad`` with the graph kept). None without torch or CUDA."""
+    if not torch_available():
+        return None
+    a, d, b, c = blocks.shape
+    W = torch.from_dlpack(blocks.copy()).reshape(a * d, b, c).requires_grad_(True)
+    recorded = {}
+
+    def forward(x):
+        if layout == "bsl":
+            B = x.shape[1]
+            xp = x.reshape(a, c, d, B).permute(0, 2, 1, 3).reshape(a * d, c, B)
+            y = torch.bmm(W, xp)
+            return y.reshape(a, d, b, B).permute(0, 2, 1, 3).reshape(a * b * d, B)
+        B = x.shape[0]
+        xp = x.reshape(B, a, c, d).permute(1, 3, 0, 2).reshape(a * d, B, c)
+        y = torch.bmm(xp, W.transpose(1, 2))
+        return y.reshape(a, d, B, b).permute(2, 0, 3, 1).reshape(B, a * b * d)
+
+    def run(X, G):
+        key = X.data.ptr        # the benchmark cycles through a few operands: one graph each
+        if key not in recorded:
+            recorded[key] = forward(torch.from_dlpack(X))
+        (dW,) = torch.autograd.grad(recorded[key], W, torch.from_dlpack(G),
+                                    retain_graph=True)
+        return dW
+    return run
+
+
 def torch_dense(D, layout, tf32=False):
     """cuBLAS on the dense matrix ``D`` through PyTorch (for the TF32 baseline: CuPy's
     matmul does not switch TF32 at run time), as a function of a CuPy operand."""
@@ -85,6 +117,9 @@ class _Torch(Baselines):
 
     def dense(self, D, layout, tf32=False):
         return torch_dense(D, layout, tf32)
+
+    def bmm_values_grad(self, blocks, layout):
+        return torch_bmm_values_grad(blocks, layout)
 
     def tf32_gemm_flops(self):
         """The rate of an 8192^3 GEMM with TF32 allowed (the TF32 rows' ceiling)."""

@@ -17,8 +17,9 @@ class Baselines:
     ``bmm(blocks, layout, tf32)``: the paper's permute / batched GEMM / permute with the
     ``(a, d, b, c)`` blocks; ``dense(D, layout, tf32)``: the dense matrix's product;
     ``tf32_gemm_flops()``: the rate of a large TF32 GEMM (the TF32 rows' ceiling);
-    ``release()``: hand cached memory back between rows. ``name`` and ``version`` go in
-    the results file."""
+    ``bmm_values_grad(blocks, layout)``: ``(X, G) -> dW``, the weights' gradient of that
+    BMM by the framework's own backward; ``release()``: hand cached memory back between
+    rows. ``name`` and ``version`` go in the results file."""
     name = None
     version = None
 
@@ -29,6 +30,9 @@ class Baselines:
         return None
 
     def tf32_gemm_flops(self):
+        return None
+
+    def bmm_values_grad(self, blocks, layout):
         return None
 
     def release(self):

@@ -18,7 +18,7 @@ from .results import read_results
 
 __all__ = ["main", "parser", "SUITES"]
 
-SUITES = ("grid", "sweep", "engine", "portability", "chains", "scale")
+SUITES = ("grid", "sweep", "engine", "portability", "chains", "scale", "gradients")
 #: What ``--suite all`` runs (with ``--quick``, grid and chains), and the small sample
 #: ``--quick`` takes of each (values as their options' types give them).
 ALL = ("grid", "sweep", "chains")
@@ -140,7 +140,7 @@ def _run(args, baselines):
         print(f"python -m kscupy bench times GPU kernels and needs a GPU: {why}. "
               f"(python -m kscupy demo --cpu runs on the CPU.)", file=sys.stderr)
         return 2
-    from . import chains, engine, patterns, portability, scale
+    from . import chains, engine, gradients, patterns, portability, scale
     _make_folder(out)
     if baselines.name is None:
         print("baselines: CuPy's BMM, cuBLAS dense and cuFFT (the repository's "
@@ -166,6 +166,9 @@ def _run(args, baselines):
     if "scale" in suites:        # no plot: a table of a few rows
         args.out = str(out / "scale.json")
         scale.main(args, baselines)
+    if "gradients" in suites:    # its own summary; not plotted yet
+        args.out = str(out / "gradients.json")
+        gradients.main(args, baselines)
     try:
         if written:
             plot(written, out)

@@ -1,0 +1,126 @@
+"""The gradients suite: the values' gradient of one KS factor (:func:`kscupy.values_grad`)
+against what a user would otherwise run, on samples of the paper's grid.
+
+    python -m kscupy bench --suite gradients --count 40 --out bench-results
+
+Rows have the engine suite's schema (:mod:`.engine`) with ``"suite": "values_grad"``: for
+``Y = K @ X`` (bsl; ``X @ K.T`` in bsf) and an upstream gradient ``G`` of ``Y``'s shape, the
+time of ``dW`` (``seconds``, CUDA events around back-to-back calls) by ``values_grad`` and
+by the baselines: ``base_cupy_bmm`` (the paper's permutes of ``G`` and ``X``, then CuPy's
+batched product ``G_g X_g^H``), ``base_torch_bmm`` (PyTorch's autograd of the paper's BMM
+product, the backward to the weights only; ``benchmarks/bench_suite.py`` adds it) and
+``base_dense`` (cuBLAS's ``G X^H`` on the dense ``M x N``, then the support gathered), with
+each one's relative error against a float64 ``einsum`` of the definition over the whole
+batch. ``floor_s`` is the engine suite's (read ``X`` and ``G``, write the values).
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import time
+
+import numpy
+
+try:
+    import cupy
+except ImportError:
+    cupy = None
+
+from .. import values_grad
+from ..core import reference
+from . import engine
+from .baselines import NONE
+from .timing import progress, run_metadata, throughput_seconds
+
+#: The dtypes and batch of the issue's table.
+DTYPES = ("float32", "float16")
+BATCH = 25088
+
+
+def _blocks_of(method, dW, pattern):
+    """A method's gradient as ``(a, d, b, c)`` blocks, whatever order it gives."""
+    a, b, c, d = pattern
+    if method == "values_grad":
+        return dW.transpose(0, 3, 1, 2)                        # from (a, b, c, d)
+    return cupy.asarray(dW).reshape(a, d, b, c)                # torch's (a*d, b, c) too
+
+
+def gradient_row(pattern, layout, dtype, B, args, ceilings, baselines=NONE):
+    """One row: every method's values' gradient for one pattern, layout and dtype."""
+    K, inputs = engine.operands(pattern, layout, dtype, B)
+    M, N = K.shape
+    rng = cupy.random.default_rng(2)
+    shape = (M, B) if layout == "bsl" else (B, M)
+    pairs = [(X, rng.standard_normal(shape, dtype=numpy.float32).astype(dtype))
+             for X in inputs]
+    a, b, c, d = pattern
+    methods = {"values_grad": lambda X, G: values_grad(K, X, G, layout=layout),
+               "base_cupy_bmm": lambda X, G: reference.blocks_gradient(G, X, pattern, layout,
+                                                                       cupy)}
+    torch_grad = baselines.bmm_values_grad(K.blocks, layout)
+    if torch_grad is not None:
+        methods[f"base_{baselines.name}_bmm"] = torch_grad
+    if K.dtype.itemsize * M * N <= args.dense_limit * 2**30 and \
+            2 * B * M * N <= args.dense_flops:
+        rows, cols = K.pattern.indices(cupy)                   # (a, d, b, c) each
+
+        def dense(X, G):
+            full = G @ X.conj().T if layout == "bsl" else G.T @ X.conj()    # (M, N)
+            return full[rows, cols]
+        methods["base_dense"] = dense
+    X0, G0 = pairs[0]
+    X64, G64 = X0.astype(numpy.float64), G0.astype(numpy.float64)
+    if layout == "bsf":
+        X64, G64 = X64.T, G64.T
+    ref = cupy.einsum("ikjn,iljn->ijkl", G64.reshape(a, b, d, B),
+                      X64.conj().reshape(a, c, d, B))          # (a, d, b, c)
+    row = {"suite": "values_grad", "sample": "default", "pattern": list(pattern),
+           "layout": layout, "dtype": dtype, "precision": "default", "batch": B,
+           "floor_s": engine.floor_seconds(pattern, B, dtype, "default", ceilings),
+           "seconds": {}, "relerr": {}}
+    for name, fn in methods.items():
+        got = _blocks_of(name, fn(X0, G0), pattern).astype(numpy.float64)
+        row["relerr"][name] = float(cupy.linalg.norm(got - ref) / cupy.linalg.norm(ref))
+        row["seconds"][name] = throughput_seconds(lambda pair: fn(*pair), pairs)
+    del inputs, pairs
+    engine.release(K, baselines)
+    return row
+
+
+def summarize(rows):
+    """Per dtype and layout: the median and lowest speed-up of ``values_grad`` over the best
+    baseline, rows below 0.95x, the worst error ratio to the dense product."""
+    out = {}
+    for key in sorted({(r["dtype"], r["layout"]) for r in rows}):
+        rs = [r for r in rows if (r["dtype"], r["layout"]) == key]
+        ratios = numpy.array([engine.speedup(r, "values_grad") for r in rs])
+        errs = [r["relerr"]["values_grad"] / r["relerr"]["base_dense"] for r in rs
+                if r["relerr"].get("base_dense")]
+        out["|".join(key)] = {"patterns": len(rs), "values_grad_median": float(numpy.median(ratios)),
+                              "values_grad_min": float(ratios.min()),
+                              "below_0.95": int((ratios < 0.95).sum()),
+                              "err_over_dense_max": float(max(errs)) if errs else None}
+    return out
+
+
+def main(args, baselines=NONE):
+    out = pathlib.Path(args.out)
+    t0 = time.time()
+    ceilings = engine.measure_ceilings(baselines)
+    meta = run_metadata()
+    result = {"device": meta["gpu"], "commit": meta["commit"], "date": meta["date"],
+              "command": meta["command"], "cupy": meta["cupy"], "kscupy": meta["kscupy"],
+              baselines.name or "baselines": baselines.version, "timing": "events",
+              "ceilings": ceilings, "rows": []}
+    patterns = engine.samples(["default"], args.count, 0)["default"]
+    dtypes = args.dtypes or list(DTYPES)
+    cases = [(p, lay, dt) for dt in dtypes for p in patterns for lay in args.layouts]
+    for case in progress(cases, desc="gradients"):
+        result["rows"].append(gradient_row(*case, BATCH, args, ceilings, baselines))
+        out.write_text(json.dumps(result))
+    result["summary"] = summarize(result["rows"])
+    result["seconds"] = time.time() - t0
+    out.write_text(json.dumps(result, indent=1))
+    print(f"\n{result['device']}, {len(result['rows'])} rows")
+    for key, s in result["summary"].items():
+        print(key, s)

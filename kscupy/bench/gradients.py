@@ -12,6 +12,13 @@ product, the backward to the weights only; ``benchmarks/bench_suite.py`` adds it
 ``base_dense`` (cuBLAS's ``G X^H`` on the dense ``M x N``, then the support gathered), with
 each one's relative error against a float64 ``einsum`` of the definition over the whole
 batch. ``floor_s`` is the engine suite's (read ``X`` and ``G``, write the values).
+
+Rows ``{"suite": "fit", "planted": ..., "target": ..., "start": ..., "heldout_relerr": ...,
+"factorize_relerr": ..., "seconds": ...}`` (:func:`fit_rows`, on the GPU, float64): planted
+chains (a random butterfly(1024) and Monarch(1024, 32)) seen only through a function,
+fitted from ``factorize`` of ``T @ I`` and from a random start; and a Gaussian kernel
+matrix of 2048 sorted points (width 0.1) fitted as a butterfly from ``factorize``, with
+``frobenius_relerr`` of the fitted chain beside ``factorize_relerr``.
 """
 from __future__ import annotations
 
@@ -26,7 +33,7 @@ try:
 except ImportError:
     cupy = None
 
-from .. import values_grad
+from .. import butterfly, factorize, fit, monarch, values_grad
 from ..core import reference
 from . import engine
 from .baselines import NONE
@@ -87,10 +94,44 @@ def gradient_row(pattern, layout, dtype, B, args, ceilings, baselines=NONE):
     return row
 
 
+def fit_rows(steps=2000):
+    """The fitting rows (see the module docstring), on CuPy in float64."""
+    rows = []
+    planted = {"butterfly(1024)": butterfly(1024, dtype=numpy.float64, xp=cupy, seed=0),
+               "monarch(1024, 32)": monarch(1024, blocks=32, dtype=numpy.float64, xp=cupy,
+                                           seed=0)}
+    for name, C in planted.items():
+        for start in ("auto", "random"):
+            result = fit(lambda P: C @ P, C.patterns, shape=C.shape, xp=cupy, start=start,
+                         steps=steps, seed=1)
+            rows.append({"suite": "fit", "planted": True, "target": name,
+                         "start": result.start, "heldout_relerr": result.heldout_relerr,
+                         "start_relerr": result.start_relerr, "steps": result.steps,
+                         "stopped": result.stopped, "seconds": result.seconds})
+    x = numpy.sort(numpy.random.default_rng(0).uniform(0, 1, 2048))
+    D = cupy.asarray(numpy.exp(-(x[:, None] - x[None, :]) ** 2 / (2 * 0.1 ** 2)))
+    patterns = butterfly(2048).patterns
+
+    def frobenius(chain):
+        return float(cupy.linalg.norm(chain.todense() - D) / cupy.linalg.norm(D))
+    t0 = time.perf_counter()
+    factorized = frobenius(factorize(D, patterns))
+    factorize_seconds = time.perf_counter() - t0
+    result = fit(D, patterns, steps=steps, seed=2)
+    rows.append({"suite": "fit", "planted": False, "target": "gaussian kernel (2048, 0.1)",
+                 "patterns": "butterfly", "start": result.start,
+                 "factorize_relerr": factorized, "frobenius_relerr": frobenius(result.chain),
+                 "heldout_relerr": result.heldout_relerr, "steps": result.steps,
+                 "stopped": result.stopped, "seconds": result.seconds,
+                 "factorize_seconds": factorize_seconds})
+    return rows
+
+
 def summarize(rows):
     """Per dtype and layout: the median and lowest speed-up of ``values_grad`` over the best
     baseline, rows below 0.95x, the worst error ratio to the dense product."""
     out = {}
+    rows = [r for r in rows if r["suite"] == "values_grad"]
     for key in sorted({(r["dtype"], r["layout"]) for r in rows}):
         rs = [r for r in rows if (r["dtype"], r["layout"]) == key]
         ratios = numpy.array([engine.speedup(r, "values_grad") for r in rs])
@@ -118,9 +159,14 @@ def main(args, baselines=NONE):
     for case in progress(cases, desc="gradients"):
         result["rows"].append(gradient_row(*case, BATCH, args, ceilings, baselines))
         out.write_text(json.dumps(result))
+    result["rows"] += fit_rows()
+    out.write_text(json.dumps(result))
     result["summary"] = summarize(result["rows"])
     result["seconds"] = time.time() - t0
     out.write_text(json.dumps(result, indent=1))
     print(f"\n{result['device']}, {len(result['rows'])} rows")
     for key, s in result["summary"].items():
         print(key, s)
+    for r in result["rows"]:
+        if r["suite"] == "fit":
+            print({k: v for k, v in r.items() if k != "suite"})

@@ -28,7 +28,8 @@ import numpy
 from .core import arrays, foreign
 from .core.argument_checks import positive_int
 from .core.pattern import KSPattern
-from .gradients import vjp
+from .core.shuffle import inverse_permutation
+from .gradients import by_factor, vjp
 from .operators.base import KSOperator
 from .operators.chain import KSChain
 from .operators.matrix import KSMatrix
@@ -248,12 +249,12 @@ def fit(target, patterns, *, start="auto", shape=None, dtype=None, xp=None,
         raise ValueError("the target gives " + ("zero" if size == 0 else "non-finite values")
                          + " on random probes: nothing to fit")
     if start_kind == "random":              # the chain's gain made the target's
-        gain = (size / float(_norm(chain @ Q, xp))) ** (1 / len(factors))
+        gain = (size / float(_norm(by_factor(chain, Q), xp))) ** (1 / len(factors))
         for f in factors:
             f.values = f.values * gain
 
     def heldout_relerr():
-        return float(_norm(chain @ Q - TQ, xp)) / size
+        return float(_norm(by_factor(chain, Q) - TQ, xp)) / size
 
     start_relerr = heldout_relerr()
     run = _lbfgs if optimizer == "lbfgs" else _adam
@@ -347,7 +348,7 @@ def _start(T, patterns, start, dtype, rng, input_permutation, output_permutation
         # the chain P_out C P_in approximates T: factorize P_out^T T P_in^T
         D = dense.astype(dtype, copy=False)
         if output_permutation is not None:
-            D = D[_inverse(output_permutation, xp)]
+            D = D[inverse_permutation(output_permutation)]
         if input_permutation is not None:
             D = D[:, input_permutation]
         C = factorize(D, patterns)
@@ -357,21 +358,16 @@ def _start(T, patterns, start, dtype, rng, input_permutation, output_permutation
     return KSChain(made, **perms), "random"
 
 
-def _inverse(perm, xp):
-    from .core.shuffle import inverse_permutation
-    return inverse_permutation(perm)
-
-
 def _loss_and_gradients(chain, factors, P, TP):
     """The relative squared error ``||C P - T P||^2 / ||T P||^2`` and its gradient with
     respect to each fitted factor's values."""
     xp = chain.xp
     scale = float(xp.sum(xp.abs(TP) ** 2))
-    R = chain @ P - TP
+    R = by_factor(chain, P) - TP       # a plan of the chain would change with every step
     loss = float(xp.sum(xp.abs(R) ** 2)) / scale
     _, dws = vjp(chain, P, (2 / scale) * R, wrt="values")
-    by_factor = dict(zip(map(id, chain.factors), dws))
-    return loss, [by_factor[id(f)] for f in factors]
+    of_factor = dict(zip(map(id, chain.factors), dws))
+    return loss, [of_factor[id(f)] for f in factors]
 
 
 def _real_view(w):

@@ -29,7 +29,7 @@ from .operators.base import KSOperator, check_layout
 from .operators.chain import KSChain
 from .operators.matrix import KSMatrix
 
-__all__ = ["values_grad", "vjp"]
+__all__ = ["values_grad", "vjp", "by_factor"]
 
 #: Intermediates of a chain's forward pass are kept while they take at most this fraction
 #: of the memory available; beyond it each is recomputed from X when the backward pass
@@ -173,6 +173,18 @@ def _values_gradient(K, X, G, layout):
 def _gather(Z, perm, layout):
     """``P Z``: the features of ``Z`` reordered by the gather index ``perm``."""
     return Z[perm] if layout == "bsl" else Z[:, perm]
+
+
+def by_factor(C, X, layout="bsl"):
+    """``C.matmul(X, layout=layout)`` for a KSChain ``C`` applied one factor at a time, each
+    through its own product (``auto``), the permutations as gathers: the path :func:`vjp`
+    differentiates. A loop that writes the values every step (:func:`kscupy.fit`)
+    multiplies this way: a chain's own plan depends on its values, and would be made again
+    after every write."""
+    Z = _gather(X, C.input_permutation, layout) if C.input_permutation is not None else X
+    for f in reversed(C.factors):
+        Z = f.matmul(Z, layout=layout)
+    return _gather(Z, C.output_permutation, layout) if C.output_permutation is not None else Z
 
 
 def _chain_vjp(C, X, G, layout, wrt, intermediates):

@@ -60,10 +60,10 @@ class FactorCache(dict):
     cache has, so what it derives from the old values is never taken for the new ones'.
     """
 
-    def __init__(self, values_id: str | None = None):
+    def __init__(self):
         super().__init__()
         self.generation = next(_GENERATIONS)
-        self.values_id = values_id or uuid.uuid4().hex
+        self.values_id = uuid.uuid4().hex
 
     def invalidate(self):
         """The values changed: drop everything derived from them."""
@@ -126,13 +126,11 @@ class Factor:
                            self.stored.transpose() if self.transposed else self.stored)
 
     @classmethod
-    def of_blocks(cls, tiles, pattern, declared=None, values_id=None) -> "Factor":
+    def of_blocks(cls, tiles, pattern, declared=None) -> "Factor":
         """A new factor owning ``tiles`` (``(a, d, b, c)``, C-contiguous) of ``pattern``,
         with the structure ``declared`` for its values (not checked here: see
-        :attr:`structure`); ``values_id``: the :attr:`FactorCache.values_id` of the values
-        when they are a copy of another factor's (default: new values, a new id)."""
-        return cls(Storage(tiles, FactorCache(values_id)), KSPattern.of(pattern),
-                   declared=declared)
+        :attr:`structure`)."""
+        return cls(Storage(tiles), KSPattern.of(pattern), declared=declared)
 
     @property
     def tiles(self):

@@ -37,12 +37,11 @@ _FROM_DLPACK = {"jaxlib": _JAX, "jax": _JAX, "torch": (("torch", "from_dlpack"),
 class Foreign:
     """A foreign array taken in: ``native`` its NumPy or CuPy view, ``back(result)`` a
     NumPy or CuPy result as the caller's type (the result itself where the producer offers
-    no ``from_dlpack``), ``library`` the producer's top-level module name, ``stream`` the
-    context to compute in: the producer's current CUDA stream as CuPy's where the producer
-    says which it is (PyTorch), else a context that changes nothing."""
+    no ``from_dlpack``), ``stream`` the context to compute in: the producer's current CUDA
+    stream as CuPy's where the producer says which it is (PyTorch), else a context that
+    changes nothing."""
     native: object
     back: object
-    library: str
     stream: object = dataclasses.field(default_factory=contextlib.nullcontext)
 
 
@@ -74,7 +73,7 @@ def take(x, role: str = "operand") -> Foreign:
             stream = _producer_stream(cupy, x, library, device_id)
             with cupy.cuda.Device(device_id), stream:
                 native = cupy.from_dlpack(x)
-            return Foreign(native, _back_to(library), library, stream)
+            return Foreign(native, _back_to(library), stream)
         else:
             raise TypeError(f"a {library} array on DLPack device type {device_type} as "
                             f"{role}: kscupy runs on the CPU (NumPy) and on CUDA GPUs (CuPy)")
@@ -86,7 +85,7 @@ def take(x, role: str = "operand") -> Foreign:
                             f"float32 (or float16) first") from None
         raise TypeError(f"a {library} array as {role} could not be taken through DLPack "
                         f"({exc}); convert it to a NumPy or CuPy array") from None
-    return Foreign(native, _back_to(library), library)
+    return Foreign(native, _back_to(library))
 
 
 def _producer_stream(cupy, x, library, device_id):

@@ -15,9 +15,11 @@ to real parameters). For a chain ``P_out K_1 ... K_L P_in`` the backward pass ru
 the factors right to left with the intermediates of the forward pass (kept, or recomputed
 where they would not fit).
 
-On CuPy the reduction over the batch is one batched cuBLAS product per factor after a
-transpose of ``G`` and ``X`` (:func:`kscupy.core.reference.blocks_gradient`); on NumPy the
-same with NumPy's matmul. float16 is reduced in float32 and rounded once.
+On CuPy the reduction over the batch is cuBLAS's strided-batched GEMM on ``G`` and ``X``
+where they lie (:func:`kscupy.kernels.gemm.values_gradient`; batch-size-first operands
+with ``d > 1`` are transposed first); on NumPy a transpose of each, then one batched
+product (:func:`kscupy.core.reference.blocks_gradient`). float16 is reduced in float32 and
+rounded once.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import numpy
 
 from .core import arrays, foreign, memory, reference
 from .core.shuffle import inverse_permutation
+from .kernels import gemm
 from .operators.base import KSOperator, check_layout
 from .operators.chain import KSChain
 from .operators.matrix import KSMatrix
@@ -161,10 +164,13 @@ def _values_gradient(K, X, G, layout):
     (real where ``K``'s values are)."""
     xp = K.xp
     dtype = X.dtype if K.dtype.kind == "c" else numpy.finfo(X.dtype).dtype
-    if X.dtype == numpy.float16:          # reduce in float32, round once
-        X, G = X.astype(numpy.float32), G.astype(numpy.float32)
+    pattern = tuple(K.pattern)
     with arrays.device_of(X):
-        dW = reference.blocks_gradient(G, X, tuple(K.pattern), layout, xp)   # (a, d, b, c)
+        dW = gemm.values_gradient(G, X, pattern, layout) if xp is not numpy else None
+        if dW is None:                    # NumPy, or beyond what cuBLAS addresses
+            if X.dtype == numpy.float16:  # reduce in float32, round once
+                X, G = X.astype(numpy.float32), G.astype(numpy.float32)
+            dW = reference.blocks_gradient(G, X, pattern, layout, xp)        # (a, d, b, c)
         if dW.dtype.kind == "c" and dtype.kind != "c":
             dW = dW.real
         return xp.ascontiguousarray(dW.transpose(0, 2, 3, 1)).astype(dtype, copy=False)

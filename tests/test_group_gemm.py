@@ -86,15 +86,17 @@ def _gemm_strided_batched(handle, ta, tb, m, n, k, alpha, A, a_type, lda, sA, B,
                           sB, beta, C, c_type, ldc, sC, count, compute, algo):
     for value in (m, n, k, lda, ldb, ldc, count):
         assert 0 <= value < 2**31, "cuBLAS takes these as int"
-    assert a_type == b_type == c_type
+    assert a_type == b_type and (c_type == a_type or (a_type, c_type) == (2, 0)), \
+        "cuBLAS writes float32 from float16, else the operands' type"
     dtype = numpy.dtype(_DTYPES[a_type])
+    out_dtype = numpy.dtype(_DTYPES[c_type])
     wide = numpy.complex128 if dtype.kind == "c" else numpy.float64
     isz = dtype.itemsize
     for p in range(count):
         a = _matrix(A + p * sA * isz, dtype, *((m, k) if ta == OP_N else (k, m)), lda)
         b = _matrix(B + p * sB * isz, dtype, *((k, n) if tb == OP_N else (n, k)), ldb)
-        c = _matrix(C + p * sC * isz, dtype, m, n, ldc)
-        c[...] = (_op(a, ta).astype(wide) @ _op(b, tb).astype(wide)).astype(dtype)
+        c = _matrix(C + p * sC * out_dtype.itemsize, out_dtype, m, n, ldc)
+        c[...] = (_op(a, ta).astype(wide) @ _op(b, tb).astype(wide)).astype(out_dtype)
 
 
 def _gemm(handle, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type,
@@ -110,6 +112,7 @@ def gemm(monkeypatch):
     cupy.ndarray = _poisoned
     cupy.conj = lambda a: host(numpy.conj(a))
     cupy.empty = lambda shape, dtype: HostArray(shape, dtype)
+    cupy.zeros = lambda shape, dtype: host(numpy.zeros(shape, dtype))
     cuda = cupy.cuda = types.ModuleType("cupy.cuda")
     cuda.runtime = types.SimpleNamespace(CUDA_R_32F=0, CUDA_R_64F=1, CUDA_R_16F=2,
                                          CUDA_C_32F=4, CUDA_C_64F=5)
@@ -117,7 +120,7 @@ def gemm(monkeypatch):
     cuda.get_current_stream = lambda: _Pointer(0)
     cublas = types.SimpleNamespace(
         CUBLAS_OP_N=OP_N, CUBLAS_OP_T=OP_T, CUBLAS_OP_C=OP_C, CUBLAS_POINTER_MODE_HOST=0,
-        CUBLAS_GEMM_DEFAULT=-1, CUBLAS_COMPUTE_32F=68, CUBLAS_COMPUTE_64F=70,
+        CUBLAS_GEMM_DEFAULT=-1, CUBLAS_GEMM_DEFAULT_TENSOR_OP=99, CUBLAS_COMPUTE_32F=68, CUBLAS_COMPUTE_64F=70,
         CUBLAS_COMPUTE_32F_FAST_TF32=77, setStream=lambda handle, stream: None,
         setPointerMode=lambda handle, mode: None,
         gemmStridedBatchedEx=_gemm_strided_batched, gemmEx=_gemm)
@@ -137,6 +140,7 @@ def gemm(monkeypatch):
         return lambda X: host(numpy.ascontiguousarray(
             inner(host(numpy.ascontiguousarray(X.T))).T))
     monkeypatch.setattr(transpose, "around", around)
+    monkeypatch.setattr(transpose, "transpose", lambda A: host(numpy.ascontiguousarray(A.T)))
     return gemm
 
 
@@ -245,3 +249,66 @@ def test_dense_product(gemm):
                                       rtol=2e-3 if dtype == numpy.float16 else 1e-5)
     with pytest.raises(TypeError, match="precision"):
         gemm.prepare(host(numpy.ones((2, 2))), host(numpy.ones((2, 2))), "bsl", "tf32")
+
+
+def _gradient_oracle(G, X, pattern, layout):
+    """``dW[i, j] = sum_n G[i, k, j, n] conj(X[i, l, j, n])`` as ``(a, d, b, c)`` in
+    complex128, from the definition (bsl indices; bsf operands transposed first)."""
+    a, b, c, d = pattern
+    G, X = numpy.asarray(G).astype(numpy.complex128), numpy.asarray(X).astype(numpy.complex128)
+    if layout == "bsf":
+        G, X = G.T, X.T
+    B = G.shape[1]
+    return numpy.einsum("ikjn,iljn->ijkl", G.reshape(a, b, d, B), X.reshape(a, c, d, B).conj())
+
+
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64, numpy.float16, numpy.float64,
+                                   numpy.complex128])
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_values_gradient_matches_the_definition(gemm, dtype, layout):
+    """The cuBLAS calls of the values' gradient (a or d the longer, d = 1 and d > 1 in bsf)
+    on operands in place, padded, in Fortran order, every other row and unaligned; float16
+    comes back summed in float32."""
+    rng = numpy.random.default_rng(4)
+    tol = 2e-3 if dtype == numpy.float16 else 1e-5
+    for pattern, B in itertools.product(PATTERNS, [1, 3, 7]):
+        a, b, c, d = pattern
+        M, N = a * b * d, a * c * d
+        Gs = _operands(rng, (M, B) if layout == "bsl" else (B, M), dtype)
+        Xs = _operands(rng, (N, B) if layout == "bsl" else (B, N), dtype)
+        for (g_kind, G), (x_kind, X) in zip(Gs.items(), reversed(list(Xs.items()))):
+            dW = gemm.values_gradient(G, X, pattern, layout)
+            ref = _gradient_oracle(G, X, pattern, layout)
+            assert dW.shape == (a, d, b, c)
+            assert dW.dtype == (numpy.float32 if dtype == numpy.float16 else dtype)
+            err = numpy.abs(dW - ref).max() / max(1.0, numpy.abs(ref).max())
+            assert err < tol, (pattern, B, g_kind, x_kind, err)
+
+
+def test_values_gradient_of_an_empty_batch_is_zero(gemm):
+    G, X = host(numpy.ones((6, 0), numpy.float32)), host(numpy.ones((8, 0), numpy.float32))
+    dW = gemm.values_gradient(G, X, (2, 3, 4, 1), "bsl")
+    assert dW.shape == (2, 1, 3, 4) and not dW.any()
+
+
+def test_values_gradient_loops_over_the_shorter_axis(gemm, monkeypatch):
+    calls = []
+    record = _gemm_strided_batched
+
+    def counting(*args):
+        calls.append(args[20])                     # batchCount
+        record(*args)
+    monkeypatch.setattr(sys.modules["cupy_backends.cuda.libs.cublas"], "gemmStridedBatchedEx",
+                        counting)
+    rng = numpy.random.default_rng(5)
+    for pattern, layout, expected in (((3, 2, 2, 5), "bsl", [5, 5, 5]),
+                                      ((6, 2, 2, 2), "bsl", [6, 6]),
+                                      ((4, 3, 2, 1), "bsf", [4]),
+                                      ((2, 3, 2, 3), "bsf", [3, 3])):
+        calls.clear()
+        a, b, c, d = pattern
+        shapes = ((a * b * d, 5), (a * c * d, 5)) if layout == "bsl" else \
+            ((5, a * b * d), (5, a * c * d))
+        G, X = (host(_random(rng, shape, numpy.float32)) for shape in shapes)
+        gemm.values_gradient(G, X, pattern, layout)
+        assert calls == expected, (pattern, calls)

@@ -34,6 +34,24 @@ output feature ``(i, k, j)`` is ``(i*b + k)*d + j``; ``K_ij`` is group ``(i, j)`
   transposed back: two extra passes over X and Y, as many as the permutations of
   ``reference.bmm`` and of PyTorch's BMM.
 
+**The values' gradient** (:func:`values_gradient`): per group the batch sum
+``dW_ij = G_ij X_ijᵀ`` (``X_ijᴴ`` for complex), a GEMM whose reduction runs over the batch,
+on ``G_ij`` and ``X_ij`` addressed as the group products address ``Y_ij`` and ``X_ij``.
+
+* bsl: ``G_ij`` (``b × B``, row stride ``d*sG``) is the column-major ``B × b`` matrix
+  ``G_ijᵀ`` with leading dimension ``d*sG``, likewise ``X_ij``. ``dW_ijᵀ = conj(X_ij)
+  G_ijᵀ``: ``gemm(C, N, m=c, n=b, k=B, X_ijᵀ ld d*sX, G_ijᵀ ld d*sG, dW_ijᵀ ld c)``,
+  batched as the products are (group offsets ``(i*c*d + j)*sX`` and ``(i*b*d + j)*sG``).
+* bsf, ``d = 1``: group ``i``'s columns of ``G`` are the column-major ``b × B`` matrix
+  ``G_i`` at column ``i*b`` with leading dimension ``sG``. ``dW_i = G_i X_iᴴ``:
+  ``gemm(N, C, m=b, n=c, k=B, G_i ld sG, X_i ld sX, dW_i ld b)``, one call batched over
+  ``i``; ``dW_i`` comes out column-major and is transposed with the (small) result.
+* bsf with ``d > 1``: ``G`` and ``X`` are transposed to bsl first.
+
+(``op = T`` in place of ``C`` for real dtypes.) float16 operands are summed and returned
+in float32 (cuBLAS writes a float32 ``C`` from float16 ``A`` and ``B``), for the caller
+to round once.
+
 The blocks are read where they are stored: ``tiles`` ``(a, d, b0, c0)`` row-major is, per
 group, the column-major ``c0 × b0`` matrix ``V`` (leading dimension ``c0``). The operator's
 block is ``Vᵀ`` (stored orientation) or ``V`` (transposed view); bsl needs its transpose,
@@ -48,9 +66,20 @@ import numpy
 
 from ..core.arrays import PRECISIONS, runs_at
 
-__all__ = ["prepare", "prepare_groups"]
+__all__ = ["prepare", "prepare_groups", "values_gradient"]
 
 _INT32_MAX = 2**31 - 1
+
+
+#: cuBLAS's algorithm selection by dtype: its heuristics, for float16 the tensor-op variant
+#: that CuPy's and PyTorch's own half-precision GEMMs ask for (the sums stay float32: the
+#: compute type says so).
+ALGO_NAMES = {"float16": "CUBLAS_GEMM_DEFAULT_TENSOR_OP"}
+
+
+def _algo(dtype):
+    from cupy_backends.cuda.libs import cublas
+    return getattr(cublas, ALGO_NAMES.get(numpy.dtype(dtype).name, "CUBLAS_GEMM_DEFAULT"))
 
 
 def _cublas_runner():
@@ -83,7 +112,7 @@ def prepare(D, X, layout, precision: str = "default"):
             or max(D.shape + X.shape) > _INT32_MAX:
         return None
     data, compute, scalar = _types(dtype, precision)
-    algo, gemm = cublas.CUBLAS_GEMM_DEFAULT, cublas.gemmEx
+    algo, gemm = _algo(dtype), cublas.gemmEx
     M, N = D.shape
     one, zero = numpy.ones((), scalar), numpy.zeros((), scalar)   # host scalars, kept alive
     alpha, beta = one.ctypes.data, zero.ctypes.data
@@ -178,7 +207,7 @@ def _group_calls(factor, X, layout, precision):
     M, N = factor.shape
     dtype, isz = X.dtype, X.dtype.itemsize
     data, compute, scalar = _types(dtype, precision)
-    algo = cublas.CUBLAS_GEMM_DEFAULT
+    algo = _algo(dtype)
     # the blocks: V (c0 x b0 column-major per group) transposed where exactly one of bsf and
     # a transposed view holds; conjugated in the same call, or copied conjugated once
     tiles = factor.tiles
@@ -240,3 +269,75 @@ def _group_calls(factor, X, layout, precision):
         return Y
     run.kept = (tiles, one, zero)
     return run
+
+
+def values_gradient(G, X, pattern, layout):
+    """The ``(a, d, b, c)`` blocks ``dW_ij = G_ij X_ijᴴ`` (the batch sum of each group's
+    rows of ``G`` times its rows of ``X``, conjugated) for CuPy operands of one dtype: ``X``
+    ``(N, B)`` and ``G`` ``(M, B)`` in ``"bsl"``, ``(B, N)`` and ``(B, M)`` in ``"bsf"``,
+    by cuBLAS's strided-batched GEMM on the operands where they lie (the module docstring
+    gives the calls). float16 operands give float32 sums. None where cuBLAS cannot address
+    them (a leading dimension or batch beyond 2^31 - 1)."""
+    import cupy
+    from cupy_backends.cuda.libs import cublas
+    from . import transpose
+    a, b, c, d = pattern
+    dtype = X.dtype
+    out_dtype = numpy.dtype(numpy.float32) if dtype == numpy.float16 else dtype
+    B = X.shape[1] if layout == "bsl" else X.shape[0]
+    if B == 0:
+        return cupy.zeros((a, d, b, c), out_dtype)
+    if B > _INT32_MAX:
+        return None
+    if layout == "bsf" and d > 1:
+        return values_gradient(transpose.transpose(G), transpose.transpose(X), pattern,
+                               "bsl")
+    if _row_stride(X) is None:
+        X = X.copy(order="C")
+    if _row_stride(G) is None:
+        G = G.copy(order="C")
+    sX, sG = _row_stride(X), _row_stride(G)
+    op_x = cublas.CUBLAS_OP_C if dtype.kind == "c" else cublas.CUBLAS_OP_T
+    op_n = cublas.CUBLAS_OP_N
+    block = b * c
+    if layout == "bsl":
+        # (transa, transb, m, n, k) and (A = X, B = G, C = dW); group (i, j) at
+        # X (i*c*d + j)*sX, G (i*b*d + j)*sG, dW (i*d + j)*b*c
+        by_i = (c * d * sX, b * d * sG, d * block)      # strides between groups of one j
+        by_j = (sX, sG, block)                           # ... of one i
+        if d <= a:      # one call per j, batched over i
+            calls = [((j * sX, j * sG, j * block), by_i, a) for j in range(d)]
+        else:
+            calls = [((i * c * d * sX, i * b * d * sG, i * d * block), by_j, d)
+                     for i in range(a)]
+        shape = (op_x, op_n, c, b, B)
+        lds = (d * sX, d * sG, c)
+    else:           # d == 1: A = G, B = X, dW_i column-major (b x c)
+        calls = [((0, 0, 0), (c, b, block), a)]
+        shape = (op_n, op_x, b, c, B)
+        lds = (sG, sX, b)
+    if max(lds) > _INT32_MAX:
+        return None
+    data, compute, scalar = _types(dtype, "default")
+    out_data = _types(out_dtype, "default")[0]
+    one, zero = numpy.ones((), scalar), numpy.zeros((), scalar)
+    alpha, beta = one.ctypes.data, zero.ctypes.data
+    transa, transb, m, n, k = shape
+    lda, ldb, ldc = lds
+    isz, osz = dtype.itemsize, out_dtype.itemsize
+    x, g = X.data.ptr, G.data.ptr
+    dW = cupy.ndarray((a, d, b, c) if layout == "bsl" else (a, d, c, b), out_dtype)
+    w = dW.data.ptr
+    algo = _algo(dtype)
+
+    def run_calls(handle):
+        for (ox, og, ow), (sx, sg, sw), count in calls:
+            if layout == "bsl":
+                A, sA, Bm, sB = x + ox * isz, sx, g + og * isz, sg
+            else:
+                A, sA, Bm, sB = g + og * isz, sg, x + ox * isz, sx
+            cublas.gemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, data, lda,
+                                        sA, Bm, data, ldb, sB, beta, w + ow * osz, out_data,
+                                        ldc, sw, count, compute, algo)
+    _cublas_runner()(run_calls)
+    return dW if layout == "bsl" else dW.transpose(0, 1, 3, 2)

@@ -32,6 +32,7 @@ import kscupy
 from kscupy.arguments import (UsageError, choice_list, out_of_memory, positive_int,
                               positive_int_list)
 from kscupy.core import arrays, device, memory
+from kscupy.engine import decide
 from kscupy.engine.costs import constants
 from kscupy.operators.base import LAYOUTS
 
@@ -61,8 +62,10 @@ def _model_lines(facts) -> list:
         + ([f"clusters of up to {facts.max_cluster} blocks"] if facts.max_cluster > 1 else [])
     lines.append(f"kernels: {', '.join(runs)}")
     files = constants.files_for(facts.name)
-    how = ("constants fitted on this device" if len(files) > 1
-           else "the generic constants applied to this device's own rates (not fitted here)")
+    how = ("constants fitted on this device" if constants.fitted_on(facts.name)
+           else "the generic constants applied to this device's own rates (not fitted "
+           f"here: auto times its two best where they are within "
+           f"{decide.UNFITTED_CLOSE_CALL:g}x)")
     lines.append(f"cost model: {' + '.join(files)}: {how}")
     return lines
 

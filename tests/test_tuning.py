@@ -21,6 +21,8 @@ from kscupy.kernels.ks_mma import MmaConfig
 
 RATES = dataclasses.replace(device.H200, bandwidth=3e12, flops32=6e13, flops64=3e13,
                             name="x", memory=80 * 2**30)
+#: The same rates named as a device the cost constants were fitted on.
+FITTED = dataclasses.replace(RATES, name="NVIDIA H200")
 
 
 def _problem(pattern, B=1000, dtype=numpy.float32, layout="bsl", contiguous=True, transposed=False):
@@ -319,7 +321,8 @@ def close_call(tmp_path, monkeypatch):
     ``timings`` the list of run pairs timed; ``prepare(problem)`` auto's run for a problem
     (the name of the backend it runs)."""
     monkeypatch.setenv("KSCUPY_CACHE_DIR", str(tmp_path))     # an empty tuning cache
-    monkeypatch.setattr(device, "current", lambda: RATES)
+    facts = {"device": FITTED}
+    monkeypatch.setattr(device, "current", lambda: facts["device"])
     ranking, timings, measured = [], [], {}
 
     def set_ranking(rows, seconds=None):
@@ -338,6 +341,11 @@ def close_call(tmp_path, monkeypatch):
         factor = ks.KSMatrix.random((a, b, c, d)).factor
         X = numpy.empty((factor.shape[1], problem.batch), numpy.float32)
         return single._prepare_auto(factor, X, "bsl", "default")
+    def unfitted():
+        """Make the device one the constants were not fitted on."""
+        facts["device"] = RATES
+        decide.forget_decisions()
+    prepare.unfitted = unfitted
     decide.forget_decisions()
     yield set_ranking, timings, prepare
     decide.forget_decisions()
@@ -364,11 +372,28 @@ def test_clear_or_short_calls_keep_the_models_choice_untimed(close_call, rows):
     assert timings == []
 
 
+@pytest.mark.parametrize("rows", [
+    [(2.6e-3, "kernel"), (2.6e-3 * decide.GPU_CLOSE_CALL * 1.01, "bmm")],
+    [(0.9 * decide.GPU_MEASURE_MIN_SECONDS, "kernel"), (1.5 * decide.GPU_MEASURE_MIN_SECONDS,
+                                                        "bmm")]])
+def test_on_a_device_the_constants_were_not_fitted_on_wider_calls_are_timed(close_call, rows):
+    """Where only the generic constants price the device, any product whose two best are
+    within UNFITTED_CLOSE_CALL is timed, short ones too; beyond it the model's pick stands."""
+    set_ranking, timings, prepare = close_call
+    prepare.unfitted()
+    set_ranking(rows, {"kernel": 1.0, "bmm": 0.5})
+    assert prepare(_problem((4, 64, 64, 4), 25088)) == "bmm"
+    assert timings == [("kernel", "bmm")]
+    set_ranking([(1e-5, "kernel"), (1e-5 * decide.UNFITTED_CLOSE_CALL * 1.01, "bmm")])
+    assert prepare(_problem((4, 64, 64, 8), 64)) == "kernel"
+    assert len(timings) == 1
+
+
 def test_a_tuned_choice_is_not_timed_again(close_call):
     set_ranking, timings, prepare = close_call
     p = _problem((128, 128, 128, 1), 25088)
     set_ranking([(2.6e-3, "kernel"), (2.9e-3, "bmm")], {"kernel": 2.0, "bmm": 1.0})
-    tuning_cache.put(p, RATES, Choice("kernel"), {"kernel": 2.6e-3})
+    tuning_cache.put(p, FITTED, Choice("kernel"), {"kernel": 2.6e-3})
     assert prepare(p) == "kernel"
     assert timings == []
 

@@ -29,11 +29,13 @@ from ..core import device as devices
 from ..core.device import DeviceFacts
 from ..core.problem import Problem
 from . import registry, tuning_cache
+from .costs import constants
 from .registry import Choice
 
 __all__ = ["Choice", "choose", "close_call", "settle", "defer", "close_calls_deferred",
            "close_calls_timed", "expire_prepared_runs", "forget_decisions", "seconds",
            "configuration", "ranked", "candidates", "tuned", "GPU_CLOSE_CALL", "GPU_MEASURE_MIN_SECONDS",
+           "UNFITTED_CLOSE_CALL",
            "KERNEL_MARGIN", "epoch"]
 
 #: ``auto`` times its two best candidates on the first operand of a problem when the model
@@ -45,6 +47,12 @@ GPU_CLOSE_CALL = 1.25
 #: by a few percent; shorter products, where the host's launch path is most of the time,
 #: keep the model's choice.
 GPU_MEASURE_MIN_SECONDS = 30e-6
+#: On a device whose cost constants were not fitted on it (the generic constants applied to
+#: its own rates; ``kscupy info`` says which) the ranking is an estimate, and ``auto`` times
+#: its two best wherever the second is priced within this factor of the first, however
+#: short the product: a few calls of each at a problem's first preparation against a
+#: wrong pick on every call after it.
+UNFITTED_CLOSE_CALL = 2.0
 #: ``auto`` picks the FMA kernel over other backends only when the model finds it faster by
 #: this factor: in batch-size-last the model is unbiased and any margin gave away the
 #: kernel's wins; in batch-size-first a wrong pick of it costs far more than a missed one.
@@ -134,14 +142,16 @@ def close_call(problem: Problem, device: DeviceFacts, precision: str = "default"
     """The two choices to time on the operand of ``problem``'s first preparation, or None:
     when a verdict or the tuning cache settled the problem, or the model's two best are not
     within :data:`GPU_CLOSE_CALL` (or the faster is priced below
-    :data:`GPU_MEASURE_MIN_SECONDS`), which settles it as the model's choice. The first of
+    :data:`GPU_MEASURE_MIN_SECONDS`; on a device the constants were not fitted on, within
+    :data:`UNFITTED_CLOSE_CALL` at any length), which settles it as the model's choice. The first of
     the two is :func:`choose`'s."""
     settled = _memo_key("timed", problem, device, precision)
     if settled in _MEMO or (precision == "default" and _cached(problem, device) is not None):
         return None
     ranking = ranked(problem, device, precision)
-    if (len(ranking) < 2 or ranking[0][0] < GPU_MEASURE_MIN_SECONDS
-            or ranking[1][0] > GPU_CLOSE_CALL * ranking[0][0]):
+    band, shortest = ((GPU_CLOSE_CALL, GPU_MEASURE_MIN_SECONDS)
+                      if constants.fitted_on(device.name) else (UNFITTED_CLOSE_CALL, 0.0))
+    if len(ranking) < 2 or ranking[0][0] < shortest or ranking[1][0] > band * ranking[0][0]:
         _MEMO[settled] = None
         return None
     return choose(problem, device, precision), _choice_of(ranking[1][1], problem)

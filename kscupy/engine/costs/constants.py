@@ -88,6 +88,12 @@ def files_for(device_name: str) -> list:
                            if doc["match"] in device_name]
 
 
+def fitted_on(device_name: str) -> bool:
+    """Whether a device file's constants price the device named ``device_name`` (they were
+    fitted on a device of that name), rather than gpu.json's alone on its own rates."""
+    return len(files_for(device_name)) > 1
+
+
 @functools.lru_cache(maxsize=None)
 def cpu() -> dict:
     """The CPU model's file (``"terms"`` keyed by ``(algorithm, regime)``)."""

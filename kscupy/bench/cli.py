@@ -18,7 +18,8 @@ from .results import read_results
 
 __all__ = ["main", "parser", "SUITES"]
 
-SUITES = ("grid", "sweep", "engine", "portability", "chains", "scale", "gradients")
+SUITES = ("grid", "sweep", "engine", "portability", "chains", "scale", "gradients",
+          "interop")
 #: What ``--suite all`` runs (with ``--quick``, grid and chains), and the small sample
 #: ``--quick`` takes of each (values as their options' types give them).
 ALL = ("grid", "sweep", "chains")
@@ -27,7 +28,7 @@ QUICK = {"count": 4, "sizes": [256, 1024], "elements": 2**22, "hadamard": [1024]
 
 
 def parser() -> argparse.ArgumentParser:
-    from . import chains, engine, patterns, portability, scale
+    from . import chains, engine, gradients, patterns, portability, scale
     p = argparse.ArgumentParser(
         prog="python -m kscupy bench",
         description="Run kscupy's benchmark suites on the GPU (medians of the CUDA-event "
@@ -48,6 +49,7 @@ def parser() -> argparse.ArgumentParser:
     portability.add_arguments(p)
     chains.add_arguments(p)
     scale.add_arguments(p)
+    gradients.add_arguments(p)
     return p
 
 
@@ -140,7 +142,7 @@ def _run(args, baselines):
         print(f"python -m kscupy bench times GPU kernels and needs a GPU: {why}. "
               f"(python -m kscupy demo --cpu runs on the CPU.)", file=sys.stderr)
         return 2
-    from . import chains, engine, gradients, patterns, portability, scale
+    from . import chains, engine, gradients, interop, patterns, portability, scale
     _make_folder(out)
     if baselines.name is None:
         print("baselines: CuPy's BMM, cuBLAS dense and cuFFT (the repository's "
@@ -169,6 +171,9 @@ def _run(args, baselines):
     if "gradients" in suites:    # its own summary; not plotted yet
         args.out = str(out / "gradients.json")
         gradients.main(args, baselines)
+    if "interop" in suites:      # its own summary; not plotted yet
+        args.out = str(out / "interop.json")
+        interop.main(args, baselines)
     try:
         if written:
             plot(written, out)

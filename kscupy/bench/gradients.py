@@ -34,6 +34,7 @@ except ImportError:
     cupy = None
 
 from .. import butterfly, factorize, fit, monarch, values_grad
+from ..arguments import nonnegative_int
 from ..core import reference
 from . import engine
 from .baselines import NONE
@@ -127,6 +128,12 @@ def fit_rows(steps=2000):
     return rows
 
 
+def add_arguments(parser):
+    group = parser.add_argument_group("gradients suite")
+    group.add_argument("--fit-steps", type=nonnegative_int, default=2000,
+                       help="the fitting rows' step limit (0 leaves them out)")
+
+
 def summarize(rows):
     """Per dtype and layout: the median and lowest speed-up of ``values_grad`` over the best
     baseline, rows below 0.95x, the worst error ratio to the dense product."""
@@ -159,7 +166,8 @@ def main(args, baselines=NONE):
     for case in progress(cases, desc="gradients"):
         result["rows"].append(gradient_row(*case, BATCH, args, ceilings, baselines))
         out.write_text(json.dumps(result))
-    result["rows"] += fit_rows()
+    if args.fit_steps:
+        result["rows"] += fit_rows(args.fit_steps)
     out.write_text(json.dumps(result))
     result["summary"] = summarize(result["rows"])
     result["seconds"] = time.time() - t0

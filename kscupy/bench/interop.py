@@ -1,0 +1,137 @@
+"""The interop suite: products captured in CUDA graphs and replayed, against cuBLAS's dense
+product captured and replayed the same way.
+
+    python -m kscupy bench --suite interop --out bench-results
+
+Rows ``{"suite": "graph", "batch": B, "pattern": ..., "layout": ..., "dtype": "float32",
+"seconds": {"auto": ..., "base_dense_graph": ...}, "eager_seconds": {...}, "relerr": {...}}``
+over the float32 small-batch sample (the stratified sample of ``--count`` patterns of the
+paper's grid; B = 1 and 64, both layouts): ``seconds`` per replay of a graph that holds one
+product (``K.matmul(X, layout=...)``, after one call outside the capture), CUDA events
+around graphs launched back to back on a non-blocking stream; ``base_dense_graph`` the
+faster of cuBLAS's GEMM on the dense matrix (``D @ X``) and, at B = 1, its GEMV, each
+captured alike. ``eager_seconds`` are the same products called back to back without a
+graph, for the host time a graph removes. ``relerr``: each replayed result against a
+float64 product of the dense matrix.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import time
+
+import numpy
+
+try:
+    import cupy
+except ImportError:
+    cupy = None
+
+from ..operators.matrix import KSMatrix
+from . import engine
+from .timing import progress, run_metadata, throughput_seconds
+
+BATCHES = (1, 64)
+#: Rows whose dense matrix in float64 would take more than this (GiB) leave out the dense
+#: baseline and the error.
+DENSE_LIMIT_GIB = 4
+
+
+def _captured(fn, stream):
+    """``(graph, out)``: ``fn()`` run once on ``stream`` (so that everything it prepares and
+    allocates exists), then captured; ``out`` is the captured call's result, which every
+    replay writes again."""
+    with stream:
+        fn()
+        stream.synchronize()
+        stream.begin_capture()
+        try:
+            out = fn()
+        finally:
+            graph = stream.end_capture()
+    return graph, out
+
+
+def _replay_seconds(graph, stream):
+    with stream:
+        return throughput_seconds(lambda _: graph.launch(stream), [None])
+
+
+def _relerr(got, ref):
+    got = got.astype(numpy.float64)
+    return float(cupy.linalg.norm(got - ref) / cupy.linalg.norm(ref))
+
+
+def graph_row(pattern, layout, B):
+    """One row: ``auto`` and the dense baselines, replayed from graphs and called eagerly."""
+    K = KSMatrix.random(pattern, dtype=numpy.float32, xp=cupy, seed=0)
+    M, N = K.shape
+    X = cupy.random.default_rng(1).standard_normal(
+        (N, B) if layout == "bsl" else (B, N), dtype=numpy.float32)
+    D = K.todense() if 8 * M * N <= DENSE_LIMIT_GIB * 2**30 else None
+    methods = {"auto": lambda: K.matmul(X, layout=layout)}
+    if D is not None:
+        methods["base_dense_gemm"] = (lambda: D @ X) if layout == "bsl" else (lambda: X @ D.T)
+        if B == 1:
+            x = X.reshape(-1)
+            methods["base_dense_gemv"] = lambda: cupy.cublas.gemv("N", 1.0, D, x, 0.0,
+                                                                   cupy.empty(M, D.dtype))
+    stream = cupy.cuda.Stream(non_blocking=True)
+    row = {"suite": "graph", "batch": B, "pattern": list(pattern), "layout": layout,
+           "dtype": "float32", "seconds": {}, "eager_seconds": {}, "relerr": {}}
+    ref = None
+    if D is not None:
+        D64, X64 = D.astype(numpy.float64), X.astype(numpy.float64)
+        ref = D64 @ X64 if layout == "bsl" else X64 @ D64.T
+        del D64
+    for name, fn in methods.items():
+        graph, out = _captured(fn, stream)
+        row["seconds"][name] = _replay_seconds(graph, stream)
+        with stream:
+            row["eager_seconds"][name] = throughput_seconds(lambda _: fn(), [None])
+            graph.launch(stream)
+            stream.synchronize()
+        if ref is not None:
+            row["relerr"][name] = _relerr(out.reshape(ref.shape), ref)
+    dense = [row["seconds"][k] for k in ("base_dense_gemm", "base_dense_gemv")
+             if k in row["seconds"]]
+    if dense:
+        row["seconds"]["base_dense_graph"] = min(dense)
+    return row
+
+
+def summarize(rows):
+    """Per batch and layout: the median and lowest speed-up of the replayed ``auto`` over the
+    replayed dense product, and of the replay over ``auto`` called eagerly."""
+    out = {}
+    for key in sorted({(r["batch"], r["layout"]) for r in rows if r["suite"] == "graph"}):
+        rs = [r for r in rows if r["suite"] == "graph" and (r["batch"], r["layout"]) == key]
+        vs_dense = numpy.array([r["seconds"]["base_dense_graph"] / r["seconds"]["auto"]
+                                for r in rs if "base_dense_graph" in r["seconds"]])
+        vs_eager = numpy.array([r["eager_seconds"]["auto"] / r["seconds"]["auto"] for r in rs])
+        out[f"B={key[0]}|{key[1]}"] = {
+            "patterns": len(rs), "dense_rows": int(vs_dense.size),
+            "auto_over_dense_graph_median": float(numpy.median(vs_dense)) if vs_dense.size else None,
+            "auto_over_dense_graph_min": float(vs_dense.min()) if vs_dense.size else None,
+            "replay_over_eager_median": float(numpy.median(vs_eager))}
+    return out
+
+
+def main(args, baselines=None):
+    out = pathlib.Path(args.out)
+    t0 = time.time()
+    meta = run_metadata()
+    result = {"device": meta["gpu"], "commit": meta["commit"], "date": meta["date"],
+              "command": meta["command"], "cupy": meta["cupy"], "kscupy": meta["kscupy"],
+              "timing": "events", "rows": []}
+    patterns = engine.samples(["default"], args.count, 0)["default"]
+    cases = [(p, layout, B) for B in BATCHES for p in patterns for layout in args.layouts]
+    for case in progress(cases, desc="graphs"):
+        result["rows"].append(graph_row(*case))
+        out.write_text(json.dumps(result))
+    result["summary"] = summarize(result["rows"])
+    result["seconds"] = time.time() - t0
+    out.write_text(json.dumps(result, indent=1))
+    print(f"\n{result['device']}, {len(result['rows'])} rows")
+    for key, s in result["summary"].items():
+        print(key, s)

@@ -61,6 +61,22 @@ def test_values_gradient_against_the_definition(xp, rng, pattern, dtype, layout)
             pattern, X, G, layout)) < tolerance(dtype)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_values_gradient_poisoned(poisoned, rng, dtype, layout):
+    """cuBLAS's values' gradient writes every value: every new allocation is NaN (the
+    result's too), batches 1, 3, 127 and, for the smaller patterns, 65537."""
+    import cupy
+    for pattern in PATTERNS:
+        K = ks.KSMatrix.random(pattern, dtype=dtype, xp=cupy, seed=int(rng.integers(2**31)))
+        for B in BATCHES + ([65537] if K.pattern.nnz <= 64 else []):
+            X, G = operands(rng, K, B, layout, dtype, cupy)
+            dw = ks.values_grad(K, X, G, layout=layout)
+            assert rel_err(dw, values_oracle(pattern, X, G, layout)) < tolerance(dtype), \
+                (pattern, B)
+
+
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
 def test_a_long_batch_and_strided_operands(xp, rng, layout):
     """B = 65537 (the issue's long batch) with operands that are strided views."""

@@ -57,6 +57,14 @@ def _replay_seconds(graph, stream):
         return throughput_seconds(lambda _: graph.launch(stream), [None])
 
 
+def _gemv(D, x):
+    """``D @ x`` by cuBLAS's GEMV."""
+    from cupy import cublas
+    y = cupy.empty(D.shape[0], D.dtype)
+    cublas.gemv("N", 1.0, D, x, 0.0, y)
+    return y
+
+
 def _relerr(got, ref):
     got = got.astype(numpy.float64)
     return float(cupy.linalg.norm(got - ref) / cupy.linalg.norm(ref))
@@ -73,9 +81,7 @@ def graph_row(pattern, layout, B):
     if D is not None:
         methods["base_dense_gemm"] = (lambda: D @ X) if layout == "bsl" else (lambda: X @ D.T)
         if B == 1:
-            x = X.reshape(-1)
-            methods["base_dense_gemv"] = lambda: cupy.cublas.gemv("N", 1.0, D, x, 0.0,
-                                                                   cupy.empty(M, D.dtype))
+            methods["base_dense_gemv"] = lambda: _gemv(D, X.reshape(-1))
     stream = cupy.cuda.Stream(non_blocking=True)
     row = {"suite": "graph", "batch": B, "pattern": list(pattern), "layout": layout,
            "dtype": "float32", "seconds": {}, "eager_seconds": {}, "relerr": {}}

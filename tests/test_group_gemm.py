@@ -277,7 +277,7 @@ def test_values_gradient_matches_the_definition(gemm, dtype, layout):
         Gs = _operands(rng, (M, B) if layout == "bsl" else (B, M), dtype)
         Xs = _operands(rng, (N, B) if layout == "bsl" else (B, N), dtype)
         for (g_kind, G), (x_kind, X) in zip(Gs.items(), reversed(list(Xs.items()))):
-            dW = gemm.values_gradient(G, X, pattern, layout)
+            dW = gemm.values_gradient(G, X, pattern, layout, sms=1)
             ref = _gradient_oracle(G, X, pattern, layout)
             assert dW.shape == (a, d, b, c)
             assert dW.dtype == (numpy.float32 if dtype == numpy.float16 else dtype)
@@ -287,7 +287,7 @@ def test_values_gradient_matches_the_definition(gemm, dtype, layout):
 
 def test_values_gradient_of_an_empty_batch_is_zero(gemm):
     G, X = host(numpy.ones((6, 0), numpy.float32)), host(numpy.ones((8, 0), numpy.float32))
-    dW = gemm.values_gradient(G, X, (2, 3, 4, 1), "bsl")
+    dW = gemm.values_gradient(G, X, (2, 3, 4, 1), "bsl", sms=1)
     assert dW.shape == (2, 1, 3, 4) and not dW.any()
 
 
@@ -310,5 +310,27 @@ def test_values_gradient_loops_over_the_shorter_axis(gemm, monkeypatch):
         shapes = ((a * b * d, 5), (a * c * d, 5)) if layout == "bsl" else \
             ((5, a * b * d), (5, a * c * d))
         G, X = (host(_random(rng, shape, numpy.float32)) for shape in shapes)
-        gemm.values_gradient(G, X, pattern, layout)
+        gemm.values_gradient(G, X, pattern, layout, sms=1)
         assert calls == expected, (pattern, calls)
+
+
+def test_values_gradient_in_batch_chunks(gemm, monkeypatch):
+    """Where the groups give cuBLAS few output tiles the batch is cut into chunks, the last
+    one shorter, and their sums added: the same gradient in every layout and dtype."""
+    monkeypatch.setattr(gemm, "SPLIT_MIN_CHUNK", 2)
+    rng = numpy.random.default_rng(6)
+    assert gemm.batch_chunks((2, 3, 4, 2), 7, sms=100) == 3      # 7 // 2 chunks at most
+    assert gemm.batch_chunks((2, 3, 4, 2), 7, sms=1) == 1        # 4 groups fill one SM
+    for dtype, layout, pattern in itertools.product(
+            [numpy.float32, numpy.complex128, numpy.float16], ["bsl", "bsf"],
+            [(2, 3, 4, 2), (3, 2, 5, 1), (1, 4, 3, 3)]):
+        a, b, c, d = pattern
+        B = 7
+        shapes = ((a * b * d, B), (a * c * d, B)) if layout == "bsl" else \
+            ((B, a * b * d), (B, a * c * d))
+        G, X = (host(_random(rng, shape, dtype)) for shape in shapes)
+        dW = gemm.values_gradient(G, X, pattern, layout, sms=100)
+        ref = _gradient_oracle(G, X, pattern, layout)
+        tol = 2e-3 if dtype == numpy.float16 else 1e-5
+        assert numpy.abs(dW - ref).max() / max(1.0, numpy.abs(ref).max()) < tol, \
+            (dtype, layout, pattern)

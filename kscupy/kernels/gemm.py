@@ -48,6 +48,11 @@ on ``G_ij`` and ``X_ij`` addressed as the group products address ``Y_ij`` and ``
   ``i``; ``dW_i`` comes out column-major and is transposed with the (small) result.
 * bsf with ``d > 1``: ``G`` and ``X`` are transposed to bsl first.
 
+cuBLAS does not split a GEMM's reduction among blocks, and ``a*d`` groups of small blocks
+give it few output tiles: the batch is then cut into chunks (:func:`batch_chunks`), the
+calls are made once per chunk (``k`` its length, ``A`` and ``B`` moved to its first
+column) into a slice of a workspace each, and the slices are added.
+
 (``op = T`` in place of ``C`` for real dtypes.) float16 operands are summed and returned
 in float32 (cuBLAS writes a float32 ``C`` from float16 ``A`` and ``B``), for the caller
 to round once.
@@ -71,10 +76,10 @@ __all__ = ["prepare", "prepare_groups", "values_gradient"]
 _INT32_MAX = 2**31 - 1
 
 
-#: cuBLAS's algorithm selection by dtype: its heuristics, for float16 the tensor-op variant
-#: that CuPy's and PyTorch's own half-precision GEMMs ask for (the sums stay float32: the
-#: compute type says so).
-ALGO_NAMES = {"float16": "CUBLAS_GEMM_DEFAULT_TENSOR_OP"}
+#: cuBLAS's algorithm selection by dtype name where it is not ``CUBLAS_GEMM_DEFAULT`` (its
+#: heuristics; ``benchmarks/probe_gemm_algo.py`` found the tensor-op variant that CuPy and
+#: PyTorch pass no faster for float16 or float32).
+ALGO_NAMES: dict = {}
 
 
 def _algo(dtype):
@@ -271,13 +276,34 @@ def _group_calls(factor, X, layout, precision):
     return run
 
 
-def values_gradient(G, X, pattern, layout):
+#: The values' gradient sums over the batch, which cuBLAS does not split among blocks: where
+#: the groups' ``b x c`` outputs give fewer than ``SPLIT_TILES_PER_SM`` output tiles of
+#: ``SPLIT_TILE x SPLIT_TILE`` per SM, the batch is cut into chunks of at least
+#: ``SPLIT_MIN_CHUNK`` columns, each chunk's sums go to a slice of a workspace, and the
+#: slices are added (a pass over ``chunks x nnz`` values, small against ``G`` and ``X``).
+SPLIT_TILE = 128
+SPLIT_TILES_PER_SM = 4
+SPLIT_MIN_CHUNK = 1024
+SPLIT_MAX_CHUNKS = 64
+
+
+def batch_chunks(pattern, B: int, sms: int) -> int:
+    """How many chunks :func:`values_gradient` cuts a batch of ``B`` into (1: none)."""
+    a, b, c, d = pattern
+    tiles = a * d * (-(-b // SPLIT_TILE)) * (-(-c // SPLIT_TILE))
+    wanted = -(-SPLIT_TILES_PER_SM * sms // tiles)
+    return int(max(1, min(wanted, B // SPLIT_MIN_CHUNK, SPLIT_MAX_CHUNKS)))
+
+
+def values_gradient(G, X, pattern, layout, sms=None):
     """The ``(a, d, b, c)`` blocks ``dW_ij = G_ij X_ijᴴ`` (the batch sum of each group's
     rows of ``G`` times its rows of ``X``, conjugated) for CuPy operands of one dtype: ``X``
     ``(N, B)`` and ``G`` ``(M, B)`` in ``"bsl"``, ``(B, N)`` and ``(B, M)`` in ``"bsf"``,
     by cuBLAS's strided-batched GEMM on the operands where they lie (the module docstring
-    gives the calls). float16 operands give float32 sums. None where cuBLAS cannot address
-    them (a leading dimension or batch beyond 2^31 - 1)."""
+    gives the calls), the batch cut into chunks where the groups alone would leave the
+    GPU's ``sms`` multiprocessors idle (:func:`batch_chunks`; default: the current
+    device's). float16 operands give float32 sums. None where cuBLAS cannot address them
+    (a leading dimension or batch beyond 2^31 - 1)."""
     import cupy
     from cupy_backends.cuda.libs import cublas
     from . import transpose
@@ -291,7 +317,7 @@ def values_gradient(G, X, pattern, layout):
         return None
     if layout == "bsf" and d > 1:
         return values_gradient(transpose.transpose(G), transpose.transpose(X), pattern,
-                               "bsl")
+                               "bsl", sms)
     if _row_stride(X) is None:
         X = X.copy(order="C")
     if _row_stride(G) is None:
@@ -301,8 +327,8 @@ def values_gradient(G, X, pattern, layout):
     op_n = cublas.CUBLAS_OP_N
     block = b * c
     if layout == "bsl":
-        # (transa, transb, m, n, k) and (A = X, B = G, C = dW); group (i, j) at
-        # X (i*c*d + j)*sX, G (i*b*d + j)*sG, dW (i*d + j)*b*c
+        # (transa, transb, m, n) and (A = X, B = G, C = dW); group (i, j) at
+        # X (i*c*d + j)*sX, G (i*b*d + j)*sG, dW (i*d + j)*b*c; batch column n at +n in both
         by_i = (c * d * sX, b * d * sG, d * block)      # strides between groups of one j
         by_j = (sX, sG, block)                           # ... of one i
         if d <= a:      # one call per j, batched over i
@@ -310,34 +336,50 @@ def values_gradient(G, X, pattern, layout):
         else:
             calls = [((i * c * d * sX, i * b * d * sG, i * d * block), by_j, d)
                      for i in range(a)]
-        shape = (op_x, op_n, c, b, B)
+        shape = (op_x, op_n, c, b)
         lds = (d * sX, d * sG, c)
-    else:           # d == 1: A = G, B = X, dW_i column-major (b x c)
+        column = (1, 1)
+    else:           # d == 1: A = G, B = X, dW_i column-major (b x c); batch row n at n*s
         calls = [((0, 0, 0), (c, b, block), a)]
-        shape = (op_n, op_x, b, c, B)
+        shape = (op_n, op_x, b, c)
         lds = (sG, sX, b)
+        column = (sX, sG)
     if max(lds) > _INT32_MAX:
         return None
+    # the batch in chunks: k columns from column n0, each chunk's sums at slice s
+    chunks = batch_chunks(pattern, B, sms if sms is not None else _sms())
+    step = -(-B // chunks)
+    spans = [(n0, min(step, B - n0)) for n0 in range(0, B, step)]
     data, compute, scalar = _types(dtype, "default")
     out_data = _types(out_dtype, "default")[0]
     one, zero = numpy.ones((), scalar), numpy.zeros((), scalar)
     alpha, beta = one.ctypes.data, zero.ctypes.data
-    transa, transb, m, n, k = shape
+    transa, transb, m, n = shape
     lda, ldb, ldc = lds
     isz, osz = dtype.itemsize, out_dtype.itemsize
     x, g = X.data.ptr, G.data.ptr
-    dW = cupy.ndarray((a, d, b, c) if layout == "bsl" else (a, d, c, b), out_dtype)
-    w = dW.data.ptr
+    group_shape = (a, d, b, c) if layout == "bsl" else (a, d, c, b)
+    dW = cupy.ndarray((len(spans),) + group_shape, out_dtype)
+    w, slice_size = dW.data.ptr, a * d * block
     algo = _algo(dtype)
 
     def run_calls(handle):
-        for (ox, og, ow), (sx, sg, sw), count in calls:
-            if layout == "bsl":
-                A, sA, Bm, sB = x + ox * isz, sx, g + og * isz, sg
-            else:
-                A, sA, Bm, sB = g + og * isz, sg, x + ox * isz, sx
-            cublas.gemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, data, lda,
-                                        sA, Bm, data, ldb, sB, beta, w + ow * osz, out_data,
-                                        ldc, sw, count, compute, algo)
+        for s, (n0, k) in enumerate(spans):
+            x0, g0, w0 = x + n0 * column[0] * isz, g + n0 * column[1] * isz, \
+                w + s * slice_size * osz
+            for (ox, og, ow), (sx, sg, sw), count in calls:
+                if layout == "bsl":
+                    A, sA, Bm, sB = x0 + ox * isz, sx, g0 + og * isz, sg
+                else:
+                    A, sA, Bm, sB = g0 + og * isz, sg, x0 + ox * isz, sx
+                cublas.gemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, data,
+                                            lda, sA, Bm, data, ldb, sB, beta, w0 + ow * osz,
+                                            out_data, ldc, sw, count, compute, algo)
     _cublas_runner()(run_calls)
+    dW = dW[0] if len(spans) == 1 else dW.sum(axis=0)
     return dW if layout == "bsl" else dW.transpose(0, 1, 3, 2)
+
+
+def _sms() -> int:
+    from ..core import device
+    return device.current().sms

@@ -318,6 +318,7 @@ def test_values_gradient_in_batch_chunks(gemm, monkeypatch):
     """Where the groups give cuBLAS few output tiles the batch is cut into chunks, the last
     one shorter, and their sums added: the same gradient in every layout and dtype."""
     monkeypatch.setattr(gemm, "SPLIT_MIN_CHUNK", 2)
+    monkeypatch.setattr(gemm, "SPLIT_ALIGN", 1)
     rng = numpy.random.default_rng(6)
     assert gemm.batch_chunks((2, 3, 4, 2), 7, sms=100) == 3      # 7 // 2 chunks at most
     assert gemm.batch_chunks((2, 3, 4, 2), 7, sms=1) == 1        # 4 groups fill one SM
@@ -334,3 +335,24 @@ def test_values_gradient_in_batch_chunks(gemm, monkeypatch):
         tol = 2e-3 if dtype == numpy.float16 else 1e-5
         assert numpy.abs(dW - ref).max() / max(1.0, numpy.abs(ref).max()) < tol, \
             (dtype, layout, pattern)
+
+
+def test_batch_chunks_start_aligned(gemm, monkeypatch):
+    """In bsl each chunk starts SPLIT_ALIGN bytes after the last (cuBLAS's fast kernels need
+    aligned operands): 7 float32 columns in chunks of at least 2, 8 bytes apart, are cut
+    4 + 3, not 3 + 3 + 1."""
+    monkeypatch.setattr(gemm, "SPLIT_MIN_CHUNK", 2)
+    monkeypatch.setattr(gemm, "SPLIT_ALIGN", 8)
+    lengths = []
+    record = _gemm_strided_batched
+
+    def counting(*args):
+        lengths.append(args[5])                    # k
+        record(*args)
+    monkeypatch.setattr(sys.modules["cupy_backends.cuda.libs.cublas"], "gemmStridedBatchedEx",
+                        counting)
+    rng = numpy.random.default_rng(7)
+    G, X = host(_random(rng, (3, 7), numpy.float32)), host(_random(rng, (4, 7), numpy.float32))
+    dW = gemm.values_gradient(G, X, (1, 3, 4, 1), "bsl", sms=100)
+    assert lengths == [4, 3]
+    numpy.testing.assert_allclose(dW, _gradient_oracle(G, X, (1, 3, 4, 1), "bsl"), rtol=1e-5)

@@ -85,6 +85,8 @@ def gradient_row(pattern, layout, dtype, B, args, ceilings, baselines=NONE):
         X64, G64 = X64.T, G64.T
     ref = cupy.einsum("ikjn,iljn->ijkl", G64.reshape(a, b, d, B),
                       X64.conj().reshape(a, c, d, B))          # (a, d, b, c)
+    del X64, G64            # the oracle's float64 copies go back to the device, not the pool,
+    cupy.get_default_memory_pool().free_all_blocks()         # before PyTorch allocates
     row = {"suite": "values_grad", "sample": "default", "pattern": list(pattern),
            "layout": layout, "dtype": dtype, "precision": "default", "batch": B,
            "floor_s": engine.floor_seconds(pattern, B, dtype, "default", ceilings),
@@ -93,7 +95,7 @@ def gradient_row(pattern, layout, dtype, B, args, ceilings, baselines=NONE):
         got = _blocks_of(name, fn(X0, G0), pattern).astype(numpy.float64)
         row["relerr"][name] = float(cupy.linalg.norm(got - ref) / cupy.linalg.norm(ref))
         row["seconds"][name] = throughput_seconds(lambda pair: fn(*pair), pairs)
-    del inputs, pairs, methods, torch_grad, fn, got, X0, G0, X64, G64, ref
+    del inputs, pairs, methods, torch_grad, fn, got, X0, G0, ref
     engine.release(K, baselines)
     return row
 

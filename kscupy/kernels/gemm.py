@@ -282,9 +282,10 @@ def _group_calls(factor, X, layout, precision):
 #: ``SPLIT_MIN_CHUNK`` columns, each chunk's sums go to a slice of a workspace, and the
 #: slices are added (a pass over ``chunks x nnz`` values, small against ``G`` and ``X``).
 SPLIT_TILE = 128
-SPLIT_TILES_PER_SM = 4
+SPLIT_TILES_PER_SM = 2
 SPLIT_MIN_CHUNK = 1024
 SPLIT_MAX_CHUNKS = 64
+SPLIT_ALIGN = 256
 
 
 def batch_chunks(pattern, B: int, sms: int) -> int:
@@ -347,8 +348,12 @@ def values_gradient(G, X, pattern, layout, sms=None):
     if max(lds) > _INT32_MAX:
         return None
     # the batch in chunks: k columns from column n0, each chunk's sums at slice s
+    isz, osz = dtype.itemsize, out_dtype.itemsize
     chunks = batch_chunks(pattern, B, sms if sms is not None else _sms())
-    step = -(-B // chunks)
+    # chunks start SPLIT_ALIGN bytes apart in bsl: cuBLAS's tensor-core and vectorised
+    # kernels need aligned operands, and fall back to far slower ones otherwise
+    align = max(1, SPLIT_ALIGN // isz) if layout == "bsl" else 1
+    step = -(-(-(-B // chunks)) // align) * align
     spans = [(n0, min(step, B - n0)) for n0 in range(0, B, step)]
     data, compute, scalar = _types(dtype, "default")
     out_data = _types(out_dtype, "default")[0]
@@ -356,7 +361,6 @@ def values_gradient(G, X, pattern, layout, sms=None):
     alpha, beta = one.ctypes.data, zero.ctypes.data
     transa, transb, m, n = shape
     lda, ldb, ldc = lds
-    isz, osz = dtype.itemsize, out_dtype.itemsize
     x, g = X.data.ptr, G.data.ptr
     group_shape = (a, d, b, c) if layout == "bsl" else (a, d, c, b)
     dW = cupy.ndarray((len(spans),) + group_shape, out_dtype)

@@ -21,9 +21,11 @@ def test_fresh_copy_rows(scale):
         assert len(row["first_all_s"]) == scale.COPIES
 
 
-@pytest.mark.parametrize("pinned", [True, False])
-def test_out_of_core_rows(scale, pinned):
-    bandwidth = scale.host_to_device_bandwidth()
-    assert 1e9 < bandwidth < 1e12
-    row = scale.out_of_core_row(0.05, pinned, bandwidth)
-    assert row["bytes"] > 4e7 and row["seconds"] > 0 and row["bandwidth_fraction"] > 0
+@pytest.mark.parametrize("pinned, streams", [(True, 2), (True, 3), (False, 2)])
+def test_out_of_core_rows(scale, pinned, streams):
+    bandwidths = scale.copy_bandwidths()
+    assert set(bandwidths) == {"h2d", "d2h", "duplex"}
+    assert all(1e9 < b < 1e12 for b in bandwidths.values())
+    row = scale.out_of_core_row(0.05, pinned, bandwidths, streams)
+    assert row["bytes"] > 4e7 and row["seconds"] > 0 and row["streams"] == streams
+    assert row["bandwidth_fraction"] > 0 and row["duplex_fraction"] > 0

@@ -11,13 +11,16 @@ after the original ran once in the process; ``warm_s`` the median of the same pr
 repeated on the original. Both are latencies (host time included), since a fresh copy's
 cost is host time: planning, preparing launches.
 
-Rows ``{"suite": "out_of_core", "memory": "pinned" | "pageable", "bytes": ..., "seconds":
-..., "bandwidth_fraction": ...}``: a float32 batch of ``--host-gb`` GB (``--pageable-gb`` for
-pageable memory) in host memory through a random butterfly(4096) with
+Rows ``{"suite": "out_of_core", "memory": "pinned" | "pageable", "streams": ..., "bytes":
+..., "seconds": ..., "bandwidth_fraction": ..., "duplex_fraction": ...}``: a float32 batch
+of ``--host-gb`` GB (once per count in ``--streams``; ``--pageable-gb`` for pageable
+memory, two streams) in host memory through a random butterfly(4096) with
 :func:`kscupy.stream_matmul` (batch-size-first), the result as large again;
 ``bandwidth_fraction`` is the batch's bytes over the time, divided by the host-to-device
 copy bandwidth measured in the same run (a pinned 1 GiB copy): each byte crosses twice, and
-the copies in and out overlap.
+the copies in and out overlap. ``duplex_fraction`` divides by the rate of each direction
+while both copy at once (``copy_bandwidths`` in the file, with the device-to-host one), the
+ceiling of such a pipeline.
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ except ImportError:
     cupy = None
 
 from .. import butterfly, dft
-from ..arguments import positive_float, positive_int
+from ..arguments import positive_float, positive_int, positive_int_list
 from ..streaming import CHUNK_BYTES, stream_matmul
 from .timing import run_metadata
 
@@ -55,6 +58,8 @@ def add_arguments(parser):
                        help="GB of the pinned host batch streamed (default 32)")
     group.add_argument("--pageable-gb", type=positive_float, default=4.0,
                        help="GB of the pageable host batch streamed (default 4)")
+    group.add_argument("--streams", type=positive_int_list, default="2,3,4",
+                       help="stream counts the pinned batch is streamed with (default 2,3,4)")
 
 
 def _synchronised_seconds(fn):
@@ -84,19 +89,37 @@ def fresh_copy_row(name, rows):
             "warm_s": float(numpy.median(warm)), "first_all_s": first}
 
 
-def host_to_device_bandwidth():
-    """Bytes per second of a pinned 1 GiB host-to-device copy (the median of five)."""
+def copy_bandwidths():
+    """Bytes per second of pinned 1 GiB copies (medians of five): ``"h2d"`` host to device,
+    ``"d2h"`` device to host, and ``"duplex"`` each direction's rate while both run at once
+    on two streams (the most a pipeline that copies its batch in and its result out can
+    reach)."""
     import cupyx
-    host = cupyx.empty_pinned((2**28,), dtype=numpy.float32)
-    host[...] = 1.0
-    device = cupy.empty(host.shape, dtype=host.dtype)
-    seconds = [_synchronised_seconds(lambda: device.set(host)) for _ in range(5)]
-    return host.nbytes / float(numpy.median(seconds))
+    n = 2**28
+    host_in, host_out = (cupyx.empty_pinned((n,), dtype=numpy.float32) for _ in range(2))
+    host_in[...] = 1.0
+    device_in, device_out = (cupy.ones((n,), dtype=numpy.float32) for _ in range(2))
+    streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(2)]
+
+    def duplex():
+        device_in.set(host_in, stream=streams[0])
+        device_out.get(stream=streams[1], out=host_out, blocking=False)
+        for stream in streams:
+            stream.synchronize()
+
+    def median(fn):
+        return host_in.nbytes / float(numpy.median([_synchronised_seconds(fn)
+                                                    for _ in range(5)]))
+    return {"h2d": median(lambda: device_in.set(host_in)),
+            "d2h": median(lambda: device_out.get(out=host_out)),
+            "duplex": median(duplex)}
 
 
-def out_of_core_row(gigabytes, pinned, bandwidth):
+def out_of_core_row(gigabytes, pinned, bandwidths, streams=2):
     """One row: a float32 host batch of ``gigabytes`` through a butterfly(4096) with
-    :func:`kscupy.stream_matmul`, timed once after a small warm-up call."""
+    :func:`kscupy.stream_matmul` on ``streams`` streams, timed once after a small warm-up
+    call; its fraction of the host-to-device bandwidth (the issue's measure) and of the
+    duplex one (:func:`copy_bandwidths`)."""
     import cupyx
     op = butterfly(4096, dtype=numpy.float32, xp=cupy, seed=0)
     rows = int(gigabytes * 1e9) // (4 * 4096)
@@ -106,13 +129,17 @@ def out_of_core_row(gigabytes, pinned, bandwidth):
     X[...] = 1.0                                   # touched: its pages exist before timing
     per_chunk = CHUNK_BYTES // (2 * 4 * 4096)      # stream_matmul's rows per chunk
     warm = min(rows, 2 * per_chunk + 1)            # a whole chunk's shape and a ragged one
-    stream_matmul(op, X[:warm], out=Y[:warm], chunk_bytes=CHUNK_BYTES)
+    stream_matmul(op, X[:warm], out=Y[:warm], chunk_bytes=CHUNK_BYTES, streams=streams)
     t0 = time.perf_counter()
-    stream_matmul(op, X, out=Y, chunk_bytes=CHUNK_BYTES)
+    stream_matmul(op, X, out=Y, chunk_bytes=CHUNK_BYTES, streams=streams)
     seconds = time.perf_counter() - t0
+    rate = X.nbytes / seconds
     return {"suite": "out_of_core", "memory": "pinned" if pinned else "pageable",
-            "bytes": X.nbytes, "seconds": seconds, "h2d_bandwidth": bandwidth,
-            "bandwidth_fraction": X.nbytes / seconds / bandwidth}
+            "streams": streams, "bytes": X.nbytes, "seconds": seconds,
+            "h2d_bandwidth": bandwidths["h2d"], "d2h_bandwidth": bandwidths["d2h"],
+            "duplex_bandwidth": bandwidths["duplex"],
+            "bandwidth_fraction": rate / bandwidths["h2d"],
+            "duplex_fraction": rate / bandwidths["duplex"]}
 
 
 def main(args, baselines=None):
@@ -122,9 +149,11 @@ def main(args, baselines=None):
               "command": meta["command"], "cupy": meta["cupy"], "kscupy": meta["kscupy"],
               "rows": [fresh_copy_row(name, args.rows) for name in OPERATORS]}
     out.write_text(json.dumps(result, indent=1))
-    bandwidth = host_to_device_bandwidth()
-    for gigabytes, pinned in ((args.host_gb, True), (args.pageable_gb, False)):
-        result["rows"].append(out_of_core_row(gigabytes, pinned, bandwidth))
+    bandwidths = copy_bandwidths()
+    result["copy_bandwidths"] = bandwidths
+    cases = [(args.host_gb, True, n) for n in args.streams] + [(args.pageable_gb, False, 2)]
+    for gigabytes, pinned, streams in cases:
+        result["rows"].append(out_of_core_row(gigabytes, pinned, bandwidths, streams))
         out.write_text(json.dumps(result, indent=1))
     print(f"\n{result['device']}")
     for r in result["rows"]:
@@ -132,6 +161,8 @@ def main(args, baselines=None):
             print(f"{r['operator']:16s} first product of a copy {r['first_s'] * 1e3:8.3f} ms, "
                   f"warm {r['warm_s'] * 1e3:8.3f} ms ({r['first_s'] / r['warm_s']:.2f}x)")
         else:
-            print(f"out of core, {r['memory']:8s} {r['bytes'] / 1e9:6.1f} GB in "
-                  f"{r['seconds']:7.2f} s: {r['bandwidth_fraction']:.2f} of the host-to-device "
-                  f"bandwidth ({r['h2d_bandwidth'] / 1e9:.1f} GB/s)")
+            print(f"out of core, {r['memory']:8s} {r['streams']} streams "
+                  f"{r['bytes'] / 1e9:6.1f} GB in {r['seconds']:7.2f} s: "
+                  f"{r['bandwidth_fraction']:.2f} of the host-to-device bandwidth "
+                  f"({r['h2d_bandwidth'] / 1e9:.1f} GB/s), {r['duplex_fraction']:.2f} of "
+                  f"the duplex one ({r['duplex_bandwidth'] / 1e9:.1f} GB/s)")

@@ -90,6 +90,34 @@ def torch_bmm_values_grad(blocks, layout):
     return run
 
 
+def torch_dense_graph(D, X, layout):
+    """``(replay, out)``: PyTorch's dense product of the CuPy operand ``X`` (``torch.mv``
+    where it is one vector, else ``torch.mm``) captured in a ``torch.cuda.CUDAGraph`` after
+    a warm-up on the capturing stream; ``replay()`` launches the graph on the legacy default
+    stream, ``out`` is the result every replay writes. None without torch or CUDA."""
+    if not torch_available():
+        return None
+    Dt, x = torch.from_dlpack(D), torch.from_dlpack(X)
+    if layout == "bsl":
+        product = (lambda: torch.mv(Dt, x[:, 0])) if x.shape[1] == 1 else (lambda: Dt @ x)
+    else:
+        product = (lambda: torch.mv(Dt, x[0])) if x.shape[0] == 1 else (lambda: x @ Dt.T)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        product()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = product()
+    legacy = torch.cuda.default_stream()
+
+    def replay():
+        with torch.cuda.stream(legacy):
+            graph.replay()
+    return replay, out
+
+
 def torch_dense(D, layout, tf32=False):
     """cuBLAS on the dense matrix ``D`` through PyTorch (for the TF32 baseline: CuPy's
     matmul does not switch TF32 at run time), as a function of a CuPy operand."""
@@ -120,6 +148,9 @@ class _Torch(Baselines):
 
     def bmm_values_grad(self, blocks, layout):
         return torch_bmm_values_grad(blocks, layout)
+
+    def dense_graph(self, D, X, layout):
+        return torch_dense_graph(D, X, layout)
 
     def tf32_gemm_flops(self):
         """The rate of an 8192^3 GEMM with TF32 allowed (the TF32 rows' ceiling)."""

@@ -32,8 +32,7 @@ def test_replayed_rows_match_the_dense_product(layout, B):
     if not gpu_available():
         pytest.skip(GPU_REASON)
     row = interop.graph_row((2, 48, 96, 4), layout, B)
-    expected = {"auto", "base_dense_gemm", "base_dense_graph"} | (
-        {"base_dense_gemv"} if B == 1 else set())
-    assert set(row["seconds"]) == expected
+    assert set(row["seconds"]) == {"auto", "base_dense_gemm", "base_dense_graph"}
+    assert set(row["relerr"]) == {"auto", "base_dense_gemm"}
     assert all(err < 1e-5 for err in row["relerr"].values()), row["relerr"]
     assert all(s > 0 for s in row["seconds"].values())

@@ -46,13 +46,71 @@ def test_a_captured_product_and_axpy_replay_with_new_data(cupy, rng, name, layou
         finally:
             graph = stream.end_capture()
     D = operator_oracle(op)
-    for _ in range(100):
-        x = random_array(rng, shape, op.dtype)
-        X[...] = cupy.asarray(x)
+    _replay_with_new_data(cupy, rng, graph, stream, X, out,
+                          lambda x: 2 * (D @ x if layout == "bsl" else x @ D.T) + to_numpy(Z))
+
+
+def _replay_with_new_data(cupy, rng, graph, stream, X, out, oracle, replays=100, tol=1e-4):
+    """Write new data into ``X`` and replay ``graph`` ``replays`` times, each result against
+    ``oracle(x)``. The data is written on the graph's stream: a copy on another stream
+    would race the replay."""
+    for _ in range(replays):
+        x = random_array(rng, X.shape, X.dtype)
+        with stream:
+            X[...] = cupy.asarray(x)
         graph.launch(stream)
         stream.synchronize()
-        ref = D @ x if layout == "bsl" else x @ D.T
-        assert rel_err(out, 2 * ref + to_numpy(Z)) < 1e-4
+        assert rel_err(out, oracle(x)) < tol
+
+
+@pytest.mark.parametrize("backend", ["bmm", "dense"])
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_cublas_backends_are_captured(cupy, rng, backend, layout):
+    """cuBLAS's products (which CuPy's own bindings refuse to call during a capture) replay
+    with new data."""
+    op = ks.KSMatrix.random((3, 16, 8, 2), dtype=numpy.float32, xp=cupy, seed=4)
+    M, N = op.shape
+    X = cupy.asarray(random_array(rng, (N, 33) if layout == "bsl" else (33, N), op.dtype))
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        op.matmul(X, layout=layout, backend=backend)
+        stream.synchronize()
+        stream.begin_capture()
+        try:
+            out = op.matmul(X, layout=layout, backend=backend)
+        finally:
+            graph = stream.end_capture()
+    D = operator_oracle(op)
+    _replay_with_new_data(cupy, rng, graph, stream, X, out,
+                          lambda x: D @ x if layout == "bsl" else x @ D.T, replays=20)
+
+
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_a_values_gradient_is_captured(cupy, rng, layout):
+    """values_grad (cuBLAS's batched GEMMs, a transpose in bsf with d > 1, the sum of the
+    batch's chunks) replays with a new operand."""
+    K = ks.KSMatrix.random((2, 8, 4, 2), dtype=numpy.float32, xp=cupy, seed=5)
+    M, N = K.shape
+    B = 5000
+    X = cupy.asarray(random_array(rng, (N, B) if layout == "bsl" else (B, N), K.dtype))
+    G = cupy.asarray(random_array(rng, (M, B) if layout == "bsl" else (B, M), K.dtype))
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        ks.values_grad(K, X, G, layout=layout)
+        stream.synchronize()
+        stream.begin_capture()
+        try:
+            out = ks.values_grad(K, X, G, layout=layout)
+        finally:
+            graph = stream.end_capture()
+    g = to_numpy(G).astype(numpy.float64)
+    if layout == "bsf":
+        g = g.T
+
+    def oracle(x):
+        x = x.astype(numpy.float64).T if layout == "bsf" else x.astype(numpy.float64)
+        return numpy.einsum("ikjn,iljn->iklj", g.reshape(2, 8, 2, B), x.reshape(2, 4, 2, B))
+    _replay_with_new_data(cupy, rng, graph, stream, X, out, oracle, replays=10, tol=1e-5)
 
 
 def test_a_product_not_prepared_before_capture_is_refused(cupy, rng):

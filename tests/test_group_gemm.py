@@ -24,8 +24,14 @@ OP_N, OP_T, OP_C = 0, 1, 2
 
 
 class _Pointer:
+    """A device pointer's or a stream's stand-in (``.ptr``); a stream that is not capturing."""
+    capturing = False
+
     def __init__(self, ptr):
         self.ptr = ptr
+
+    def is_capturing(self):
+        return self.capturing
 
 
 #: The byte ranges of the memory that HostArrays own: the stand-in reads and writes only there.
@@ -356,3 +362,52 @@ def test_batch_chunks_start_aligned(gemm, monkeypatch):
     dW = gemm.values_gradient(G, X, (1, 3, 4, 1), "bsl", sms=100)
     assert lengths == [4, 3]
     numpy.testing.assert_allclose(dW, _gradient_oracle(G, X, (1, 3, 4, 1), "bsl"), rtol=1e-5)
+
+
+def test_a_captured_stream_calls_cublas_directly(gemm, monkeypatch):
+    """While the current stream is being captured (CuPy's bindings then refuse cuBLAS) every
+    call of the dense, group and gradient products goes through cublas_direct, with the
+    arguments CuPy's bindings would get; outside a capture none does."""
+    from kscupy.kernels import cublas_direct
+    stand_in = sys.modules["cupy_backends.cuda.libs.cublas"]
+    direct_calls = []
+
+    class Recording:
+        def __getattr__(self, name):
+            def call(*args):
+                direct_calls.append(name)
+                return getattr(stand_in, name)(*args)
+            return call
+    monkeypatch.setattr(cublas_direct, "_direct", lambda: Recording())
+    stream = _Pointer(0)
+    monkeypatch.setattr(sys.modules["cupy.cuda"], "get_current_stream", lambda: stream)
+    rng = numpy.random.default_rng(8)
+    factor = Factor.of_blocks(host(_random(rng, (2, 2, 3, 4), numpy.float32)), (2, 3, 4, 2))
+    X = host(_random(rng, (16, 5), numpy.float32))
+    G = host(_random(rng, (12, 5), numpy.float32))
+    D = host(factor.todense())
+    runs = [lambda: gemm.prepare_groups(factor, X, "bsl")(X),
+            lambda: gemm.prepare(D, X, "bsl")(X),
+            lambda: gemm.values_gradient(G, X, (2, 3, 4, 2), "bsl", sms=1)]
+    expected = [D @ X, D @ X, _gradient_oracle(G, X, (2, 3, 4, 2), "bsl")]
+    for capturing in (False, True):
+        stream.capturing = capturing
+        direct_calls.clear()
+        for run, ref in zip(runs, expected):
+            numpy.testing.assert_allclose(run(), ref, rtol=1e-5)
+        assert bool(direct_calls) == capturing
+        assert not capturing or {"setStream", "gemmEx", "gemmStridedBatchedEx"} <= \
+            set(direct_calls)
+
+
+def test_the_cublas_library_is_found_among_the_mapped_files(tmp_path):
+    from kscupy.kernels import cublas_direct
+    maps = tmp_path / "maps"
+    maps.write_text(
+        "7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/libcublasLt.so.13.2.0\n"
+        "7f02-7f03 r-xp 00000000 08:01 2 /opt/nvidia/cublas/lib/libcublas.so.13\n"
+        "7f04-7f05 rw-p 00000000 00:00 0\n")
+    assert cublas_direct.library_path(str(maps)) == "/opt/nvidia/cublas/lib/libcublas.so.13"
+    maps.write_text("7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/libcublasLt.so.13\n")
+    with pytest.raises(RuntimeError, match="run the product once before capturing"):
+        cublas_direct.library_path(str(maps))

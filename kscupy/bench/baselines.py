@@ -18,8 +18,11 @@ class Baselines:
     ``(a, d, b, c)`` blocks; ``dense(D, layout, tf32)``: the dense matrix's product;
     ``tf32_gemm_flops()``: the rate of a large TF32 GEMM (the TF32 rows' ceiling);
     ``bmm_values_grad(blocks, layout)``: ``(X, G) -> dW``, the weights' gradient of that
-    BMM by the framework's own backward; ``release()``: hand cached memory back between
-    rows. ``name`` and ``version`` go in the results file."""
+    BMM by the framework's own backward; ``dense_graph(D, X, layout)``: ``(replay, out)``,
+    the dense product of the operand ``X`` captured in the framework's CUDA graph (a
+    matrix-vector product where ``X`` holds one vector), ``replay()`` launching it on the
+    legacy default stream and ``out`` its result; ``release()``: hand cached memory back
+    between rows. ``name`` and ``version`` go in the results file."""
     name = None
     version = None
 
@@ -33,6 +36,9 @@ class Baselines:
         return None
 
     def bmm_values_grad(self, blocks, layout):
+        return None
+
+    def dense_graph(self, D, X, layout):
         return None
 
     def release(self):

@@ -8,11 +8,15 @@ Rows ``{"suite": "graph", "batch": B, "pattern": ..., "layout": ..., "dtype": "f
 over the float32 small-batch sample (the stratified sample of ``--count`` patterns of the
 paper's grid; B = 1 and 64, both layouts): ``seconds`` per replay of a graph that holds one
 product (``K.matmul(X, layout=...)``, after one call outside the capture), CUDA events
-around graphs launched back to back on a non-blocking stream; ``base_dense_graph`` the
-faster of cuBLAS's GEMM on the dense matrix (``D @ X``) and, at B = 1, its GEMV, each
-captured alike. ``eager_seconds`` are the same products called back to back without a
-graph, for the host time a graph removes. ``relerr``: each replayed result against a
-float64 product of the dense matrix.
+around graphs launched back to back on a non-blocking stream. ``base_dense_gemm``: cuBLAS's
+GEMM on the dense matrix, the call CuPy's ``D @ X`` makes, prepared as kscupy's ``dense``
+backend prepares it (CuPy's own bindings refuse cuBLAS during a capture) and captured
+alike; ``base_framework_dense``: the baselines' own captured dense product where they have
+one (``benchmarks/bench_suite.py``: PyTorch's ``torch.mv`` at B = 1, ``torch.mm`` else, in
+a ``torch.cuda.CUDAGraph``); ``base_dense_graph``: the faster of the two.
+``eager_seconds`` are kscupy's products called back to back without a graph, for the host
+time a graph removes. ``relerr``: each replayed result against a float64 product of the
+dense matrix.
 """
 from __future__ import annotations
 
@@ -27,8 +31,10 @@ try:
 except ImportError:
     cupy = None
 
+from ..kernels import gemm
 from ..operators.matrix import KSMatrix
 from . import engine
+from .baselines import NONE
 from .timing import progress, run_metadata, throughput_seconds
 
 BATCHES = (1, 64)
@@ -57,21 +63,14 @@ def _replay_seconds(graph, stream):
         return throughput_seconds(lambda _: graph.launch(stream), [None])
 
 
-def _gemv(D, x):
-    """``D @ x`` by cuBLAS's GEMV."""
-    from cupy import cublas
-    y = cupy.empty(D.shape[0], D.dtype)
-    cublas.gemv("N", 1.0, D, x, 0.0, y)
-    return y
-
-
 def _relerr(got, ref):
     got = got.astype(numpy.float64)
     return float(cupy.linalg.norm(got - ref) / cupy.linalg.norm(ref))
 
 
-def graph_row(pattern, layout, B):
-    """One row: ``auto`` and the dense baselines, replayed from graphs and called eagerly."""
+def graph_row(pattern, layout, B, baselines=NONE):
+    """One row: ``auto``'s product and cuBLAS's dense one, replayed from graphs and called
+    eagerly; ``baselines``' graph-captured dense product beside them where it has one."""
     K = KSMatrix.random(pattern, dtype=numpy.float32, xp=cupy, seed=0)
     M, N = K.shape
     X = cupy.random.default_rng(1).standard_normal(
@@ -79,9 +78,7 @@ def graph_row(pattern, layout, B):
     D = K.todense() if 8 * M * N <= DENSE_LIMIT_GIB * 2**30 else None
     methods = {"auto": lambda: K.matmul(X, layout=layout)}
     if D is not None:
-        methods["base_dense_gemm"] = (lambda: D @ X) if layout == "bsl" else (lambda: X @ D.T)
-        if B == 1:
-            methods["base_dense_gemv"] = lambda: _gemv(D, X.reshape(-1))
+        methods["base_dense_gemm"] = gemm.prepare(D, X, layout)
     stream = cupy.cuda.Stream(non_blocking=True)
     row = {"suite": "graph", "batch": B, "pattern": list(pattern), "layout": layout,
            "dtype": "float32", "seconds": {}, "eager_seconds": {}, "relerr": {}}
@@ -90,17 +87,27 @@ def graph_row(pattern, layout, B):
         D64, X64 = D.astype(numpy.float64), X.astype(numpy.float64)
         ref = D64 @ X64 if layout == "bsl" else X64 @ D64.T
         del D64
+    outs = {}
     for name, fn in methods.items():
-        graph, out = _captured(fn, stream)
+        run = fn if name == "auto" else (lambda fn=fn: fn(X))
+        graph, outs[name] = _captured(run, stream)
         row["seconds"][name] = _replay_seconds(graph, stream)
         with stream:
-            row["eager_seconds"][name] = throughput_seconds(lambda _: fn(), [None])
+            row["eager_seconds"][name] = throughput_seconds(lambda _: run(), [None])
             graph.launch(stream)
             stream.synchronize()
-        if ref is not None:
-            row["relerr"][name] = _relerr(out.reshape(ref.shape), ref)
-    dense = [row["seconds"][k] for k in ("base_dense_gemm", "base_dense_gemv")
-             if k in row["seconds"]]
+    if D is not None:
+        captured = baselines.dense_graph(D, X, layout)
+        if captured is not None:
+            replay, outs["base_framework_dense"] = captured
+            row["seconds"]["base_framework_dense"] = throughput_seconds(lambda _: replay(),
+                                                                        [None])
+            replay()
+            cupy.cuda.Device().synchronize()
+    if ref is not None:
+        for name, out in outs.items():
+            row["relerr"][name] = _relerr(cupy.asarray(out).reshape(ref.shape), ref)
+    dense = [t for k, t in row["seconds"].items() if k.startswith("base_")]
     if dense:
         row["seconds"]["base_dense_graph"] = min(dense)
     return row
@@ -123,7 +130,7 @@ def summarize(rows):
     return out
 
 
-def main(args, baselines=None):
+def main(args, baselines=NONE):
     out = pathlib.Path(args.out)
     t0 = time.time()
     meta = run_metadata()
@@ -133,7 +140,7 @@ def main(args, baselines=None):
     patterns = engine.samples(["default"], args.count, 0)["default"]
     cases = [(p, layout, B) for B in BATCHES for p in patterns for layout in args.layouts]
     for case in progress(cases, desc="graphs"):
-        result["rows"].append(graph_row(*case))
+        result["rows"].append(graph_row(*case, baselines=baselines))
         out.write_text(json.dumps(result))
     result["summary"] = summarize(result["rows"])
     result["seconds"] = time.time() - t0

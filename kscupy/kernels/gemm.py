@@ -88,17 +88,21 @@ def _algo(dtype):
 
 
 def _cublas_runner():
-    """``call(fn)``: ``fn(handle)`` on CuPy's cuBLAS handle, on CuPy's current stream, with
-    scalars read from the host."""
+    """``call(fn)``: ``fn(handle, blas)`` on CuPy's cuBLAS handle, on CuPy's current stream,
+    with scalars read from the host; ``blas`` has CuPy's cuBLAS functions, called through
+    :mod:`.cublas_direct` while the stream is being captured in a CUDA graph."""
     from cupy.cuda import device, get_current_stream
     from cupy_backends.cuda.libs import cublas
+    from . import cublas_direct
     host_mode = cublas.CUBLAS_POINTER_MODE_HOST
 
     def call(fn):
         handle = device.get_cublas_handle()
-        cublas.setStream(handle, get_current_stream().ptr)
-        cublas.setPointerMode(handle, host_mode)
-        fn(handle)
+        stream = get_current_stream()
+        blas = cublas_direct.api(stream)
+        blas.setStream(handle, stream.ptr)
+        blas.setPointerMode(handle, host_mode)
+        fn(handle, blas)
     return call
 
 
@@ -117,7 +121,7 @@ def prepare(D, X, layout, precision: str = "default"):
             or max(D.shape + X.shape) > _INT32_MAX:
         return None
     data, compute, scalar = _types(dtype, precision)
-    algo, gemm = _algo(dtype), cublas.gemmEx
+    algo = _algo(dtype)
     M, N = D.shape
     one, zero = numpy.ones((), scalar), numpy.zeros((), scalar)   # host scalars, kept alive
     alpha, beta = one.ctypes.data, zero.ctypes.data
@@ -129,15 +133,17 @@ def prepare(D, X, layout, precision: str = "default"):
         y_shape = (M, B)
 
         def product(x, y):
-            return lambda handle: gemm(handle, op_n, op_n, B, M, N, alpha, x, data, B,
-                                       d, data, N, beta, y, data, B, compute, algo)
+            return lambda handle, blas: blas.gemmEx(handle, op_n, op_n, B, M, N, alpha, x,
+                                                    data, B, d, data, N, beta, y, data, B,
+                                                    compute, algo)
     else:
         B = X.shape[0]
         y_shape = (B, M)
 
         def product(x, y):
-            return lambda handle: gemm(handle, op_t, op_n, M, B, N, alpha, d, data, N,
-                                       x, data, N, beta, y, data, M, compute, algo)
+            return lambda handle, blas: blas.gemmEx(handle, op_t, op_n, M, B, N, alpha, d,
+                                                    data, N, x, data, N, beta, y, data, M,
+                                                    compute, algo)
 
     def run(X):
         Y = new(y_shape, dtype)
@@ -250,20 +256,20 @@ def _group_calls(factor, X, layout, precision):
     one, zero = numpy.ones((), scalar), numpy.zeros((), scalar)    # host scalars, kept alive
     alpha, beta = one.ctypes.data, zero.ctypes.data
     w = tiles.data.ptr
-    gemm, call = cublas.gemmStridedBatchedEx, _cublas_runner()
+    call = _cublas_runner()
     transa, transb, m, n, k = shape
     lda, ldb, ldc = lds
 
     def product(x, y):
-        def run_calls(handle):
+        def run_calls(handle, blas):
             for (ox, ow, oy), (sx, sw, sy), count in calls:
                 if layout == "bsl":
                     A, sA, Bm, sB = x + ox * isz, sx, w + ow * isz, sw
                 else:
                     A, sA, Bm, sB = w + ow * isz, sw, x + ox * isz, sx
-                gemm(handle, transa, transb, m, n, k, alpha, A, data, lda, sA,
-                     Bm, data, ldb, sB, beta, y + oy * isz, data, ldc, sy, count,
-                     compute, algo)
+                blas.gemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, data,
+                                          lda, sA, Bm, data, ldb, sB, beta, y + oy * isz,
+                                          data, ldc, sy, count, compute, algo)
         return run_calls
 
     new = cupy.ndarray
@@ -367,7 +373,7 @@ def values_gradient(G, X, pattern, layout, sms=None):
     w, slice_size = dW.data.ptr, a * d * block
     algo = _algo(dtype)
 
-    def run_calls(handle):
+    def run_calls(handle, blas):
         for s, (n0, k) in enumerate(spans):
             x0, g0, w0 = x + n0 * column[0] * isz, g + n0 * column[1] * isz, \
                 w + s * slice_size * osz
@@ -376,9 +382,9 @@ def values_gradient(G, X, pattern, layout, sms=None):
                     A, sA, Bm, sB = x0 + ox * isz, sx, g0 + og * isz, sg
                 else:
                     A, sA, Bm, sB = g0 + og * isz, sg, x0 + ox * isz, sx
-                cublas.gemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, data,
-                                            lda, sA, Bm, data, ldb, sB, beta, w0 + ow * osz,
-                                            out_data, ldc, sw, count, compute, algo)
+                blas.gemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, data,
+                                          lda, sA, Bm, data, ldb, sB, beta, w0 + ow * osz,
+                                          out_data, ldc, sw, count, compute, algo)
     _cublas_runner()(run_calls)
     dW = dW[0] if len(spans) == 1 else dW.sum(axis=0)
     return dW if layout == "bsl" else dW.transpose(0, 1, 3, 2)

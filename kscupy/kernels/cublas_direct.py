@@ -1,0 +1,80 @@
+"""cuBLAS's GEMM entry points called through ctypes, for products captured in CUDA graphs.
+
+CuPy's cuBLAS bindings refuse every call while a stream is being captured (its stream
+capture support leaves cuBLAS out, cupy/cupy#6290), though cuBLAS captures its GEMMs: host
+scalars are read when the call is captured, and since CUDA 12.2 its workspace comes from a
+stream-ordered allocation. :func:`api` hands :mod:`.gemm` CuPy's bindings outside a capture
+and, inside one, :class:`Direct`: the same functions with the same arguments, calling the
+cuBLAS library CuPy loaded (found among the process's mapped files) on CuPy's handle.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+
+__all__ = ["api", "Direct", "library_path"]
+
+
+def library_path(maps: str = "/proc/self/maps") -> str:
+    """The path of the cuBLAS library (not cuBLASLt) mapped into this process."""
+    with open(maps) as f:
+        for line in f:
+            path = line.split(maxsplit=5)[-1].strip()
+            name = path.rsplit("/", 1)[-1]
+            if name.startswith("libcublas.so"):
+                return path
+    raise RuntimeError("cuBLAS is not loaded in this process (CuPy loads it with its first "
+                       "cuBLAS call): run the product once before capturing it")
+
+
+class Direct:
+    """``setStream``, ``setPointerMode``, ``gemmEx`` and ``gemmStridedBatchedEx`` with CuPy's
+    signatures (``cupy_backends.cuda.libs.cublas``), calling the library at ``path``."""
+
+    def __init__(self, path: str):
+        lib = ctypes.CDLL(path)
+        p, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+        self._set_stream = self._bind(lib.cublasSetStream_v2, [p, p])
+        self._set_pointer_mode = self._bind(lib.cublasSetPointerMode_v2, [p, i])
+        # handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C,
+        # Ctype, ldc, computeType, algo
+        self._gemm = self._bind(lib.cublasGemmEx,
+                                [p, i, i, i, i, i, p, p, i, i, p, i, i, p, p, i, i, i, i])
+        # ... with strideA, strideB, strideC after lda, ldb, ldc and batchCount after strideC
+        self._gemm_batched = self._bind(
+            lib.cublasGemmStridedBatchedEx,
+            [p, i, i, i, i, i, p, p, i, i, ll, p, i, i, ll, p, p, i, i, ll, i, i, i])
+
+    @staticmethod
+    def _bind(fn, argtypes):
+        fn.argtypes, fn.restype = argtypes, ctypes.c_int
+        return fn
+
+    @staticmethod
+    def _check(status, name):
+        if status != 0:
+            raise RuntimeError(f"{name} failed with cuBLAS status {status}")
+
+    def setStream(self, handle, stream):
+        self._check(self._set_stream(handle, stream), "cublasSetStream")
+
+    def setPointerMode(self, handle, mode):
+        self._check(self._set_pointer_mode(handle, mode), "cublasSetPointerMode")
+
+    def gemmEx(self, *args):
+        self._check(self._gemm(*args), "cublasGemmEx")
+
+    def gemmStridedBatchedEx(self, *args):
+        self._check(self._gemm_batched(*args), "cublasGemmStridedBatchedEx")
+
+
+@functools.lru_cache(maxsize=None)
+def _direct() -> Direct:
+    return Direct(library_path())
+
+
+def api(stream):
+    """The cuBLAS functions to call on ``stream`` (a CuPy stream): CuPy's bindings, or
+    :class:`Direct` while the stream is being captured."""
+    from cupy_backends.cuda.libs import cublas
+    return _direct() if stream.is_capturing() else cublas

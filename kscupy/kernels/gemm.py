@@ -48,8 +48,8 @@ on ``G_ij`` and ``X_ij`` addressed as the group products address ``Y_ij`` and ``
   ``i``; ``dW_i`` comes out column-major and is transposed with the (small) result.
 * bsf with ``d > 1``: ``G`` and ``X`` are transposed to bsl first.
 
-cuBLAS does not split a GEMM's reduction among blocks, and ``a*d`` groups of small blocks
-give it few output tiles: the batch is then cut into chunks (:func:`batch_chunks`), the
+Few groups of small blocks give cuBLAS few output tiles, and its float32 GEMMs then leave
+most SMs idle: the batch is cut into chunks (:func:`batch_chunks`), the
 calls are made once per chunk (``k`` its length, ``A`` and ``B`` moved to its first
 column) into a slice of a workspace each, and the slices are added.
 
@@ -282,7 +282,8 @@ def _group_calls(factor, X, layout, precision):
     return run
 
 
-#: The values' gradient sums over the batch, which cuBLAS does not split among blocks: where
+#: The values' gradient sums over the long batch, which cuBLAS's float32 strided-batched
+#: GEMMs did not split among blocks on few groups of small blocks (most SMs idle): where
 #: the groups' ``b x c`` outputs give fewer than ``SPLIT_TILES_PER_SM`` output tiles of
 #: ``SPLIT_TILE x SPLIT_TILE`` per SM, the batch is cut into chunks of at least
 #: ``SPLIT_MIN_CHUNK`` columns, each chunk's sums go to a slice of a workspace, and the
@@ -294,8 +295,16 @@ SPLIT_MAX_CHUNKS = 64
 SPLIT_ALIGN = 256
 
 
-def batch_chunks(pattern, B: int, sms: int) -> int:
+#: dtypes whose batch cuBLAS reduces well without chunks: its float16 tensor-op GEMMs
+#: reached 80% of the bandwidth on few groups of small blocks (probe_gemm_algo_h100.json),
+#: where its float32 ones left most SMs idle.
+SPLIT_NEVER = ("float16",)
+
+
+def batch_chunks(pattern, B: int, sms: int, dtype="float32") -> int:
     """How many chunks :func:`values_gradient` cuts a batch of ``B`` into (1: none)."""
+    if numpy.dtype(dtype).name in SPLIT_NEVER:
+        return 1
     a, b, c, d = pattern
     tiles = a * d * (-(-b // SPLIT_TILE)) * (-(-c // SPLIT_TILE))
     wanted = -(-SPLIT_TILES_PER_SM * sms // tiles)
@@ -355,7 +364,7 @@ def values_gradient(G, X, pattern, layout, sms=None):
         return None
     # the batch in chunks: k columns from column n0, each chunk's sums at slice s
     isz, osz = dtype.itemsize, out_dtype.itemsize
-    chunks = batch_chunks(pattern, B, sms if sms is not None else _sms())
+    chunks = batch_chunks(pattern, B, sms if sms is not None else _sms(), dtype)
     # chunks start SPLIT_ALIGN bytes apart in bsl: cuBLAS's tensor-core and vectorised
     # kernels need aligned operands, and fall back to far slower ones otherwise
     align = max(1, SPLIT_ALIGN // isz) if layout == "bsl" else 1

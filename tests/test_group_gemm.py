@@ -203,17 +203,26 @@ def test_group_products_match_the_definition(gemm, dtype, layout):
             assert err < tol, ((a, b, c, d), transposed, conjugated, B, kind, err)
 
 
-def test_group_calls_loop_over_the_shorter_axis(gemm, monkeypatch):
+@pytest.fixture
+def recorded(gemm, monkeypatch):
+    """``record(index)``: a list that gets argument ``index`` of every strided-batched call
+    the stand-in makes from then on (20: batchCount, 5: k)."""
+    def record(index):
+        seen = []
+
+        def recording(*args):
+            seen.append(args[index])
+            _gemm_strided_batched(*args)
+        monkeypatch.setattr(sys.modules["cupy_backends.cuda.libs.cublas"],
+                            "gemmStridedBatchedEx", recording)
+        return seen
+    return record
+
+
+def test_group_calls_loop_over_the_shorter_axis(gemm, recorded):
     """One strided-batched call per value of the shorter of a and d (batch-size-last), one
     call for batch-size-first with d = 1."""
-    calls = []
-    record = _gemm_strided_batched
-
-    def counting(*args):
-        calls.append(args[20])                     # batchCount
-        record(*args)
-    monkeypatch.setattr(sys.modules["cupy_backends.cuda.libs.cublas"], "gemmStridedBatchedEx",
-                        counting)
+    calls = recorded(20)                           # batchCount
     rng = numpy.random.default_rng(1)
     for pattern, layout, expected in (((3, 2, 2, 5), "bsl", [5, 5, 5]),
                                       ((6, 2, 2, 2), "bsl", [6, 6]),
@@ -297,15 +306,8 @@ def test_values_gradient_of_an_empty_batch_is_zero(gemm):
     assert dW.shape == (2, 1, 3, 4) and not dW.any()
 
 
-def test_values_gradient_loops_over_the_shorter_axis(gemm, monkeypatch):
-    calls = []
-    record = _gemm_strided_batched
-
-    def counting(*args):
-        calls.append(args[20])                     # batchCount
-        record(*args)
-    monkeypatch.setattr(sys.modules["cupy_backends.cuda.libs.cublas"], "gemmStridedBatchedEx",
-                        counting)
+def test_values_gradient_loops_over_the_shorter_axis(gemm, recorded):
+    calls = recorded(20)                           # batchCount
     rng = numpy.random.default_rng(5)
     for pattern, layout, expected in (((3, 2, 2, 5), "bsl", [5, 5, 5]),
                                       ((6, 2, 2, 2), "bsl", [6, 6]),
@@ -344,20 +346,13 @@ def test_values_gradient_in_batch_chunks(gemm, monkeypatch):
             (dtype, layout, pattern)
 
 
-def test_batch_chunks_start_aligned(gemm, monkeypatch):
+def test_batch_chunks_start_aligned(gemm, recorded, monkeypatch):
     """In bsl each chunk starts SPLIT_ALIGN bytes after the last (cuBLAS's fast kernels need
     aligned operands): 7 float32 columns in chunks of at least 2, 8 bytes apart, are cut
     4 + 3, not 3 + 3 + 1."""
     monkeypatch.setattr(gemm, "SPLIT_MIN_CHUNK", 2)
     monkeypatch.setattr(gemm, "SPLIT_ALIGN", 8)
-    lengths = []
-    record = _gemm_strided_batched
-
-    def counting(*args):
-        lengths.append(args[5])                    # k
-        record(*args)
-    monkeypatch.setattr(sys.modules["cupy_backends.cuda.libs.cublas"], "gemmStridedBatchedEx",
-                        counting)
+    lengths = recorded(5)                          # k
     rng = numpy.random.default_rng(7)
     G, X = host(_random(rng, (3, 7), numpy.float32)), host(_random(rng, (4, 7), numpy.float32))
     dW = gemm.values_gradient(G, X, (1, 3, 4, 1), "bsl", sms=100)

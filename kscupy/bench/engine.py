@@ -397,10 +397,11 @@ def main(args, baselines=NONE):
     finish(result, out, time.time() - t0)
 
 
-def finish(result, out, seconds):
-    """Summarize the rows of an engine-schema ``result`` into it, add ``seconds`` to its
-    running time, write it to ``out`` and print the summary."""
-    result["summary"] = summarize(result["rows"])
+def finish(result, out, seconds, summarize_rows=None):
+    """Summarize the rows of ``result`` into it (by ``summarize_rows``, default the engine
+    schema's :func:`summarize`), add ``seconds`` to its running time, write it to ``out``
+    and print the summary."""
+    result["summary"] = (summarize_rows or summarize)(result["rows"])
     result["seconds"] = result.get("seconds", 0) + seconds
     out.write_text(json.dumps(result, indent=1))
     print(f"\n{result['device']}, {len(result['rows'])} rows")

@@ -173,13 +173,7 @@ def main(args, baselines=NONE):
         out.write_text(json.dumps(result))
     if args.fit_steps:
         result["rows"] += fit_rows(args.fit_steps)
-    out.write_text(json.dumps(result))
-    result["summary"] = summarize(result["rows"])
-    result["seconds"] = time.time() - t0
-    out.write_text(json.dumps(result, indent=1))
-    print(f"\n{result['device']}, {len(result['rows'])} rows")
-    for key, s in result["summary"].items():
-        print(key, s)
+    engine.finish(result, out, time.time() - t0, summarize)
     for r in result["rows"]:
         if r["suite"] == "fit":
             print({k: v for k, v in r.items() if k != "suite"})

@@ -142,9 +142,4 @@ def main(args, baselines=NONE):
     for case in progress(cases, desc="graphs"):
         result["rows"].append(graph_row(*case, baselines=baselines))
         out.write_text(json.dumps(result))
-    result["summary"] = summarize(result["rows"])
-    result["seconds"] = time.time() - t0
-    out.write_text(json.dumps(result, indent=1))
-    print(f"\n{result['device']}, {len(result['rows'])} rows")
-    for key, s in result["summary"].items():
-        print(key, s)
+    engine.finish(result, out, time.time() - t0, summarize)

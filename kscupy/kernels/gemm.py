@@ -153,6 +153,22 @@ def prepare(D, X, layout, precision: str = "default"):
     return run
 
 
+def _strided_batched(blas, handle, gemm, k, x, other, out, calls, x_first, isz, osz):
+    """One ``gemmStridedBatchedEx`` per ``((ox, oo, oy), (sx, so, sy), count)`` of ``calls``:
+    ``count`` products, the ``i``-th of the operand at ``x + (ox + i*sx)`` elements and the
+    one at ``other + (oo + i*so)`` (``A`` and ``B`` in that order where ``x_first``, else
+    swapped) into ``out + (oy + i*sy)``; ``gemm`` holds the rest of the arguments,
+    ``(transa, transb, m, n, alpha, lda, ldb, ldc, beta, data type, out's data type,
+    compute type, algo)``, and ``isz``, ``osz`` the operands' and ``out``'s itemsizes."""
+    transa, transb, m, n, alpha, lda, ldb, ldc, beta, data, out_data, compute, algo = gemm
+    for (ox, oo, oy), (sx, so, sy), count in calls:
+        first, second = (x + ox * isz, sx), (other + oo * isz, so)
+        (A, sA), (Bm, sB) = (first, second) if x_first else (second, first)
+        blas.gemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, data, lda, sA,
+                                  Bm, data, ldb, sB, beta, out + oy * osz, out_data, ldc, sy,
+                                  count, compute, algo)
+
+
 def _types(dtype, precision):
     """cuBLAS's data type, compute type and the scalars' dtype for ``dtype`` at
     ``precision``."""
@@ -259,18 +275,11 @@ def _group_calls(factor, X, layout, precision):
     call = _cublas_runner()
     transa, transb, m, n, k = shape
     lda, ldb, ldc = lds
+    gemm = (transa, transb, m, n, alpha, lda, ldb, ldc, beta, data, data, compute, algo)
 
     def product(x, y):
-        def run_calls(handle, blas):
-            for (ox, ow, oy), (sx, sw, sy), count in calls:
-                if layout == "bsl":
-                    A, sA, Bm, sB = x + ox * isz, sx, w + ow * isz, sw
-                else:
-                    A, sA, Bm, sB = w + ow * isz, sw, x + ox * isz, sx
-                blas.gemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, data,
-                                          lda, sA, Bm, data, ldb, sB, beta, y + oy * isz,
-                                          data, ldc, sy, count, compute, algo)
-        return run_calls
+        return lambda handle, blas: _strided_batched(
+            blas, handle, gemm, k, x, w, y, calls, layout == "bsl", isz, isz)
 
     new = cupy.ndarray
 
@@ -382,18 +391,13 @@ def values_gradient(G, X, pattern, layout, sms=None):
     w, slice_size = dW.data.ptr, a * d * block
     algo = _algo(dtype)
 
+    gemm = (transa, transb, m, n, alpha, lda, ldb, ldc, beta, data, out_data, compute, algo)
+
     def run_calls(handle, blas):
         for s, (n0, k) in enumerate(spans):
-            x0, g0, w0 = x + n0 * column[0] * isz, g + n0 * column[1] * isz, \
-                w + s * slice_size * osz
-            for (ox, og, ow), (sx, sg, sw), count in calls:
-                if layout == "bsl":
-                    A, sA, Bm, sB = x0 + ox * isz, sx, g0 + og * isz, sg
-                else:
-                    A, sA, Bm, sB = g0 + og * isz, sg, x0 + ox * isz, sx
-                blas.gemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, data,
-                                          lda, sA, Bm, data, ldb, sB, beta, w0 + ow * osz,
-                                          out_data, ldc, sw, count, compute, algo)
+            _strided_batched(blas, handle, gemm, k, x + n0 * column[0] * isz,
+                             g + n0 * column[1] * isz, w + s * slice_size * osz, calls,
+                             layout == "bsl", isz, osz)
     _cublas_runner()(run_calls)
     dW = dW[0] if len(spans) == 1 else dW.sum(axis=0)
     return dW if layout == "bsl" else dW.transpose(0, 1, 3, 2)

@@ -563,3 +563,49 @@ def test_last_pass_writes_y_where_its_stores_are_whole_sectors(n):
     assert not ks_rows.writes_whole_sectors([ks.KSPattern(1, 2, 2, 4)], 4)
     with pytest.raises(ValueError, match="output gather"):
         dataclasses.replace(scattered, to_y=True)
+
+
+class _Step:
+    """A plan step that records what it was prepared for and whether preparing ran it."""
+    def __init__(self, features, says=True):
+        self.features, self.prepared_for, self.calls = features, [], 0
+        if says:
+            self.result_features = features
+
+    def prepare(self, X, layout):
+        self.prepared_for.append((X.shape, X.dtype))
+
+        def run(X):
+            self.calls += 1
+            B = X.shape[1] if layout == "bsl" else X.shape[0]
+            shape = (self.features, B) if layout == "bsl" else (B, self.features)
+            return numpy.full(shape, float(self.features), X.dtype)
+        return run
+
+
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_a_plan_prepares_its_steps_without_running_them_where_they_say_their_result(
+        monkeypatch, layout):
+    """ChainPlan.prepare on GPU operands: a step that gives ``result_features`` is not run
+    while the plan is prepared (the next one is prepared for an empty array of that shape);
+    one that does not is run to meet its result. The prepared run applies every step."""
+    from kscupy.engine import steps
+    empties = []
+
+    class Device:                                  # the GPU array module, stood in for
+        @staticmethod
+        def empty(shape, dtype):
+            empties.append(shape)
+            return numpy.empty(shape, dtype)
+    monkeypatch.setattr(steps.arrays, "array_module", lambda X: Device)
+    first, second, third = _Step(6), _Step(4, says=False), _Step(3)
+    plan = steps.ChainPlan((first, second, third), float("nan"))
+    X = numpy.ones((8, 5) if layout == "bsl" else (5, 8), numpy.float32)
+    run = plan.prepare(X, layout)
+    assert (first.calls, second.calls, third.calls) == (0, 1, 0)
+    expected = [(6, 5), (4, 5)] if layout == "bsl" else [(5, 6), (5, 4)]
+    assert [s.prepared_for[0][0] for s in (second, third)] == expected
+    assert empties == [expected[0]]
+    Y = run(X)
+    assert Y.shape == ((3, 5) if layout == "bsl" else (5, 3)) and (Y == 3).all()
+    assert (first.calls, second.calls, third.calls) == (1, 2, 1)

@@ -60,6 +60,10 @@ class Gather:
     def prepare(self, X, layout):
         return lambda X: self(X, layout)
 
+    @property
+    def result_features(self) -> int:
+        return self.perm.shape[0]
+
     def describe(self):
         return f"gather ({self.perm.shape[0]})"
 
@@ -76,6 +80,11 @@ class FactorStep:
 
     def prepare(self, X, layout):
         return single.prepare(self.factor, X, layout, self.backend)
+
+    @property
+    def result_features(self):
+        # einsum and sparse call general routines whose results may be views
+        return None if self.backend in ("einsum", "sparse") else self.factor.shape[0]
 
     def describe(self):
         return f"factor {tuple(self.factor.pattern)} ({self.backend})"
@@ -109,6 +118,10 @@ class DirectStep:
     def prepare(self, X, layout):
         return ks_direct.prepare(self.factor.in_dtype(X.dtype), X, layout,
                                  x_rows=self.x_rows, y_rows=self.y_rows)
+
+    @property
+    def result_features(self) -> int:
+        return self.factor.shape[0]
 
     def describe(self):
         folded = [what for what, table in (("input gather", self.x_rows),
@@ -147,14 +160,17 @@ class ChainPlan:
     def prepare(self, X, layout):
         """``run(X)`` for operands shaped, strided, typed and aligned like ``X``: every step
         prepared once (a step's ``prepare(X, layout) -> run``) for the intermediate it
-        receives. Preparing applies the plan to ``X`` once, to meet those intermediates
-        (results are new C-contiguous arrays, so later calls' intermediates are alike)."""
+        receives. A GPU step whose run returns a new C-contiguous array says of how many
+        features (``result_features``), and the next step is prepared for an uninitialised
+        array of that shape; after any other step preparing runs the step on ``X``, to meet
+        its result (a first product would otherwise run the plan twice)."""
         runs = []
         for step in self.steps:
             run = step.prepare(X, layout)
             runs.append(run)
             if len(runs) < len(self.steps):
-                X = run(X)
+                like = _result_like(step, X, layout)
+                X = like if like is not None else run(X)
         if len(runs) == 1:
             return runs[0]
 
@@ -170,6 +186,18 @@ class ChainPlan:
     @property
     def launches(self) -> int:
         return sum(getattr(step, "launches", 1) for step in self.steps)
+
+
+def _result_like(step, X, layout):
+    """An uninitialised CuPy array shaped, typed and aligned as ``step``'s result for
+    operands like ``X`` (``result_features`` rows in bsl, columns in bsf, C order), or None
+    where the step does not say (NumPy operands, a step whose result may be a view)."""
+    features = getattr(step, "result_features", None)
+    xp = arrays.array_module(X)
+    if features is None or xp is numpy:
+        return None
+    B = X.shape[1] if layout == "bsl" else X.shape[0]
+    return xp.empty((features, B) if layout == "bsl" else (B, features), dtype=X.dtype)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -191,6 +219,10 @@ class Relayout:
         B = X.shape[1] if layout == "bsl" else X.shape[0]
         result = (B, M) if self.layout == "bsf" else (M, B)      # the inner plan's result
         return transpose.around(X, lambda XT: self.plan.prepare(XT, self.layout), result)
+
+    @property
+    def result_features(self) -> int:
+        return self.shape[0]
 
     def describe(self):
         inner = "\n".join("  " + line for line in self.plan.describe().splitlines())

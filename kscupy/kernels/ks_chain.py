@@ -69,6 +69,12 @@ class FusedSegment:
         return (AS, DS, lengths[0][0], lengths[-1][1], max(max(n) for n in lengths),
                 _in_place(self.patterns, self.work))
 
+    @property
+    def result_features(self) -> int:
+        """The features of the new C-contiguous array a run returns (``M = AS * DS * NOUT``)."""
+        AS, DS, _, nout, _, _ = self.geometry
+        return AS * DS * nout
+
     def smem_bytes(self, itemsize: int) -> int:
         """``ChainLayout::SMEM_BYTES`` (dynamic shared memory of the launch)."""
         _, _, _, _, nmax, in_place = self.geometry

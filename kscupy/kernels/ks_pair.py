@@ -142,6 +142,12 @@ class PairSegment:
         return tuple(f.pattern for f in self.factors)
 
     @property
+    def result_features(self) -> int:
+        """The features of the new C-contiguous array a run returns (the second factor's
+        rows: ``factors`` are in the order they apply)."""
+        return self.factors[1].pattern.shape[0]
+
+    @property
     def smem(self) -> PairLayout:
         return pair_layout(self.patterns, self.columns, self.layout, self.row_tiles)
 

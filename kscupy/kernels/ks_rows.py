@@ -351,6 +351,11 @@ class RowSegment:
         return self.factors[0].shape[1]
 
     @property
+    def result_features(self) -> int:
+        """The features of the new C-contiguous array a run returns (square factors)."""
+        return self.n
+
+    @property
     def pass_bits(self) -> tuple:
         """Per pass ``(lo, hi)``: its digits are bits lo ... hi - 1 of t (:func:`_pass_bits`)."""
         return _passes_bits(self.patterns, self.passes)

@@ -88,21 +88,42 @@ def _op(matrix, operation):
     return {OP_N: matrix, OP_T: matrix.T, OP_C: matrix.T.conj()}[operation]
 
 
+#: The compute types cuBLAS's GEMMs take for each data type (cudaDataType values), and the
+#: real type of their scalars alpha and beta.
+_COMPUTE = {0: {68: numpy.float32, 77: numpy.float32}, 2: {68: numpy.float32},
+            1: {70: numpy.float64}, 4: {68: numpy.float32, 77: numpy.float32},
+            5: {70: numpy.float64}}
+
+
+def _host_scalar(address, dtype):
+    return numpy.frombuffer((ctypes.c_char * dtype.itemsize).from_address(address),
+                            dtype)[0]
+
+
 def _gemm_strided_batched(handle, ta, tb, m, n, k, alpha, A, a_type, lda, sA, B, b_type, ldb,
                           sB, beta, C, c_type, ldc, sC, count, compute, algo):
     for value in (m, n, k, lda, ldb, ldc, count):
         assert 0 <= value < 2**31, "cuBLAS takes these as int"
     assert a_type == b_type and (c_type == a_type or (a_type, c_type) == (2, 0)), \
         "cuBLAS writes float32 from float16, else the operands' type"
+    assert compute in _COMPUTE[a_type], "a compute type cuBLAS does not take for this data"
     dtype = numpy.dtype(_DTYPES[a_type])
     out_dtype = numpy.dtype(_DTYPES[c_type])
     wide = numpy.complex128 if dtype.kind == "c" else numpy.float64
+    # alpha and beta: host scalars of the compute type's precision (complex for complex data)
+    scalar = numpy.dtype(_COMPUTE[a_type][compute])
+    if dtype.kind == "c":
+        scalar = numpy.result_type(scalar, numpy.complex64)
+    alpha, beta = _host_scalar(alpha, scalar), _host_scalar(beta, scalar)
     isz = dtype.itemsize
     for p in range(count):
         a = _matrix(A + p * sA * isz, dtype, *((m, k) if ta == OP_N else (k, m)), lda)
         b = _matrix(B + p * sB * isz, dtype, *((k, n) if tb == OP_N else (n, k)), ldb)
         c = _matrix(C + p * sC * out_dtype.itemsize, out_dtype, m, n, ldc)
-        c[...] = (_op(a, ta).astype(wide) @ _op(b, tb).astype(wide)).astype(out_dtype)
+        product = alpha * (_op(a, ta).astype(wide) @ _op(b, tb).astype(wide))
+        if beta != 0:                              # beta = 0: C is written, never read
+            product = product + beta * c.astype(wide)
+        c[...] = product.astype(out_dtype)
 
 
 def _gemm(handle, ta, tb, m, n, k, alpha, A, a_type, lda, B, b_type, ldb, beta, C, c_type,
@@ -126,7 +147,7 @@ def gemm(monkeypatch):
     cuda.get_current_stream = lambda: _Pointer(0)
     cublas = types.SimpleNamespace(
         CUBLAS_OP_N=OP_N, CUBLAS_OP_T=OP_T, CUBLAS_OP_C=OP_C, CUBLAS_POINTER_MODE_HOST=0,
-        CUBLAS_GEMM_DEFAULT=-1, CUBLAS_GEMM_DEFAULT_TENSOR_OP=99, CUBLAS_COMPUTE_32F=68, CUBLAS_COMPUTE_64F=70,
+        CUBLAS_GEMM_DEFAULT=-1, CUBLAS_COMPUTE_32F=68, CUBLAS_COMPUTE_64F=70,
         CUBLAS_COMPUTE_32F_FAST_TF32=77, setStream=lambda handle, stream: None,
         setPointerMode=lambda handle, mode: None,
         gemmStridedBatchedEx=_gemm_strided_batched, gemmEx=_gemm)
@@ -322,7 +343,7 @@ def test_values_gradient_loops_over_the_shorter_axis(gemm, recorded):
         assert calls == expected, (pattern, calls)
 
 
-def test_values_gradient_in_batch_chunks(gemm, monkeypatch):
+def test_values_gradient_in_batch_chunks(gemm, recorded, monkeypatch):
     """Where the groups give cuBLAS few output tiles the batch is cut into chunks, the last
     one shorter, and their sums added: the same gradient in every layout and dtype."""
     monkeypatch.setattr(gemm, "SPLIT_MIN_CHUNK", 2)
@@ -331,6 +352,7 @@ def test_values_gradient_in_batch_chunks(gemm, monkeypatch):
     assert gemm.batch_chunks((2, 3, 4, 2), 7, sms=100) == 3      # 7 // 2 chunks at most
     assert gemm.batch_chunks((2, 3, 4, 2), 7, sms=1) == 1        # 4 groups fill one SM
     assert gemm.batch_chunks((2, 3, 4, 2), 7, sms=100, dtype=numpy.float16) == 1
+    lengths = recorded(5)                          # k of every call: 3, 3 and 1 columns
     for dtype, layout, pattern in itertools.product(
             [numpy.float32, numpy.complex128, numpy.float64], ["bsl", "bsf"],
             [(2, 3, 4, 2), (3, 2, 5, 1), (1, 4, 3, 3)]):
@@ -339,10 +361,11 @@ def test_values_gradient_in_batch_chunks(gemm, monkeypatch):
         shapes = ((a * b * d, B), (a * c * d, B)) if layout == "bsl" else \
             ((B, a * b * d), (B, a * c * d))
         G, X = (host(_random(rng, shape, dtype)) for shape in shapes)
+        lengths.clear()
         dW = gemm.values_gradient(G, X, pattern, layout, sms=100)
+        assert sorted(set(lengths)) == [1, 3] and lengths.count(1) * 2 == lengths.count(3)
         ref = _gradient_oracle(G, X, pattern, layout)
-        tol = 2e-3 if dtype == numpy.float16 else 1e-5
-        assert numpy.abs(dW - ref).max() / max(1.0, numpy.abs(ref).max()) < tol, \
+        assert numpy.abs(dW - ref).max() / max(1.0, numpy.abs(ref).max()) < 1e-5, \
             (dtype, layout, pattern)
 
 
@@ -397,13 +420,53 @@ def test_a_captured_stream_calls_cublas_directly(gemm, monkeypatch):
 
 
 def test_the_cublas_library_is_found_among_the_mapped_files(tmp_path):
+    """CuPy's cuBLAS by its major version, beside cuBLASLt and another library's cuBLAS of
+    another version; none, or two of that version, is an error naming the way out."""
     from kscupy.kernels import cublas_direct
     maps = tmp_path / "maps"
-    maps.write_text(
-        "7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/libcublasLt.so.13.2.0\n"
-        "7f02-7f03 r-xp 00000000 08:01 2 /opt/nvidia/cublas/lib/libcublas.so.13\n"
-        "7f04-7f05 rw-p 00000000 00:00 0\n")
-    assert cublas_direct.library_path(str(maps)) == "/opt/nvidia/cublas/lib/libcublas.so.13"
-    maps.write_text("7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/libcublasLt.so.13\n")
-    with pytest.raises(RuntimeError, match="run the product once before capturing"):
-        cublas_direct.library_path(str(maps))
+    lines = ["7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/libcublasLt.so.13.2.0",
+             "7f02-7f03 r-xp 00000000 08:01 2 /opt/nvidia/cublas/lib/libcublas.so.13",
+             "7f06-7f07 r-xp 00000000 08:01 3 /torch/lib/libcublas.so.12.8.4.1",
+             "7f04-7f05 rw-p 00000000 00:00 0"]
+    maps.write_text("\n".join(lines) + "\n")
+    assert cublas_direct.library_path(13, str(maps)) == "/opt/nvidia/cublas/lib/libcublas.so.13"
+    assert cublas_direct.library_path(12, str(maps)) == "/torch/lib/libcublas.so.12.8.4.1"
+    for text in (lines[0], lines[1] + "\n" + lines[1].replace("/opt/nvidia", "/other")):
+        maps.write_text(text + "\n")
+        with pytest.raises(RuntimeError, match="backend='kernel'"):
+            cublas_direct.library_path(13, str(maps))
+
+
+def test_direct_calls_pass_cublas_its_c_argument_types():
+    """Direct declares each entry point with the C signature's argument count and types
+    (64-bit strides for the strided-batched GEMM) and calls it with CuPy's arguments."""
+    import ctypes
+    from kscupy.kernels import cublas_direct
+
+    class Symbol:
+        def __init__(self):
+            self.calls = []
+
+        def __call__(self, *args):
+            assert len(args) == len(self.argtypes)
+            self.calls.append(args)
+            return 0
+
+    class Library:
+        def __init__(self):
+            self.symbols = {}
+
+        def __getattr__(self, name):
+            return self.symbols.setdefault(name, Symbol())
+    lib = Library()
+    direct = cublas_direct.Direct(lib)
+    gemm = lib.symbols["cublasGemmEx"]
+    batched = lib.symbols["cublasGemmStridedBatchedEx"]
+    assert len(gemm.argtypes) == 19 and len(batched.argtypes) == 23
+    assert [i for i, t in enumerate(batched.argtypes) if t is ctypes.c_longlong] == [10, 14, 19]
+    direct.gemmStridedBatchedEx(*range(23))
+    direct.gemmEx(*range(19))
+    assert len(batched.calls) == len(gemm.calls) == 1
+    direct._set_stream = lambda handle, stream: 7          # a status other than success
+    with pytest.raises(RuntimeError, match="cublasSetStream failed with cuBLAS status 7"):
+        direct.setStream(0, 0)

@@ -75,7 +75,7 @@ def _prepare_auto(factor, X, layout, precision):
     runs = [_prepared(factor, X, layout, c) for c in rivals]   # both compiled, timed or not
     if decide.defer(problem):
         return runs[0]
-    seconds = _gpu_seconds(runs, X)
+    seconds = _pipeline_seconds(runs, X)
     return runs[decide.settle(problem, device, precision, rivals, seconds)]
 
 
@@ -89,7 +89,7 @@ CLOSE_CALL_ROUNDS = 2
 CLOSE_CALL_CALLS = 3
 
 
-def _gpu_seconds(runs, X):
+def _pipeline_seconds(runs, X):
     """The seconds per call of each prepared run on ``X`` as a pipeline sees them: CUDA
     events around calls made back to back on the current stream, so that a run's host
     time counts where it exceeds its GPU time (never under a CUDA graph capture, where
@@ -100,6 +100,7 @@ def _gpu_seconds(runs, X):
     seconds = []
     for run in runs:
         run(X)
+        stream.synchronize()        # the first round starts on an idle GPU, as the others do
         best = float("inf")
         for _ in range(CLOSE_CALL_ROUNDS):
             start.record(stream)

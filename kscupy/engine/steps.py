@@ -42,8 +42,8 @@ __all__ = ["ChainPlan", "FactorStep", "ProductStep", "Gather", "DirectStep", "Re
 
 
 def step_problem(pattern, transposed, batch, dtype, layout) -> Problem:
-    """The single-factor problem of a step whose operand is a new C-contiguous array (every
-    step's result is one)."""
+    """The single-factor problem of a step whose operand is a new C-contiguous array (the
+    result of every GPU step but a factor on ``einsum`` or ``sparse``)."""
     return Problem(pattern=pattern, batch=batch, dtype=numpy.dtype(dtype), layout=layout,
                    batch_contiguous=(layout == "bsl" or batch == 1), transposed=transposed)
 

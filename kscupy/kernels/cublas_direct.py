@@ -5,7 +5,7 @@ capture support leaves cuBLAS out, cupy/cupy#6290), though cuBLAS captures its G
 scalars are read when the call is captured, and since CUDA 12.2 its workspace comes from a
 stream-ordered allocation. :func:`api` hands :mod:`.gemm` CuPy's bindings outside a capture
 and, inside one, :class:`Direct`: the same functions with the same arguments, calling the
-cuBLAS library CuPy loaded (found among the process's mapped files) on CuPy's handle.
+cuBLAS library CuPy's bindings call, on CuPy's handle.
 """
 from __future__ import annotations
 
@@ -15,24 +15,31 @@ import functools
 __all__ = ["api", "Direct", "library_path"]
 
 
-def library_path(maps: str = "/proc/self/maps") -> str:
-    """The path of the cuBLAS library (not cuBLASLt) mapped into this process."""
+def library_path(major: int, maps: str = "/proc/self/maps") -> str:
+    """The path of the cuBLAS library (not cuBLASLt) of major version ``major`` mapped into
+    this process (another library may bring a cuBLAS of its own: PyTorch's wheels do)."""
+    found = set()
     with open(maps) as f:
         for line in f:
             path = line.split(maxsplit=5)[-1].strip()
             name = path.rsplit("/", 1)[-1]
-            if name.startswith("libcublas.so"):
-                return path
-    raise RuntimeError("cuBLAS is not loaded in this process (CuPy loads it with its first "
-                       "cuBLAS call): run the product once before capturing it")
+            if name == f"libcublas.so.{major}" or name.startswith(f"libcublas.so.{major}."):
+                found.add(path)
+    if len(found) != 1:
+        what = "is not loaded" if not found else f"is loaded {len(found)} times"
+        raise RuntimeError(f"cuBLAS {major} {what} in this process ({', '.join(sorted(found))}"
+                           f"): kscupy cannot call CuPy's cuBLAS while a CUDA graph is "
+                           f"captured; capture the product with a kernel backend "
+                           f"(backend='kernel') instead")
+    return found.pop()
 
 
 class Direct:
     """``setStream``, ``setPointerMode``, ``gemmEx`` and ``gemmStridedBatchedEx`` with CuPy's
-    signatures (``cupy_backends.cuda.libs.cublas``), calling the library at ``path``."""
+    signatures (``cupy_backends.cuda.libs.cublas``), calling cuBLAS through ``lib`` (a
+    ``ctypes.CDLL`` whose symbols are cuBLAS's)."""
 
-    def __init__(self, path: str):
-        lib = ctypes.CDLL(path)
+    def __init__(self, lib):
         p, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
         self._set_stream = self._bind(lib.cublasSetStream_v2, [p, p])
         self._set_pointer_mode = self._bind(lib.cublasSetPointerMode_v2, [p, i])
@@ -70,7 +77,16 @@ class Direct:
 
 @functools.lru_cache(maxsize=None)
 def _direct() -> Direct:
-    return Direct(library_path())
+    """:class:`Direct` on CuPy's cuBLAS: the library its binding module links against
+    (``dlsym`` through the module's handle searches its dependencies), else the one mapped
+    into the process with the major version CuPy's handle reports."""
+    from cupy.cuda import device
+    from cupy_backends.cuda.libs import cublas
+    module = ctypes.CDLL(cublas.__file__)
+    if hasattr(module, "cublasGemmStridedBatchedEx"):
+        return Direct(module)
+    return Direct(ctypes.CDLL(library_path(cublas.getVersion(device.get_cublas_handle())
+                                           // 10000)))
 
 
 def api(stream):

@@ -76,15 +76,35 @@ __all__ = ["prepare", "prepare_groups", "values_gradient"]
 _INT32_MAX = 2**31 - 1
 
 
-#: cuBLAS's algorithm selection by dtype name where it is not ``CUBLAS_GEMM_DEFAULT`` (its
-#: heuristics; ``benchmarks/probe_gemm_algo.py`` found the tensor-op variant that CuPy and
-#: PyTorch pass no faster for float16 or float32).
+#: cuBLAS's algorithm selection, by dtype name, where it is not ``CUBLAS_GEMM_DEFAULT`` (its
+#: heuristics): empty, a hook for ``benchmarks/probe_gemm_algo.py``, which times the others.
 ALGO_NAMES: dict = {}
 
 
 def _algo(dtype):
+    """The ``cublasGemmAlgo_t`` of every call for operands of ``dtype``."""
     from cupy_backends.cuda.libs import cublas
     return getattr(cublas, ALGO_NAMES.get(numpy.dtype(dtype).name, "CUBLAS_GEMM_DEFAULT"))
+
+
+def _ceil_div(n: int, m: int) -> int:
+    return -(-n // m)
+
+
+def _host_scalars(scalar):
+    """``(one, zero)``: host scalars of ``scalar`` dtype (alpha and beta, read by address:
+    keep them alive as long as the calls that read them)."""
+    return numpy.ones((), scalar), numpy.zeros((), scalar)
+
+
+def _group_offsets(a, d, by_i, by_j):
+    """The calls of the groups' products, batched over the longer of ``a`` and ``d``:
+    ``[(offsets, strides, count), ...]``, one per value of the shorter axis. ``by_i`` and
+    ``by_j`` hold, per operand, the elements between groups ``(i, j)`` and ``(i + 1, j)``,
+    and between ``(i, j)`` and ``(i, j + 1)``."""
+    if d <= a:      # one call per j, batched over i
+        return [(tuple(j * s for s in by_j), by_i, a) for j in range(d)]
+    return [(tuple(i * s for s in by_i), by_j, d) for i in range(a)]
 
 
 def _cublas_runner():
@@ -123,7 +143,7 @@ def prepare(D, X, layout, precision: str = "default"):
     data, compute, scalar = _types(dtype, precision)
     algo = _algo(dtype)
     M, N = D.shape
-    one, zero = numpy.ones((), scalar), numpy.zeros((), scalar)   # host scalars, kept alive
+    one, zero = _host_scalars(scalar)
     alpha, beta = one.ctypes.data, zero.ctypes.data
     new, op_n, op_t = cupy.ndarray, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_T
     d = D.data.ptr
@@ -252,28 +272,23 @@ def _group_calls(factor, X, layout, precision):
         y_shape, ld_x, ld_y = (M, B), d * sX, d * B
         # (transa, transb, m, n, k, A = X, B = W, C = Y); group (i, j) at
         # X (i*c*d + j)*sX, W (i*d + j)*b*c, Y (i*b*d + j)*B
-        by_i = (c * d * sX, d * block, b * d * B)       # strides between groups of one j
-        by_j = (sX, block, B)                            # ... of one i
-        if d <= a:      # one call per j, batched over i
-            calls = [((j * sX, j * block, j * B), by_i, a) for j in range(d)]
-        else:
-            calls = [((i * c * d * sX, i * d * block, i * b * d * B), by_j, d)
-                     for i in range(a)]
-        shape = (op_n, op_w, B, b, c)
+        calls = _group_offsets(a, d, by_i=(c * d * sX, d * block, b * d * B),
+                               by_j=(sX, block, B))
+        ops_mnk = (op_n, op_w, B, b, c)
         lds = (ld_x, ld_w, ld_y)
     else:           # d == 1
         B = X.shape[0]
         y_shape = (B, M)
         calls = [((0, 0, 0), (c, block, b), a)]
-        shape = (op_w, op_n, b, B, c)
+        ops_mnk = (op_w, op_n, b, B, c)
         lds = (ld_w, sX, M)
-    if max(lds + shape[2:]) > _INT32_MAX:
+    if max(lds + ops_mnk[2:]) > _INT32_MAX:
         return None
-    one, zero = numpy.ones((), scalar), numpy.zeros((), scalar)    # host scalars, kept alive
+    one, zero = _host_scalars(scalar)
     alpha, beta = one.ctypes.data, zero.ctypes.data
     w = tiles.data.ptr
     call = _cublas_runner()
-    transa, transb, m, n, k = shape
+    transa, transb, m, n, k = ops_mnk
     lda, ldb, ldc = lds
     gemm = (transa, transb, m, n, alpha, lda, ldb, ldc, beta, data, data, compute, algo)
 
@@ -291,32 +306,31 @@ def _group_calls(factor, X, layout, precision):
     return run
 
 
-#: The values' gradient sums over the long batch, which cuBLAS's float32 strided-batched
-#: GEMMs did not split among blocks on few groups of small blocks (most SMs idle): where
-#: the groups' ``b x c`` outputs give fewer than ``SPLIT_TILES_PER_SM`` output tiles of
-#: ``SPLIT_TILE x SPLIT_TILE`` per SM, the batch is cut into chunks of at least
-#: ``SPLIT_MIN_CHUNK`` columns, each chunk's sums go to a slice of a workspace, and the
-#: slices are added (a pass over ``chunks x nnz`` values, small against ``G`` and ``X``).
+#: The values' gradient sums over the long batch; where the groups' ``b x c`` outputs give
+#: fewer than ``SPLIT_TILES_PER_SM`` output tiles of ``SPLIT_TILE x SPLIT_TILE`` per SM, the
+#: batch is cut into at most ``SPLIT_MAX_CHUNKS`` chunks of at least ``SPLIT_MIN_CHUNK``
+#: columns, each starting ``SPLIT_ALIGN`` bytes after the last in bsl (cuBLAS's fast kernels
+#: need aligned operands); each chunk's sums go to a slice of a workspace, and the slices are
+#: added (a pass over ``chunks x nnz`` values, small against ``G`` and ``X``).
 SPLIT_TILE = 128
 SPLIT_TILES_PER_SM = 2
 SPLIT_MIN_CHUNK = 1024
 SPLIT_MAX_CHUNKS = 64
 SPLIT_ALIGN = 256
-
-
-#: dtypes whose batch cuBLAS reduces well without chunks: its float16 tensor-op GEMMs
-#: reached 80% of the bandwidth on few groups of small blocks (probe_gemm_algo_h100.json),
-#: where its float32 ones left most SMs idle.
+#: dtypes never cut into chunks (their tensor-op GEMMs reduce a long batch well on their
+#: own; ``docs/performance.md`` has the measurements).
 SPLIT_NEVER = ("float16",)
 
 
 def batch_chunks(pattern, B: int, sms: int, dtype="float32") -> int:
-    """How many chunks :func:`values_gradient` cuts a batch of ``B`` into (1: none)."""
+    """How many chunks :func:`values_gradient` cuts a batch of ``B`` into for ``pattern``
+    on a GPU of ``sms`` multiprocessors (1: none): enough for ``SPLIT_TILES_PER_SM`` output
+    tiles per SM, within the limits above; 1 for the dtypes of ``SPLIT_NEVER``."""
     if numpy.dtype(dtype).name in SPLIT_NEVER:
         return 1
     a, b, c, d = pattern
-    tiles = a * d * (-(-b // SPLIT_TILE)) * (-(-c // SPLIT_TILE))
-    wanted = -(-SPLIT_TILES_PER_SM * sms // tiles)
+    tiles = a * d * _ceil_div(b, SPLIT_TILE) * _ceil_div(c, SPLIT_TILE)
+    wanted = _ceil_div(SPLIT_TILES_PER_SM * sms, tiles)
     return int(max(1, min(wanted, B // SPLIT_MIN_CHUNK, SPLIT_MAX_CHUNKS)))
 
 
@@ -332,6 +346,9 @@ def values_gradient(G, X, pattern, layout, sms=None):
     import cupy
     from cupy_backends.cuda.libs import cublas
     from . import transpose
+    if G.dtype != X.dtype:
+        raise TypeError(f"values_gradient takes G and X of one dtype, got {G.dtype} and "
+                        f"{X.dtype}")
     a, b, c, d = pattern
     dtype = X.dtype
     out_dtype = numpy.dtype(numpy.float32) if dtype == numpy.float16 else dtype
@@ -354,21 +371,16 @@ def values_gradient(G, X, pattern, layout, sms=None):
     if layout == "bsl":
         # (transa, transb, m, n) and (A = X, B = G, C = dW); group (i, j) at
         # X (i*c*d + j)*sX, G (i*b*d + j)*sG, dW (i*d + j)*b*c; batch column n at +n in both
-        by_i = (c * d * sX, b * d * sG, d * block)      # strides between groups of one j
-        by_j = (sX, sG, block)                           # ... of one i
-        if d <= a:      # one call per j, batched over i
-            calls = [((j * sX, j * sG, j * block), by_i, a) for j in range(d)]
-        else:
-            calls = [((i * c * d * sX, i * b * d * sG, i * d * block), by_j, d)
-                     for i in range(a)]
-        shape = (op_x, op_n, c, b)
+        calls = _group_offsets(a, d, by_i=(c * d * sX, b * d * sG, d * block),
+                               by_j=(sX, sG, block))
+        ops_mn = (op_x, op_n, c, b)
         lds = (d * sX, d * sG, c)
-        column = (1, 1)
+        batch_stride = (1, 1)
     else:           # d == 1: A = G, B = X, dW_i column-major (b x c); batch row n at n*s
         calls = [((0, 0, 0), (c, b, block), a)]
-        shape = (op_n, op_x, b, c)
+        ops_mn = (op_n, op_x, b, c)
         lds = (sG, sX, b)
-        column = (sX, sG)
+        batch_stride = (sX, sG)
     if max(lds) > _INT32_MAX:
         return None
     # the batch in chunks: k columns from column n0, each chunk's sums at slice s
@@ -377,13 +389,13 @@ def values_gradient(G, X, pattern, layout, sms=None):
     # chunks start SPLIT_ALIGN bytes apart in bsl: cuBLAS's tensor-core and vectorised
     # kernels need aligned operands, and fall back to far slower ones otherwise
     align = max(1, SPLIT_ALIGN // isz) if layout == "bsl" else 1
-    step = -(-(-(-B // chunks)) // align) * align
+    step = _ceil_div(_ceil_div(B, chunks), align) * align
     spans = [(n0, min(step, B - n0)) for n0 in range(0, B, step)]
     data, compute, scalar = _types(dtype, "default")
     out_data = _types(out_dtype, "default")[0]
-    one, zero = numpy.ones((), scalar), numpy.zeros((), scalar)
+    one, zero = _host_scalars(scalar)
     alpha, beta = one.ctypes.data, zero.ctypes.data
-    transa, transb, m, n = shape
+    transa, transb, m, n = ops_mn
     lda, ldb, ldc = lds
     x, g = X.data.ptr, G.data.ptr
     group_shape = (a, d, b, c) if layout == "bsl" else (a, d, c, b)
@@ -395,8 +407,8 @@ def values_gradient(G, X, pattern, layout, sms=None):
 
     def run_calls(handle, blas):
         for s, (n0, k) in enumerate(spans):
-            _strided_batched(blas, handle, gemm, k, x + n0 * column[0] * isz,
-                             g + n0 * column[1] * isz, w + s * slice_size * osz, calls,
+            _strided_batched(blas, handle, gemm, k, x + n0 * batch_stride[0] * isz,
+                             g + n0 * batch_stride[1] * isz, w + s * slice_size * osz, calls,
                              layout == "bsl", isz, osz)
     _cublas_runner()(run_calls)
     dW = dW[0] if len(spans) == 1 else dW.sum(axis=0)
@@ -404,5 +416,6 @@ def values_gradient(G, X, pattern, layout, sms=None):
 
 
 def _sms() -> int:
+    """The current device's multiprocessors."""
     from ..core import device
     return device.current().sms

@@ -246,7 +246,7 @@ def prepare(segment: FusedSegment, X, layout):
     import cupy
     dtype = X.dtype
     AS, DS, nin, nout, _, _ = segment.geometry
-    M = AS * DS * nout
+    M = segment.result_features
     B, (sx_f, sx_b, sy_f, sy_b), y_shape = geometry(X, layout, M)
     if B == 0:
         return lambda X: cupy.empty(y_shape, dtype=dtype)

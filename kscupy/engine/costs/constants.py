@@ -88,6 +88,7 @@ def files_for(device_name: str) -> list:
                            if doc["match"] in device_name]
 
 
+@functools.lru_cache(maxsize=None)
 def fitted_on(device_name: str) -> bool:
     """Whether a device file's constants price the device named ``device_name`` (they were
     fitted on a device of that name), rather than gpu.json's alone on its own rates."""

@@ -26,9 +26,9 @@ import time
 import numpy
 
 from .core import arrays, foreign
-from .core.argument_checks import positive_int
+from .core.argument_checks import flag, positive_int
 from .core.pattern import KSPattern
-from .core.shuffle import inverse_permutation
+from .core.shuffle import check_permutation, inverse_permutation
 from .gradients import by_factor, vjp
 from .operators.base import KSOperator
 from .operators.chain import KSChain
@@ -42,6 +42,9 @@ IMPROVEMENT = 1e-3
 #: Targets other than matrices are made dense (``T @ I``) for a start from factorize when
 #: they have at most this many columns.
 DENSE_PROBE_LIMIT = 4096
+#: L-BFGS-B may evaluate the loss this many times per step (its line searches) before the
+#: evaluations, not the steps, stop it (reported as ``"steps"``).
+LINE_SEARCH_EVALUATIONS = 20
 
 
 @dataclasses.dataclass
@@ -51,8 +54,9 @@ class FitResult:
     Attributes
     ----------
     chain : KSChain, the fitted chain (its own values; the target is not referenced).
-    history : list of float, the training loss (relative squared error on the probes) after
-        each step.
+    history : list of float, the training loss (relative squared error on the probes): with
+        L-BFGS after each step, with Adam of each step's batch at the values it started
+        from.
     heldout_relerr : float, ``||C Q - T Q||_F / ||T Q||_F`` on held-out probes ``Q`` drawn
         apart from the training probes.
     start_relerr : float, the same of the starting chain (of ``factorize``'s when it started
@@ -61,7 +65,8 @@ class FitResult:
     steps : int, optimiser steps taken.
     stopped : str, ``"tol"`` (the loss reached ``tol``), ``"patience"`` (the held-out error
         stopped improving), ``"converged"`` (L-BFGS's relative decrease vanished),
-        ``"stalled"`` (L-BFGS's line search found no descent) or ``"steps"``.
+        ``"stalled"`` (L-BFGS's line search found no descent) or ``"steps"`` (the steps, or
+        for L-BFGS ``LINE_SEARCH_EVALUATIONS`` evaluations a step, ran out).
     seconds : float, wall time of the whole fit, start included.
     """
     chain: KSChain
@@ -207,6 +212,8 @@ def fit(target, patterns, *, start="auto", shape=None, dtype=None, xp=None,
             ("steps", steps), ("patience", patience), ("check_every", check_every),
             ("heldout", heldout)))
     batch = None if batch is None else positive_int("batch", batch)
+    seed = _seed(seed)
+    progress = flag("progress", progress)
     lr = _number("lr", lr, positive=True)
     tol = _number("tol", tol, positive=False)
     if xp is not None:
@@ -243,7 +250,12 @@ def fit(target, patterns, *, start="auto", shape=None, dtype=None, xp=None,
         return xp.asarray(P.astype(dtype))
 
     Q = draw(heldout)
-    TQ = T(Q).astype(dtype, copy=False)
+    TQ = T(Q)
+    if TQ.dtype.kind == "c" and dtype.kind != "c":
+        raise TypeError(f"the target returns complex values ({TQ.dtype}) but the fit is in "
+                        f"{dtype}: a real chain would fit their real part only; give a "
+                        f"complex dtype")
+    TQ = TQ.astype(dtype, copy=False)
     size = float(_norm(TQ, xp))
     if not numpy.isfinite(size) or size == 0:
         raise ValueError("the target gives " + ("zero" if size == 0 else "non-finite values")
@@ -270,7 +282,20 @@ def fit(target, patterns, *, start="auto", shape=None, dtype=None, xp=None,
 
 
 def _norm(A, xp):
-    return xp.sqrt(xp.sum(xp.abs(A) ** 2))
+    """The Frobenius norm of ``A``, with ``A`` divided by ``max |A|`` before squaring."""
+    unit = xp.max(xp.abs(A)) if A.size else 0
+    if not unit or not bool(xp.isfinite(unit)):
+        return xp.asarray(unit) * 1.0
+    return unit * xp.sqrt(xp.sum(xp.abs(A / unit) ** 2))
+
+
+def _seed(seed):
+    """``seed`` if it is None or a non-negative integer (NumPy's generators take those)."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, (int, numpy.integer)) or seed < 0:
+        raise ValueError(f"seed must be None or a non-negative integer, got {seed!r}")
+    return int(seed)
 
 
 def _number(name, value, positive):
@@ -333,11 +358,20 @@ def _start(T, patterns, start, dtype, rng, input_permutation, output_permutation
             raise ValueError(f'patterns must be a sequence of patterns or "butterfly", got '
                              f'{patterns!r}')
         patterns = _butterfly_patterns(numpy.empty(T.shape))
+    if len(patterns) == 4 and all(isinstance(v, (int, numpy.integer)) for v in patterns):
+        raise TypeError(f"patterns is a list of patterns, one a factor: wrap the single "
+                        f"pattern {tuple(patterns)} as [{tuple(patterns)}]")
+    if len(patterns) == 0:
+        raise ValueError("patterns is empty: a chain has one pattern a factor at least")
     patterns = [KSPattern.of(p) for p in patterns]
-    chain_shape = (patterns[0].shape[0], patterns[-1].shape[1]) if patterns else None
+    chain_shape = (patterns[0].shape[0], patterns[-1].shape[1])
     if chain_shape != tuple(T.shape):
         raise ValueError(f"the patterns {[tuple(p) for p in patterns]} give a chain of shape "
                          f"{chain_shape}, but the target has shape {tuple(T.shape)}")
+    for perm, n, which in ((input_permutation, T.shape[1], "input"),
+                           (output_permutation, T.shape[0], "output")):
+        if perm is not None:
+            check_permutation(perm, n, f"the {which} permutation")
     perms = dict(input_permutation=input_permutation, output_permutation=output_permutation)
     dense = T.dense() if start in ("auto", "factorize") else None
     if start == "factorize" and dense is None:
@@ -351,21 +385,39 @@ def _start(T, patterns, start, dtype, rng, input_permutation, output_permutation
             D = D[inverse_permutation(output_permutation)]
         if input_permutation is not None:
             D = D[:, input_permutation]
-        C = factorize(D, patterns)
-        return KSChain(list(C.factors), **perms), "factorize"
+        try:
+            C = factorize(D, patterns)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"fit's start from the dense target (start={start!r}, "
+                            f"factorize of the target and the patterns): {exc}") from None
+        return KSChain(_balanced(C.factors), **perms), "factorize"
     made = [KSMatrix.random(tuple(p), dtype=dtype, xp=xp, seed=int(rng.integers(2**31)))
             for p in patterns]                    # fit() scales them to the target's gain
     return KSChain(made, **perms), "random"
 
 
+def _balanced(factors):
+    """The factors with their norms made equal, their product unchanged: ``factorize`` puts
+    the target's whole scale into one factor, which the line searches take badly."""
+    free = [f for f in factors if f.structure is None]
+    norms = [float(_norm(f.values, f.xp)) for f in free]
+    if not norms or not all(numpy.isfinite(norms)) or min(norms) == 0:
+        return list(factors)
+    mean = float(numpy.exp(numpy.mean(numpy.log(norms))))     # the norms' geometric mean
+    scaled = {id(f): KSMatrix(f.values * (mean / n)) for f, n in zip(free, norms)}
+    return [scaled.get(id(f), f) for f in factors]
+
+
 def _loss_and_gradients(chain, factors, P, TP):
     """The relative squared error ``||C P - T P||^2 / ||T P||^2`` and its gradient with
-    respect to each fitted factor's values."""
+    respect to each fitted factor's values, with both sides divided by ``max |T P|`` first
+    (squares of tiny or huge values would underflow or overflow)."""
     xp = chain.xp
-    scale = float(xp.sum(xp.abs(TP) ** 2))
-    R = by_factor(chain, P) - TP       # a plan of the chain would change with every step
+    unit = float(xp.max(xp.abs(TP)))
+    R = (by_factor(chain, P) - TP) / unit      # by_factor: a plan would change every step
+    scale = float(xp.sum(xp.abs(TP / unit) ** 2))
     loss = float(xp.sum(xp.abs(R) ** 2)) / scale
-    _, dws = vjp(chain, P, (2 / scale) * R, wrt="values")
+    _, dws = vjp(chain, P, (2 / (scale * unit)) * R, wrt="values")
     of_factor = dict(zip(map(id, chain.factors), dws))
     return loss, [of_factor[id(f)] for f in factors]
 
@@ -424,14 +476,15 @@ def _lbfgs(chain, factors, T, draw, o):
 
     result = scipy.optimize.minimize(
         objective, pack([f.values for f in factors]), jac=True, method="L-BFGS-B",
-        callback=callback, options=dict(maxiter=o["steps"], ftol=0.0, gtol=0.0,
-                                        maxcor=20))
+        callback=callback, options=dict(maxiter=o["steps"], maxfun=LINE_SEARCH_EVALUATIONS
+                                        * o["steps"], ftol=0.0, gtol=0.0, maxcor=20))
     for f, w in zip(factors, unpack(result.x)):
         f.values = w
-    if state["stopped"] == "steps" and len(history) < o["steps"]:
-        # L-BFGS-B stopped on its own: no relative decrease left (converged), or a line
-        # search that found no descent (stalled: at a minimum to rounding, or badly scaled)
-        state["stopped"] = "converged" if result.status == 0 else "stalled"
+    if state["stopped"] == "steps" and len(history) < o["steps"] and result.status != 1:
+        # L-BFGS-B stopped on its own (status 1 is the evaluations' budget: "steps"): no
+        # relative decrease left (converged), or a line search that found no descent
+        # (stalled: at a minimum to rounding, or badly scaled)
+        state["stopped"] = "converged" if result.status == 0 and history else "stalled"
     return history, state["stopped"]
 
 
@@ -463,6 +516,8 @@ def _adam(chain, factors, T, draw, o, beta1=0.9, beta2=0.999, eps=1e-12):
         loss, grads = _loss_and_gradients(chain, factors, P, T(P).astype(chain.dtype,
                                                                          copy=False))
         history.append(loss)
+        if loss <= o["tol"]:                     # these values met tol: keep them
+            return history, "tol"
         for idx, (f, g) in enumerate(zip(factors, grads)):
             m[idx] = beta1 * m[idx] + (1 - beta1) * g
             v[idx] = beta2 * v[idx] + (1 - beta2) * xp.abs(g) ** 2
@@ -472,8 +527,6 @@ def _adam(chain, factors, T, draw, o, beta1=0.9, beta2=0.999, eps=1e-12):
         if o["bar"] is not None:
             o["bar"].update(1)
             o["bar"].set_postfix(loss=f"{loss:.3g}")
-        if loss <= o["tol"]:
-            return history, "tol"
         if _patience_runs_out(history, state, o):
             return history, "patience"
     return history, "steps"

@@ -120,6 +120,7 @@ def vjp(op, X, G, *, layout="bsl", wrt="both", intermediates="auto"):
     if foreign.is_foreign(G):
         G = foreign.take(G, "G").native
     X, G, layout, vector = _operands(op, X, G, layout)
+    real_input = X.dtype.kind != "c"
     dtype = arrays.result_dtype(op.dtype, X.dtype, G.dtype)
     X, G = X.astype(dtype, copy=False), G.astype(dtype, copy=False)
     if isinstance(op, KSMatrix):
@@ -127,6 +128,9 @@ def vjp(op, X, G, *, layout="bsl", wrt="both", intermediates="auto"):
         dw = _values_gradient(op, X, G, layout) if wrt != "input" else None
     else:
         dX, dw = _chain_vjp(op, X, G, layout, wrt, intermediates)
+    if real_input and dX is not None and dX.dtype.kind == "c":
+        # the gradient with respect to real inputs is real (as for real values)
+        dX = op.xp.ascontiguousarray(dX.real)
     if vector and dX is not None:
         dX = dX.reshape(-1)
     if back is not None and dX is not None:
@@ -187,6 +191,13 @@ def by_factor(C, X, layout="bsl"):
     differentiates. A loop that writes the values every step (:func:`kscupy.fit`)
     multiplies this way: a chain's own plan depends on its values, and would be made again
     after every write."""
+    if not isinstance(C, KSChain):
+        raise TypeError(f"by_factor applies a KSChain factor by factor, got "
+                        f"{type(C).__name__}")
+    check_layout(layout)
+    C._check_operand(X, layout, "auto")
+    if X.ndim != 2:
+        raise ValueError(f"by_factor takes a 2-D batch, got shape {X.shape}")
     Z = _gather(X, C.input_permutation, layout) if C.input_permutation is not None else X
     for f in reversed(C.factors):
         Z = f.matmul(Z, layout=layout)
@@ -209,7 +220,8 @@ def _chain_vjp(C, X, G, layout, wrt, intermediates):
     if intermediates == "auto":
         B = X.shape[1] if layout == "bsl" else X.shape[0]
         total = sum(f.shape[1] for f in factors[:-1]) * B * X.dtype.itemsize
-        keep = total <= KEEP_FRACTION * memory.available_bytes(xp)
+        available = memory.available_bytes(xp)       # None: not known here
+        keep = available is None or total <= KEEP_FRACTION * available
     inputs = {}
     if keep and wrt != "input":
         Z = X0

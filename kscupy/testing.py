@@ -96,6 +96,13 @@ def _host_complex(u):
     return numpy.asarray(u.get() if hasattr(u, "get") else u, dtype=numpy.complex128)
 
 
+def _scale(A) -> float:
+    """The root mean square of ``A``'s entries (1 where they are all zero): the unit of a
+    finite-difference step along ``A``."""
+    rms = float(numpy.sqrt(numpy.mean(numpy.abs(_host_complex(A)) ** 2)))
+    return rms if rms > 0 and numpy.isfinite(rms) else 1.0
+
+
 def gradcheck(op, *, layout="bsl", batch=3, eps=1e-6, rtol=1e-6, seed=None) -> bool:
     """Check :func:`kscupy.vjp` against central finite differences, in double precision.
 
@@ -110,7 +117,8 @@ def gradcheck(op, *, layout="bsl", batch=3, eps=1e-6, rtol=1e-6, seed=None) -> b
     op : KSMatrix or KSChain; checked as a float64 (complex128 where complex) copy.
     layout : "bsl" or "bsf".
     batch : columns (bsl) or rows (bsf) of ``X``.
-    eps : step of the finite differences (in units of the values' and ``X``'s scale).
+    eps : step of the finite differences, in units of the root mean square of the values
+        (of each factor's) and of ``X``.
     rtol : tolerance relative to the size of the terms of the derivative.
     seed : seed of the NumPy generator that draws ``X``, ``G`` and the directions.
 
@@ -132,9 +140,13 @@ def gradcheck(op, *, layout="bsl", batch=3, eps=1e-6, rtol=1e-6, seed=None) -> b
         raise ValueError(f'layout must be "bsl" or "bsf", got {layout!r}')
     batch = positive_int("batch", batch)
     for name, value in (("eps", eps), ("rtol", rtol)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+        if isinstance(value, (bool, numpy.bool_)) or \
+                not isinstance(value, (int, float, numpy.integer, numpy.floating)) \
                 or not numpy.isfinite(value) or not value > 0:
             raise ValueError(f"{name} must be a finite positive number, got {value!r}")
+    if seed is not None and (isinstance(seed, bool) or
+                             not isinstance(seed, (int, numpy.integer)) or seed < 0):
+        raise ValueError(f"seed must be None or a non-negative integer, got {seed!r}")
     dtype = numpy.dtype(numpy.complex128 if op.dtype.kind == "c" else numpy.float64)
     factors = [op] if isinstance(op, KSMatrix) else list(op.factors)
     factors = [f.astype(dtype) for f in factors]
@@ -177,16 +189,17 @@ def gradcheck(op, *, layout="bsl", batch=3, eps=1e-6, rtol=1e-6, seed=None) -> b
         if dw is None:
             continue
         V = draw(values[idx].shape)
-        step = [None] * len(factors)
-        plus, minus = list(step), list(step)
-        plus[idx], minus[idx] = values[idx] + eps * V, values[idx] - eps * V
-        numeric = (loss(plus, X) - loss(minus, X)) / (2 * eps)
+        h = eps * _scale(values[idx])
+        plus, minus = [None] * len(factors), [None] * len(factors)
+        plus[idx], minus[idx] = values[idx] + h * V, values[idx] - h * V
+        numeric = (loss(plus, X) - loss(minus, X)) / (2 * h)
         terms = numpy.conj(_host_complex(dw)) * _host_complex(V)
         compare(f"factor {idx}'s values", float(terms.sum().real), numeric,
                 float(numpy.abs(terms).sum()))
     U = draw(X.shape)
-    numeric = (loss([None] * len(factors), X + eps * U)
-               - loss([None] * len(factors), X - eps * U)) / (2 * eps)
+    h = eps * _scale(X)
+    numeric = (loss([None] * len(factors), X + h * U)
+               - loss([None] * len(factors), X - h * U)) / (2 * h)
     terms = numpy.conj(_host_complex(dX)) * _host_complex(U)
     compare("X", float(terms.sum().real), numeric, float(numpy.abs(terms).sum()))
     return True

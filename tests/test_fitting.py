@@ -174,3 +174,75 @@ def test_a_random_start_has_the_targets_gain():
     result = ks.fit(lambda P: C @ P, C.patterns, shape=C.shape, start="random", steps=1,
                     seed=3)
     assert 0.9 < result.start_relerr < 2.0       # same size, unrelated: about sqrt(2)
+
+
+# --- found by a bad-input audit: scales, stops and argument checks -----------------------
+
+def _butterfly_target(scale=1.0, dtype=numpy.float64):
+    return (ks.butterfly(16, dtype=numpy.float64, seed=0).todense() * scale).astype(dtype)
+
+
+def test_adam_keeps_values_that_met_tol():
+    """An exact start meets tol at the first step: Adam stops there, before an update."""
+    r = ks.fit(_butterfly_target(), "butterfly", optimizer="adam", seed=0)
+    assert r.stopped == "tol" and r.heldout_relerr <= 1e-12
+
+
+@pytest.mark.parametrize("scale, dtype", [(1e-17, numpy.float32), (1e19, numpy.float32),
+                                          (1e-180, numpy.float64), (1e180, numpy.float64)])
+def test_targets_of_any_scale_fit_as_at_scale_one(scale, dtype):
+    """Norms and losses divide by the largest entry before squaring: tiny or huge targets
+    neither underflow to a zero loss nor overflow to a false "non-finite" error."""
+    r = ks.fit(_butterfly_target(scale, dtype), "butterfly", seed=0, steps=5)
+    tol = 1e-5 if dtype == numpy.float32 else 1e-12
+    assert 0 <= r.start_relerr < tol and r.heldout_relerr < tol
+
+
+def test_a_scaled_target_starts_from_balanced_factors():
+    """factorize puts the target's scale in one factor; the fit's start spreads it evenly
+    (the same product), so that a scaled target improves as the unscaled one does."""
+    T = numpy.random.default_rng(1).standard_normal((16, 16))
+    r = ks.fit(T * 1e-12, "butterfly", seed=0, steps=30)
+    norms = [numpy.linalg.norm(f.values) for f in r.chain.factors]
+    assert max(norms) / min(norms) < 1e3
+    assert r.heldout_relerr < r.start_relerr
+
+
+def test_the_evaluations_budget_stops_as_steps(monkeypatch):
+    """L-BFGS-B's evaluation budget (status 1) is reported as "steps", not "stalled"."""
+    import scipy.optimize
+    from kscupy import fitting
+
+    def minimize(fun, x0, **kwargs):
+        assert kwargs["options"]["maxfun"] == fitting.LINE_SEARCH_EVALUATIONS * 7
+        return scipy.optimize.OptimizeResult(x=x0, status=1)
+    monkeypatch.setattr(scipy.optimize, "minimize", minimize)
+    r = ks.fit(numpy.random.default_rng(2).standard_normal((16, 16)), "butterfly", steps=7,
+               seed=0)
+    assert r.stopped == "steps"
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(seed=-1), ValueError, "seed must be None or a non-negative integer"),
+    (dict(seed="x"), ValueError, "seed must be None"),
+    (dict(progress="no"), TypeError, "progress must be True or False"),
+    (dict(patterns=(1, 16, 16, 1)), TypeError, r"wrap the single pattern"),
+    (dict(patterns=[]), ValueError, "patterns is empty"),
+    (dict(input_permutation=numpy.arange(8)), ValueError, r"input permutation must be .*\(16,\)"),
+    (dict(output_permutation=numpy.arange(20)), ValueError, "output permutation"),
+    (dict(input_permutation=numpy.zeros(16, int)), ValueError, "not a permutation"),
+    (dict(patterns=[(1, 12, 12, 1)]), ValueError, "give a chain of shape"),
+])
+def test_bad_fit_arguments_are_named(kwargs, error, match):
+    args = dict(patterns="butterfly") | kwargs
+    patterns = args.pop("patterns")
+    with pytest.raises(error, match=match):
+        ks.fit(_butterfly_target(), patterns, **args)
+
+
+def test_a_target_returning_complex_values_for_a_real_fit_is_refused():
+    Dc = _butterfly_target() * (1 + 1j)
+    op = scipy.sparse.linalg.LinearOperator((16, 16), matvec=lambda v: Dc @ v, matmat=lambda V: Dc @ V,
+                             dtype=numpy.float64)
+    with pytest.raises(TypeError, match="returns complex values"):
+        ks.fit(op, "butterfly", start="random", seed=0)

@@ -245,3 +245,54 @@ def test_a_vector_in_batch_size_first_is_a_batch_of_one(xp, rng):
 def test_gradcheck_refuses_bad_arguments(kwargs, error, match):
     with pytest.raises(error, match=match):
         ks.testing.gradcheck(ks.butterfly(8, seed=0), **kwargs)
+
+
+# --- found by a bad-input audit -----------------------------------------------------------
+
+def test_the_input_gradient_of_a_real_operand_is_real():
+    """A real K and real X with a complex G (a complex-valued intermediate of a real loss):
+    both gradients are real, the real parts of the complex ones."""
+    rng = numpy.random.default_rng(3)
+    K = ks.KSMatrix.random((2, 3, 4, 2), dtype=numpy.float64, seed=1)
+    X = rng.standard_normal((16, 5))
+    G = rng.standard_normal((12, 5)) + 1j * rng.standard_normal((12, 5))
+    dX, dw = ks.vjp(K, X, G)
+    assert dX.dtype == numpy.float64 and dw.dtype == numpy.float64
+    numpy.testing.assert_allclose(dX, (K.todense().T @ G).real, rtol=1e-12)
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda C, X: ks.gradients.by_factor(C, numpy.ones((20, 3))), ValueError,
+     "shape mismatch"),
+    (lambda C, X: ks.gradients.by_factor(ks.KSMatrix.random((1, 2, 2, 8)), X), TypeError,
+     "by_factor applies a KSChain"),
+    (lambda C, X: ks.gradients.by_factor(C, X, layout="xyz"), ValueError, "layout"),
+    (lambda C, X: ks.gradients.by_factor(C, X.reshape(16, 3, 1)), ValueError, "1-D or 2-D"),
+    (lambda C, X: ks.gradients.by_factor(C, X[:, 0]), ValueError, "2-D batch"),
+])
+def test_by_factor_checks_its_operand(call, error, match):
+    C, X = ks.dft(16), numpy.ones((16, 3), numpy.complex128)
+    with pytest.raises(error, match=match):
+        call(C, X)
+
+
+def test_chain_gradients_where_the_free_memory_is_not_known(monkeypatch):
+    """Where the host's free memory cannot be read (memory.available_bytes gives None) the
+    intermediates are kept."""
+    from kscupy.core import memory
+    monkeypatch.setattr(memory, "available_bytes", lambda xp: None)
+    C = ks.butterfly(16, dtype=numpy.float64, seed=0)
+    X = numpy.random.default_rng(4).standard_normal((16, 3))
+    dX, dws = ks.vjp(C, X, numpy.ones((16, 3)))
+    numpy.testing.assert_allclose(dX, C.todense().T @ numpy.ones((16, 3)), rtol=1e-12)
+
+
+def test_gradcheck_steps_in_units_of_the_values_scale():
+    """Values of any scale pass (the step is eps times their root mean square); NumPy
+    scalars are numbers; a bad seed is named."""
+    K = ks.KSMatrix.random((2, 3, 4, 2), dtype=numpy.float64, seed=0)
+    for scale in (1e-8, 1e8, 1e12):
+        assert ks.testing.gradcheck(K * scale, seed=0)
+    assert ks.testing.gradcheck(K, eps=numpy.float32(1e-6), rtol=numpy.float32(1e-6), seed=0)
+    with pytest.raises(ValueError, match="seed must be None or a non-negative integer"):
+        ks.testing.gradcheck(K, seed=-1)

@@ -24,7 +24,8 @@ SUITES = ("grid", "sweep", "engine", "portability", "chains", "scale", "gradient
 #: ``--quick`` takes of each (values as their options' types give them).
 ALL = ("grid", "sweep", "chains")
 QUICK = {"count": 4, "sizes": [256, 1024], "elements": 2**22, "hadamard": [1024],
-         "parts": ["dft", "hadamard"], "butterfly": [256], "monarch": [1024]}
+         "parts": ["dft", "hadamard"], "butterfly": [256], "monarch": [1024],
+         "fit_steps": 20, "host_gb": 1.0, "pageable_gb": 0.5, "streams": [2]}
 
 
 def parser() -> argparse.ArgumentParser:

@@ -14,8 +14,11 @@ def _row(B, layout, auto, dense, eager):
 def test_summary_per_batch_and_layout():
     rows = [_row(1, "bsl", 1.0, 3.0, 8.0), _row(1, "bsl", 1.0, 1.0, 2.0),
             _row(64, "bsf", 2.0, 3.0, 4.0)]
-    summary = interop.summarize(rows)
+    failed = {"suite": "graph", "batch": 1, "layout": "bsl", "seconds": {"base_dense_graph": 1.0},
+              "eager_seconds": {}, "errors": {"auto": "RuntimeError: ..."}}
+    summary = interop.summarize(rows + [failed])
     assert set(summary) == {"B=1|bsl", "B=64|bsf"}
+    assert summary["B=1|bsl"]["not_captured"] == 1 and summary["B=1|bsl"]["patterns"] == 2
     assert summary["B=1|bsl"]["auto_over_dense_graph_median"] == pytest.approx(2.0)
     assert summary["B=1|bsl"]["auto_over_dense_graph_min"] == pytest.approx(1.0)
     assert summary["B=1|bsl"]["replay_over_eager_median"] == pytest.approx(5.0)

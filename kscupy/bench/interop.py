@@ -16,7 +16,7 @@ one (``benchmarks/bench_suite.py``: PyTorch's ``torch.mv`` at B = 1, ``torch.mm`
 a ``torch.cuda.CUDAGraph``); ``base_dense_graph``: the faster of the two.
 ``eager_seconds`` are kscupy's products called back to back without a graph, for the host
 time a graph removes. ``relerr``: each replayed result against a float64 product of the
-dense matrix.
+dense matrix. ``errors``: the products that could not be captured, and why.
 """
 from __future__ import annotations
 
@@ -91,7 +91,12 @@ def graph_row(pattern, layout, B, baselines=NONE):
     outs = {}
     for name, fn in methods.items():
         run = fn if name == "auto" else (lambda fn=fn: fn(X))
-        graph, outs[name] = _captured(run, stream)
+        try:
+            graph, outs[name] = _captured(run, stream)
+        except Exception as exc:        # a product that cannot be captured: say so, go on
+            row.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"
+            stream = cupy.cuda.Stream(non_blocking=True)   # the failed capture's is spent
+            continue
         row["seconds"][name] = _replay_seconds(graph, stream)
         with stream:
             row["eager_seconds"][name] = throughput_seconds(lambda _: run(), [None])
@@ -119,12 +124,16 @@ def summarize(rows):
     replayed dense product, and of the replay over ``auto`` called eagerly."""
     out = {}
     for key in sorted({(r["batch"], r["layout"]) for r in rows if r["suite"] == "graph"}):
-        rs = [r for r in rows if r["suite"] == "graph" and (r["batch"], r["layout"]) == key]
+        rs = [r for r in rows if r["suite"] == "graph" and (r["batch"], r["layout"]) == key
+              and "auto" in r["seconds"]]
         vs_dense = numpy.array([r["seconds"]["base_dense_graph"] / r["seconds"]["auto"]
                                 for r in rs if "base_dense_graph" in r["seconds"]])
         vs_eager = numpy.array([r["eager_seconds"]["auto"] / r["seconds"]["auto"] for r in rs])
         out[f"B={key[0]}|{key[1]}"] = {
             "patterns": len(rs), "dense_rows": int(vs_dense.size),
+            "not_captured": sum(1 for r in rows if r["suite"] == "graph"
+                                and (r["batch"], r["layout"]) == key
+                                and "auto" not in r["seconds"]),
             "auto_over_dense_graph_median":
                 float(numpy.median(vs_dense)) if vs_dense.size else None,
             "auto_over_dense_graph_min": float(vs_dense.min()) if vs_dense.size else None,

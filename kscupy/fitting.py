@@ -26,6 +26,7 @@ import time
 import numpy
 
 from .core import arrays, foreign
+from .core import argument_checks
 from .core.argument_checks import flag, positive_int
 from .core.pattern import KSPattern
 from .core.shuffle import check_permutation, inverse_permutation
@@ -212,7 +213,7 @@ def fit(target, patterns, *, start="auto", shape=None, dtype=None, xp=None,
             ("steps", steps), ("patience", patience), ("check_every", check_every),
             ("heldout", heldout)))
     batch = None if batch is None else positive_int("batch", batch)
-    seed = _seed(seed)
+    seed = argument_checks.seed(seed)
     progress = flag("progress", progress)
     lr = _number("lr", lr, positive=True)
     tol = _number("tol", tol, positive=False)
@@ -289,15 +290,6 @@ def _norm(A, xp):
     return unit * xp.sqrt(xp.sum(xp.abs(A / unit) ** 2))
 
 
-def _seed(seed):
-    """``seed`` if it is None or a non-negative integer (NumPy's generators take those)."""
-    if seed is None:
-        return None
-    if isinstance(seed, bool) or not isinstance(seed, (int, numpy.integer)) or seed < 0:
-        raise ValueError(f"seed must be None or a non-negative integer, got {seed!r}")
-    return int(seed)
-
-
 def _number(name, value, positive):
     """``value`` as a finite float, above zero (``positive``) or at least zero; TypeError
     for a non-number, ValueError otherwise."""
@@ -358,12 +350,7 @@ def _start(T, patterns, start, dtype, rng, input_permutation, output_permutation
             raise ValueError(f'patterns must be a sequence of patterns or "butterfly", got '
                              f'{patterns!r}')
         patterns = _butterfly_patterns(numpy.empty(T.shape))
-    if len(patterns) == 4 and all(isinstance(v, (int, numpy.integer)) for v in patterns):
-        raise TypeError(f"patterns is a list of patterns, one a factor: wrap the single "
-                        f"pattern {tuple(patterns)} as [{tuple(patterns)}]")
-    if len(patterns) == 0:
-        raise ValueError("patterns is empty: a chain has one pattern a factor at least")
-    patterns = [KSPattern.of(p) for p in patterns]
+    patterns = KSPattern.list_of(patterns)
     chain_shape = (patterns[0].shape[0], patterns[-1].shape[1])
     if chain_shape != tuple(T.shape):
         raise ValueError(f"the patterns {[tuple(p) for p in patterns]} give a chain of shape "

@@ -21,6 +21,7 @@ values) and ``view_f`` (2 booleans: transposed, conjugated), chains with
 """
 from __future__ import annotations
 
+import os
 import zipfile
 
 import numpy
@@ -89,6 +90,15 @@ def _encode(op, prefix, entries):
         entries[f"{prefix}view_{f}"] = numpy.array([transposed, conjugated])
 
 
+def _with_suffix_if_saved_so(path):
+    """``path + ".npz"`` where ``path`` names no file and that does: :func:`save` (NumPy's
+    ``savez``) adds the suffix to a path without one."""
+    if isinstance(path, (str, os.PathLike)) and not os.path.exists(path) \
+            and os.path.exists(os.fspath(path) + ".npz"):
+        return os.fspath(path) + ".npz"
+    return path
+
+
 def load(path, xp=numpy):
     """Read an operator written by :func:`save`; its arrays are created with ``xp``
     (``numpy``, or ``cupy`` for the current GPU).
@@ -99,6 +109,7 @@ def load(path, xp=numpy):
     :data:`FORMAT_VERSION`); nothing in a file is ever unpickled.
     """
     arrays.check_module(xp)
+    path = _with_suffix_if_saved_so(path)
     try:
         data = numpy.load(path, allow_pickle=False)
     except (FileNotFoundError, PermissionError, IsADirectoryError):
@@ -128,10 +139,13 @@ def load(path, xp=numpy):
     if "kscupy_format" not in entries or not {"kscupy_kind", "kind"} & set(entries):
         raise ValueError(f"{path} is not a kscupy operator file (no kscupy_format and kind "
                          f"entries; it holds {sorted(entries)[:8]})")
-    try:
-        version = int(entries["kscupy_format"])
-    except (TypeError, ValueError):
-        raise ValueError(f"{path} has an unreadable format version") from None
+    fmt = entries["kscupy_format"]
+    if fmt.shape != () or fmt.dtype.kind not in "iu":
+        raise ValueError(f"{path} has an unreadable format version (an integer is written; "
+                         f"got {fmt.dtype} of shape {fmt.shape})")
+    version = int(fmt)
+    if version < 1:
+        raise ValueError(f"{path} has format version {version}, which no kscupy writes")
     if version > FORMAT_VERSION:
         raise ValueError(f"{path} has format version {version}, newer than the {FORMAT_VERSION} "
                          f"this kscupy reads; upgrade kscupy")

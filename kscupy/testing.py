@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy
 
-from .core import arrays
+from .core import argument_checks, arrays
 from .core.argument_checks import positive_int
 
 __all__ = ["dottest", "gradcheck"]
@@ -59,7 +59,7 @@ def dottest(op, *, layout="bsl", backend="auto", rtol=None, xp=None, seed=None) 
     if rtol is None:
         precision = dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize
         rtol = DOTTEST_RTOL.get(precision, 1e-4)
-    rng = numpy.random.default_rng(seed)
+    rng = numpy.random.default_rng(argument_checks.seed(seed))
     M, N = op.shape
     batch = 4
 
@@ -144,9 +144,7 @@ def gradcheck(op, *, layout="bsl", batch=3, eps=1e-6, rtol=1e-6, seed=None) -> b
                 not isinstance(value, (int, float, numpy.integer, numpy.floating)) \
                 or not numpy.isfinite(value) or not value > 0:
             raise ValueError(f"{name} must be a finite positive number, got {value!r}")
-    if seed is not None and (isinstance(seed, bool) or
-                             not isinstance(seed, (int, numpy.integer)) or seed < 0):
-        raise ValueError(f"seed must be None or a non-negative integer, got {seed!r}")
+    seed = argument_checks.seed(seed)
     dtype = numpy.dtype(numpy.complex128 if op.dtype.kind == "c" else numpy.float64)
     factors = [op] if isinstance(op, KSMatrix) else list(op.factors)
     factors = [f.astype(dtype) for f in factors]

@@ -21,6 +21,8 @@ import itertools
 import os
 import time
 
+import numpy
+
 from .core import arrays
 from .core.pattern import KSPattern
 from .engine import decide
@@ -52,8 +54,8 @@ def warmup(patterns=(), *, operators=(), dtypes=("float32",), layouts=("bsl", "b
         multiplied.
     operators : iterable of KS operators with CuPy values (e.g. ``kscupy.dft(1024,
         dtype=numpy.complex64, xp=cupy)``); each is applied in its own dtype.
-    dtypes : dtypes of the pattern products (each a supported dtype).
-    layouts : ``"bsl"`` and/or ``"bsf"``.
+    dtypes : dtypes of the pattern products (each a supported dtype), or one dtype.
+    layouts : ``"bsl"`` and/or ``"bsf"`` (a sequence, or one of them).
     batches : batch sizes; a kernel's tile configuration depends on the batch size bucket,
         so give the sizes the program will use.
     backend : the backend to warm up (default ``"auto"``: what ``K @ X`` runs).
@@ -72,14 +74,22 @@ def warmup(patterns=(), *, operators=(), dtypes=("float32",), layouts=("bsl", "b
     >>> kscupy.warmup([(4, 64, 64, 8)], dtypes=("float32", "float64"), batches=(1, 256))
     ... # doctest: +SKIP
     """
-    patterns = [KSPattern.of(p) for p in patterns]
+    patterns = list(patterns)
+    patterns = KSPattern.list_of(patterns) if patterns else []
+    dtypes = (dtypes,) if isinstance(dtypes, (str, numpy.dtype, type)) else dtypes
+    layouts = (layouts,) if isinstance(layouts, str) else layouts
     dtypes = [arrays.check_dtype(t) for t in dtypes]
     for layout in layouts:
         if layout not in ("bsl", "bsf"):
             raise ValueError(f'layouts must be "bsl" or "bsf", got {layout!r}')
+    if isinstance(batches, (str, bytes)) or not hasattr(batches, "__iter__"):
+        raise TypeError(f"batches must be a sequence of batch sizes such as (1, 64), got "
+                        f"{type(batches).__name__} {batches!r}")
+    batches = list(batches)
+    if any(isinstance(B, (bool, numpy.bool_)) or not isinstance(B, (int, numpy.integer))
+           or B < 1 for B in batches):
+        raise ValueError(f"batch sizes must be positive integers, got {batches}")
     batches = [int(B) for B in batches]
-    if any(B < 1 for B in batches):
-        raise ValueError(f"batch sizes must be positive, got {batches}")
     if threads is None:
         threads = min(8, os.cpu_count() or 1)
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:

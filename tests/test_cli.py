@@ -338,6 +338,26 @@ def test_warmup_without_gpu_fails_clearly():
         __import__("kscupy").warmup([(2, 32, 32, 4)])
 
 
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(batches="64"), TypeError, "batches must be a sequence"),
+    (dict(batches=5), TypeError, "batches must be a sequence"),
+    (dict(batches=(1.5,)), ValueError, "positive integers"),
+    (dict(batches=(True,)), ValueError, "positive integers"),
+    (dict(patterns=(1, 2, 2, 1)), TypeError, "wrap the single pattern"),
+])
+def test_warmup_names_bad_arguments(kwargs, error, match):
+    args = dict(patterns=[(2, 32, 32, 4)]) | kwargs
+    with pytest.raises(error, match=match):
+        __import__("kscupy").warmup(args.pop("patterns"), **args)
+
+
+def test_warmup_takes_one_dtype_or_layout_as_a_string():
+    """A string is one dtype or layout, not a sequence of characters: the checks pass and
+    only the missing GPU stops it."""
+    with pytest.raises(RuntimeError, match="needs a GPU"):
+        __import__("kscupy").warmup([(2, 32, 32, 4)], dtypes="float32", layouts="bsl")
+
+
 @pytest.mark.parametrize("bad", [0, -1, 2.0, True])
 def test_warmup_rejects_bad_thread_counts(bad):
     with pytest.raises(ValueError, match="threads must be a positive integer"):

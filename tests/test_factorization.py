@@ -152,8 +152,14 @@ def test_clear_errors():
         ks.factorize(numpy.ones((8, 16)), "butterfly")
     with pytest.raises(ValueError, match="monarch"):
         ks.factorize(D, "monarch")
-    with pytest.raises(ValueError, match="at least one pattern"):
+    with pytest.raises(ValueError, match="patterns is empty"):
         ks.factorize(D, [])
+    with pytest.raises(TypeError, match=r"wrap the single pattern \(1, 2, 2, 1\)"):
+        ks.factorize(numpy.ones((2, 2)), (1, 2, 2, 1))
+    with pytest.raises(TypeError, match="patterns must be a sequence of patterns"):
+        ks.factorize(D, None)
+    with pytest.raises(ValueError, match="non-empty matrix"):
+        ks.factorize(numpy.ones((0, 0)), "butterfly")
     with pytest.raises(ValueError, match="2-D"):
         ks.factorize(numpy.ones((2, 2, 2)), [(1, 2, 2, 1)])
     with pytest.raises(TypeError, match="unsupported dtype"):

@@ -185,3 +185,21 @@ def test_fractions_and_decimals_scale():
     assert rel_err((K * fractions.Fraction(1, 3)) @ X, D @ X / 3) < 1e-12
     assert rel_err((decimal.Decimal("0.5") * K) @ X, D @ X * 0.5) < 1e-12
     assert (K * fractions.Fraction(1, 3)).dtype == numpy.float64
+
+
+@pytest.mark.parametrize("make", [
+    lambda seed: ks.KSMatrix.random((1, 2, 2, 1), seed=seed),
+    lambda seed: ks.butterfly(16, seed=seed),
+    lambda seed: ks.monarch(16, blocks=4, seed=seed),
+    lambda seed: ks.testing.dottest(ks.butterfly(8, seed=0), seed=seed)])
+@pytest.mark.parametrize("seed", [-1, 1.5, True, "x"])
+def test_a_bad_seed_is_named(make, seed):
+    with pytest.raises(ValueError, match="seed must be None or a non-negative integer"):
+        make(seed)
+
+
+def test_shuffle_utilities_name_their_array_arguments():
+    with pytest.raises(ValueError, match="must be a 1-D integer array, got shape"):
+        ks.inverse_permutation(numpy.array([[1, 0], [2, 3]]))
+    with pytest.raises(TypeError, match="pass numpy.asarray"):
+        ks.block_diagonalize(numpy.eye(4).tolist(), (1, 2, 2, 2))

@@ -369,6 +369,31 @@ def test_mixed_dtype_products_convert_the_matrix_once(xp, rng):
 
 
 # -- writing values: through assignment only, never stale ----------------------------------
+def test_handed_out_arrays_cannot_be_made_writable_again(rng):
+    """NumPy lets ``setflags(write=True)`` turn writing back on for a view of a writable
+    array: the arrays operators hand out are views of read-only storage, so it refuses, and
+    the products (from the values and from the caches) stay consistent."""
+    K = ks.KSMatrix(random_array(rng, (1, 2, 2, 1), numpy.float64))
+    X = numpy.eye(2)
+    K.matmul(X, backend="dense")                      # a dense matrix cached
+    C = ks.dft(8)
+    for handed_out in (K.values, K.blocks, K.stored_values(), K.T.values, K.dense_cached(),
+                       C.input_permutation, C.factors[0].values):
+        with pytest.raises(ValueError, match="WRITEABLE"):
+            handed_out.setflags(write=True)
+    D = oracle_of(K)
+    for backend in ("dense", "bmm", "sparse"):
+        assert rel_err(K.matmul(X, backend=backend), D) < 1e-12
+
+
+def test_new_values_follow_the_constructors_dtype_rules(rng):
+    K = ks.KSMatrix(random_array(rng, (1, 2, 2, 1), numpy.float64))
+    for w in (numpy.ones((1, 2, 2, 1), numpy.int64), numpy.ones((1, 2, 2, 1), bool),
+              numpy.ones((1, 2, 2, 1), ">f8")):
+        with pytest.raises(TypeError, match="dtype"):
+            K.values = w
+
+
 def test_values_handed_out_cannot_write_around_the_caches(xp, rng):
     """``values``, ``blocks``, ``stored_values()`` and ``dense_cached()`` refuse writes on
     both devices: item assignment, in-place operators, ``fill``, and the same through a view

@@ -358,3 +358,25 @@ def test_what_one_stream_prepares_another_reads_complete(rng, which):
         a.synchronize()
         b.synchronize()
         assert rel_err(Ya, ref) < 1e-5 and rel_err(Yb, ref) < 1e-5
+
+
+def test_load_finds_the_file_save_named(tmp_path):
+    """save (NumPy's savez) adds ".npz" to a path without it: load of the same path finds
+    that file."""
+    op = ks.butterfly(8, dtype=numpy.float64, seed=0)
+    ks.save(str(tmp_path / "model"), op)
+    assert (tmp_path / "model.npz").exists()
+    numpy.testing.assert_array_equal(ks.load(str(tmp_path / "model")).todense(), op.todense())
+
+
+@pytest.mark.parametrize("version", [numpy.array(0), numpy.array(-1), numpy.array("1"),
+                                     numpy.array(True), numpy.array([1, 2])])
+def test_a_format_version_no_kscupy_writes_is_named(tmp_path, version):
+    path = tmp_path / "op.npz"
+    ks.save(str(path), ks.butterfly(8, dtype=numpy.float64, seed=0))
+    with numpy.load(path) as data:
+        entries = {name: data[name] for name in data.files}
+    entries["kscupy_format"] = version
+    numpy.savez(path, **entries)
+    with pytest.raises(ValueError, match="format version"):
+        ks.load(str(path))

@@ -1,4 +1,4 @@
-"""Checks of the scalar arguments public functions take: sizes and flags.
+"""Checks of the scalar arguments public functions take: sizes, flags and seeds.
 
 One home for them, so every factory, pattern and shuffle says the same thing about the same
 mistake: a wrong type is a ``TypeError`` (a float, string, bool or None where a size goes;
@@ -12,7 +12,7 @@ import operator
 
 import numpy
 
-__all__ = ["positive_int", "flag"]
+__all__ = ["positive_int", "flag", "seed"]
 
 
 def positive_int(name: str, value) -> int:
@@ -43,3 +43,14 @@ def flag(name: str, value) -> bool:
     if not isinstance(value, (bool, numpy.bool_)):
         raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
     return bool(value)
+
+
+def seed(value):
+    """``value`` as a seed of NumPy's generators: None, or a non-negative integer (a NumPy
+    integer too); ValueError naming ``seed`` otherwise (NumPy's own message does not)."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, numpy.bool_)) or not isinstance(value, (int, numpy.integer)) \
+            or value < 0:
+        raise ValueError(f"seed must be None or a non-negative integer, got {value!r}")
+    return int(value)

@@ -221,21 +221,29 @@ def device_of(x):
 def read_only(x):
     """A copy of ``x`` (a view for NumPy) that refuses to be written into (see :func:`frozen`):
     how operators hand out their values, so a write cannot bypass the caches derived from
-    them. On CuPy the copy keeps writes that bypass the array's methods away from ``x``."""
+    them. ``x`` must be the operator's own storage: on NumPy the array owning its memory is
+    made read-only as well. On CuPy the copy keeps writes that bypass the array's methods
+    away from ``x``."""
     if array_module(x) is numpy:
-        return frozen(x.view())
+        return frozen(x)
     with device_of(x):
         return frozen(x.copy())
 
 
 def frozen(x):
-    """``x`` made unwritable, sharing its memory: for NumPy, ``x`` with its write flag off;
-    for CuPy (which has no write flag) a view of class :func:`read_only_cupy_class`, whose
-    item assignment, in-place operators, ``fill`` and ``put`` raise ``ValueError`` as
-    NumPy's read-only arrays do. Copies of it and results computed from it are writable."""
+    """``x`` made unwritable, sharing its memory: for NumPy, a view of ``x`` after the array
+    owning the memory had its write flag turned off (NumPy lets a view of a writable array,
+    or an array owning its memory, be made writable again with ``setflags``, never a view
+    of a read-only array); for CuPy (which has no write flag) a view of class
+    :func:`read_only_cupy_class`, whose item assignment, in-place operators, ``fill`` and
+    ``put`` raise ``ValueError`` as NumPy's read-only arrays do. Copies of it and results
+    computed from it are writable."""
     if array_module(x) is numpy:
-        x.flags.writeable = False
-        return x
+        owner = x
+        while isinstance(owner.base, numpy.ndarray):
+            owner = owner.base
+        owner.flags.writeable = False
+        return x.view()
     view = read_only_cupy_class()(x.shape, x.dtype, x.data, x.strides)
     view._frozen = True
     return view

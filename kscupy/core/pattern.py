@@ -67,6 +67,22 @@ class KSPattern(tuple):
             raise ValueError(f"a KS pattern is a 4-tuple (a, b, c, d), got {pattern!r}")
         return cls(*entries)
 
+    @classmethod
+    def list_of(cls, patterns, what="patterns") -> list:
+        """``patterns`` (a sequence of patterns, one per factor) as a list of
+        :class:`KSPattern`: TypeError for None or a non-sequence, and for one bare pattern
+        (four integers) with the fix; ValueError for an empty sequence."""
+        if isinstance(patterns, (str, bytes)) or not hasattr(patterns, "__iter__"):
+            raise TypeError(f"{what} must be a sequence of patterns (a, b, c, d), got "
+                            f"{type(patterns).__name__} {patterns!r}")
+        patterns = list(patterns)
+        if len(patterns) == 4 and all(isinstance(v, (int, numpy.integer)) for v in patterns):
+            raise TypeError(f"{what} is a sequence of patterns, one a factor: wrap the single "
+                            f"pattern {tuple(patterns)} as [{tuple(patterns)}]")
+        if not patterns:
+            raise ValueError(f"{what} is empty: a chain has one pattern a factor at least")
+        return [cls.of(p) for p in patterns]
+
     # -- sizes ---------------------------------------------------------------------------
     @property
     def shape(self) -> tuple[int, int]:

@@ -39,8 +39,10 @@ def check_permutation(perm, n=None, what="the permutation"):
     xp = arrays.plain_array_module(perm, what)
     if perm.dtype.kind not in "iu":
         raise TypeError(f"{what} must be an integer array, got dtype {perm.dtype}")
-    n = perm.shape[0] if n is None and perm.ndim == 1 else n
-    if perm.ndim != 1 or perm.shape[0] != n:
+    if perm.ndim != 1:
+        raise ValueError(f"{what} must be a 1-D integer array, got shape {perm.shape}")
+    n = perm.shape[0] if n is None else n
+    if perm.shape[0] != n:
         raise ValueError(f"{what} must be an integer array of shape ({n},), got shape "
                          f"{perm.shape}")
     small = arrays.on_host_if_small(perm)     # checked on the host when small
@@ -199,6 +201,7 @@ def block_diagonalize(D, pattern):
     >>> bool(np.array_equal(K.todense()[rows][:, cols], scipy.linalg.block_diag(*blocks)))
     True
     """
+    arrays.plain_array_module(D, "the matrix to block-diagonalise")
     pattern = KSPattern.of(pattern)
     if D.ndim != 2 or D.shape != pattern.shape:
         raise ValueError(f"matrix of shape {D.shape} does not match pattern {tuple(pattern)}, "

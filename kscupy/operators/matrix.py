@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy
 
 from .. import engine
-from ..core import arrays, foreign, memory, reference
+from ..core import argument_checks, arrays, foreign, memory, reference
 from ..core.factor import Factor
 from ..core.pattern import KSPattern
 from ..core.structure import DFTStage
@@ -118,7 +118,7 @@ class KSMatrix(KSOperator):
         memory.check_fits_with_host(pattern.nnz * dtype.itemsize,    # stored tiles
                                     3 * pattern.nnz * dtype.itemsize,   # draws, sum, tiles
                                     xp, f"KSMatrix.random({tuple(pattern)}, {dtype})")
-        rng = numpy.random.default_rng(seed)
+        rng = numpy.random.default_rng(argument_checks.seed(seed))
         scale = 1.0 / numpy.sqrt(pattern.c)
         real = numpy.float32 if dtype in (numpy.float32, numpy.complex64) else numpy.float64
 
@@ -214,13 +214,14 @@ class KSMatrix(KSOperator):
         if w.shape != tuple(self.pattern):
             raise ValueError(f"new values must have the shape {tuple(self.pattern)} of the "
                              f"pattern, got {w.shape}")
+        arrays.check_dtype(w.dtype)                 # as the constructor: no ints, bools, ...
         if not numpy.can_cast(w.dtype, self.dtype, "safe"):
             raise TypeError(f"new values of dtype {w.dtype} do not cast safely to the matrix's "
                             f"{self.dtype}; convert them explicitly (or use K.astype)")
         self._factor.write(w.transpose(0, 3, 1, 2))
 
     def _canonical_values(self):
-        # the (a, b, c, d) view of the blocks, writable: for this class's own reading only
+        # the (a, b, c, d) view of the stored blocks: for this class's own reading only
         return self._factor.blocks.transpose(0, 2, 3, 1)
 
     # -- views and conversions -------------------------------------------------------------

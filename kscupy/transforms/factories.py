@@ -26,7 +26,7 @@ import math
 
 import numpy
 
-from ..core import arrays, memory
+from ..core import argument_checks, arrays, memory
 from ..operators.chain import KSChain
 from .fourier import dft_scale, framed_dft, mixed_radix_dft, needs_bluestein, prime_factors
 from ..operators.matrix import KSMatrix
@@ -178,7 +178,7 @@ def hadamard(n: int, normalized=False, dtype=numpy.float64, xp=numpy):
 
 
 def _random_chain(patterns, dtype, xp, seed):
-    rng = numpy.random.default_rng(seed)
+    rng = numpy.random.default_rng(argument_checks.seed(seed))
     seeds = rng.integers(0, 2**63, size=len(patterns))
     arrays.check_module(xp)
     _check_chain_fits(patterns, arrays.check_dtype(dtype), xp, temporaries=3)

@@ -174,9 +174,9 @@ def factorize(D, patterns) -> KSChain:
             raise ValueError(f'patterns must be a sequence of patterns or "butterfly", '
                              f"got {patterns!r}")
         patterns = _butterfly_patterns(D)
-    patterns = [KSPattern.of(p) for p in patterns]
-    if not patterns:
-        raise ValueError("factorize needs at least one pattern")
+    patterns = KSPattern.list_of(patterns)
+    if D.size == 0:
+        raise ValueError(f"factorize needs a non-empty matrix, got shape {D.shape}")
     for k in range(len(patterns) - 1):
         left, right = patterns[k], patterns[k + 1]
         if not left.chains_with(right):

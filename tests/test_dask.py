@@ -124,3 +124,18 @@ def test_one_worker_per_gpu_transforms_its_own_chunks(rng):
         assert all(k == ["cupy"] for k in kinds.values()), kinds
         result = Y.compute()
     assert rel_err(to_numpy(result), numpy.fft.fft(X.astype(numpy.complex128), axis=-1)) < 1e-5
+
+
+def test_matmul_takes_a_dask_operand_as_the_operators_do():
+    """``op.matmul(X, layout=...)`` with a dask array is the lazy product ``op @ X`` gives
+    (and ``X @ op.T`` in bsf); another backend than auto is refused by name."""
+    da = pytest.importorskip("dask.array")
+    K = ks.KSMatrix.random((2, 3, 4, 5), dtype=numpy.float64, seed=0)
+    X = numpy.random.default_rng(0).standard_normal((40, 6))
+    Y = K.matmul(da.from_array(X, chunks=(40, 3)))
+    numpy.testing.assert_allclose(Y.compute(), K.todense() @ X, rtol=1e-12)
+    Z = K.matmul(da.from_array(X.T, chunks=(3, 40)), layout="bsf")
+    numpy.testing.assert_allclose(Z.compute(), X.T @ K.todense().T, rtol=1e-12)
+    with pytest.raises(ValueError, match="backend='auto'"):
+        K.matmul(da.from_array(X, chunks=(40, 3)), backend="dense")
+

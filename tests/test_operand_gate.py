@@ -233,3 +233,10 @@ def test_nan_reaches_the_connected_outputs(xp, backend):
         else:
             numpy.testing.assert_array_equal(non_finite, reached)
     assert numpy.isfinite(Y[:, [0, 3]]).all()
+
+
+def test_a_row_batch_of_the_wrong_width_is_named_in_the_users_terms():
+    K = ks.KSMatrix.random((2, 3, 4, 5), dtype=numpy.float64, seed=0)       # 30 x 40
+    with pytest.raises(ValueError, match=r"Z @ op: op of shape \(30, 40\) takes Z of shape "
+                                         r"\(B, 30\) or \(30,\), got \(3, 40\)"):
+        numpy.ones((3, 40)) @ K

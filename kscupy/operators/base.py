@@ -156,6 +156,12 @@ class KSOperator:
                 with taken.stream:              # the producer's stream, where it has one
                     return taken.back(self.matmul(taken.native, layout=layout,
                                                   backend=backend))
+            if is_dask_array(X):                # lazy, chunk by chunk, as op @ X does
+                check_layout(layout)
+                if backend != "auto":
+                    raise ValueError(f"a dask operand is multiplied with backend='auto', got "
+                                     f"{backend!r}")
+                return dask_matmul(self, X, layout=layout)
             return self._prepare(X, layout, backend)(X)
         run = runs.get(X, layout, backend)
         if run is None:
@@ -240,6 +246,10 @@ class KSOperator:
             return dask_matmul(self.T, other, layout="bsf")
         if not _an_operand(other):
             return NotImplemented
+        M = self.shape[0]
+        if getattr(other, "ndim", 0) in (1, 2) and other.shape[-1] != M:
+            raise ValueError(f"shape mismatch in Z @ op: op of shape {self.shape} takes Z of "
+                             f"shape (B, {M}) or ({M},), got {other.shape}")
         return self.T.matmul(other, layout="bsf")
 
     # -- ecosystem protocols: copies, devices, scalars, duck-typed solvers -----------------

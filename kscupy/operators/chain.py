@@ -256,6 +256,8 @@ def compose(left, right) -> KSChain:
     rf, r_in, r_out = parts(right)
     if l_in is not None or r_out is not None:
         raise ValueError("cannot multiply chains with a permutation between them (the left "
-                         "chain's input or the right chain's output permutation)")
+                         "chain's input or the right chain's output permutation) into one "
+                         "chain: apply them in turn, F @ (G @ X), or compose "
+                         "ks.aslinearoperator(F) @ ks.aslinearoperator(G)")
     return KSChain(lf + rf, input_permutation=r_in, output_permutation=l_out)
 

@@ -77,7 +77,7 @@ def _checked(n, type, norm, dtype, xp, max_radix):
         raise TypeError(f"the DCT and DST are real matrices built on a complex DFT: dtype must "
                         f"be float32 or float64, got {dtype}")
     arrays.check_module(xp)
-    check_values_fit(2 * n, _COMPLEX_OF[dtype], xp, f"{type}-type transform of size {n}")
+    check_values_fit(2 * n, _COMPLEX_OF[dtype], xp, f"type-{type} transform of size {n}")
     return n, dtype
 
 

@@ -232,9 +232,11 @@ def monarch(M: int, N: int | None = None, *, blocks: int | None = None, dtype=nu
     """
     M = positive_int("M", M)
     if N is not None and blocks is None:
+        square = (f"monarch({M}, blocks={N}) for a square {M} x {M} Monarch matrix with {N} "
+                  f"blocks, or " if isinstance(N, (int, numpy.integer)) and 0 < N <= M
+                  and M % N == 0 else "")
         raise TypeError(f"monarch({M}, {N}) is ambiguous: give the block count as a keyword, "
-                        f"monarch({M}, blocks={N}) for a square {M} x {M} Monarch matrix with "
-                        f"{N} blocks, or monarch({M}, {N}, blocks=p) for an {M} x {N} one")
+                        f"{square}monarch({M}, {N}, blocks=p) for a {M} x {N} one")
     N = M if N is None else positive_int("N", N)
     arrays.check_module(xp)
     check_values_fit(M + N, arrays.check_dtype(dtype), xp, f"monarch({M}, {N})")

@@ -324,7 +324,10 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:
         return bench(argv[1:])
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:           # named by the subcommand's usage line, not the top level's
+        command = commands.get(getattr(args, "command", None))
+        (command or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.func(args)
     except UsageError as exc:

@@ -381,3 +381,11 @@ def test_warmup_compiles_what_later_products_use():
     assert out.returncode == 0, out.stderr
     cli = _run("warmup", "--pattern", "2", "32", "32", "4", "--dft", "64", "--batches", "1")
     assert cli.returncode == 0 and "products" in cli.stdout, cli.stderr
+
+
+@pytest.mark.parametrize("command", ["demo", "info", "warmup"])
+def test_an_unknown_option_is_named_by_its_subcommands_usage(command):
+    out = _run(command, "--bogus")
+    assert out.returncode == 2
+    assert f"usage: python -m kscupy {command}" in out.stderr
+    assert "unrecognized arguments: --bogus" in out.stderr

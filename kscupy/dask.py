@@ -18,6 +18,7 @@ multiplied there (``docs/examples/dask_multi_gpu.py``).
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 
 from .core import arrays
@@ -81,6 +82,9 @@ def matmul(op, X, layout="bsl"):
     arrays.check_operand_dtype(X.dtype)
     M, N = op.shape
     feature_axis = 0 if (X.ndim == 1 or layout == "bsl") else 1
+    if any(math.isnan(size) for size in X.shape):
+        raise ValueError(f"the dask array's chunk sizes are unknown (shape {X.shape}): call "
+                         f"X.compute_chunk_sizes() first")
     if X.shape[feature_axis] != N:
         raise ValueError(f"shape mismatch: {type(op).__name__} of shape {op.shape} cannot be "
                          f"applied to a dask array of shape {X.shape} in layout {layout!r} "

@@ -139,3 +139,11 @@ def test_matmul_takes_a_dask_operand_as_the_operators_do():
     with pytest.raises(ValueError, match="backend='auto'"):
         K.matmul(da.from_array(X, chunks=(40, 3)), backend="dense")
 
+
+
+def test_unknown_chunk_sizes_are_named_with_the_fix():
+    K = ks.KSMatrix.random((2, 3, 4, 5), dtype=numpy.float64, seed=0)
+    X = da.from_array(numpy.ones((40, 6)), chunks=(40, 3))
+    X = X[:, X[0] > 0]                       # boolean indexing: unknown sizes along axis 1
+    with pytest.raises(ValueError, match=r"compute_chunk_sizes\(\)"):
+        X.T @ K.T

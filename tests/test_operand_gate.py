@@ -240,3 +240,11 @@ def test_a_row_batch_of_the_wrong_width_is_named_in_the_users_terms():
     with pytest.raises(ValueError, match=r"Z @ op: op of shape \(30, 40\) takes Z of shape "
                                          r"\(B, 30\) or \(30,\), got \(3, 40\)"):
         numpy.ones((3, 40)) @ K
+
+
+def test_every_operator_kind_has_a_conjugate():
+    """KSSubmatrix (a Bluestein DFT) and KSRealPart (a DCT) conjugate as KSMatrix and
+    KSChain do, against the dense oracle."""
+    for op in (ks.dft(97), ks.dct(16), ks.dft(16), ks.KSMatrix.random((1, 2, 2, 1))):
+        numpy.testing.assert_allclose(op.conj().todense(), op.todense().conj(), atol=1e-12)
+        assert op.conj().shape == op.shape

@@ -81,6 +81,10 @@ class KSRealPart(KSOperator):
     def H(self) -> "KSRealPart":
         return self.T
 
+    def conj(self) -> "KSRealPart":
+        """Complex conjugate: the operator itself (its entries are real)."""
+        return self
+
     def backends(self) -> tuple:
         """Backend names :meth:`matmul` accepts: those of ``W``, which it applies."""
         return self._operator.backends()

@@ -97,6 +97,10 @@ class KSSubmatrix(KSOperator):
     def H(self) -> "KSSubmatrix":
         return self._kept_view("H", self._chain.H)
 
+    def conj(self) -> "KSSubmatrix":
+        """Complex conjugate (same shape); shares the chain's stored values."""
+        return KSSubmatrix(self._chain.conj(), self._shape)
+
     def backends(self) -> tuple:
         """Backend names :meth:`matmul` accepts: the chain's (it applies the chain)."""
         return self._chain.backends()

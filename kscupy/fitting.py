@@ -25,8 +25,7 @@ import time
 
 import numpy
 
-from .core import arrays, foreign
-from .core import argument_checks
+from .core import argument_checks, arrays, foreign
 from .core.argument_checks import flag, positive_int
 from .core.pattern import KSPattern
 from .core.shuffle import check_permutation, inverse_permutation
@@ -215,8 +214,8 @@ def fit(target, patterns, *, start="auto", shape=None, dtype=None, xp=None,
     batch = None if batch is None else positive_int("batch", batch)
     seed = argument_checks.seed(seed)
     progress = flag("progress", progress)
-    lr = _number("lr", lr, positive=True)
-    tol = _number("tol", tol, positive=False)
+    lr = argument_checks.real_number("lr", lr)
+    tol = argument_checks.real_number("tol", tol, positive=False)
     if xp is not None:
         arrays.check_module(xp)
     T = _Target(target, shape, xp)
@@ -288,19 +287,6 @@ def _norm(A, xp):
     if not unit or not bool(xp.isfinite(unit)):
         return xp.asarray(unit) * 1.0
     return unit * xp.sqrt(xp.sum(xp.abs(A / unit) ** 2))
-
-
-def _number(name, value, positive):
-    """``value`` as a finite float, above zero (``positive``) or at least zero; TypeError
-    for a non-number, ValueError otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, numpy.number)) \
-            or numpy.iscomplexobj(value):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-    value = float(value)
-    if not numpy.isfinite(value) or value < 0 or (positive and value == 0):
-        raise ValueError(f"{name} must be a finite number {'above' if positive else 'of at least'}"
-                         f" zero, got {value!r}")
-    return value
 
 
 def _progress_bar(progress, steps):

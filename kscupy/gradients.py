@@ -198,10 +198,11 @@ def by_factor(C, X, layout="bsl"):
     C._check_operand(X, layout, "auto")
     if X.ndim != 2:
         raise ValueError(f"by_factor takes a 2-D batch, got shape {X.shape}")
-    Z = _gather(X, C.input_permutation, layout) if C.input_permutation is not None else X
+    perm_in, perm_out = C.input_permutation, C.output_permutation
+    Z = _gather(X, perm_in, layout) if perm_in is not None else X
     for f in reversed(C.factors):
         Z = f.matmul(Z, layout=layout)
-    return _gather(Z, C.output_permutation, layout) if C.output_permutation is not None else Z
+    return _gather(Z, perm_out, layout) if perm_out is not None else Z
 
 
 def _chain_vjp(C, X, G, layout, wrt, intermediates):

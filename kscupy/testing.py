@@ -51,9 +51,8 @@ def dottest(op, *, layout="bsl", backend="auto", rtol=None, xp=None, seed=None) 
                         f"{', '.join(missing)}")
     if xp is not None:
         arrays.check_module(xp)
-    if rtol is not None and (isinstance(rtol, bool) or not isinstance(rtol, (int, float))
-                             or not rtol > 0):
-        raise ValueError(f"rtol must be a positive number, got {rtol!r}")
+    if rtol is not None:
+        rtol = argument_checks.real_number("rtol", rtol)
     xp = getattr(op, "xp", numpy) if xp is None else xp
     dtype = numpy.dtype(op.dtype)
     if rtol is None:
@@ -139,11 +138,8 @@ def gradcheck(op, *, layout="bsl", batch=3, eps=1e-6, rtol=1e-6, seed=None) -> b
     if layout not in ("bsl", "bsf"):
         raise ValueError(f'layout must be "bsl" or "bsf", got {layout!r}')
     batch = positive_int("batch", batch)
-    for name, value in (("eps", eps), ("rtol", rtol)):
-        if isinstance(value, (bool, numpy.bool_)) or \
-                not isinstance(value, (int, float, numpy.integer, numpy.floating)) \
-                or not numpy.isfinite(value) or not value > 0:
-            raise ValueError(f"{name} must be a finite positive number, got {value!r}")
+    eps, rtol = (argument_checks.real_number(name, value)
+                 for name, value in (("eps", eps), ("rtol", rtol)))
     seed = argument_checks.seed(seed)
     dtype = numpy.dtype(numpy.complex128 if op.dtype.kind == "c" else numpy.float64)
     factors = [op] if isinstance(op, KSMatrix) else list(op.factors)

@@ -397,7 +397,7 @@ def test_a_captured_stream_calls_cublas_directly(gemm, monkeypatch):
                 direct_calls.append(name)
                 return getattr(stand_in, name)(*args)
             return call
-    monkeypatch.setattr(cublas_direct, "_direct", lambda: Recording())
+    monkeypatch.setattr(cublas_direct, "direct", lambda: Recording())
     stream = _Pointer(0)
     monkeypatch.setattr(sys.modules["cupy.cuda"], "get_current_stream", lambda: stream)
     rng = numpy.random.default_rng(8)

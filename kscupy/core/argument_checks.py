@@ -1,4 +1,5 @@
-"""Checks of the scalar arguments public functions take: sizes, flags and seeds.
+"""Checks of the scalar arguments public functions take: sizes, flags, seeds and real
+numbers (tolerances, steps, rates).
 
 One home for them, so every factory, pattern and shuffle says the same thing about the same
 mistake: a wrong type is a ``TypeError`` (a float, string, bool or None where a size goes;
@@ -12,7 +13,7 @@ import operator
 
 import numpy
 
-__all__ = ["positive_int", "flag", "seed"]
+__all__ = ["positive_int", "flag", "seed", "real_number"]
 
 
 def positive_int(name: str, value) -> int:
@@ -54,3 +55,17 @@ def seed(value):
             or value < 0:
         raise ValueError(f"seed must be None or a non-negative integer, got {value!r}")
     return int(value)
+
+
+def real_number(name: str, value, *, positive: bool = True) -> float:
+    """``value`` as a finite ``float``, above zero (``positive``) or at least zero: TypeError
+    for a non-number (bools and complex numbers included), ValueError otherwise. NumPy
+    scalars are numbers."""
+    if isinstance(value, (bool, numpy.bool_)) or \
+            not isinstance(value, (int, float, numpy.integer, numpy.floating)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not numpy.isfinite(value) or value < 0 or (positive and value == 0):
+        kind = "positive" if positive else "non-negative"
+        raise ValueError(f"{name} must be a {kind} number (and finite), got {value!r}")
+    return value

@@ -3,16 +3,16 @@
 CuPy's cuBLAS bindings refuse every call while a stream is being captured (its stream
 capture support leaves cuBLAS out, cupy/cupy#6290), though cuBLAS captures its GEMMs: host
 scalars are read when the call is captured, and since CUDA 12.2 its workspace comes from a
-stream-ordered allocation. :func:`api` hands :mod:`.gemm` CuPy's bindings outside a capture
-and, inside one, :class:`Direct`: the same functions with the same arguments, calling the
-cuBLAS library CuPy's bindings call, on CuPy's handle.
+stream-ordered allocation. :mod:`.gemm` calls CuPy's bindings outside a capture and,
+inside one, :func:`direct`: the same functions with the same arguments, calling the cuBLAS
+library CuPy's bindings call, on CuPy's handle.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
 
-__all__ = ["api", "Direct", "library_path"]
+__all__ = ["direct", "Direct", "library_path"]
 
 
 def library_path(major: int, maps: str = "/proc/self/maps") -> str:
@@ -76,7 +76,7 @@ class Direct:
 
 
 @functools.lru_cache(maxsize=None)
-def _direct() -> Direct:
+def direct() -> Direct:
     """:class:`Direct` on CuPy's cuBLAS: the library its binding module links against
     (``dlsym`` through the module's handle searches its dependencies), else the one mapped
     into the process with the major version CuPy's handle reports."""
@@ -87,10 +87,3 @@ def _direct() -> Direct:
         return Direct(module)
     return Direct(ctypes.CDLL(library_path(cublas.getVersion(device.get_cublas_handle())
                                            // 10000)))
-
-
-def api(stream):
-    """The cuBLAS functions to call on ``stream`` (a CuPy stream): CuPy's bindings, or
-    :class:`Direct` while the stream is being captured."""
-    from cupy_backends.cuda.libs import cublas
-    return _direct() if stream.is_capturing() else cublas

@@ -76,15 +76,11 @@ __all__ = ["prepare", "prepare_groups", "values_gradient"]
 _INT32_MAX = 2**31 - 1
 
 
-#: cuBLAS's algorithm selection, by dtype name, where it is not ``CUBLAS_GEMM_DEFAULT`` (its
-#: heuristics): empty, a hook for ``benchmarks/probe_gemm_algo.py``, which times the others.
-ALGO_NAMES: dict = {}
-
-
 def _algo(dtype):
-    """The ``cublasGemmAlgo_t`` of every call for operands of ``dtype``."""
+    """The ``cublasGemmAlgo_t`` of every call for operands of ``dtype``: cuBLAS's heuristics
+    (``benchmarks/probe_gemm_algo.py`` replaces this function to time the others)."""
     from cupy_backends.cuda.libs import cublas
-    return getattr(cublas, ALGO_NAMES.get(numpy.dtype(dtype).name, "CUBLAS_GEMM_DEFAULT"))
+    return cublas.CUBLAS_GEMM_DEFAULT
 
 
 def _ceil_div(n: int, m: int) -> int:
@@ -119,7 +115,7 @@ def _cublas_runner():
     def call(fn):
         handle = device.get_cublas_handle()
         stream = get_current_stream()
-        blas = cublas_direct.api(stream)
+        blas = cublas_direct.direct() if stream.is_capturing() else cublas
         blas.setStream(handle, stream.ptr)
         blas.setPointerMode(handle, host_mode)
         fn(handle, blas)
@@ -402,7 +398,6 @@ def values_gradient(G, X, pattern, layout, sms=None):
     dW = cupy.ndarray((len(spans),) + group_shape, out_dtype)
     w, slice_size = dW.data.ptr, a * d * block
     algo = _algo(dtype)
-
     gemm = (transa, transb, m, n, alpha, lda, ldb, ldc, beta, data, out_data, compute, algo)
 
     def run_calls(handle, blas):

@@ -1,6 +1,8 @@
-// What the tensor-core kernels share: the block's shared-memory layout (MmaLayout) and the
-// group order's epilogue through it (store_group_tile). ks_mma.cu runs every order and dtype;
-// ks_mma_group.cu the float32 group order alone, with the same layout and epilogue.
+// What the tensor-core kernels share: the block's shared-memory layout (MmaLayout), the
+// operands' fragment loads from it (w_fragment, x_fragments) and the group order's epilogue
+// through it (store_group_tile). ks_mma.cu runs every order and dtype; ks_mma_group.cu the
+// float32 group order alone, with the same layout and epilogue; ks_values_grad.cu the values'
+// gradient, whose G and X tiles sit in shared memory as ks_mma's W and X tiles do.
 //
 // NVRTC-compilable: no host headers.
 #pragma once
@@ -99,6 +101,89 @@ struct MmaLayout {
     return 1;
   }
 };
+
+// W's fragment of the MMA row tile at k_base for k-step kk, from the stage's Ws: a[0] the real
+// parts, a[1] the imaginary ones (negated when conj_w).
+template <class T, class L, class AOp>
+__device__ __forceinline__ void w_fragment(AOp (&a)[L::PARTS], const T* ws, int lane, int k_base,
+                                           int kk, int conj_w) {
+  using R = typename L::R;
+  using S = typename L::S;
+  constexpr int E = sizeof(T);
+  if constexpr (L::HALF) {
+    // matrices (rows k_base + 0-7 | 8-15) x (l = kk + 0-7 | 8-15), k-fastest: lanes
+    // 8q .. 8q + 7 give the rows of matrix q; stored along k, they come transposed
+    if constexpr (L::W_KMAJOR)
+      ldmatrix_x4(a[0].v, shared_address(ws)
+                              + E * ((k_base + (lane & 15)) * L::WS_LD + kk + 8 * (lane >> 4)));
+    else
+      ldmatrix_x4_trans(a[0].v, shared_address(ws) + E * ((kk + (lane & 7) + 8 * (lane >> 4)) * L::WS_LD
+                                                           + k_base + 8 * ((lane >> 3) & 1)));
+  } else {
+    R re[S::A_REGS], im[S::A_REGS];
+    if constexpr (L::LDMATRIX_W) {   // float, K-major: one ldmatrix per fragment
+      unsigned r[4];
+      ldmatrix_x4(r, shared_address(ws) + E * ((k_base + (lane & 15)) * L::WS_LD + kk + 4 * (lane >> 4)));
+#pragma unroll
+      for (int i = 0; i < 4; ++i) re[i] = __uint_as_float(r[i]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < S::A_REGS; ++i) {
+        const int k = k_base + S::a_row(lane, i), l = kk + S::a_col(lane, i);
+        const T w = ws[L::W_KMAJOR ? k * L::WS_LD + l : l * L::WS_LD + k];
+        re[i] = real_part(w);
+        im[i] = conj_w ? -imag_part(w) : imag_part(w);
+      }
+    }
+    a[0].set(re);
+    if constexpr (L::PARTS == 2) a[1].set(im);
+  }
+}
+
+// X's fragments of a warp's NTL MMA column tiles (from column n_warp) for k-step kk, from the
+// stage's Xs: x[q][0] real parts, x[q][1] imaginary ones.
+template <class T, class L, class BOp>
+__device__ __forceinline__ void x_fragments(BOp (&x)[L::NTL][L::PARTS], const T* xs, int lane,
+                                            int n_warp, int kk) {
+  using R = typename L::R;
+  using S = typename L::S;
+  constexpr int E = sizeof(T);
+#pragma unroll
+  for (int q = 0; q < L::NTL; ++q) {
+    const int n_base = n_warp + q * S::N;
+    if constexpr (L::HALF || L::LDMATRIX_X) {
+      // one ldmatrix for tiles q and q + 1: registers 0, 1 are tile q's, 2, 3 tile q + 1's
+      if (q % 2 == 1) continue;
+      unsigned r[4];
+      if constexpr (L::HALF && !L::X_KMAJOR)   // (l = kk + 0-7 | 8-15) x (n = n_base + 0-7 | 8-15)
+        ldmatrix_x4_trans(r, shared_address(xs) + E * ((kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::XS_LD
+                                                       + n_base + 8 * (lane >> 4)));
+      else   // (n = n_base + 0-7 | 8-15) x (l = kk + 16 bytes' worth 0 | 1)
+        ldmatrix_x4(r, shared_address(xs) + E * ((n_base + (lane & 7) + 8 * (lane >> 4)) * L::XS_LD
+                                                 + kk + (16 / E) * ((lane >> 3) & 1)));
+      if constexpr (L::HALF) {
+        x[q][0].v[0] = r[0]; x[q][0].v[1] = r[1];
+        x[q + 1][0].v[0] = r[2]; x[q + 1][0].v[1] = r[3];
+      } else {
+        const float lo[2] = {__uint_as_float(r[0]), __uint_as_float(r[1])};
+        const float hi[2] = {__uint_as_float(r[2]), __uint_as_float(r[3])};
+        x[q][0].set(lo);
+        x[q + 1][0].set(hi);
+      }
+    } else {
+      R re[S::B_REGS], im[S::B_REGS];
+#pragma unroll
+      for (int i = 0; i < S::B_REGS; ++i) {
+        const int n = n_base + S::b_col(lane, i), l = kk + S::b_row(lane, i);
+        const T v = xs[L::X_KMAJOR ? n * L::XS_LD + l : l * L::XS_LD + n];
+        re[i] = real_part(v);
+        im[i] = imag_part(v);
+      }
+      x[q][0].set(re);
+      if constexpr (L::PARTS == 2) x[q][1].set(im);
+    }
+  }
+}
 
 // Y[rows(g)[k], n] of a group-order tile (ORDER 1, copies VX groups wide) from a block's
 // accumulators: acc[p][mt][q][i] is the value of row wm * WTM + mt * 16 + c_row(lane, i),

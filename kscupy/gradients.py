@@ -15,11 +15,14 @@ to real parameters). For a chain ``P_out K_1 ... K_L P_in`` the backward pass ru
 the factors right to left with the intermediates of the forward pass (kept, or recomputed
 where they would not fit).
 
-On CuPy the reduction over the batch is cuBLAS's strided-batched GEMM on ``G`` and ``X``
-where they lie (:func:`kscupy.kernels.gemm.values_gradient`; batch-size-first operands
-with ``d > 1`` are transposed first); on NumPy a transpose of each, then one batched
-product (:func:`kscupy.core.reference.blocks_gradient`). float16 is reduced in float32 and
-rounded once.
+On CuPy the reduction over the batch runs on the tensor cores, output-stationary on the
+values, on ``G`` and ``X`` where they lie
+(:func:`kscupy.kernels.ks_values_grad.values_gradient`; batch-size-first operands with
+``d > 1`` are transposed first); on GPUs without tensor cores through cuBLAS's
+strided-batched GEMM
+(:func:`kscupy.kernels.gemm.values_gradient`); on NumPy a transpose of each, then one
+batched product (:func:`kscupy.core.reference.blocks_gradient`). float16 is reduced in
+float32 and rounded once.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ import numpy
 
 from .core import arrays, foreign, memory, reference
 from .core.shuffle import inverse_permutation
-from .kernels import gemm
+from .kernels import gemm, ks_values_grad
 from .operators.base import KSOperator, check_layout
 from .operators.chain import KSChain
 from .operators.matrix import KSMatrix
@@ -170,7 +173,11 @@ def _values_gradient(K, X, G, layout):
     dtype = X.dtype if K.dtype.kind == "c" else numpy.finfo(X.dtype).dtype
     pattern = tuple(K.pattern)
     with arrays.device_of(X):
-        dW = gemm.values_gradient(G, X, pattern, layout) if xp is not numpy else None
+        dW = None
+        if xp is not numpy:               # the tensor-core kernel, else cuBLAS
+            dW = ks_values_grad.values_gradient(G, X, pattern, layout)
+            if dW is None:
+                dW = gemm.values_gradient(G, X, pattern, layout)
         if dW is None:                    # NumPy, or beyond what cuBLAS addresses
             if X.dtype == numpy.float16:  # reduce in float32, round once
                 X, G = X.astype(numpy.float32), G.astype(numpy.float32)

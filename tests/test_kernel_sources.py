@@ -18,8 +18,8 @@ import pytest
 import kscupy as ks
 from kscupy.core import device
 from kscupy.engine import planner, registry
-from kscupy.kernels import (ks_direct, ks_matmul, ks_mma, ks_pair, ks_rows, ks_skinny, nvrtc,
-                            transpose)
+from kscupy.kernels import (ks_direct, ks_matmul, ks_mma, ks_pair, ks_rows, ks_skinny,
+                            ks_values_grad, nvrtc, transpose)
 from kscupy.kernels.ks_chain import FusedSegment
 from kscupy.core.problem import Problem
 from nvrtc_program import LIBRARY, compile_source, supported_archs
@@ -308,6 +308,18 @@ def test_cluster_segments_compile(dtype):
     _compile("ks_rows.cu", names)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_values_grad_instantiations_compile(dtype):
+    """ks_values_grad (the values' gradient on the tensor cores) in both layouts, with the
+    widest vector copies and single elements, and its shared-memory probe."""
+    _needs(device.current().tensor_cores, "ks_values_grad")
+    widest = max(1, 16 // numpy.dtype(dtype).itemsize)
+    names = {ks_values_grad.name(dtype, layout, vector)
+             for layout in ks_values_grad.LAYOUTS for vector in {1, widest}}
+    names |= {ks_values_grad.smem_probe_name(dtype, layout) for layout in ks_values_grad.LAYOUTS}
+    _compile("ks_values_grad.cu", names)
+
+
 #: Every test above that names instantiations, with its parameters.
 _FAMILIES = [(test, params) for test, params in (
     (test_matmul_instantiations_compile, DTYPES), (test_mma_instantiations_compile, DTYPES),
@@ -315,7 +327,7 @@ _FAMILIES = [(test, params) for test, params in (
     (test_direct_instantiations_compile, [()]), (test_transpose_instantiations_compile, [()]),
     (test_skinny_instantiations_compile, DTYPES), (test_planned_segments_compile, DTYPES),
     (test_row_segments_compile, DTYPES), (test_stage_segments_compile, DTYPES),
-    (test_cluster_segments_compile, DTYPES))]
+    (test_cluster_segments_compile, DTYPES), (test_values_grad_instantiations_compile, DTYPES))]
 
 
 def _sample(names, cc):

@@ -5,8 +5,9 @@ against what a user would otherwise run, on samples of the paper's grid.
 
 Rows have the engine suite's schema (:mod:`.engine`) with ``"suite": "values_grad"``: for
 ``Y = K @ X`` (bsl; ``X @ K.T`` in bsf) and an upstream gradient ``G`` of ``Y``'s shape, the
-time of ``dW`` (``seconds``, CUDA events around back-to-back calls) by ``values_grad`` and
-by the baselines: ``base_cupy_bmm`` (the paper's permutes of ``G`` and ``X``, then CuPy's
+time of ``dW`` (``seconds``, CUDA events around back-to-back calls) by ``values_grad`` (the
+tensor-core kernel), by ``cublas_values_grad`` (kscupy's cuBLAS path, which GPUs without
+tensor cores take) and by the baselines: ``base_cupy_bmm`` (the paper's permutes of ``G`` and ``X``, then CuPy's
 batched product ``G_g X_g^H``), ``base_torch_bmm`` (PyTorch's autograd of the paper's BMM
 product, the backward to the weights only; ``benchmarks/bench_suite.py`` adds it) and
 ``base_dense`` (cuBLAS's ``G X^H`` on the dense ``M x N``, then the support gathered), with
@@ -36,6 +37,7 @@ except ImportError:
 from .. import butterfly, factorize, fit, monarch, values_grad
 from ..arguments import nonnegative_int
 from ..core import reference
+from ..kernels import gemm
 from . import engine
 from .baselines import NONE
 from .timing import progress, run_metadata, throughput_seconds
@@ -66,6 +68,7 @@ def gradient_row(pattern, layout, dtype, B, args, ceilings, baselines=NONE):
              for X in inputs]
     a, b, c, d = pattern
     methods = {"values_grad": lambda X, G: values_grad(K, X, G, layout=layout),
+               "cublas_values_grad": lambda X, G: gemm.values_gradient(G, X, pattern, layout),
                "base_cupy_bmm": lambda X, G: reference.blocks_gradient(G, X, pattern, layout,
                                                                        cupy)}
     torch_grad = baselines.bmm_values_grad(K.blocks, layout)
@@ -149,8 +152,11 @@ def summarize(rows):
         ratios = numpy.array([engine.speedup(r, "values_grad") for r in rs])
         errs = [r["relerr"]["values_grad"] / r["relerr"]["base_dense"] for r in rs
                 if r["relerr"].get("base_dense")]
+        cublas = numpy.array([engine.speedup(r, "cublas_values_grad") for r in rs
+                              if "cublas_values_grad" in r["seconds"]])
         out["|".join(key)] = {"patterns": len(rs), "values_grad_median": float(numpy.median(ratios)),
                               "values_grad_min": float(ratios.min()),
+                              "cublas_median": float(numpy.median(cublas)) if len(cublas) else None,
                               "below_0.95": int((ratios < 0.95).sum()),
                               "err_over_dense_max": float(max(errs)) if errs else None}
     return out

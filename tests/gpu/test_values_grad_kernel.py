@@ -1,0 +1,124 @@
+"""The values' gradient kernels on the GPU (kscupy/kernels/ks_values_grad.py, the tensor
+cores; kscupy/kernels/gemm.py, cuBLAS) against the definition's float64 oracle
+(tests/test_gradients.values_oracle), with every new allocation poisoned with NaN: every
+dtype, both layouts, blocks smaller and larger than a 64 x 64 tile and not multiples of it,
+batches of 1, 3, 127 and 65537, one split and many, strided and misaligned operands.
+Run with ``pytest -m gpu``."""
+import numpy
+import pytest
+
+from conftest import DTYPES, gpu_available, random_array, rel_err
+from test_gradients import tolerance, values_oracle
+
+pytestmark = pytest.mark.gpu
+if not gpu_available():
+    pytest.skip("needs CuPy and a CUDA device", allow_module_level=True)
+
+import cupy  # noqa: E402
+from kscupy.core import device  # noqa: E402
+from kscupy.kernels import gemm, ks_values_grad, nvrtc  # noqa: E402
+
+if not device.current().tensor_cores:
+    pytest.skip("the values' gradient kernel needs tensor cores (sm_80)", allow_module_level=True)
+
+#: Blocks inside one tile, across tiles with ragged edges, and d > 1 (bsf: transposed first).
+PATTERNS = [(1, 1, 1, 1), (3, 5, 7, 2), (2, 64, 64, 1), (1, 100, 70, 1), (2, 65, 130, 3),
+            (4, 16, 48, 4)]
+
+
+def operands(rng, pattern, B, layout, dtype):
+    a, b, c, d = pattern
+    M, N = a * b * d, a * c * d
+    X = random_array(rng, (N, B) if layout == "bsl" else (B, N), dtype)
+    G = random_array(rng, (M, B) if layout == "bsl" else (B, M), dtype)
+    return cupy.asarray(X), cupy.asarray(G)
+
+
+def as_canonical(dW):
+    """(a, d, b, c) -> (a, b, c, d), the oracle's order."""
+    return cupy.asnumpy(dW).transpose(0, 2, 3, 1)
+
+
+def check(dW, pattern, X, G, layout, dtype, what):
+    a, b, c, d = pattern
+    assert dW.shape == (a, d, b, c), what
+    expected = numpy.float32 if numpy.dtype(dtype) == numpy.float16 else dtype
+    assert dW.dtype == expected, what
+    assert rel_err(as_canonical(dW), values_oracle(pattern, X, G, layout)) < tolerance(dtype), what
+
+
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
+def test_the_kernel_against_the_definition(poisoned, rng, dtype, layout):
+    for pattern in PATTERNS:
+        for B in (1, 3, 127, 1000):
+            X, G = operands(rng, pattern, B, layout, dtype)
+            for sms in (1, 1000):        # one split, and as many as the batch allows
+                dW = ks_values_grad.values_gradient(G, X, pattern, layout, sms=sms)
+                check(dW, pattern, X, G, layout, dtype, (pattern, B, sms))
+
+
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+@pytest.mark.parametrize("dtype", [numpy.float16, numpy.float32, numpy.complex128],
+                         ids=lambda t: numpy.dtype(t).name)
+def test_a_long_batch_in_splits(poisoned, rng, dtype, layout):
+    """B = 65537: splits of whole chunks and a ragged last one, vectors of one element
+    where the batch is odd (bsl)."""
+    pattern = (2, 96, 80, 1)
+    X, G = operands(rng, pattern, 65537, layout, dtype)
+    count, span = ks_values_grad.splits(pattern, 65537, X.dtype, layout, 132)
+    assert count > 1 and span * (count - 1) < 65537 <= span * count
+    dW = ks_values_grad.values_gradient(G, X, pattern, layout, sms=132)
+    check(dW, pattern, X, G, layout, dtype, "long")
+
+
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+@pytest.mark.parametrize("dtype", [numpy.float16, numpy.float32, numpy.complex64],
+                         ids=lambda t: numpy.dtype(t).name)
+def test_strided_and_misaligned_operands(poisoned, rng, dtype, layout):
+    """Views with a row stride beyond the row, every other batch column (copied), and
+    operands one element past an aligned address (single-element copies)."""
+    pattern = (2, 40, 72, 1)
+    a, b, c, d = pattern
+    X, G = operands(rng, pattern, 300, layout, dtype)
+    wide = (lambda A: cupy.pad(A, ((0, 0), (0, 5)))[:, :-5]) if layout == "bsl" \
+        else (lambda A: cupy.pad(A, ((0, 0), (0, 3)))[:, :-3])
+    views = {"row stride": (wide(X), wide(G)),
+             "every other column": (X[:, ::2], G[:, ::2]) if layout == "bsl" else (X[::2], G[::2]),
+             "misaligned": tuple(cupy.concatenate([A.ravel(), A.ravel()[:1]])[1:].reshape(A.shape)
+                                 for A in (X, G))}
+    for what, (Xv, Gv) in views.items():
+        dW = ks_values_grad.values_gradient(Gv, Xv, pattern, layout, sms=132)
+        check(dW, pattern, Xv, Gv, layout, dtype, what)
+
+
+def test_non_finite_values_reach_the_gradient(rng):
+    """A NaN and an infinity in X reach exactly the values they touch (3xTF32 splits keep
+    them), and nothing else."""
+    pattern = (1, 64, 64, 1)
+    X, G = operands(rng, pattern, 256, "bsl", numpy.float32)
+    X[3, 17], X[5, 40] = numpy.nan, numpy.inf
+    dW = cupy.asnumpy(ks_values_grad.values_gradient(G, X, pattern, "bsl"))[0, 0]
+    assert numpy.isnan(dW[:, 3]).all() and not numpy.isfinite(dW[:, 5]).any()
+    others = numpy.delete(dW, [3, 5], axis=1)
+    assert numpy.isfinite(others).all()
+
+
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
+def test_shared_memory_as_the_source_computes_it(dtype, layout):
+    fn = nvrtc.function("ks_values_grad.cu", ks_values_grad.smem_probe_name(dtype, layout))
+    out = cupy.zeros(1, cupy.int64)
+    fn((1,), (1,), (out,))
+    assert int(out[0]) == ks_values_grad.smem_bytes(dtype, layout)
+
+
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
+def test_the_cublas_path_against_the_definition(poisoned, rng, dtype, layout):
+    """cuBLAS's path, which GPUs without tensor cores and sizes beyond the kernel's take."""
+    for pattern in PATTERNS:
+        for B in (1, 127, 5000):
+            X, G = operands(rng, pattern, B, layout, dtype)
+            dW = gemm.values_gradient(G, X, pattern, layout, sms=132)
+            check(dW, pattern, X, G, layout, dtype, (pattern, B))

@@ -60,6 +60,21 @@ def test_a_repeated_product_reuses_its_run_until_what_it_was_built_on_changes(mo
     assert product() == 4
 
 
+def test_a_close_call_settled_while_preparing_leaves_its_run_current():
+    """A verdict against the model (decide.settle, inside the preparation) expires what was
+    built before it, not the run that holds the verdict: the next product reuses it (one
+    captured in a CUDA graph could not prepare again)."""
+    K = ks.KSMatrix.random((1, 3, 3, 1), dtype=numpy.float32, seed=0)
+    runs, counting, X = PreparedRuns(K.factor, lambda: 0), _counting(), _operand()
+
+    def settling(X, layout, backend):
+        run = counting(X, layout, backend)
+        decide.expire_prepared_runs()                   # what settle does on such a verdict
+        return run
+    assert _product(runs, X, "bsl", "auto", settling) == 1
+    assert _product(runs, X, "bsl", "auto", settling) == 1
+
+
 def test_a_chains_runs_watch_every_factor():
     C = ks.KSChain([ks.KSMatrix.random((1, 3, 3, 1), seed=1),
                     ks.KSMatrix.random((1, 3, 3, 1), seed=2)])

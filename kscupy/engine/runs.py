@@ -74,8 +74,12 @@ class PreparedRuns:
     def keep(self, X, layout: str, backend: str, run, valid_for: tuple):
         """Keep ``run``, prepared for operands like ``X`` after :meth:`stamp` gave
         ``valid_for``, in place of a stale one; returns it. (The stamp is taken before the
-        run is prepared: values written while it was prepared make it stale, never a run
-        of the old values current.)"""
+        run is prepared: values written or kernels compiled while it was prepared make it
+        stale, never a run of the old values current. Its decisions are read after: a
+        close call that the preparation settled against the model expires what was built
+        before the verdict (:func:`~kscupy.engine.decide.settle`), not the run that holds
+        the verdict, which the next product, perhaps one captured in a CUDA graph, reuses.)"""
+        valid_for = (decide.epoch,) + tuple(valid_for[1:])
         key = self._key(X, layout, backend)
         if key not in self._runs and len(self._runs) >= MAX_PREPARED_RUNS:
             self._runs.clear()

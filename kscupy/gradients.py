@@ -18,8 +18,8 @@ where they would not fit).
 On CuPy the reduction over the batch runs on the tensor cores, output-stationary on the
 values, on ``G`` and ``X`` where they lie
 (:func:`kscupy.kernels.ks_values_grad.values_gradient`; batch-size-first operands with
-``d > 1`` are transposed first); on GPUs without tensor cores through cuBLAS's
-strided-batched GEMM
+``d > 1`` are transposed first); for float16 (:data:`CUBLAS_DTYPES`) and on GPUs without
+tensor cores through cuBLAS's strided-batched GEMM
 (:func:`kscupy.kernels.gemm.values_gradient`); on NumPy a transpose of each, then one
 batched product (:func:`kscupy.core.reference.blocks_gradient`). float16 is reduced in
 float32 and rounded once.
@@ -37,6 +37,10 @@ from .operators.matrix import KSMatrix
 
 __all__ = ["values_grad", "vjp", "by_factor"]
 
+#: dtypes whose values' gradient runs on cuBLAS even where the tensor-core kernel could:
+#: float16, where cuBLAS's tensor-op GEMM (its tiles far larger than the kernel's 64 x 64)
+#: was faster on every pattern of the gradients suite (benchmarks/results/gradients.json).
+CUBLAS_DTYPES = ("float16",)
 #: Intermediates of a chain's forward pass are kept while they take at most this fraction
 #: of the memory available; beyond it each is recomputed from X when the backward pass
 #: needs it (a product per factor and step: quadratic in the chain's length).
@@ -175,7 +179,8 @@ def _values_gradient(K, X, G, layout):
     with arrays.device_of(X):
         dW = None
         if xp is not numpy:               # the tensor-core kernel, else cuBLAS
-            dW = ks_values_grad.values_gradient(G, X, pattern, layout)
+            if X.dtype.name not in CUBLAS_DTYPES:
+                dW = ks_values_grad.values_gradient(G, X, pattern, layout)
             if dW is None:
                 dW = gemm.values_gradient(G, X, pattern, layout)
         if dW is None:                    # NumPy, or beyond what cuBLAS addresses

@@ -1,6 +1,8 @@
 """The values' gradient kernels on the GPU (kscupy/kernels/ks_values_grad.py, the tensor
-cores; kscupy/kernels/gemm.py, cuBLAS) against the definition's float64 oracle
-(tests/test_gradients.values_oracle), with every new allocation poisoned with NaN: every
+cores; kscupy/kernels/gemm.py, cuBLAS) against an oracle from the definition (each group's
+rows of G and X found by index arithmetic, their product summed in complex128 on the host,
+one group at a time: the long batches' operands stay small), with every new allocation
+poisoned with NaN: every
 dtype, both layouts, blocks smaller and larger than a 64 x 64 tile and not multiples of it,
 batches of 1, 3, 127 and 65537, one split and many, strided and misaligned operands.
 Run with ``pytest -m gpu``."""
@@ -8,7 +10,7 @@ import numpy
 import pytest
 
 from conftest import DTYPES, gpu_available, random_array, rel_err
-from test_gradients import tolerance, values_oracle
+from test_gradients import tolerance
 
 pytestmark = pytest.mark.gpu
 if not gpu_available():
@@ -32,6 +34,21 @@ def operands(rng, pattern, B, layout, dtype):
     X = random_array(rng, (N, B) if layout == "bsl" else (B, N), dtype)
     G = random_array(rng, (M, B) if layout == "bsl" else (B, M), dtype)
     return cupy.asarray(X), cupy.asarray(G)
+
+
+def values_oracle(pattern, X, G, layout):
+    """``dw[i, k, l, j] = sum_n G[i*b*d + k*d + j, n] conj(X[i*c*d + l*d + j, n])``."""
+    a, b, c, d = pattern
+    X = cupy.asnumpy(X).astype(numpy.complex128)
+    G = cupy.asnumpy(G).astype(numpy.complex128)
+    if layout == "bsf":
+        X, G = X.T, G.T
+    dw = numpy.empty(pattern, numpy.complex128)
+    for i in range(a):
+        for j in range(d):
+            rows, cols = i * b * d + numpy.arange(b) * d + j, i * c * d + numpy.arange(c) * d + j
+            dw[i, :, :, j] = G[rows] @ X[cols].conj().T
+    return dw
 
 
 def as_canonical(dW):

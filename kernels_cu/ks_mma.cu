@@ -560,26 +560,7 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
           w_fragment<T, L>(a[mt], ws, lane, wm * L::WTM + mt * S::M, kk, conj_w);
         BOp x[NTL][PARTS];
         x_fragments<T, L>(x, xs, lane, wn * L::WTN, kk);
-        // Term by term over all tiles: consecutive MMAs write different accumulators.
-#pragma unroll
-        for (int term = 0; term < Terms<R, PRECISION>::value; ++term) {
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            if constexpr (PARTS == 1) {
-#pragma unroll
-              for (int q = 0; q < NTL; ++q) mma_term<PRECISION>(term, sum(0, mt, q), a[mt][0], x[q][0]);
-            } else {
-              const AOp minus_im = a[mt][1].negated();
-#pragma unroll
-              for (int q = 0; q < NTL; ++q) {
-                mma_term<PRECISION>(term, sum(0, mt, q), a[mt][0], x[q][0]);
-                mma_term<PRECISION>(term, sum(1, mt, q), a[mt][0], x[q][1]);
-                mma_term<PRECISION>(term, sum(0, mt, q), minus_im, x[q][1]);
-                mma_term<PRECISION>(term, sum(1, mt, q), a[mt][1], x[q][0]);
-              }
-            }
-          }
-        }
+        warp_products<PRECISION, R>(a, x, sum);
         if constexpr (PART) {
           if ((kk + S::K) % SUM_K == 0) {   // a constant once the loop is unrolled
             each_register<Acc>(acc, part, [](Acc& sum, Acc v) { sum += v; });

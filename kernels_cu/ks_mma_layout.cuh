@@ -1,5 +1,6 @@
 // What the tensor-core kernels share: the block's shared-memory layout (MmaLayout), the
-// operands' fragment loads from it (w_fragment, x_fragments) and the group order's epilogue
+// operands' fragment loads from it (w_fragment, x_fragments), a warp's products of one k-step
+// (warp_products) and the group order's epilogue
 // through it (store_group_tile). ks_mma.cu runs every order and dtype; ks_mma_group.cu the
 // float32 group order alone, with the same layout and epilogue; ks_values_grad.cu the values'
 // gradient, whose G and X tiles sit in shared memory as ks_mma's W and X tiles do.
@@ -181,6 +182,34 @@ __device__ __forceinline__ void x_fragments(BOp (&x)[L::NTL][L::PARTS], const T*
       }
       x[q][0].set(re);
       if constexpr (L::PARTS == 2) x[q][1].set(im);
+    }
+  }
+}
+
+// One k-step of a warp's products, sum(p, mt, q) += a[mt] * x[q] over its MT x NTL MMA tiles
+// (sum returns the accumulator registers of part p, tile (mt, q)), term by term over all
+// tiles so that consecutive MMAs write different sums. Complex values: four real products,
+//   Re += ar*xr + (-ai)*xi,   Im += ar*xi + ai*xr   (a[mt][1] holds ai).
+template <int PRECISION, class R, int MT, int NTL, int PARTS, class AOp, class BOp, class Sum>
+__device__ __forceinline__ void warp_products(const AOp (&a)[MT][PARTS], const BOp (&x)[NTL][PARTS],
+                                              Sum sum) {
+#pragma unroll
+  for (int term = 0; term < Terms<R, PRECISION>::value; ++term) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      if constexpr (PARTS == 1) {
+#pragma unroll
+        for (int q = 0; q < NTL; ++q) mma_term<PRECISION>(term, sum(0, mt, q), a[mt][0], x[q][0]);
+      } else {
+        const AOp minus_im = a[mt][1].negated();
+#pragma unroll
+        for (int q = 0; q < NTL; ++q) {
+          mma_term<PRECISION>(term, sum(0, mt, q), a[mt][0], x[q][0]);
+          mma_term<PRECISION>(term, sum(1, mt, q), a[mt][0], x[q][1]);
+          mma_term<PRECISION>(term, sum(0, mt, q), minus_im, x[q][1]);
+          mma_term<PRECISION>(term, sum(1, mt, q), a[mt][1], x[q][0]);
+        }
+      }
     }
   }
 }

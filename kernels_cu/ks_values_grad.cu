@@ -187,26 +187,8 @@ ks_values_grad(const T* __restrict__ G, const T* __restrict__ X,
         w_fragment<T, L>(ga[mt], gs, lane, wm * L::WTM + mt * S::M, kk, 1);
       BOp x[NTL][PARTS];
       x_fragments<T, L>(x, xs, lane, wn * L::WTN, kk);
-      // term by term over all tiles: consecutive MMAs write different sums
-#pragma unroll
-      for (int term = 0; term < Terms<R, PRECISION>::value; ++term) {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          if constexpr (PARTS == 1) {
-#pragma unroll
-            for (int q = 0; q < NTL; ++q) mma_term<PRECISION>(term, sum(0, mt, q), ga[mt][0], x[q][0]);
-          } else {   // (Gr - i Gi)(Xr + i Xi): ga[mt][1] holds -Gi
-            const AOp minus_im = ga[mt][1].negated();
-#pragma unroll
-            for (int q = 0; q < NTL; ++q) {
-              mma_term<PRECISION>(term, sum(0, mt, q), ga[mt][0], x[q][0]);
-              mma_term<PRECISION>(term, sum(1, mt, q), ga[mt][0], x[q][1]);
-              mma_term<PRECISION>(term, sum(0, mt, q), minus_im, x[q][1]);
-              mma_term<PRECISION>(term, sum(1, mt, q), ga[mt][1], x[q][0]);
-            }
-          }
-        }
-      }
+      // conj(G) X: w_fragment gave ga[mt][1] = -Gi
+      warp_products<PRECISION, R>(ga, x, sum);
       if constexpr (PART) {
         if ((kk + S::K) % SUM_K == 0) {   // a constant once the loop is unrolled
           each_register<Acc>(acc, part, [](Acc& total, Acc v) { total += v; });

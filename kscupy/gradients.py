@@ -175,21 +175,28 @@ def _values_gradient(K, X, G, layout):
     (real where ``K``'s values are)."""
     xp = K.xp
     dtype = X.dtype if K.dtype.kind == "c" else numpy.finfo(X.dtype).dtype
-    pattern = tuple(K.pattern)
     with arrays.device_of(X):
-        dW = None
-        if xp is not numpy:               # the tensor-core kernel, else cuBLAS
-            if X.dtype.name not in CUBLAS_DTYPES:
-                dW = ks_values_grad.values_gradient(G, X, pattern, layout)
-            if dW is None:
-                dW = gemm.values_gradient(G, X, pattern, layout)
-        if dW is None:                    # NumPy, or beyond what cuBLAS addresses
-            if X.dtype == numpy.float16:  # reduce in float32, round once
-                X, G = X.astype(numpy.float32), G.astype(numpy.float32)
-            dW = reference.blocks_gradient(G, X, pattern, layout, xp)        # (a, d, b, c)
+        dW = _blocks_gradient(G, X, tuple(K.pattern), layout, xp)
         if dW.dtype.kind == "c" and dtype.kind != "c":
             dW = dW.real
-        return xp.ascontiguousarray(dW.transpose(0, 2, 3, 1)).astype(dtype, copy=False)
+        return xp.ascontiguousarray(dW).astype(dtype, copy=False)
+
+
+def _blocks_gradient(G, X, pattern, layout, xp):
+    """The batch sums ``G_g X_gᴴ`` as an ``(a, b, c, d)`` array (perhaps a view): on the
+    GPU the tensor-core kernel, returned in that order, else cuBLAS's (whose
+    ``(a, d, b, c)`` blocks are viewed in it); on NumPy the reference."""
+    if xp is not numpy:
+        if X.dtype.name not in CUBLAS_DTYPES:
+            dW = ks_values_grad.values_gradient(G, X, pattern, layout)
+            if dW is not None:
+                return dW
+        dW = gemm.values_gradient(G, X, pattern, layout)
+        if dW is not None:
+            return dW.transpose(0, 2, 3, 1)
+    if X.dtype == numpy.float16:      # NumPy, or beyond what cuBLAS addresses
+        X, G = X.astype(numpy.float32), G.astype(numpy.float32)   # reduced in float32
+    return reference.blocks_gradient(G, X, pattern, layout, xp).transpose(0, 2, 3, 1)
 
 
 def _gather(Z, perm, layout):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy
 
-from ..core import device as devices
+from ..core import arrays, device as devices
 from . import nvrtc
 from .ks_mma import ORDER_BATCH, ORDER_INGROUP, MmaConfig, _vector
 
@@ -101,7 +101,7 @@ def values_gradient(G, X, pattern, layout: str, sms: int | None = None):
                         f"{X.dtype}")
     a, b, c, d = pattern
     dtype = X.dtype
-    out_dtype = numpy.dtype(numpy.float32) if dtype == numpy.float16 else dtype
+    out_dtype = numpy.dtype(numpy.float32) if arrays.is_half(dtype) else dtype
     B = X.shape[1] if layout == "bsl" else X.shape[0]
     if B == 0:
         return cupy.zeros((a, d, b, c), out_dtype)

@@ -44,9 +44,11 @@
 
 namespace ks {
 
-// The gradient's element type: float32 sums for float16, the operands' type otherwise.
+// The gradient's element type: float32 sums for float16 and bfloat16, the operands' type
+// otherwise.
 template <class T> struct gradient_of { using type = T; };
 template <> struct gradient_of<float16> { using type = float; };
+template <> struct gradient_of<bfloat16> { using type = float; };
 
 // A chunk's copies of one operand by thread `tid` of NT: the tile's ROWS features (k or l,
 // from rows_tile; `rows` in the problem) by BK batch columns (from n0; n_end ends the split),

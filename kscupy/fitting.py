@@ -226,10 +226,10 @@ def fit(target, patterns, *, start="auto", shape=None, dtype=None, xp=None,
         T(xp.asarray(rng.standard_normal((N, 1))))
     dtype = arrays.check_dtype(numpy.dtype(dtype) if dtype is not None else
                                arrays.result_dtype(T.dtype, numpy.float32))
-    if dtype == numpy.float16:
-        raise TypeError("fit computes in float32, float64, complex64 or complex128 (float16 "
-                        "gradients are too coarse for the line searches); fit in float32 and "
-                        "convert the chain's factors with astype")
+    if arrays.is_half(dtype):
+        raise TypeError(f"fit computes in float32, float64, complex64 or complex128 ({dtype} "
+                        f"gradients are too coarse for the line searches); fit in float32 and "
+                        f"convert the chain's factors with astype")
     if T.dtype.kind == "c" and dtype.kind != "c":
         raise TypeError(f"the target is complex ({T.dtype}) but dtype={dtype} is real: a "
                         f"real chain would fit its real part only; give a complex dtype")

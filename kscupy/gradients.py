@@ -39,8 +39,9 @@ __all__ = ["values_grad", "vjp", "by_factor"]
 
 #: dtypes whose values' gradient runs on cuBLAS even where the tensor-core kernel could:
 #: float16, where cuBLAS's tensor-op GEMM (its tiles far larger than the kernel's 64 x 64)
-#: was faster on every pattern of the gradients suite (benchmarks/results/gradients.json).
-CUBLAS_DTYPES = ("float16",)
+#: was faster on every pattern of the gradients suite (benchmarks/results/gradients.json),
+#: and bfloat16, which runs float16's code.
+CUBLAS_DTYPES = ("float16", "bfloat16")
 #: Intermediates of a chain's forward pass are kept while they take at most this fraction
 #: of the memory available; beyond it each is recomputed from X when the backward pass
 #: needs it (a product per factor and step: quadratic in the chain's length).
@@ -194,7 +195,7 @@ def _blocks_gradient(G, X, pattern, layout, xp):
         dW = gemm.values_gradient(G, X, pattern, layout)
         if dW is not None:
             return dW.transpose(0, 2, 3, 1)
-    if X.dtype == numpy.float16:      # NumPy, or beyond what cuBLAS addresses
+    if arrays.is_half(X.dtype):       # NumPy, or beyond what cuBLAS addresses
         X, G = X.astype(numpy.float32), G.astype(numpy.float32)   # reduced in float32
     return reference.blocks_gradient(G, X, pattern, layout, xp).transpose(0, 2, 3, 1)
 

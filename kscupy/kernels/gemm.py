@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import numpy
 
+from ..core import arrays
 from ..core.arrays import PRECISIONS, runs_at
 
 __all__ = ["prepare", "prepare_groups", "values_gradient"]
@@ -185,21 +186,25 @@ def _strided_batched(blas, handle, gemm, k, x, other, out, calls, x_first, isz, 
                                   count, compute, algo)
 
 
+#: cudaDataType_t of bfloat16 (library_types.h), which CuPy's runtime module does not name.
+CUDA_R_16BF = 14
+
+
 def _types(dtype, precision):
     """cuBLAS's data type, compute type and the scalars' dtype for ``dtype`` at
     ``precision``."""
     from cupy.cuda import runtime
     from cupy_backends.cuda.libs import cublas
-    data = {numpy.float16: runtime.CUDA_R_16F, numpy.float32: runtime.CUDA_R_32F,
-            numpy.float64: runtime.CUDA_R_64F, numpy.complex64: runtime.CUDA_C_32F,
-            numpy.complex128: runtime.CUDA_C_64F}[dtype.type]
+    data = {"float16": runtime.CUDA_R_16F, "bfloat16": CUDA_R_16BF,
+            "float32": runtime.CUDA_R_32F, "float64": runtime.CUDA_R_64F,
+            "complex64": runtime.CUDA_C_32F, "complex128": runtime.CUDA_C_64F}[dtype.name]
     if precision == "tf32":
         compute = cublas.CUBLAS_COMPUTE_32F_FAST_TF32
     elif dtype in (numpy.float64, numpy.complex128):
         compute = cublas.CUBLAS_COMPUTE_64F
     else:
-        compute = cublas.CUBLAS_COMPUTE_32F       # float16 too: summed in float32
-    scalar = numpy.dtype(numpy.float32) if dtype == numpy.float16 else dtype
+        compute = cublas.CUBLAS_COMPUTE_32F       # 16-bit dtypes too: summed in float32
+    scalar = numpy.dtype(numpy.float32) if arrays.is_half(dtype) else dtype
     return data, compute, scalar
 
 
@@ -347,7 +352,7 @@ def values_gradient(G, X, pattern, layout, sms=None):
                         f"{X.dtype}")
     a, b, c, d = pattern
     dtype = X.dtype
-    out_dtype = numpy.dtype(numpy.float32) if dtype == numpy.float16 else dtype
+    out_dtype = numpy.dtype(numpy.float32) if arrays.is_half(dtype) else dtype
     B = X.shape[1] if layout == "bsl" else X.shape[0]
     if B == 0:
         return cupy.zeros((a, d, b, c), out_dtype)

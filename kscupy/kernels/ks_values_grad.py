@@ -19,7 +19,7 @@ import functools
 
 import numpy
 
-from ..core import device as devices
+from ..core import arrays, device as devices
 from . import nvrtc
 from .ks_mma import ORDER_BATCH, ORDER_INGROUP, MmaConfig, _vector
 
@@ -123,8 +123,8 @@ def values_gradient(G, X, pattern, layout: str, sms: int | None = None):
 
 
 def _gradient_dtype(dtype) -> numpy.dtype:
-    """The gradient's dtype for operands of ``dtype``: float32 sums for float16."""
-    return numpy.dtype(numpy.float32) if dtype == numpy.float16 else numpy.dtype(dtype)
+    """The gradient's dtype for operands of ``dtype``: float32 sums for the 16-bit dtypes."""
+    return numpy.dtype(numpy.float32) if arrays.is_half(dtype) else numpy.dtype(dtype)
 
 
 class _Run:

@@ -319,8 +319,9 @@ SPLIT_MIN_CHUNK = 1024
 SPLIT_MAX_CHUNKS = 64
 SPLIT_ALIGN = 256
 #: dtypes never cut into chunks (their tensor-op GEMMs reduce a long batch well on their
-#: own; ``docs/performance.md`` has the measurements).
-SPLIT_NEVER = ("float16",)
+#: own; ``docs/performance.md`` has float16's measurements, and bfloat16 runs float16's
+#: tensor-op path).
+SPLIT_NEVER = ("float16", "bfloat16")
 
 
 def batch_chunks(pattern, B: int, sms: int, dtype="float32") -> int:

@@ -406,8 +406,25 @@ def values_gradient(G, X, pattern, layout, sms=None):
     algo = _algo(dtype)
     gemm = (transa, transb, m, n, alpha, lda, ldb, ldc, beta, data, out_data, compute, algo)
 
+    # The chunks of whole steps (all but a shorter last one) lie at constant strides: where
+    # the groups are fewer than the calls a chunk takes times the chunks, batch each group
+    # over the chunks instead of each chunk over the groups (fewer calls, each costing host
+    # time), and the last chunk as before.
+    whole = sum(1 for _, k in spans if k == step)
+    by_group = [tuple(o + i * st for o, st in zip(offsets, strides))
+                for offsets, strides, count in calls for i in range(count)]
+    tail_calls = len(calls) * (len(spans) - whole)
+    if whole > 1 and len(by_group) + tail_calls < len(spans) * len(calls):
+        chunk_calls = [(offsets, (step * batch_stride[0], step * batch_stride[1], slice_size),
+                        whole) for offsets in by_group]
+    else:
+        chunk_calls, whole = None, 0
+
     def run_calls(handle, blas):
-        for s, (n0, k) in enumerate(spans):
+        if chunk_calls:
+            _strided_batched(blas, handle, gemm, step, x, g, w, chunk_calls, layout == "bsl",
+                             isz, osz)
+        for s, (n0, k) in enumerate(spans[whole:], start=whole):
             _strided_batched(blas, handle, gemm, k, x + n0 * batch_stride[0] * isz,
                              g + n0 * batch_stride[1] * isz, w + s * slice_size * osz, calls,
                              layout == "bsl", isz, osz)

@@ -39,12 +39,16 @@ _INT32_MAX = 2**31 - 1
 
 
 def config(dtype, layout: str) -> MmaConfig:
-    """The tile of ``dtype`` in ``layout``: 64 × 64 outputs per block on four warps of
-    32 × 32, chunks of 128 bytes of batch columns, three stages. As ks_mma's tiles: G is its
-    W (stored K-major in bsl, M-major in bsf) and X its X (the in-group order's K-major
-    tile in bsl, the batch order's N-major one in bsf)."""
+    """The tile of ``dtype`` in ``layout``: chunks of 128 bytes of batch columns, three
+    stages; 64 × 64 outputs per block on four warps of 32 × 32, or for the 16-bit dtypes
+    128 × 128 on eight warps of 64 × 32 (64 × 64 tiles ran float16 at a fifth of cuBLAS's
+    rate on an H100; larger ones reuse each chunk more, not yet measured). As ks_mma's tiles: G is its W (stored K-major in bsl, M-major in bsf) and X its
+    X (the in-group order's K-major tile in bsl, the batch order's N-major one in bsf)."""
     itemsize = numpy.dtype(dtype).itemsize
     order = ORDER_INGROUP if layout == "bsl" else ORDER_BATCH
+    if arrays.is_half(dtype):
+        return MmaConfig(slots=1, bm=128, bn=128, bk=128 // itemsize, wm=2, wn=4, stages=3,
+                         order=order)
     return MmaConfig(slots=1, bm=64, bn=64, bk=128 // itemsize, wm=2, wn=2, stages=3,
                      order=order)
 

@@ -15,11 +15,13 @@ float16 with float32 sums, returned in float32 (the caller rounds once).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy
 
 from ..core import device as devices
 from . import nvrtc
-from .ks_mma import ORDER_BATCH, ORDER_INGROUP, MmaConfig, _vector
+from .ks_mma import ORDER_BATCH, ORDER_INGROUP, MmaConfig, copy_vector
 
 __all__ = ["config", "name", "smem_bytes", "smem_probe_name", "splits", "values_gradient",
            "LAYOUTS"]
@@ -36,6 +38,7 @@ MAX_SPLITS = 65535
 _INT32_MAX = 2**31 - 1
 
 
+@functools.lru_cache(maxsize=None)
 def config(dtype, layout: str) -> MmaConfig:
     """The tile of ``dtype`` in ``layout``: 64 × 64 outputs per block on four warps of
     32 × 32, chunks of 128 bytes of batch columns, three stages. As ks_mma's tiles: G is its
@@ -127,9 +130,9 @@ def values_gradient(G, X, pattern, layout: str, sms: int | None = None):
     addresses = (G.data.ptr // isz, X.data.ptr // isz) \
         if G.data.ptr % isz == 0 and X.data.ptr % isz == 0 else (1,)
     if layout == "bsl":     # a vector along the batch: rows, the split and the batch agree
-        vector = _vector(isz, True, sg_f, sx_f, span, B, *addresses)
+        vector = copy_vector(isz, True, sg_f, sx_f, span, B, *addresses)
     else:                   # along the features: rows of b and c, and both batch strides
-        vector = _vector(isz, True, b, c, sg_b, sx_b, *addresses)
+        vector = copy_vector(isz, True, b, c, sg_b, sx_b, *addresses)
     smem = smem_bytes(dtype, layout)
     fn = nvrtc.function("ks_values_grad.cu", name(dtype, layout, vector), smem,
                         cupy.cuda.Device().id)

@@ -31,7 +31,7 @@ from .operands import copying_odd_strides, geometry, tile_launcher
 __all__ = ["MmaConfig", "PRECISIONS", "ORDER_BATCH", "ORDER_GROUP", "ORDER_INGROUP",
            "ORDER_NAMES", "W_STORED", "W_TRANSPOSED", "W_PACKED", "heuristic_config",
            "candidate_configs", "packed_weights", "prepare", "prepare_batch_last",
-           "SMEM_LIMIT", "supports"]
+           "SMEM_LIMIT", "supports", "copy_vector"]
 
 #: ORDER in ks_mma.cu: the axis the global copies walk (see the kernel's header).
 ORDER_BATCH, ORDER_GROUP, ORDER_INGROUP = 0, 1, 2
@@ -424,7 +424,7 @@ def candidate_configs(problem: Problem):
 
 
 # -- launch -------------------------------------------------------------------------------------
-def _vector(itemsize: int, contiguous: bool, *divisible) -> int:
+def copy_vector(itemsize: int, contiguous: bool, *divisible) -> int:
     """Elements per copy: the most (a power of two, at most 16 bytes' worth) that divides
     every offset along the copied axis (``divisible``: extents, strides, the base address in
     elements) when that axis is contiguous; else one element."""
@@ -445,19 +445,19 @@ def copy_vectors(config: MmaConfig, factor, X, strides, B) -> tuple:
     a, b, c, d = factor.pattern
     x_ptr = X.data.ptr // isz if X.data.ptr % isz == 0 else 1
     if config.order == ORDER_BATCH:
-        vx = _vector(isz, sx_b == 1, B, sx_f, x_ptr)
+        vx = copy_vector(isz, sx_b == 1, B, sx_f, x_ptr)
     elif config.order == ORDER_INGROUP:
-        vx = _vector(isz, sx_f == 1 and d == 1, c, sx_b, x_ptr)
+        vx = copy_vector(isz, sx_f == 1 and d == 1, c, sx_b, x_ptr)
     else:   # adjacent groups of one block, never across a run of d (slots | g0, vx | d);
         # the epilogue stores Y with the same vectors, so Y's groups must be adjacent too
-        vx = _vector(isz, sx_f == 1 and sy_f == 1, d, sx_b, sy_b, x_ptr)
+        vx = copy_vector(isz, sx_f == 1 and sy_f == 1, d, sx_b, sy_b, x_ptr)
     vx = min(vx, {ORDER_BATCH: config.bn, ORDER_INGROUP: config.bk,
                   ORDER_GROUP: config.slots}[config.order])
     wt = config.weights(X.dtype, factor.transposed)
     if wt in (W_PACKED, W_BULK):   # chunks of bk values a row, from a new (aligned) array
-        return vx, _vector(isz, True, config.bk)
+        return vx, copy_vector(isz, True, config.bk)
     w_ptr = factor.tiles.data.ptr // isz if factor.tiles.data.ptr % isz == 0 else 1
-    vw = _vector(isz, True, b if wt == W_TRANSPOSED else c, w_ptr)
+    vw = copy_vector(isz, True, b if wt == W_TRANSPOSED else c, w_ptr)
     return vx, min(vw, config.bm if wt == W_TRANSPOSED else config.bk)
 
 

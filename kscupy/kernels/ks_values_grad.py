@@ -21,7 +21,7 @@ import numpy
 
 from ..core import arrays, device as devices
 from . import nvrtc
-from .ks_mma import ORDER_BATCH, ORDER_INGROUP, MmaConfig, _vector
+from .ks_mma import ORDER_BATCH, ORDER_INGROUP, MmaConfig, copy_vector
 
 __all__ = ["config", "name", "smem_bytes", "smem_probe_name", "splits", "values_gradient",
            "LAYOUTS"]
@@ -38,6 +38,7 @@ MAX_SPLITS = 65535
 _INT32_MAX = 2**31 - 1
 
 
+@functools.lru_cache(maxsize=None)
 def config(dtype, layout: str) -> MmaConfig:
     """The tile of ``dtype`` in ``layout``: chunks of 128 bytes of batch columns, three
     stages; 64 × 64 outputs per block on four warps of 32 × 32, or for the 16-bit dtypes
@@ -179,9 +180,9 @@ def _plan(pattern, layout, dtype, g_shape, g_strides, x_shape, x_strides, g_alig
     # the elements' own alignment, one that forbids vectors)
     addresses = (g_align // isz, x_align // isz) if (g_align | x_align) % isz == 0 else (1,)
     if layout == "bsl":     # a vector along the batch: rows, the split and the batch agree
-        vector = _vector(isz, True, sg_f, sx_f, span, B, *addresses)
+        vector = copy_vector(isz, True, sg_f, sx_f, span, B, *addresses)
     else:                   # along the features: rows of b and c, and both batch strides
-        vector = _vector(isz, True, b, c, sg_b, sx_b, *addresses)
+        vector = copy_vector(isz, True, b, c, sg_b, sx_b, *addresses)
     smem = smem_bytes(dtype, layout)
     fn = nvrtc.function("ks_values_grad.cu", name(dtype, layout, vector), smem, device_id)
     i32, i64 = numpy.int32, numpy.int64

@@ -397,7 +397,7 @@ def _loss_and_gradients(chain, factors, P, TP):
 
 def _real_view(w):
     """The values as real numbers: ``(..., 2)`` of real and imaginary parts where complex."""
-    return w if w.dtype.kind != "c" else w.view(numpy.finfo(w.dtype).dtype)
+    return w if w.dtype.kind != "c" else w.view(arrays.real_dtype(w.dtype))
 
 
 def _lbfgs(chain, factors, T, draw, o):
@@ -417,7 +417,7 @@ def _lbfgs(chain, factors, T, draw, o):
     def unpack(vector):
         out, at = [], 0
         for shape, size in zip(shapes, sizes):
-            part = xp.asarray(vector[at:at + size].astype(numpy.finfo(dtype).dtype))
+            part = xp.asarray(vector[at:at + size].astype(arrays.real_dtype(dtype)))
             out.append(part.view(dtype).reshape(shape) if dtype.kind == "c"
                        else part.reshape(shape))
             at += size
@@ -481,7 +481,7 @@ def _adam(chain, factors, T, draw, o, beta1=0.9, beta2=0.999, eps=1e-12):
     xp = chain.xp
     batch = o["batch"] or 64
     m = [xp.zeros_like(f.values) for f in factors]
-    v = [xp.zeros(f.values.shape, dtype=numpy.finfo(chain.dtype).dtype) for f in factors]
+    v = [xp.zeros(f.values.shape, dtype=arrays.real_dtype(chain.dtype)) for f in factors]
     scale = [float(xp.sqrt(xp.mean(xp.abs(f.values) ** 2))) or 1.0 for f in factors]
     history, state = [], {"best": numpy.inf, "since": 0, "stopped": "steps"}
     for step in range(1, o["steps"] + 1):

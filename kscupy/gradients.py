@@ -175,7 +175,7 @@ def _values_gradient(K, X, G, layout):
     """``dL/dw`` of one KSMatrix in canonical order ``(a, b, c, d)``, in the dtype of ``X``
     (real where ``K``'s values are)."""
     xp = K.xp
-    dtype = X.dtype if K.dtype.kind == "c" else numpy.finfo(X.dtype).dtype
+    dtype = X.dtype if K.dtype.kind == "c" else arrays.real_dtype(X.dtype)
     with arrays.device_of(X):
         dW = _blocks_gradient(G, X, tuple(K.pattern), layout, xp)
         if dW.dtype.kind == "c" and dtype.kind != "c":

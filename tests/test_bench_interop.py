@@ -70,5 +70,6 @@ def test_a_bfloat16_row_matches_the_oracle(layout):
     ceilings = {"bandwidth": 3e12, "sgemm": 5e13, "dgemm": 5e13, "hgemm": 7e14}
     row = engine.bench_row((2, 48, 96, 4), layout, "bfloat16", "default", "default", args,
                            ceilings, batch=600, suite="bf16")
-    assert row["suite"] == "bf16" and {"auto", "base_dense", "base_cupy_bmm"} <= set(row["seconds"])
+    assert row["suite"] == "bf16" and {"auto", "base_dense"} <= set(row["seconds"])
+    assert "base_cupy_bmm" not in row["seconds"]       # CuPy's batched matmul lacks bfloat16
     assert all(err < 1e-2 for err in row["relerr"].values()), row["relerr"]

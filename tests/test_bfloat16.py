@@ -41,6 +41,25 @@ def test_bfloat16_is_a_supported_half_dtype():
     arrays.check_operand_dtype(BF16)                    # NumPy files it under kind "V"
 
 
+def test_real_parts_and_epsilon_without_numpy_finfo(monkeypatch):
+    # ml_dtypes before 0.6 does not teach numpy.finfo about bfloat16: kscupy must not ask it.
+    finfo = numpy.finfo
+
+    def refusing_finfo(dtype):
+        if numpy.dtype(dtype) == BF16:
+            raise ValueError("data type dtype(bfloat16) not compatible with finfo")
+        return finfo(dtype)
+    monkeypatch.setattr(numpy, "finfo", refusing_finfo)
+    assert arrays.real_dtype(BF16) == BF16 and arrays.epsilon(BF16) == 2.0 ** -7
+    assert arrays.real_dtype(numpy.complex64) == numpy.float32
+    assert arrays.epsilon(numpy.complex128) == finfo(numpy.float64).eps
+    rng = numpy.random.default_rng(5)
+    K = ks.KSMatrix(rng.standard_normal((2, 3, 4, 2)).astype(BF16))
+    X = rng.standard_normal((16, 5)).astype(BF16)
+    G = rng.standard_normal((12, 5)).astype(BF16)
+    assert ks.values_grad(K, X, G).dtype == BF16
+
+
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
 @pytest.mark.parametrize("pattern", [(1, 4, 4, 1), (2, 8, 16, 2), (3, 5, 7, 4), (1, 64, 64, 1)])
 def test_products_against_the_definition(module, rng, pattern, layout):

@@ -11,7 +11,7 @@ import numbers
 
 import numpy
 
-__all__ = ["operand_module", "plain_array_module", "check_operand_dtype", "is_refused_operand", "SUPPORTED_DTYPES", "HALF_DTYPES", "BFLOAT16", "is_half", "PRECISIONS", "runs_at", "array_module", "cupy_or_none", "gpu_module", "check_dtype", "result_dtype",
+__all__ = ["operand_module", "plain_array_module", "check_operand_dtype", "is_refused_operand", "SUPPORTED_DTYPES", "HALF_DTYPES", "BFLOAT16", "is_half", "real_dtype", "epsilon", "PRECISIONS", "runs_at", "array_module", "cupy_or_none", "gpu_module", "check_dtype", "result_dtype",
            "scalar_of", "numpy_copy", "device_of", "read_only", "frozen", "device_mover", "HOST_ELEMENTS",
            "on_host_if_small", "check_module"]
 
@@ -42,6 +42,23 @@ SUPPORTED_DTYPES = HALF_DTYPES + tuple(numpy.dtype(t) for t in
 def is_half(dtype) -> bool:
     """Whether ``dtype`` is one of :data:`HALF_DTYPES` (computed through float32)."""
     return numpy.dtype(dtype) in HALF_DTYPES
+
+
+def real_dtype(dtype) -> numpy.dtype:
+    """The dtype of the real and imaginary parts of ``dtype`` (``dtype`` itself where real).
+
+    Written without ``numpy.finfo``, which older ``ml_dtypes`` releases do not teach about
+    bfloat16."""
+    dtype = numpy.dtype(dtype)
+    return numpy.empty(0, dtype).real.dtype
+
+
+def epsilon(dtype) -> float:
+    """Machine epsilon of a float or complex ``dtype``, bfloat16 included (``2**-7``)."""
+    dtype = real_dtype(dtype)
+    if dtype == BFLOAT16:
+        return 2.0 ** -7
+    return float(numpy.finfo(dtype).eps)
 
 
 #: Arithmetic precisions a GPU backend may compute at: ``"default"`` keeps the dtype's

@@ -107,8 +107,8 @@ def gradient_row(pattern, layout, dtype, B, args, ceilings, baselines=NONE):
 
 
 def fit_rows(steps=2000):
-    """The fitting rows (see the module docstring), on CuPy in float64."""
-    rows = []
+    """The fitting rows (see the module docstring), on CuPy in float64, yielded one by one
+    as each fit ends."""
     planted = {"butterfly(1024)": butterfly(1024, dtype=numpy.float64, xp=cupy, seed=0),
                "monarch(1024, 32)": monarch(1024, blocks=32, dtype=numpy.float64, xp=cupy,
                                            seed=0)}
@@ -116,10 +116,10 @@ def fit_rows(steps=2000):
         for start in ("auto", "random"):
             result = fit(lambda P: C @ P, C.patterns, shape=C.shape, xp=cupy, start=start,
                          steps=steps, seed=1)
-            rows.append({"suite": "fit", "planted": True, "target": name,
-                         "start": result.start, "heldout_relerr": result.heldout_relerr,
-                         "start_relerr": result.start_relerr, "steps": result.steps,
-                         "stopped": result.stopped, "seconds": result.seconds})
+            yield {"suite": "fit", "planted": True, "target": name, "start": result.start,
+                   "heldout_relerr": result.heldout_relerr,
+                   "start_relerr": result.start_relerr, "steps": result.steps,
+                   "stopped": result.stopped, "seconds": result.seconds}
     x = numpy.sort(numpy.random.default_rng(0).uniform(0, 1, 2048))
     D = cupy.asarray(numpy.exp(-(x[:, None] - x[None, :]) ** 2 / (2 * 0.1 ** 2)))
     patterns = butterfly(2048).patterns
@@ -130,13 +130,12 @@ def fit_rows(steps=2000):
     factorized = frobenius(factorize(D, patterns))
     factorize_seconds = time.perf_counter() - t0
     result = fit(D, patterns, steps=steps, seed=2)
-    rows.append({"suite": "fit", "planted": False, "target": "gaussian kernel (2048, 0.1)",
-                 "patterns": "butterfly", "start": result.start,
-                 "factorize_relerr": factorized, "frobenius_relerr": frobenius(result.chain),
-                 "heldout_relerr": result.heldout_relerr, "steps": result.steps,
-                 "stopped": result.stopped, "seconds": result.seconds,
-                 "factorize_seconds": factorize_seconds})
-    return rows
+    yield {"suite": "fit", "planted": False, "target": "gaussian kernel (2048, 0.1)",
+           "patterns": "butterfly", "start": result.start,
+           "factorize_relerr": factorized, "frobenius_relerr": frobenius(result.chain),
+           "heldout_relerr": result.heldout_relerr, "steps": result.steps,
+           "stopped": result.stopped, "seconds": result.seconds,
+           "factorize_seconds": factorize_seconds}
 
 
 def add_arguments(parser):
@@ -186,8 +185,9 @@ def main(args, baselines=NONE):
     for case in progress(cases, desc="gradients"):
         result["rows"].append(gradient_row(*case, BATCH, args, ceilings, baselines))
         out.write_text(json.dumps(result))
-    if args.fit_steps:
-        result["rows"] += fit_rows(args.fit_steps)
+    for row in fit_rows(args.fit_steps) if args.fit_steps else ():
+        result["rows"].append(row)
+        out.write_text(json.dumps(result))
     engine.finish(result, out, time.time() - t0, summarize)
     for r in result["rows"]:
         if r["suite"] == "fit":

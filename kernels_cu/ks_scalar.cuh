@@ -1,4 +1,5 @@
-// Scalar types for the KS kernels: float, double, a minimal complex type and float16 storage.
+// Scalar types for the KS kernels: float, double, a minimal complex type and float16 and
+// bfloat16 storage.
 //
 // NVRTC-compilable: no host headers. The complex type has the memory layout of NumPy's
 // complex64 / complex128 (real part first) and the alignment of float2 / double2.
@@ -29,6 +30,22 @@ template <> __device__ __forceinline__ float16 narrow<float16>(float x) {
   return h;
 }
 
+// bfloat16 (PyTorch's and JAX's, NumPy's through ml_dtypes) as storage only, as float16 is:
+// the top 16 bits of a float. Widening is exact (the bits moved up); narrowing rounds to
+// nearest, ties to even, in integer operations (every architecture: cvt.rn.bf16.f32 needs
+// sm_80), keeping a NaN a NaN (its quiet bit set, so that rounding cannot carry it into an
+// infinity).
+struct __align__(2) bfloat16 {
+  unsigned short bits;
+};
+template <> struct compute_of<bfloat16> { using type = float; };
+__device__ __forceinline__ float widen(bfloat16 x) { return __uint_as_float((unsigned)x.bits << 16); }
+template <> __device__ __forceinline__ bfloat16 narrow<bfloat16>(float x) {
+  const unsigned u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {(unsigned short)((u >> 16) | 0x40u)};
+  return {(unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+
 template <class R>
 struct __align__(2 * sizeof(R)) cplx {
   R re, im;
@@ -54,12 +71,14 @@ __device__ __forceinline__ T load_streaming(const T* p) {
 }
 
 __device__ __forceinline__ float16 zero(float16) { return {0}; }
+__device__ __forceinline__ bfloat16 zero(bfloat16) { return {0}; }
 __device__ __forceinline__ float zero(float) { return 0.0f; }
 __device__ __forceinline__ double zero(double) { return 0.0; }
 template <class R>
 __device__ __forceinline__ cplx<R> zero(cplx<R>) { return {R(0), R(0)}; }
 
 __device__ __forceinline__ float16 conj(float16 x) { return x; }
+__device__ __forceinline__ bfloat16 conj(bfloat16 x) { return x; }
 __device__ __forceinline__ float conj(float x) { return x; }
 __device__ __forceinline__ double conj(double x) { return x; }
 template <class R>

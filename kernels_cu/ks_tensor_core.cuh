@@ -20,8 +20,8 @@
 //                      acc += a.small*b.big + a.big*b.small + a.big*b.big (small terms first).
 //                      The dropped small*small term is below 2^-22 relative: float32-grade.
 //   PRECISION_TF32     one TF32 product: 10-bit mantissas, about 1e-3 relative error. Opt-in.
-// double always uses DMMA (exact IEEE products, FP64 accumulation); float16 one m16n8k16
-// product (exact products of the 11-bit values, FP32 accumulation).
+// double always uses DMMA (exact IEEE products, FP64 accumulation); float16 and bfloat16 one
+// m16n8k16 product (exact products of the 11-bit or 8-bit values, FP32 accumulation).
 #pragma once
 
 #include "ks_scalar.cuh"
@@ -59,6 +59,9 @@ template <> struct MmaShape<float16> {
   static __device__ __forceinline__ int c_row(int lane, int i) { return (lane >> 2) + 8 * (i >> 1); }
   static __device__ __forceinline__ int c_col(int lane, int i) { return 2 * (lane & 3) + (i & 1); }
 };
+
+// bfloat16: float16's shape and fragment positions (m16n8k16 with float accumulators).
+template <> struct MmaShape<bfloat16> : MmaShape<float16> {};
 
 __device__ __forceinline__ unsigned to_tf32(float x) {
   unsigned r;
@@ -116,8 +119,11 @@ template <int PRECISION, int REGS> struct Operand<double, PRECISION, REGS> {
   }
 };
 
-// float16 fragments: registers of two values each, loaded as they are (ldmatrix).
+// float16 and bfloat16 fragments: registers of two values each, loaded as they are (ldmatrix).
 template <int PRECISION, int REGS> struct Operand<float16, PRECISION, REGS> {
+  unsigned v[REGS];
+};
+template <int PRECISION, int REGS> struct Operand<bfloat16, PRECISION, REGS> {
   unsigned v[REGS];
 };
 
@@ -194,6 +200,15 @@ template <int PRECISION, int TERM>
 __device__ __forceinline__ void mma_term(float (&c)[4], const Operand<float16, PRECISION, 4>& a,
                                          const Operand<float16, PRECISION, 2>& b) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a.v[0]), "r"(a.v[1]), "r"(a.v[2]), "r"(a.v[3]), "r"(b.v[0]), "r"(b.v[1]));
+}
+
+template <int PRECISION, int TERM>
+__device__ __forceinline__ void mma_term(float (&c)[4], const Operand<bfloat16, PRECISION, 4>& a,
+                                         const Operand<bfloat16, PRECISION, 2>& b) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a.v[0]), "r"(a.v[1]), "r"(a.v[2]), "r"(a.v[3]), "r"(b.v[0]), "r"(b.v[1]));

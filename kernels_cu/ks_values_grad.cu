@@ -7,8 +7,14 @@
 // For one group this is a GEMM, dW_g (b x c) = G_g (b x B) X_g^H (B x c), whose reduction
 // runs over the batch: k is the MMA's M axis, l its N axis, n its K axis. It is
 // output-stationary: a block owns a BM x BN tile (rows k0.., columns l0..) of one group and
-// reduces it over one split of the batch, columns n_begin .. n_begin + span (blockIdx.y = s;
-// the host sums the splits' slices when there are several, so the result is deterministic).
+// reduces it over one split of the batch, columns n_begin .. n_begin + span (blockIdx.y = s).
+//
+// Splits (serial split-K): with several, each block writes its tile's sums to its slice of
+// `work`, and the last block of a tile to arrive (a counter per tile in `arrivals`, zero at
+// the launch) adds the slices in the order s = 0, 1, ... and writes the gradient: one launch,
+// and the same result whichever block arrives last.
+//
+// The gradient is written in the values' canonical order, dW[i][k][l][j].
 //
 // Operands: element (feature f, batch column n) of G (X) at f*sg_f + n*sg_b (f*sx_f + n*sx_b).
 //   LAYOUT 0, batch-size-last (sg_b == sx_b == 1): rows of G_g and X_g run along n, the
@@ -38,9 +44,11 @@
 
 namespace ks {
 
-// The gradient's element type: float32 sums for float16, the operands' type otherwise.
+// The gradient's element type: float32 sums for float16 and bfloat16, the operands' type
+// otherwise.
 template <class T> struct gradient_of { using type = T; };
 template <> struct gradient_of<float16> { using type = float; };
+template <> struct gradient_of<bfloat16> { using type = float; };
 
 // A chunk's copies of one operand by thread `tid` of NT: the tile's ROWS features (k or l,
 // from rows_tile; `rows` in the problem) by BK batch columns (from n0; n_end ends the split),
@@ -75,12 +83,38 @@ __global__ void ks_values_grad_smem(long long* out) {
   out[0] = MmaLayout<T, 1, BM, BN, BK, WM, WN, STAGES, LAYOUT == 0 ? 2 : 0, LAYOUT == 0 ? 0 : 1>::SMEM_BYTES;
 }
 
+// f(mt, q, r, at_k, at_l) for each accumulator (mt, q, r) of warp (wm, wn)'s lane `lane`:
+// its row at_k and column at_l in the block's tile (ks_tensor_core.cuh's C fragment).
+template <class L, class F>
+__device__ __forceinline__ void each_accumulator(int lane, int wm, int wn, F f) {
+  using S = typename L::S;
+#pragma unroll
+  for (int mt = 0; mt < L::MT; ++mt)
+#pragma unroll
+    for (int q = 0; q < L::NTL; ++q)
+#pragma unroll
+      for (int r = 0; r < S::C_REGS; ++r)
+        f(mt, q, r, wm * L::WTM + mt * S::M + S::c_row(lane, r),
+          wn * L::WTN + q * S::N + S::c_col(lane, r));
+}
+
+// *p read at L2 (ld.global.cg): another block's slice, which this block's L1 never held.
+template <class T>
+__device__ __forceinline__ T load_from_l2(const T* p) {
+  using W = typename Bits<(int)sizeof(T)>::type;
+  const W w = __ldcg(reinterpret_cast<const W*>(p));
+  return *reinterpret_cast<const T*>(&w);
+}
+
 // Grid: x = g * tiles_k * tiles_l + tile_k * tiles_l + tile_l, y = split s. dW holds
-// (splits, a*d, b, c) values of gradient_of<T>.
+// (a, b, c, d) values of gradient_of<T>; with several splits, `work` holds a slice of
+// BM * BN of them per tile and split, at (x * gridDim.y + s) * BM * BN, and `arrivals` one
+// counter per tile (both unused with one split).
 template <class T, int PRECISION, int BM, int BN, int BK, int WM, int WN, int STAGES, int LAYOUT, int V>
 __global__ void __launch_bounds__(32 * WM * WN)
 ks_values_grad(const T* __restrict__ G, const T* __restrict__ X,
                typename gradient_of<T>::type* __restrict__ dW,
+               typename gradient_of<T>::type* __restrict__ work, unsigned* __restrict__ arrivals,
                int a, int b, int c, int d, long long B, long long span,
                long long sg_f, long long sg_b, long long sx_f, long long sx_b,
                int tiles_k, int tiles_l) {
@@ -168,20 +202,41 @@ ks_values_grad(const T* __restrict__ G, const T* __restrict__ X,
   }
   cp_async_wait<0>();   // only empty groups remain; leave none behind
 
-  // dW[s][g][k][l] = conj(acc): conj(G) X summed, conjugated back
+  // The gradient conj(acc) (conj(G) X summed, conjugated back); the value of tile place
+  // (at_k, at_l), row k = k0 + at_k and column l = l0 + at_l, lies at ((i*b + k)*c + l)*d + j.
   using Out = typename gradient_of<T>::type;
-  Out* const out = dW + ((long long)blockIdx.y * a * d + g) * b * c;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int q = 0; q < NTL; ++q)
-#pragma unroll
-      for (int r = 0; r < S::C_REGS; ++r) {
-        const int k = k0 + wm * L::WTM + mt * S::M + S::c_row(lane, r);
-        const int l = l0 + wn * L::WTN + q * S::N + S::c_col(lane, r);
-        if (k < b && l < c)
-          out[(long long)k * c + l] = from_parts<Out>(acc[0][mt][q][r], -acc[PARTS - 1][mt][q][r]);
-      }
+  auto gradient = [&](int mt, int q, int r) {
+    return from_parts<Out>(acc[0][mt][q][r], -acc[PARTS - 1][mt][q][r]);
+  };
+  Out* const out = dW + ((long long)i * b * c * d + j);
+  auto store = [&](int at_k, int at_l, Out v) {
+    if (k0 + at_k < b && l0 + at_l < c) out[((long long)(k0 + at_k) * c + l0 + at_l) * d] = v;
+  };
+  const int splits = gridDim.y;
+  if (splits == 1) {
+    each_accumulator<L>(lane, wm, wn, [&](int mt, int q, int r, int at_k, int at_l) {
+      store(at_k, at_l, gradient(mt, q, r));
+    });
+    return;
+  }
+  // this split's slice, then the last block of the tile adds them all in split order
+  Out* const slices = work + (long long)blockIdx.x * splits * (BM * BN);
+  each_accumulator<L>(lane, wm, wn, [&](int mt, int q, int r, int at_k, int at_l) {
+    slices[(long long)blockIdx.y * (BM * BN) + at_k * BN + at_l] = gradient(mt, q, r);
+  });
+  __threadfence();     // the slice is visible to every block before this one counts itself
+  __syncthreads();
+  __shared__ bool last;
+  if (tid == 0) last = atomicAdd(arrivals + blockIdx.x, 1u) == (unsigned)splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();     // every other block's slice is read after its count
+  each_accumulator<L>(lane, wm, wn, [&](int, int, int, int at_k, int at_l) {
+    const Out* place = slices + at_k * BN + at_l;
+    Out sum = load_from_l2(place);
+    for (int s = 1; s < splits; ++s) sum = add(sum, load_from_l2(place + (long long)s * (BM * BN)));
+    store(at_k, at_l, sum);
+  });
 }
 
 }  // namespace ks

@@ -226,10 +226,10 @@ def fit(target, patterns, *, start="auto", shape=None, dtype=None, xp=None,
         T(xp.asarray(rng.standard_normal((N, 1))))
     dtype = arrays.check_dtype(numpy.dtype(dtype) if dtype is not None else
                                arrays.result_dtype(T.dtype, numpy.float32))
-    if dtype == numpy.float16:
-        raise TypeError("fit computes in float32, float64, complex64 or complex128 (float16 "
-                        "gradients are too coarse for the line searches); fit in float32 and "
-                        "convert the chain's factors with astype")
+    if arrays.is_half(dtype):
+        raise TypeError(f"fit computes in float32, float64, complex64 or complex128 ({dtype} "
+                        f"gradients are too coarse for the line searches); fit in float32 and "
+                        f"convert the chain's factors with astype")
     if T.dtype.kind == "c" and dtype.kind != "c":
         raise TypeError(f"the target is complex ({T.dtype}) but dtype={dtype} is real: a "
                         f"real chain would fit its real part only; give a complex dtype")
@@ -397,7 +397,7 @@ def _loss_and_gradients(chain, factors, P, TP):
 
 def _real_view(w):
     """The values as real numbers: ``(..., 2)`` of real and imaginary parts where complex."""
-    return w if w.dtype.kind != "c" else w.view(numpy.finfo(w.dtype).dtype)
+    return w if w.dtype.kind != "c" else w.view(arrays.real_dtype(w.dtype))
 
 
 def _lbfgs(chain, factors, T, draw, o):
@@ -417,7 +417,7 @@ def _lbfgs(chain, factors, T, draw, o):
     def unpack(vector):
         out, at = [], 0
         for shape, size in zip(shapes, sizes):
-            part = xp.asarray(vector[at:at + size].astype(numpy.finfo(dtype).dtype))
+            part = xp.asarray(vector[at:at + size].astype(arrays.real_dtype(dtype)))
             out.append(part.view(dtype).reshape(shape) if dtype.kind == "c"
                        else part.reshape(shape))
             at += size
@@ -481,7 +481,7 @@ def _adam(chain, factors, T, draw, o, beta1=0.9, beta2=0.999, eps=1e-12):
     xp = chain.xp
     batch = o["batch"] or 64
     m = [xp.zeros_like(f.values) for f in factors]
-    v = [xp.zeros(f.values.shape, dtype=numpy.finfo(chain.dtype).dtype) for f in factors]
+    v = [xp.zeros(f.values.shape, dtype=arrays.real_dtype(chain.dtype)) for f in factors]
     scale = [float(xp.sqrt(xp.mean(xp.abs(f.values) ** 2))) or 1.0 for f in factors]
     history, state = [], {"best": numpy.inf, "since": 0, "stopped": "steps"}
     for step in range(1, o["steps"] + 1):

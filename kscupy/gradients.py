@@ -39,8 +39,9 @@ __all__ = ["values_grad", "vjp", "by_factor"]
 
 #: dtypes whose values' gradient runs on cuBLAS even where the tensor-core kernel could:
 #: float16, where cuBLAS's tensor-op GEMM (its tiles far larger than the kernel's 64 x 64)
-#: was faster on every pattern of the gradients suite (benchmarks/results/gradients.json).
-CUBLAS_DTYPES = ("float16",)
+#: was faster on every pattern of the gradients suite (benchmarks/results/gradients.json),
+#: and bfloat16, which runs float16's code.
+CUBLAS_DTYPES = ("float16", "bfloat16")
 #: Intermediates of a chain's forward pass are kept while they take at most this fraction
 #: of the memory available; beyond it each is recomputed from X when the backward pass
 #: needs it (a product per factor and step: quadratic in the chain's length).
@@ -174,22 +175,29 @@ def _values_gradient(K, X, G, layout):
     """``dL/dw`` of one KSMatrix in canonical order ``(a, b, c, d)``, in the dtype of ``X``
     (real where ``K``'s values are)."""
     xp = K.xp
-    dtype = X.dtype if K.dtype.kind == "c" else numpy.finfo(X.dtype).dtype
-    pattern = tuple(K.pattern)
+    dtype = X.dtype if K.dtype.kind == "c" else arrays.real_dtype(X.dtype)
     with arrays.device_of(X):
-        dW = None
-        if xp is not numpy:               # the tensor-core kernel, else cuBLAS
-            if X.dtype.name not in CUBLAS_DTYPES:
-                dW = ks_values_grad.values_gradient(G, X, pattern, layout)
-            if dW is None:
-                dW = gemm.values_gradient(G, X, pattern, layout)
-        if dW is None:                    # NumPy, or beyond what cuBLAS addresses
-            if X.dtype == numpy.float16:  # reduce in float32, round once
-                X, G = X.astype(numpy.float32), G.astype(numpy.float32)
-            dW = reference.blocks_gradient(G, X, pattern, layout, xp)        # (a, d, b, c)
+        dW = _blocks_gradient(G, X, tuple(K.pattern), layout, xp)
         if dW.dtype.kind == "c" and dtype.kind != "c":
             dW = dW.real
-        return xp.ascontiguousarray(dW.transpose(0, 2, 3, 1)).astype(dtype, copy=False)
+        return xp.ascontiguousarray(dW).astype(dtype, copy=False)
+
+
+def _blocks_gradient(G, X, pattern, layout, xp):
+    """The batch sums ``G_g X_gᴴ`` as an ``(a, b, c, d)`` array (perhaps a view): on the
+    GPU the tensor-core kernel, returned in that order, else cuBLAS's (whose
+    ``(a, d, b, c)`` blocks are viewed in it); on NumPy the reference."""
+    if xp is not numpy:
+        if X.dtype.name not in CUBLAS_DTYPES:
+            dW = ks_values_grad.values_gradient(G, X, pattern, layout)
+            if dW is not None:
+                return dW
+        dW = gemm.values_gradient(G, X, pattern, layout)
+        if dW is not None:
+            return dW.transpose(0, 2, 3, 1)
+    if arrays.is_half(X.dtype):       # NumPy, or beyond what cuBLAS addresses
+        X, G = X.astype(numpy.float32), G.astype(numpy.float32)   # reduced in float32
+    return reference.blocks_gradient(G, X, pattern, layout, xp).transpose(0, 2, 3, 1)
 
 
 def _gather(Z, perm, layout):

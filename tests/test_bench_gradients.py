@@ -37,7 +37,7 @@ def test_one_row_against_the_definition(layout):
 def test_fit_rows_on_few_steps():
     if not gpu_available():
         pytest.skip(GPU_REASON)
-    rows = gradients.fit_rows(steps=3)
+    rows = list(gradients.fit_rows(steps=3))
     assert [r["planted"] for r in rows] == [True] * 4 + [False]
     assert rows[0]["heldout_relerr"] < 1e-10          # from factorize of T @ I: exact
     assert rows[-1]["frobenius_relerr"] <= rows[-1]["factorize_relerr"]

@@ -39,3 +39,37 @@ def test_replayed_rows_match_the_dense_product(layout, B):
     assert set(row["relerr"]) == {"auto", "base_dense_gemm"}
     assert all(err < 1e-5 for err in row["relerr"].values()), row["relerr"]
     assert all(s > 0 for s in row["seconds"].values())
+
+
+def _bf16_row(layout, auto, best_base):
+    return {"suite": "bf16", "sample": "default", "pattern": [2, 48, 96, 4], "layout": layout,
+            "dtype": "bfloat16", "precision": "default", "batch": interop.BF16_BATCH,
+            "floor_s": 1.0, "seconds": {"auto": auto, "base_dense": best_base,
+                                        "base_cupy_bmm": 2 * best_base},
+            "relerr": {"auto": 1e-3, "base_dense": 2e-3}}
+
+
+def test_bfloat16_rows_are_summarized_as_the_engine_suite_does():
+    rows = [_bf16_row("bsl", 1.0, 2.0), _bf16_row("bsl", 1.0, 3.0), _bf16_row("bsf", 2.0, 1.0),
+            _row(1, "bsl", 1.0, 3.0, 8.0)]
+    summary = interop.summarize(rows)
+    key = f"bfloat16|default|bsl|B={interop.BF16_BATCH}"
+    assert summary[key]["auto_median"] == pytest.approx(2.5) and summary[key]["patterns"] == 2
+    assert summary[f"bfloat16|default|bsf|B={interop.BF16_BATCH}"]["below_0.95"] == 1
+    assert summary["B=1|bsl"]["patterns"] == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_a_bfloat16_row_matches_the_oracle(layout):
+    pytest.importorskip("ml_dtypes", reason="bfloat16 needs ml_dtypes")
+    if not gpu_available():
+        pytest.skip(GPU_REASON)
+    from kscupy.bench import engine
+    args = cli.parser().parse_args(["--suite", "interop"])
+    ceilings = {"bandwidth": 3e12, "sgemm": 5e13, "dgemm": 5e13, "hgemm": 7e14}
+    row = engine.bench_row((2, 48, 96, 4), layout, "bfloat16", "default", "default", args,
+                           ceilings, batch=600, suite="bf16")
+    assert row["suite"] == "bf16" and {"auto", "base_dense"} <= set(row["seconds"])
+    assert "base_cupy_bmm" not in row["seconds"]       # CuPy's batched matmul lacks bfloat16
+    assert all(err < 1e-2 for err in row["relerr"].values()), row["relerr"]

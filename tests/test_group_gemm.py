@@ -227,12 +227,13 @@ def test_group_products_match_the_definition(gemm, dtype, layout):
 @pytest.fixture
 def recorded(gemm, monkeypatch):
     """``record(index)``: a list that gets argument ``index`` of every strided-batched call
-    the stand-in makes from then on (20: batchCount, 5: k)."""
+    the stand-in makes from then on (20: batchCount, 5: k), or the tuple of arguments
+    where ``index`` is a tuple of indices."""
     def record(index):
         seen = []
 
         def recording(*args):
-            seen.append(args[index])
+            seen.append(args[index] if isinstance(index, int) else tuple(args[i] for i in index))
             _gemm_strided_batched(*args)
         monkeypatch.setattr(sys.modules["cupy_backends.cuda.libs.cublas"],
                             "gemmStridedBatchedEx", recording)
@@ -367,6 +368,28 @@ def test_values_gradient_in_batch_chunks(gemm, recorded, monkeypatch):
         ref = _gradient_oracle(G, X, pattern, layout)
         assert numpy.abs(dW - ref).max() / max(1.0, numpy.abs(ref).max()) < 1e-5, \
             (dtype, layout, pattern)
+
+
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_few_groups_are_batched_over_the_chunks(gemm, recorded, monkeypatch, layout):
+    """Where the groups are few and the chunks many, each group is one call batched over the
+    whole chunks, and the shorter last chunk one call batched over the groups: 3 calls
+    instead of 7 for 2 groups and chunks of 3 + 3 + 3 + 3 + 3 + 3 + 1 columns."""
+    monkeypatch.setattr(gemm, "SPLIT_MIN_CHUNK", 2)
+    monkeypatch.setattr(gemm, "SPLIT_ALIGN", 1)
+    seen = recorded((5, 20))                             # k and batchCount of each call
+    rng = numpy.random.default_rng(8)
+    pattern, B = ((1, 3, 4, 2), 19) if layout == "bsl" else ((2, 3, 4, 1), 19)
+    a, b, c, d = pattern
+    shapes = ((a * b * d, B), (a * c * d, B)) if layout == "bsl" else \
+        ((B, a * b * d), (B, a * c * d))
+    for dtype in (numpy.float32, numpy.complex128):
+        G, X = (host(_random(rng, shape, dtype)) for shape in shapes)
+        seen.clear()
+        dW = gemm.values_gradient(G, X, pattern, layout, sms=100)
+        assert seen == [(3, 6), (3, 6), (1, 2)], seen
+        ref = _gradient_oracle(G, X, pattern, layout)
+        assert numpy.abs(dW - ref).max() / max(1.0, numpy.abs(ref).max()) < 1e-5, dtype
 
 
 def test_batch_chunks_start_aligned(gemm, recorded, monkeypatch):

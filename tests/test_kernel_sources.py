@@ -342,12 +342,11 @@ def _sample(names, cc):
     return {n for group in groups.values() for n in sorted(group, key=draw)[:SAMPLE]}
 
 
-@pytest.mark.parametrize("cc", OTHER_ARCHS)
-def test_other_architectures_compile(cc, monkeypatch):
-    """What kscupy asks for on a device of compute capability ``cc`` compiles for it, to
-    machine code (a sample per kernel, dtype and precision)."""
+def _asked_for(facts, monkeypatch):
+    """``{file: names}``: every instantiation the families above ask for on a device of
+    these facts."""
     global _collected
-    monkeypatch.setattr(device, "current", lambda: facts_of(cc))
+    monkeypatch.setattr(device, "current", lambda: facts)
     _collected = {}
     try:
         for test, params in _FAMILIES:
@@ -356,9 +355,16 @@ def test_other_architectures_compile(cc, monkeypatch):
                     test(*(param if isinstance(param, tuple) else (param,)))
                 except pytest.skip.Exception:
                     pass
-        collected = _collected
+        return _collected
     finally:
         _collected = None
+
+
+@pytest.mark.parametrize("cc", OTHER_ARCHS)
+def test_other_architectures_compile(cc, monkeypatch):
+    """What kscupy asks for on a device of compute capability ``cc`` compiles for it, to
+    machine code (a sample per kernel, dtype and precision)."""
+    collected = _asked_for(facts_of(cc), monkeypatch)
     if cc < 80:
         assert not {"ks_mma.cu", "ks_mma_group.cu", "ks_pair.cu"} & set(collected)
     if cc < 90:
@@ -366,6 +372,24 @@ def test_other_architectures_compile(cc, monkeypatch):
         assert not any("ks_rows_cluster" in n for n in collected.get("ks_rows.cu", ()))
     for filename, names in sorted(collected.items()):
         _compile_for(filename, _sample(names, cc), f"sm_{cc}")
+
+
+def test_bfloat16_twins_of_the_float16_instantiations_compile(monkeypatch):
+    """bfloat16 runs float16's code paths with its own scalar type (ks_scalar.cuh) and MMA
+    (ks_tensor_core.cuh): the bfloat16 twin of every float16 instantiation the families ask
+    for compiles, on this device's facts for sm_90 (to PTX) and, a sample, on an A100's for
+    sm_80 (to machine code: the bfloat16 m16n8k16 MMA arrived with sm_80)."""
+    def twins(collected):
+        found = {filename: {n.replace("ks::float16", "ks::bfloat16") for n in names
+                            if "ks::float16" in n}
+                 for filename, names in collected.items()}
+        return {filename: names for filename, names in found.items() if names}
+    native = twins(_asked_for(device.current(), monkeypatch))
+    assert {"ks_mma.cu", "ks_matmul.cu", "ks_values_grad.cu"} <= set(native), sorted(native)
+    for filename, names in sorted(native.items()):
+        _compile_for(filename, names, f"compute_{NATIVE}")
+    for filename, names in sorted(twins(_asked_for(facts_of(80), monkeypatch)).items()):
+        _compile_for(filename, _sample(names, 80), "sm_80")
 
 
 def test_a_broken_source_fails():

@@ -609,3 +609,33 @@ def test_a_plan_prepares_its_steps_without_running_them_where_they_say_their_res
     Y = run(X)
     assert Y.shape == ((3, 5) if layout == "bsl" else (5, 3)) and (Y == 3).all()
     assert (first.calls, second.calls, third.calls) == (1, 2, 1)
+
+
+def test_a_plan_keeps_its_gpu_runs_for_every_copy_that_shares_it(monkeypatch):
+    """ChainPlan.prepare keeps one run per operand signature and compiled kernels: a copy of
+    a chain, handed the same plan by the planner's table, finds its first run prepared.
+    Driven on the CPU with an operand that looks like a CuPy array to the plan."""
+    import types
+    from kscupy.kernels import nvrtc
+    gpu = types.ModuleType("gpu")
+    monkeypatch.setattr(steps.arrays, "array_module", lambda X: gpu)
+    prepared = []
+
+    class Step:
+        def prepare(self, X, layout):
+            prepared.append(layout)
+            return lambda X: X
+
+    def operand(ptr=256):
+        return types.SimpleNamespace(shape=(8, 4), strides=(16, 4), dtype=numpy.dtype("f4"),
+                                     data=types.SimpleNamespace(ptr=ptr))
+    plan = steps.ChainPlan((Step(),), float("nan"))
+    run = plan.prepare(operand(), "bsl")
+    assert plan.prepare(operand(512), "bsl") is run and len(prepared) == 1   # alike
+    assert plan.prepare(operand(260), "bsl") is not run                      # other alignment
+    assert plan.prepare(operand(), "bsf") is not run and len(prepared) == 3
+    monkeypatch.setattr(nvrtc, "compiles_finished", nvrtc.compiles_finished + 1)
+    assert plan.prepare(operand(), "bsl") is not run                          # a kernel compiled
+    other = dataclasses.replace(plan)                                         # runs of its own
+    other.prepare(operand(), "bsl")
+    assert len(prepared) == 5

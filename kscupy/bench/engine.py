@@ -39,7 +39,7 @@ except ImportError:
     cupy = None
 
 from .. import KSMatrix, KSPattern
-from ..core import device, reference
+from ..core import arrays, device, reference
 from ..core.problem import problem_of
 from ..engine import decide
 from .baselines import NONE
@@ -107,7 +107,8 @@ def floor_seconds(pattern, B, dtype, precision, ceilings):
     isz = numpy.dtype(dtype).itemsize
     macs = B * p.nnz
     flops = (8 if numpy.dtype(dtype).kind == "c" else 2) * macs
-    rate = ceilings["dgemm"] if dtype == "float64" else ceilings["hgemm"] if dtype == "float16" \
+    rate = ceilings["dgemm"] if dtype == "float64" \
+        else ceilings["hgemm"] if dtype in ("float16", "bfloat16") \
         else ceilings.get("tf32_gemm", ceilings["sgemm"]) if precision == "tf32" else ceilings["sgemm"]
     return max(isz * (B * (M + N) + p.nnz) / ceilings["bandwidth"], flops / rate)
 
@@ -161,15 +162,15 @@ def operands(pattern, layout, dtype, B):
 
 
 def baseline_methods(K, layout, precision, B, args, baselines=NONE):
-    """``{name: fn}``: the baselines of a row (``base_`` prefix): CuPy's BMM, ``baselines``'
-    BMM and cuBLAS on the dense matrix where it fits ``args.dense_limit`` (GiB) and
-    ``args.dense_flops``; for the TF32 opt-in their TF32 versions."""
+    """``{name: fn}``: the baselines of a row (``base_`` prefix): CuPy's BMM (not for bfloat16,
+    which its batched matmul lacks), ``baselines'`` BMM and cuBLAS on the dense matrix where
+    it fits ``args.dense_limit`` (GiB) and ``args.dense_flops``; for the TF32 opt-in their TF32 versions."""
     M, N = K.shape
     blocks = K.blocks
     tf32 = precision == "tf32"
     suffix = "_tf32" if tf32 else ""
     methods = {}
-    if not tf32:
+    if not tf32 and K.dtype != arrays.BFLOAT16:   # CuPy's batched matmul has no bfloat16
         methods["base_cupy_bmm"] = lambda x: reference.bmm(blocks, x, layout, cupy)
     tb = baselines.bmm(blocks, layout, tf32=tf32)
     if tb is not None:

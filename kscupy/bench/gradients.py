@@ -6,7 +6,8 @@ against what a user would otherwise run, on samples of the paper's grid.
 Rows have the engine suite's schema (:mod:`.engine`) with ``"suite": "values_grad"``: for
 ``Y = K @ X`` (bsl; ``X @ K.T`` in bsf) and an upstream gradient ``G`` of ``Y``'s shape, the
 time of ``dW`` (``seconds``, CUDA events around back-to-back calls) by ``values_grad`` (the
-tensor-core kernel), by ``cublas_values_grad`` (kscupy's cuBLAS path, which GPUs without
+public path), by ``kernel_values_grad`` and ``cublas_values_grad`` (the two it chooses
+between: the tensor-core kernel, and cuBLAS, which the 16-bit dtypes and GPUs without
 tensor cores take) and by the baselines: ``base_cupy_bmm`` (the paper's permutes of ``G`` and ``X``, then CuPy's
 batched product ``G_g X_g^H``), ``base_torch_bmm`` (PyTorch's autograd of the paper's BMM
 product, the backward to the weights only; ``benchmarks/bench_suite.py`` adds it) and
@@ -37,7 +38,7 @@ except ImportError:
 from .. import butterfly, factorize, fit, monarch, values_grad
 from ..arguments import nonnegative_int
 from ..core import reference
-from ..kernels import gemm
+from ..kernels import gemm, ks_values_grad
 from . import engine
 from .baselines import NONE
 from .timing import progress, run_metadata, throughput_seconds
@@ -50,7 +51,7 @@ BATCH = 25088
 def _blocks_of(method, dW, pattern):
     """A method's gradient as ``(a, d, b, c)`` blocks, whatever order it gives."""
     a, b, c, d = pattern
-    if method == "values_grad":
+    if method in ("values_grad", "kernel_values_grad"):
         return dW.transpose(0, 3, 1, 2)                        # from (a, b, c, d)
     return cupy.asarray(dW).reshape(a, d, b, c)                # torch's (a*d, b, c) too
 
@@ -69,6 +70,8 @@ def gradient_row(pattern, layout, dtype, B, args, ceilings, baselines=NONE):
     a, b, c, d = pattern
     methods = {"values_grad": lambda X, G: values_grad(K, X, G, layout=layout),
                "cublas_values_grad": lambda X, G: gemm.values_gradient(G, X, pattern, layout),
+               "kernel_values_grad": lambda X, G: ks_values_grad.values_gradient(
+                   G, X, pattern, layout),
                "base_cupy_bmm": lambda X, G: reference.blocks_gradient(G, X, pattern, layout,
                                                                        cupy)}
     torch_grad = baselines.bmm_values_grad(K.blocks, layout)
@@ -104,8 +107,8 @@ def gradient_row(pattern, layout, dtype, B, args, ceilings, baselines=NONE):
 
 
 def fit_rows(steps=2000):
-    """The fitting rows (see the module docstring), on CuPy in float64."""
-    rows = []
+    """The fitting rows (see the module docstring), on CuPy in float64, yielded one by one
+    as each fit ends."""
     planted = {"butterfly(1024)": butterfly(1024, dtype=numpy.float64, xp=cupy, seed=0),
                "monarch(1024, 32)": monarch(1024, blocks=32, dtype=numpy.float64, xp=cupy,
                                            seed=0)}
@@ -113,10 +116,10 @@ def fit_rows(steps=2000):
         for start in ("auto", "random"):
             result = fit(lambda P: C @ P, C.patterns, shape=C.shape, xp=cupy, start=start,
                          steps=steps, seed=1)
-            rows.append({"suite": "fit", "planted": True, "target": name,
-                         "start": result.start, "heldout_relerr": result.heldout_relerr,
-                         "start_relerr": result.start_relerr, "steps": result.steps,
-                         "stopped": result.stopped, "seconds": result.seconds})
+            yield {"suite": "fit", "planted": True, "target": name, "start": result.start,
+                   "heldout_relerr": result.heldout_relerr,
+                   "start_relerr": result.start_relerr, "steps": result.steps,
+                   "stopped": result.stopped, "seconds": result.seconds}
     x = numpy.sort(numpy.random.default_rng(0).uniform(0, 1, 2048))
     D = cupy.asarray(numpy.exp(-(x[:, None] - x[None, :]) ** 2 / (2 * 0.1 ** 2)))
     patterns = butterfly(2048).patterns
@@ -127,13 +130,12 @@ def fit_rows(steps=2000):
     factorized = frobenius(factorize(D, patterns))
     factorize_seconds = time.perf_counter() - t0
     result = fit(D, patterns, steps=steps, seed=2)
-    rows.append({"suite": "fit", "planted": False, "target": "gaussian kernel (2048, 0.1)",
-                 "patterns": "butterfly", "start": result.start,
-                 "factorize_relerr": factorized, "frobenius_relerr": frobenius(result.chain),
-                 "heldout_relerr": result.heldout_relerr, "steps": result.steps,
-                 "stopped": result.stopped, "seconds": result.seconds,
-                 "factorize_seconds": factorize_seconds})
-    return rows
+    yield {"suite": "fit", "planted": False, "target": "gaussian kernel (2048, 0.1)",
+           "patterns": "butterfly", "start": result.start,
+           "factorize_relerr": factorized, "frobenius_relerr": frobenius(result.chain),
+           "heldout_relerr": result.heldout_relerr, "steps": result.steps,
+           "stopped": result.stopped, "seconds": result.seconds,
+           "factorize_seconds": factorize_seconds}
 
 
 def add_arguments(parser):
@@ -142,9 +144,16 @@ def add_arguments(parser):
                        help="the fitting rows' step limit (0 leaves them out)")
 
 
+def _median_speedup(rows, method):
+    """The median speed-up of ``method`` over the best baseline in ``rows`` that timed it."""
+    ratios = [engine.speedup(r, method) for r in rows if method in r["seconds"]]
+    return float(numpy.median(ratios)) if ratios else None
+
+
 def summarize(rows):
     """Per dtype and layout: the median and lowest speed-up of ``values_grad`` over the best
-    baseline, rows below 0.95x, the worst error ratio to the dense product."""
+    baseline, rows below 0.95x, the worst error ratio to the dense product, and the median
+    speed-ups of its two paths where they were timed (``cublas_median``, ``kernel_median``)."""
     out = {}
     rows = [r for r in rows if r["suite"] == "values_grad"]
     for key in sorted({(r["dtype"], r["layout"]) for r in rows}):
@@ -152,11 +161,10 @@ def summarize(rows):
         ratios = numpy.array([engine.speedup(r, "values_grad") for r in rs])
         errs = [r["relerr"]["values_grad"] / r["relerr"]["base_dense"] for r in rs
                 if r["relerr"].get("base_dense")]
-        cublas = numpy.array([engine.speedup(r, "cublas_values_grad") for r in rs
-                              if "cublas_values_grad" in r["seconds"]])
         out["|".join(key)] = {"patterns": len(rs), "values_grad_median": float(numpy.median(ratios)),
                               "values_grad_min": float(ratios.min()),
-                              "cublas_median": float(numpy.median(cublas)) if len(cublas) else None,
+                              "cublas_median": _median_speedup(rs, "cublas_values_grad"),
+                              "kernel_median": _median_speedup(rs, "kernel_values_grad"),
                               "below_0.95": int((ratios < 0.95).sum()),
                               "err_over_dense_max": float(max(errs)) if errs else None}
     return out
@@ -177,8 +185,9 @@ def main(args, baselines=NONE):
     for case in progress(cases, desc="gradients"):
         result["rows"].append(gradient_row(*case, BATCH, args, ceilings, baselines))
         out.write_text(json.dumps(result))
-    if args.fit_steps:
-        result["rows"] += fit_rows(args.fit_steps)
+    for row in fit_rows(args.fit_steps) if args.fit_steps else ():
+        result["rows"].append(row)
+        out.write_text(json.dumps(result))
     engine.finish(result, out, time.time() - t0, summarize)
     for r in result["rows"]:
         if r["suite"] == "fit":

@@ -17,6 +17,13 @@ a ``torch.cuda.CUDAGraph``); ``base_dense_graph``: the faster of the two.
 ``eager_seconds`` are kscupy's products called back to back without a graph, for the host
 time a graph removes. ``relerr``: each replayed result against a float64 product of the
 dense matrix. ``errors``: the products that could not be captured, and why.
+
+Rows ``{"suite": "bf16", ...}`` (where ``ml_dtypes`` gives CuPy bfloat16): the engine
+suite's rows (:func:`.engine.bench_row`, its schema and baselines) in bfloat16 at
+B = :data:`BF16_BATCH`, both layouts, over the same patterns: every kscupy method and
+``auto`` against CuPy's and ``baselines``' BMM (PyTorch's ``torch.bmm`` in bfloat16 under
+``benchmarks/bench_suite.py``) and the dense product, all in bfloat16. The file then holds
+the ceilings the floors are priced with (bfloat16 at float16's tensor-core rate).
 """
 from __future__ import annotations
 
@@ -31,6 +38,7 @@ try:
 except ImportError:
     cupy = None
 
+from ..core import arrays
 from ..kernels import gemm
 from ..operators.matrix import KSMatrix
 from . import engine
@@ -38,6 +46,8 @@ from .baselines import NONE
 from .timing import progress, run_metadata, throughput_seconds
 
 BATCHES = (1, 64)
+#: The bfloat16 rows' batch (the paper's).
+BF16_BATCH = 25088
 #: Rows whose dense matrix in float64 would take more than this (GiB) leave out the dense
 #: baseline and the error.
 DENSE_LIMIT_GIB = 4
@@ -121,8 +131,9 @@ def graph_row(pattern, layout, B, baselines=NONE):
 
 def summarize(rows):
     """Per batch and layout: the median and lowest speed-up of the replayed ``auto`` over the
-    replayed dense product, and of the replay over ``auto`` called eagerly."""
-    out = {}
+    replayed dense product, and of the replay over ``auto`` called eagerly; the bfloat16
+    rows as the engine suite summarizes its own."""
+    out = engine.summarize([r for r in rows if r["suite"] == "bf16"])
     for key in sorted({(r["batch"], r["layout"]) for r in rows if r["suite"] == "graph"}):
         rs = [r for r in rows if r["suite"] == "graph" and (r["batch"], r["layout"]) == key
               and "auto" in r["seconds"]]
@@ -153,4 +164,12 @@ def main(args, baselines=NONE):
     for case in progress(cases, desc="graphs"):
         result["rows"].append(graph_row(*case, baselines=baselines))
         out.write_text(json.dumps(result))
+    if arrays.BFLOAT16 is not None:
+        result["ceilings"] = ceilings = engine.measure_ceilings(baselines)
+        cases = [(p, layout) for p in patterns for layout in args.layouts]
+        for pattern, layout in progress(cases, desc="bfloat16"):
+            result["rows"].append(engine.bench_row(
+                pattern, layout, "bfloat16", "default", "default", args, ceilings,
+                batch=BF16_BATCH, suite="bf16", baselines=baselines))
+            out.write_text(json.dumps(result))
     engine.finish(result, out, time.time() - t0, summarize)

@@ -11,16 +11,54 @@ import numbers
 
 import numpy
 
-__all__ = ["operand_module", "plain_array_module", "check_operand_dtype", "is_refused_operand", "SUPPORTED_DTYPES", "PRECISIONS", "runs_at", "array_module", "cupy_or_none", "gpu_module", "check_dtype", "result_dtype",
+__all__ = ["operand_module", "plain_array_module", "check_operand_dtype", "is_refused_operand", "SUPPORTED_DTYPES", "HALF_DTYPES", "BFLOAT16", "is_half", "real_dtype", "epsilon", "PRECISIONS", "runs_at", "array_module", "cupy_or_none", "gpu_module", "check_dtype", "result_dtype",
            "scalar_of", "numpy_copy", "device_of", "read_only", "frozen", "device_mover", "HOST_ELEMENTS",
            "on_host_if_small", "check_module"]
 
-#: The value dtypes a KS matrix may hold and products return. float16 is storage and result
-#: precision: its products accumulate in float32 and are rounded to float16 once (on the
-#: tensor cores, in cuBLAS, and on the CPU by computing in float32). CuPy has no bfloat16.
-SUPPORTED_DTYPES = tuple(numpy.dtype(t) for t in
-                         (numpy.float16, numpy.float32, numpy.float64, numpy.complex64,
-                          numpy.complex128))
+def _bfloat16():
+    """NumPy's bfloat16 dtype where the ``ml_dtypes`` package (the ``bfloat16`` extra) is
+    installed (CuPy 14 holds it then too), else None."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return numpy.dtype(ml_dtypes.bfloat16)
+
+
+#: bfloat16 (PyTorch's and JAX's 16-bit float), or None without ``ml_dtypes``. NumPy files
+#: it under kind ``"V"``, not ``"f"``: test for it by identity.
+BFLOAT16 = _bfloat16()
+#: The 16-bit dtypes: storage and result precision only. Their products accumulate in
+#: float32 and are rounded once (on the tensor cores, in cuBLAS, and on the CPU by
+#: computing in float32).
+HALF_DTYPES = tuple(t for t in (numpy.dtype(numpy.float16), BFLOAT16) if t is not None)
+#: The value dtypes a KS matrix may hold and products return: the 16-bit ones above, float32,
+#: float64, complex64 and complex128.
+SUPPORTED_DTYPES = HALF_DTYPES + tuple(numpy.dtype(t) for t in
+                                       (numpy.float32, numpy.float64, numpy.complex64,
+                                        numpy.complex128))
+
+
+def is_half(dtype) -> bool:
+    """Whether ``dtype`` is one of :data:`HALF_DTYPES` (computed through float32)."""
+    return numpy.dtype(dtype) in HALF_DTYPES
+
+
+def real_dtype(dtype) -> numpy.dtype:
+    """The dtype of the real and imaginary parts of ``dtype`` (``dtype`` itself where real).
+
+    Written without ``numpy.finfo``, which older ``ml_dtypes`` releases do not teach about
+    bfloat16."""
+    dtype = numpy.dtype(dtype)
+    return numpy.empty(0, dtype).real.dtype
+
+
+def epsilon(dtype) -> float:
+    """Machine epsilon of a float or complex ``dtype``, bfloat16 included (``2**-7``)."""
+    dtype = real_dtype(dtype)
+    if dtype == BFLOAT16:
+        return 2.0 ** -7
+    return float(numpy.finfo(dtype).eps)
 
 
 #: Arithmetic precisions a GPU backend may compute at: ``"default"`` keeps the dtype's
@@ -169,7 +207,7 @@ def check_operand_dtype(dtype, role="operand"):
     operands (or other arrays given as ``role``) are not converted behind the caller's
     back."""
     dtype = numpy.dtype(dtype)
-    if dtype.kind not in "fc":
+    if dtype.kind not in "fc" and dtype != BFLOAT16:
         names = ", ".join(str(t) for t in SUPPORTED_DTYPES)
         raise TypeError(f"{role} of dtype {dtype}: products take {names}; convert it first "
                         f"(e.g. X.astype(numpy.float32))")

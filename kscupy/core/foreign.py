@@ -19,6 +19,7 @@ import sys
 
 import numpy
 
+from . import arrays
 from .arrays import array_module, gpu_module
 
 __all__ = ["Foreign", "is_foreign", "take"]
@@ -60,7 +61,8 @@ def is_foreign(x) -> bool:
 def take(x, role: str = "operand") -> Foreign:
     """``x`` (a foreign array, :func:`is_foreign`) as a NumPy or CuPy array sharing its
     memory. TypeError naming the fix for memory kscupy cannot reach (another device type)
-    or a dtype NumPy and CuPy cannot hold (bfloat16)."""
+    or a dtype NumPy and CuPy cannot take (bfloat16 without ``ml_dtypes``; NumPy takes none
+    through DLPack)."""
     library = type(x).__module__.split(".")[0]
     device_type, device_id = (int(v) for v in x.__dlpack_device__())
     try:
@@ -80,9 +82,12 @@ def take(x, role: str = "operand") -> Foreign:
     except (BufferError, ValueError, RuntimeError) as exc:
         dtype = str(getattr(x, "dtype", "")).lower()
         if "bfloat16" in dtype:
-            raise TypeError(f"a bfloat16 {library} array as {role}: NumPy and CuPy hold no "
-                            f"bfloat16 and kscupy does not compute in it; convert it to "
-                            f"float32 (or float16) first") from None
+            fix = ("install ml_dtypes (pip install 'kscupy[bfloat16]'), with which NumPy and "
+                   "CuPy 14 hold bfloat16, or convert it to float32 first"
+                   if arrays.BFLOAT16 is None else
+                   "NumPy takes no bfloat16 through DLPack: convert it to float32 first, or "
+                   "multiply on the GPU")
+            raise TypeError(f"a bfloat16 {library} array as {role}: {fix}") from None
         raise TypeError(f"a {library} array as {role} could not be taken through DLPack "
                         f"({exc}); convert it to a NumPy or CuPy array") from None
     return Foreign(native, _back_to(library))

@@ -82,7 +82,7 @@ class DFTStage:
             if numpy.any(expected.imag != 0):
                 return False
             expected = expected.real
-        tol = 8 * numpy.finfo(stored_values.dtype).eps * abs(self.scale)
+        tol = 8 * arrays.epsilon(stored_values.dtype) * abs(self.scale)
         wide = numpy.complex128 if stored_values.dtype.kind == "c" else numpy.float64
         diff = xp.abs(stored_values.astype(wide) - xp.asarray(expected))
         return bool(diff.max() <= tol)

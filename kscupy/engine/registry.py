@@ -28,7 +28,7 @@ from typing import Callable, Optional
 
 import numpy
 
-from ..core import reference
+from ..core import arrays, reference
 from ..core.arrays import runs_at
 from ..core.device import TENSOR_CORE_CC
 from ..core.factor import DENSE_CACHE_BYTES
@@ -95,13 +95,13 @@ def _mma_fits(precision):
 
 
 def _half_in_single(run, devices):
-    """``run`` for float16 operands on ``devices`` by way of float32: the product computed in
-    float32 and rounded once to float16. NumPy has no float16 GEMM (its loops are slow) and
-    cuSPARSE none for CuPy's CSR; elsewhere (cuBLAS) float16 runs as it is, with float32
-    accumulation."""
+    """``run`` for 16-bit operands (float16, bfloat16) on ``devices`` by way of float32: the
+    product computed in float32 and rounded once to the operands' dtype. NumPy has no 16-bit
+    GEMM (its loops are slow) and cuSPARSE none for CuPy's CSR; elsewhere (cuBLAS) they run
+    as they are, with float32 accumulation."""
     def run_half(factor, X, layout, config):
         on = "gpu" if factor.xp is not numpy else "cpu"
-        if X.dtype != numpy.float16 or on not in devices:
+        if not arrays.is_half(X.dtype) or on not in devices:
             return run(factor, X, layout, config)
         single = numpy.dtype(numpy.float32)
         return run(factor.in_dtype(single), X.astype(single), layout, config).astype(X.dtype)

@@ -32,7 +32,7 @@ from ..core.device import DeviceFacts
 from ..core.factor import Factor
 from ..core.problem import Problem
 from ..core.shuffle import int32_indices
-from ..kernels import ks_direct
+from ..kernels import ks_direct, nvrtc
 from . import single
 from .costs import gpu as gpu_costs
 
@@ -145,12 +145,21 @@ class InBatchOrder:
         return "copy to batch order"
 
 
+#: Prepared runs a plan keeps (one per operand shape, strides, dtype, alignment, layout and
+#: compiled kernels); beyond this many they are dropped and prepared again as used.
+PLAN_RUNS = 16
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class ChainPlan:
     """Steps applied in order; ``seconds`` is the model's estimate for the planned batch
-    (nan for a plan that was not priced)."""
+    (nan for a plan that was not priced). On the GPU a plan keeps the runs it prepared
+    (:meth:`prepare`): a plan is shared by the copies of a chain (the planner's table,
+    :func:`kscupy.engine.planner.cached_plan`), so a fresh copy's first product finds its
+    run prepared rather than preparing every step again."""
     steps: tuple
     seconds: float
+    _runs: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __call__(self, X, layout):
         for step in self.steps:
@@ -163,7 +172,23 @@ class ChainPlan:
         receives. A GPU step whose run returns a new C-contiguous array says of how many
         features (``result_features``), and the next step is prepared for an uninitialised
         array of that shape; after any other step preparing runs the step on ``X``, to meet
-        its result (a first product would otherwise run the plan twice)."""
+        its result (a first product would otherwise run the plan twice). GPU runs are kept
+        per operand signature and the kernels compiled so far (a run of the direct kernel
+        gives way to the compiled one, as :mod:`kscupy.engine.runs` has it)."""
+        if arrays.array_module(X) is numpy:
+            return self._prepared(X, layout)
+        # (a plan's factors live on one device, where its operands must be)
+        key = (X.shape, X.strides, X.dtype, arrays.address(X) & 15, layout,
+               nvrtc.compiles_finished)
+        run = self._runs.get(key)
+        if run is None:
+            run = self._prepared(X, layout)
+            if len(self._runs) >= PLAN_RUNS:
+                self._runs.clear()
+            self._runs[key] = run
+        return run
+
+    def _prepared(self, X, layout):
         runs = []
         for step in self.steps:
             run = step.prepare(X, layout)

@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import numpy
 
+from ..core import arrays
 from ..core.arrays import PRECISIONS, runs_at
 
 __all__ = ["prepare", "prepare_groups", "values_gradient"]
@@ -185,21 +186,25 @@ def _strided_batched(blas, handle, gemm, k, x, other, out, calls, x_first, isz, 
                                   count, compute, algo)
 
 
+#: cudaDataType_t of bfloat16 (library_types.h), which CuPy's runtime module does not name.
+CUDA_R_16BF = 14
+
+
 def _types(dtype, precision):
     """cuBLAS's data type, compute type and the scalars' dtype for ``dtype`` at
     ``precision``."""
     from cupy.cuda import runtime
     from cupy_backends.cuda.libs import cublas
-    data = {numpy.float16: runtime.CUDA_R_16F, numpy.float32: runtime.CUDA_R_32F,
-            numpy.float64: runtime.CUDA_R_64F, numpy.complex64: runtime.CUDA_C_32F,
-            numpy.complex128: runtime.CUDA_C_64F}[dtype.type]
+    data = {"float16": runtime.CUDA_R_16F, "bfloat16": CUDA_R_16BF,
+            "float32": runtime.CUDA_R_32F, "float64": runtime.CUDA_R_64F,
+            "complex64": runtime.CUDA_C_32F, "complex128": runtime.CUDA_C_64F}[dtype.name]
     if precision == "tf32":
         compute = cublas.CUBLAS_COMPUTE_32F_FAST_TF32
     elif dtype in (numpy.float64, numpy.complex128):
         compute = cublas.CUBLAS_COMPUTE_64F
     else:
-        compute = cublas.CUBLAS_COMPUTE_32F       # float16 too: summed in float32
-    scalar = numpy.dtype(numpy.float32) if dtype == numpy.float16 else dtype
+        compute = cublas.CUBLAS_COMPUTE_32F       # 16-bit dtypes too: summed in float32
+    scalar = numpy.dtype(numpy.float32) if arrays.is_half(dtype) else dtype
     return data, compute, scalar
 
 
@@ -314,8 +319,9 @@ SPLIT_MIN_CHUNK = 1024
 SPLIT_MAX_CHUNKS = 64
 SPLIT_ALIGN = 256
 #: dtypes never cut into chunks (their tensor-op GEMMs reduce a long batch well on their
-#: own; ``docs/performance.md`` has the measurements).
-SPLIT_NEVER = ("float16",)
+#: own; ``docs/performance.md`` has float16's measurements, and bfloat16 runs float16's
+#: tensor-op path).
+SPLIT_NEVER = ("float16", "bfloat16")
 
 
 def batch_chunks(pattern, B: int, sms: int, dtype="float32") -> int:
@@ -347,7 +353,7 @@ def values_gradient(G, X, pattern, layout, sms=None):
                         f"{X.dtype}")
     a, b, c, d = pattern
     dtype = X.dtype
-    out_dtype = numpy.dtype(numpy.float32) if dtype == numpy.float16 else dtype
+    out_dtype = numpy.dtype(numpy.float32) if arrays.is_half(dtype) else dtype
     B = X.shape[1] if layout == "bsl" else X.shape[0]
     if B == 0:
         return cupy.zeros((a, d, b, c), out_dtype)
@@ -400,8 +406,25 @@ def values_gradient(G, X, pattern, layout, sms=None):
     algo = _algo(dtype)
     gemm = (transa, transb, m, n, alpha, lda, ldb, ldc, beta, data, out_data, compute, algo)
 
+    # The chunks of whole steps (all but a shorter last one) lie at constant strides: where
+    # the groups are fewer than the calls a chunk takes times the chunks, batch each group
+    # over the chunks instead of each chunk over the groups (fewer calls, each costing host
+    # time), and the last chunk as before.
+    whole = sum(1 for _, k in spans if k == step)
+    by_group = [tuple(o + i * st for o, st in zip(offsets, strides))
+                for offsets, strides, count in calls for i in range(count)]
+    tail_calls = len(calls) * (len(spans) - whole)
+    if whole > 1 and len(by_group) + tail_calls < len(spans) * len(calls):
+        chunk_calls = [(offsets, (step * batch_stride[0], step * batch_stride[1], slice_size),
+                        whole) for offsets in by_group]
+    else:
+        chunk_calls, whole = None, 0
+
     def run_calls(handle, blas):
-        for s, (n0, k) in enumerate(spans):
+        if chunk_calls:
+            _strided_batched(blas, handle, gemm, step, x, g, w, chunk_calls, layout == "bsl",
+                             isz, osz)
+        for s, (n0, k) in enumerate(spans[whole:], start=whole):
             _strided_batched(blas, handle, gemm, k, x + n0 * batch_stride[0] * isz,
                              g + n0 * batch_stride[1] * isz, w + s * slice_size * osz, calls,
                              layout == "bsl", isz, osz)

@@ -21,6 +21,7 @@ import dataclasses
 import numpy
 
 from ..core import device as devices
+from ..core import arrays
 from ..core.arrays import runs_at
 from ..core.device import DeviceFacts
 from ..core.problem import Problem, pow2_at_least
@@ -51,14 +52,10 @@ SMEM_LIMIT = 200 * 1024
 GROUP_KERNEL = True
 
 
-def _real(dtype) -> numpy.dtype:
-    return numpy.dtype(dtype).type(0).real.dtype
-
-
 def mma_shape(dtype) -> tuple:
-    """``(M, N, K)`` of the MMA tile for ``dtype``'s real type (MmaShape in ks_tensor_core.cuh)."""
-    return {numpy.dtype(numpy.float16): (16, 8, 16), numpy.dtype(numpy.float32): (16, 8, 8),
-            numpy.dtype(numpy.float64): (16, 8, 8)}[_real(dtype)]
+    """``(M, N, K)`` of the MMA tile for ``dtype``'s real type (MmaShape in ks_tensor_core.cuh):
+    16 x 8 x 16 for the 16-bit dtypes, 16 x 8 x 8 for the others."""
+    return (16, 8, 16) if arrays.is_half(dtype) else (16, 8, 8)
 
 
 def supports(dtype, precision: str = "default") -> bool:
@@ -224,11 +221,11 @@ class MmaConfig:
 def _warp_tile(dtype) -> tuple:
     """A warp's piece ``(rows, columns)``: 32 to 64 accumulator registers per lane (float32
     in the group order takes 64 columns for long batches: heuristic_config)."""
-    dtype = numpy.dtype(dtype)
-    return {numpy.dtype(numpy.float16): (64, 32),
-            numpy.dtype(numpy.float32): (64, 32), numpy.dtype(numpy.float64): (32, 32),
+    if arrays.is_half(dtype):
+        return 64, 32
+    return {numpy.dtype(numpy.float32): (64, 32), numpy.dtype(numpy.float64): (32, 32),
             numpy.dtype(numpy.complex64): (32, 32),
-            numpy.dtype(numpy.complex128): (16, 32)}[dtype]
+            numpy.dtype(numpy.complex128): (16, 32)}[numpy.dtype(dtype)]
 
 
 #: The shortest batch that heuristic_config treats as long for float32: group-order tiles
@@ -291,7 +288,7 @@ def heuristic_config(problem: Problem) -> MmaConfig:
     # SM hide their latency better than 8. Two blocks per SM for tall tiles, or in the group
     # order four float64 groups per block (four complex128 groups leave room for only two
     # stages). Not for row tiles below 64: capped at 128 registers they spill.
-    dmma = _real(dtype).itemsize == 8
+    dmma = numpy.dtype(dtype) in (numpy.float64, numpy.complex128)
     if problem.access == "bsl":
         order, slots = ORDER_BATCH, 1
     elif d == 1:

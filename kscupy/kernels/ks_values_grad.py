@@ -4,11 +4,11 @@ Per group ``g = i*d + j`` the batch sum ``dW_g = G_g X_gᴴ`` (``G_g``: the grou
 rows of the product's gradient, ``X_g``: its ``c`` rows of the operand), a GEMM whose
 reduction runs over the batch. A block owns a ``bm × bn`` tile of one group's ``b × c``
 gradient and reduces it over one split of the batch; where the groups' tiles alone would
-leave the GPU idle, the batch is split (:func:`splits`) and the splits' slices are added
-afterwards (deterministic, unlike atomic adds). Operands are read where they lie:
-batch-size-last rows along the batch, batch-size-first rows along the features when
-``d == 1`` (batch-size-first operands with ``d > 1`` are transposed first, as the cuBLAS
-path does).
+leave the GPU idle, the batch is split (:func:`splits`) and the last block of each tile
+adds the splits' slices in order (one launch, deterministic, unlike atomic adds). Operands
+are read where they lie: batch-size-last rows along the batch, batch-size-first rows along
+the features when ``d == 1`` (batch-size-first operands with ``d > 1`` are transposed
+first, as the cuBLAS path does). The gradient comes out in the values' canonical order.
 
 Precision: float32 and complex64 in 3xTF32 (float32-grade), float64 and complex128 in DMMA,
 float16 with float32 sums, returned in float32 (the caller rounds once).
@@ -19,7 +19,7 @@ import functools
 
 import numpy
 
-from ..core import device as devices
+from ..core import arrays, device as devices
 from . import nvrtc
 from .ks_mma import ORDER_BATCH, ORDER_INGROUP, MmaConfig, copy_vector
 
@@ -40,12 +40,16 @@ _INT32_MAX = 2**31 - 1
 
 @functools.lru_cache(maxsize=None)
 def config(dtype, layout: str) -> MmaConfig:
-    """The tile of ``dtype`` in ``layout``: 64 × 64 outputs per block on four warps of
-    32 × 32, chunks of 128 bytes of batch columns, three stages. As ks_mma's tiles: G is its
-    W (stored K-major in bsl, M-major in bsf) and X its X (the in-group order's K-major
-    tile in bsl, the batch order's N-major one in bsf)."""
+    """The tile of ``dtype`` in ``layout``: chunks of 128 bytes of batch columns, three
+    stages; 64 × 64 outputs per block on four warps of 32 × 32, or for the 16-bit dtypes
+    128 × 128 on eight warps of 64 × 32 (64 × 64 tiles ran float16 at a fifth of cuBLAS's
+    rate on an H100; larger ones reuse each chunk more, not yet measured). As ks_mma's tiles: G is its W (stored K-major in bsl, M-major in bsf) and X its
+    X (the in-group order's K-major tile in bsl, the batch order's N-major one in bsf)."""
     itemsize = numpy.dtype(dtype).itemsize
     order = ORDER_INGROUP if layout == "bsl" else ORDER_BATCH
+    if arrays.is_half(dtype):
+        return MmaConfig(slots=1, bm=128, bn=128, bk=128 // itemsize, wm=2, wn=4, stages=3,
+                         order=order)
     return MmaConfig(slots=1, bm=64, bn=64, bk=128 // itemsize, wm=2, wn=2, stages=3,
                      order=order)
 
@@ -88,12 +92,14 @@ def splits(pattern, B: int, dtype, layout: str, sms: int) -> tuple:
 
 
 def values_gradient(G, X, pattern, layout: str, sms: int | None = None):
-    """The ``(a, d, b, c)`` blocks ``dW_g = G_g X_gᴴ`` for CuPy operands of one dtype:
-    ``X`` ``(N, B)`` and ``G`` ``(M, B)`` in ``"bsl"``, ``(B, N)`` and ``(B, M)`` in
-    ``"bsf"``. float16 operands give float32 sums. None where the kernel does not apply: a
-    device without tensor cores (:attr:`DeviceFacts.tensor_cores`) or sizes beyond its 32-bit
-    indices (the caller then takes cuBLAS's path). ``sms``: the multiprocessors the batch
-    split plans for (default: the current device's)."""
+    """The gradient blocks ``dW[i, k, l, j]`` (the canonical ``(a, b, c, d)`` order of the
+    values) of ``dW_g = G_g X_gᴴ`` for CuPy operands of one dtype: ``X`` ``(N, B)`` and ``G``
+    ``(M, B)`` in ``"bsl"``, ``(B, N)`` and ``(B, M)`` in ``"bsf"``. float16 operands give
+    float32 sums. None where the kernel does not apply: a device without tensor cores
+    (:attr:`DeviceFacts.tensor_cores`) or sizes beyond its 32-bit indices (the caller then
+    takes cuBLAS's path). ``sms``: the multiprocessors the batch split plans for (default:
+    the current device's). The launch for operands like these is prepared once
+    (:func:`_plan`) and kept for the process."""
     import cupy
     from . import transpose
     facts = devices.current()
@@ -103,43 +109,87 @@ def values_gradient(G, X, pattern, layout: str, sms: int | None = None):
         raise TypeError(f"values_gradient takes G and X of one dtype, got {G.dtype} and "
                         f"{X.dtype}")
     a, b, c, d = pattern
-    dtype = X.dtype
-    out_dtype = numpy.dtype(numpy.float32) if dtype == numpy.float16 else dtype
     B = X.shape[1] if layout == "bsl" else X.shape[0]
     if B == 0:
-        return cupy.zeros((a, d, b, c), out_dtype)
+        return cupy.zeros(pattern, _gradient_dtype(X.dtype))
     if layout == "bsf" and d > 1:
         return values_gradient(transpose.transpose(G), transpose.transpose(X), pattern, "bsl",
                                sms)
-    cfg = config(dtype, layout)
-    tiles = -(-b // cfg.bm) * -(-c // cfg.bn)
-    if max(b, c) > _INT32_MAX // 2 or a * d * tiles > _INT32_MAX:
-        return None
     # the copies run along the batch in bsl, along the features in bsf: that axis contiguous
-    isz, contiguous = dtype.itemsize, 1 if layout == "bsl" else 0
+    isz, contiguous = X.dtype.itemsize, 1 if layout == "bsl" else 0
     if X.strides[contiguous] != isz or any(s % isz for s in X.strides):
         X = cupy.ascontiguousarray(X)
     if G.strides[contiguous] != isz or any(s % isz for s in G.strides):
         G = cupy.ascontiguousarray(G)
-    sx, sg = (s // isz for s in X.strides), (s // isz for s in G.strides)
-    if layout == "bsl":
-        (sx_f, sx_b), (sg_f, sg_b) = sx, sg
-    else:
-        (sx_b, sx_f), (sg_b, sg_f) = sx, sg
-    count, span = splits(pattern, B, dtype, layout, facts.sms if sms is None else sms)
-    addresses = (G.data.ptr // isz, X.data.ptr // isz) \
-        if G.data.ptr % isz == 0 and X.data.ptr % isz == 0 else (1,)
+    run = _plan(tuple(pattern), layout, X.dtype, G.shape, G.strides, X.shape, X.strides,
+                G.data.ptr & 15, X.data.ptr & 15, facts.sms if sms is None else sms,
+                cupy.cuda.runtime.getDevice())
+    return None if run is None else run(G, X)
+
+
+def _gradient_dtype(dtype) -> numpy.dtype:
+    """The gradient's dtype for operands of ``dtype``: float32 sums for the 16-bit dtypes."""
+    return numpy.dtype(numpy.float32) if arrays.is_half(dtype) else numpy.dtype(dtype)
+
+
+class _Run:
+    """``run(G, X) -> dW`` for operands like those :func:`_plan` was given: allocates the
+    gradient (and, with several splits, the slices and the tiles' arrival counters, zeroed)
+    and launches on the current stream."""
+    __slots__ = ("launch", "shape", "dtype", "work_bytes", "counter_bytes")
+
+    def __init__(self, launch, shape, dtype, work_bytes, counter_bytes):
+        self.launch, self.shape, self.dtype = launch, shape, dtype
+        self.work_bytes, self.counter_bytes = work_bytes, counter_bytes
+
+    def __call__(self, G, X):
+        import cupy
+        dW = cupy.ndarray(self.shape, self.dtype)
+        if not self.work_bytes:
+            self.launch.with_pointers(G.data.ptr, X.data.ptr, dW.data.ptr, 0, 0)
+            return dW
+        scratch = cupy.ndarray((self.work_bytes + self.counter_bytes,), numpy.uint8)
+        work = scratch.data.ptr
+        cupy.cuda.runtime.memsetAsync(work + self.work_bytes, 0, self.counter_bytes,
+                                      cupy.cuda.get_current_stream().ptr)
+        self.launch.with_pointers(G.data.ptr, X.data.ptr, dW.data.ptr, work,
+                                  work + self.work_bytes)
+        return dW
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(pattern, layout, dtype, g_shape, g_strides, x_shape, x_strides, g_align, x_align,
+          sms, device_id):
+    """The :class:`_Run` for operands of these shapes, strides (bytes; the contiguous axis
+    checked by the caller), dtype and addresses modulo 16 bytes, on device ``device_id``
+    planning for ``sms`` multiprocessors; None beyond the kernel's 32-bit indices."""
+    from .launcher import Launcher
+    a, b, c, d = pattern
+    cfg = config(dtype, layout)
+    tiles_k, tiles_l = -(-b // cfg.bm), -(-c // cfg.bn)
+    blocks = a * d * tiles_k * tiles_l
+    if max(b, c) > _INT32_MAX // 2 or blocks > _INT32_MAX:
+        return None
+    isz = dtype.itemsize
+    B = x_shape[1] if layout == "bsl" else x_shape[0]
+    (sx_f, sx_b), (sg_f, sg_b) = ((s // isz for s in x_strides), (s // isz for s in g_strides))
+    if layout == "bsf":
+        sx_f, sx_b, sg_f, sg_b = sx_b, sx_f, sg_b, sg_f
+    count, span = splits(pattern, B, dtype, layout, sms)
+    # a copy's first element: its offset from an aligned address, in elements (or, off
+    # the elements' own alignment, one that forbids vectors)
+    addresses = (g_align // isz, x_align // isz) if (g_align | x_align) % isz == 0 else (1,)
     if layout == "bsl":     # a vector along the batch: rows, the split and the batch agree
         vector = copy_vector(isz, True, sg_f, sx_f, span, B, *addresses)
     else:                   # along the features: rows of b and c, and both batch strides
         vector = copy_vector(isz, True, b, c, sg_b, sx_b, *addresses)
     smem = smem_bytes(dtype, layout)
-    fn = nvrtc.function("ks_values_grad.cu", name(dtype, layout, vector), smem,
-                        cupy.cuda.Device().id)
-    dW = cupy.empty((count, a, d, b, c), out_dtype)
+    fn = nvrtc.function("ks_values_grad.cu", name(dtype, layout, vector), smem, device_id)
     i32, i64 = numpy.int32, numpy.int64
-    fn((a * d * tiles, count), (cfg.threads,),
-       (G, X, dW, i32(a), i32(b), i32(c), i32(d), i64(B), i64(span), i64(sg_f), i64(sg_b),
-        i64(sx_f), i64(sx_b), i32(-(-b // cfg.bm)), i32(-(-c // cfg.bn))),
-       shared_mem=smem)
-    return dW[0] if count == 1 else dW.sum(axis=0)
+    launch = Launcher(fn, (blocks, count), (cfg.threads,), smem,
+                      (i32(a), i32(b), i32(c), i32(d), i64(B), i64(span), i64(sg_f),
+                       i64(sg_b), i64(sx_f), i64(sx_b), i32(tiles_k), i32(tiles_l)),
+                      pointers=5)
+    out_dtype = _gradient_dtype(dtype)
+    work_bytes = blocks * count * cfg.bm * cfg.bn * out_dtype.itemsize if count > 1 else 0
+    return _Run(launch, pattern, out_dtype, work_bytes, 4 * blocks if count > 1 else 0)

@@ -36,10 +36,12 @@ class Launcher:
     here), None (a null pointer: an optional table the kernel does without) and NumPy
     scalars of the kernel's parameter types (int32, int64, uint64, float32, float64);
     ``keep``: objects that own memory the kernel reads by addresses held inside those
-    arrays, kept alive as long as the launch.
+    arrays, kept alive as long as the launch. ``pointers``: how many pointer arguments come
+    first (two, ``X`` and ``Y``, unless more are asked for: :meth:`with_pointers` then
+    launches).
     """
 
-    def __init__(self, fn, grid, block, smem, arguments, keep=()):
+    def __init__(self, fn, grid, block, smem, arguments, keep=(), pointers=2):
         import cupy
         self._cupy = cupy
         self._current_stream = cupy.cuda.get_current_stream
@@ -50,14 +52,15 @@ class Launcher:
         self._block = tuple(block) + (1,) * (3 - len(block))
         self._smem = int(smem)
         self._x, self._y = ctypes.c_void_p(), ctypes.c_void_p()
-        self._cells = [self._x, self._y] + [self._cell(a) for a in arguments]
+        self._more = [ctypes.c_void_p() for _ in range(pointers - 2)]
+        self._cells = [self._x, self._y] + self._more + [self._cell(a) for a in arguments]
         # the arrays passed by address, and what holds memory the kernel reads by an address
         # inside them (a segment's factors and tables, whose addresses its meta table holds)
         self._kept = [a for a in arguments if isinstance(a, cupy.ndarray)] + list(keep)
         self._addresses = (ctypes.c_void_p * len(self._cells))(
             *(ctypes.addressof(cell) for cell in self._cells))
         self._parameters = ctypes.addressof(self._addresses)
-        self._lock = threading.Lock()     # the two pointer cells are shared by all threads
+        self._lock = threading.Lock()     # the pointer cells are shared by all threads
 
     @property
     def grid(self) -> tuple:
@@ -81,6 +84,20 @@ class Launcher:
         bind_context(self._device)
         with self._lock:
             self._x.value, self._y.value = x_ptr, y_ptr
+            self._launch_kernel(self._function, gx, gy, gz, bx, by, bz, self._smem, stream,
+                                self._parameters, 0)
+
+
+    def with_pointers(self, x_ptr: int, y_ptr: int, *more: int):
+        """Launch with all ``pointers`` pointer arguments (``__call__`` sets the first two
+        only, the common case, at less host time)."""
+        (gx, gy, gz), (bx, by, bz) = self._grid, self._block
+        stream = self._current_stream().ptr
+        bind_context(self._device)
+        with self._lock:
+            self._x.value, self._y.value = x_ptr, y_ptr
+            for cell, pointer in zip(self._more, more):
+                cell.value = pointer
             self._launch_kernel(self._function, gx, gy, gz, bx, by, bz, self._smem, stream,
                                 self._parameters, 0)
 

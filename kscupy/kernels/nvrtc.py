@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy
 
+from ..core import arrays
+
 __all__ = ["source_dir", "scalar_name", "function", "compile_ahead", "kernels_loaded",
            "StillCompiling",
            "unless_compiled", "waiting", "finish_background_compiles", "compiles_finished"]
@@ -50,6 +52,8 @@ _SCALAR = {numpy.dtype(numpy.float16): "ks::float16", numpy.dtype(numpy.float32)
            numpy.dtype(numpy.float64): "double",
            numpy.dtype(numpy.complex64): "ks::cplx<float>",
            numpy.dtype(numpy.complex128): "ks::cplx<double>"}
+if arrays.BFLOAT16 is not None:
+    _SCALAR[arrays.BFLOAT16] = "ks::bfloat16"
 
 
 def source_dir() -> Path:

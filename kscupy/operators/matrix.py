@@ -125,7 +125,7 @@ class KSMatrix(KSOperator):
         def draw():
             return (rng.random(tuple(pattern), dtype=real) * 2 - 1) * real(scale)
 
-        values = draw() if dtype.kind == "f" else draw() + 1j * draw()
+        values = draw() + 1j * draw() if dtype.kind == "c" else draw()
         return cls(values.astype(dtype, copy=False), xp=xp)
 
     @classmethod
@@ -279,11 +279,11 @@ class KSMatrix(KSOperator):
 
     def tocsr(self):
         """The matrix in CSR format (``scipy.sparse`` or ``cupyx.scipy.sparse``). SciPy has
-        no float16 sparse matrices: TypeError for float16 (``K.astype(numpy.float32)``
-        first)."""
-        if self.dtype == numpy.float16:
-            raise TypeError("scipy.sparse and cupyx have no float16 CSR matrices: convert "
-                            "first, K.astype(numpy.float32).tocsr()")
+        no 16-bit sparse matrices: TypeError for float16 and bfloat16
+        (``K.astype(numpy.float32)`` first)."""
+        if arrays.is_half(self.dtype):
+            raise TypeError(f"scipy.sparse and cupyx have no {self.dtype} CSR matrices: "
+                            f"convert first, K.astype(numpy.float32).tocsr()")
         return reference.tocsr(self._factor.blocks, self._xp)
 
     def __repr__(self) -> str:

@@ -136,7 +136,7 @@ def factorize(D, patterns) -> KSChain:
 
     Parameters
     ----------
-    D : numpy.ndarray or cupy.ndarray of shape ``(M, N)`` with finite entries, dtype float16,
+    D : numpy.ndarray or cupy.ndarray of shape ``(M, N)`` with finite entries, dtype float16 (or bfloat16),
         float32, float64, complex64 or complex128 (the factors get the same dtype and array
         module; a float16 ``D`` is factorized in float32, as LAPACK has no float16, and the
         factors are rounded to float16).
@@ -196,7 +196,7 @@ def factorize(D, patterns) -> KSChain:
     if not bool(xp.isfinite(D).all()):
         raise ValueError("factorize needs a matrix of finite entries; D holds NaN or infinity")
     dtype = D.dtype
-    if dtype == numpy.float16:          # the SVDs run in float32 (LAPACK has no float16)
+    if arrays.is_half(dtype):           # the SVDs run in float32 (LAPACK has no 16-bit)
         D = D.astype(numpy.float32)
     W = _project(D, suffixes[0])
     values = []

@@ -51,17 +51,12 @@ def values_oracle(pattern, X, G, layout):
     return dw
 
 
-def as_canonical(dW):
-    """(a, d, b, c) -> (a, b, c, d), the oracle's order."""
-    return cupy.asnumpy(dW).transpose(0, 2, 3, 1)
-
-
 def check(dW, pattern, X, G, layout, dtype, what):
-    a, b, c, d = pattern
-    assert dW.shape == (a, d, b, c), what
+    """``dW`` in the values' canonical order ``(a, b, c, d)`` against the oracle."""
+    assert dW.shape == tuple(pattern), what
     expected = numpy.float32 if numpy.dtype(dtype) == numpy.float16 else dtype
     assert dW.dtype == expected, what
-    assert rel_err(as_canonical(dW), values_oracle(pattern, X, G, layout)) < tolerance(dtype), what
+    assert rel_err(dW, values_oracle(pattern, X, G, layout)) < tolerance(dtype), what
 
 
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
@@ -109,13 +104,29 @@ def test_strided_and_misaligned_operands(poisoned, rng, dtype, layout):
         check(dW, pattern, Xv, Gv, layout, dtype, what)
 
 
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_splits_add_up_in_one_order_and_launches_are_kept(rng, layout):
+    """With many splits the last block of each tile adds the slices in split order: the
+    same operands give the same bits every time. A second call reuses the prepared launch."""
+    pattern = (1, 96, 96, 1)
+    X, G = operands(rng, pattern, 20000, layout, numpy.float32)
+    count, _ = ks_values_grad.splits(pattern, 20000, X.dtype, layout, 1000)
+    assert count > 8
+    first = ks_values_grad.values_gradient(G, X, pattern, layout, sms=1000)
+    hits = ks_values_grad._plan.cache_info().hits
+    for _ in range(5):
+        assert (ks_values_grad.values_gradient(G, X, pattern, layout, sms=1000) == first).all()
+    assert ks_values_grad._plan.cache_info().hits == hits + 5
+    check(first, pattern, X, G, layout, numpy.float32, "splits")
+
+
 def test_non_finite_values_reach_the_gradient(rng):
     """A NaN and an infinity in X reach exactly the values they touch (3xTF32 splits keep
     them), and nothing else."""
     pattern = (1, 64, 64, 1)
     X, G = operands(rng, pattern, 256, "bsl", numpy.float32)
     X[3, 17], X[5, 40] = numpy.nan, numpy.inf
-    dW = cupy.asnumpy(ks_values_grad.values_gradient(G, X, pattern, "bsl"))[0, 0]
+    dW = cupy.asnumpy(ks_values_grad.values_gradient(G, X, pattern, "bsl"))[0, :, :, 0]
     assert numpy.isnan(dW[:, 3]).all() and not numpy.isfinite(dW[:, 5]).any()
     others = numpy.delete(dW, [3, 5], axis=1)
     assert numpy.isfinite(others).all()
@@ -137,5 +148,5 @@ def test_the_cublas_path_against_the_definition(poisoned, rng, dtype, layout):
     for pattern in PATTERNS:
         for B in (1, 127, 5000):
             X, G = operands(rng, pattern, B, layout, dtype)
-            dW = gemm.values_gradient(G, X, pattern, layout, sms=132)
-            check(dW, pattern, X, G, layout, dtype, (pattern, B))
+            dW = gemm.values_gradient(G, X, pattern, layout, sms=132)     # (a, d, b, c)
+            check(dW.transpose(0, 2, 3, 1), pattern, X, G, layout, dtype, (pattern, B))

@@ -22,7 +22,8 @@ of one: every algorithm runs matrix-vector code), ``"bsl"`` or ``"bsf"``. The te
 ``transpose_memory``            ``(N, B)``
 ==============================  ==========================================================
 
-float16 is priced as float32 (every CPU backend computes it through float32). The
+float16 and bfloat16 are priced as float32 (every CPU backend computes them through
+float32). The
 constants are data (``cpu.json``, :mod:`.constants`), fitted by
 ``benchmarks/fit_cpu_costs.py`` to best-of-N times of every algorithm on the machine that
 file names.
@@ -33,6 +34,7 @@ import math
 
 import numpy
 
+from ...core import arrays
 from ...core.problem import Problem
 from . import constants
 
@@ -59,7 +61,7 @@ def cpu_terms(problem: Problem, algorithm: str) -> dict:
     M, N = problem.pattern.shape
     B, groups, nnz = problem.batch, a * d, problem.pattern.nnz
     single = numpy.dtype(numpy.float32)
-    dtype = single if problem.dtype == numpy.float16 else numpy.dtype(problem.dtype)
+    dtype = single if arrays.is_half(problem.dtype) else numpy.dtype(problem.dtype)
     size = dtype.itemsize * B * (M + N)
     low, high = constants.cpu()["memory_log2"]
     beyond_cache = min(1.0, max(0.0, (math.log2(size) - low) / (high - low)))

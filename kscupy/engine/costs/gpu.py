@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy
 
+from ...core import arrays
 from ...core.device import DeviceFacts
 from ...core.problem import Problem
 from ...kernels.ks_mma import ORDER_NAMES
@@ -58,7 +59,7 @@ def tensor_peak(dtype, device: DeviceFacts) -> float:
     dtype = numpy.dtype(dtype)
     if dtype in (numpy.float64, numpy.complex128):
         return 2 * device.flops64
-    if dtype == numpy.float16:
+    if arrays.is_half(dtype):
         return _constants(device).half_tensor_ratio * device.flops32
     return device.flops32
 
@@ -98,10 +99,11 @@ def kernel_seconds(problem: Problem, device: DeviceFacts, chunk: int) -> float:
 def _dtype_suffix(dtype) -> str:
     """The model keys' suffix for a dtype whose tensor-core efficiency differs from
     float32's: ``_dmma`` for the FP64 tensor cores (float64, complex128), ``_hmma`` for
-    float16, ``_complex`` for complex64."""
+    float16 and bfloat16 (priced alike: the same MMA shape and rate), ``_complex`` for
+    complex64."""
     dtype = numpy.dtype(dtype)
     return ("_dmma" if dtype in (numpy.float64, numpy.complex128)
-            else "_hmma" if dtype == numpy.float16
+            else "_hmma" if arrays.is_half(dtype)
             else "_complex" if dtype == numpy.complex64 else "")
 
 

@@ -152,6 +152,9 @@ class _Torch(Baselines):
     def dense_graph(self, D, X, layout):
         return torch_dense_graph(D, X, layout)
 
+    def tensor(self, X):
+        return torch.from_dlpack(X) if torch_available() else None
+
     def tf32_gemm_flops(self):
         """The rate of an 8192^3 GEMM with TF32 allowed (the TF32 rows' ceiling)."""
         if not torch_available():

@@ -3,6 +3,7 @@ import pytest
 
 from conftest import GPU_REASON, gpu_available
 from kscupy.bench import cli, interop
+from kscupy.bench.baselines import Baselines
 
 
 def _row(B, layout, auto, dense, eager):
@@ -59,6 +60,16 @@ def test_bfloat16_rows_are_summarized_as_the_engine_suite_does():
     assert summary["B=1|bsl"]["patterns"] == 1
 
 
+def test_the_bfloat16_summary_names_auto_on_framework_arrays():
+    rows = [_bf16_row("bsl", 1.0, 2.0), _bf16_row("bsl", 1.0, 3.0)]
+    rows[0]["seconds"]["auto_torch"], rows[1]["seconds"]["auto_torch"] = 1.0, 4.0
+    entry = interop.summarize(rows)[f"bfloat16|default|bsl|B={interop.BF16_BATCH}"]
+    assert entry["auto_median"] == pytest.approx(2.5)
+    assert entry["auto_torch_median"] == pytest.approx((2.0 + 0.75) / 2)
+    assert entry["auto_torch_min"] == pytest.approx(0.75)
+    assert entry["auto_torch_below_0.95"] == 1
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
 def test_a_bfloat16_row_matches_the_oracle(layout):
@@ -72,4 +83,26 @@ def test_a_bfloat16_row_matches_the_oracle(layout):
                            ceilings, batch=600, suite="bf16")
     assert row["suite"] == "bf16" and {"auto", "base_dense"} <= set(row["seconds"])
     assert "base_cupy_bmm" not in row["seconds"]       # CuPy's batched matmul lacks bfloat16
+
+
+class _ArraysAsTensors(Baselines):
+    """A framework whose arrays are CuPy's own: the ``auto_<name>`` column without PyTorch."""
+    name = "same"
+
+    def tensor(self, X):
+        return X
+
+
+@pytest.mark.gpu
+def test_auto_is_timed_on_a_frameworks_arrays_where_asked():
+    pytest.importorskip("ml_dtypes", reason="bfloat16 needs ml_dtypes")
+    if not gpu_available():
+        pytest.skip(GPU_REASON)
+    from kscupy.bench import engine
+    args = cli.parser().parse_args(["--suite", "interop"])
+    ceilings = {"bandwidth": 3e12, "sgemm": 5e13, "dgemm": 5e13, "hgemm": 7e14}
+    row = engine.bench_row((2, 48, 96, 4), "bsl", "bfloat16", "default", "default", args,
+                           ceilings, batch=600, suite="bf16", baselines=_ArraysAsTensors(),
+                           framework_operands=True)
+    assert row["relerr"]["auto_same"] < 1e-2 and row["seconds"]["auto_same"] > 0
     assert all(err < 1e-2 for err in row["relerr"].values()), row["relerr"]

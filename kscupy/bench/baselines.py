@@ -21,8 +21,10 @@ class Baselines:
     BMM by the framework's own backward; ``dense_graph(D, X, layout)``: ``(replay, out)``,
     the dense product of the operand ``X`` captured in the framework's CUDA graph (a
     matrix-vector product where ``X`` holds one vector), ``replay()`` launching it on the
-    legacy default stream and ``out`` its result; ``release()``: hand cached memory back
-    between rows. ``name`` and ``version`` go in the results file."""
+    legacy default stream and ``out`` its result; ``tensor(X)``: the framework's array
+    sharing the CuPy operand ``X`` through DLPack, for timing kscupy on the arrays a
+    framework's user holds; ``release()``: hand cached memory back between rows. ``name``
+    and ``version`` go in the results file."""
     name = None
     version = None
 
@@ -39,6 +41,9 @@ class Baselines:
         return None
 
     def dense_graph(self, D, X, layout):
+        return None
+
+    def tensor(self, X):
         return None
 
     def release(self):

@@ -201,17 +201,23 @@ def time_methods(row, methods, inputs, ref, layout, timer):
 
 def bench_row(pattern, layout, dtype, precision, sample, args, ceilings, *, batch=None,
               timer=events_and_call_seconds, suite="patterns", extra_methods=(),
-              baselines=NONE):
+              baselines=NONE, framework_operands=False):
     """One row: every method of ``precision`` (and the kscupy backends ``extra_methods``) on
     one pattern and layout, its relative error against the float64 oracle and its time.
     ``batch`` defaults to :data:`BATCH` of the dtype; ``timer(fn, inputs)`` returns
     ``{field: seconds}``, each field a dict of the row keyed by method (default:
-    :func:`events_and_call_seconds`). ``baselines``: those beyond CuPy's."""
+    :func:`events_and_call_seconds`). ``baselines``: those beyond CuPy's;
+    ``framework_operands``: time ``auto`` on their framework's arrays too (method
+    ``auto_<name>``, e.g. ``auto_torch``: ``K @ tensor`` through DLPack, a tensor back)."""
     B = BATCH[dtype] if batch is None else batch
     K, inputs = operands(pattern, layout, dtype, B)
     methods = {m: (lambda m: lambda x: K.matmul(x, layout=layout, backend=m))(m)
                for m in KSCUPY[precision] + tuple(extra_methods)
                + (KSCUPY_BSF if layout == "bsf" and precision == "default" else ())}
+    if framework_operands and baselines.tensor(inputs[0]) is not None:
+        tensors = {id(x): baselines.tensor(x) for x in inputs}      # made before timing
+        methods[f"{LEAD[precision]}_{baselines.name}"] = \
+            lambda x: K.matmul(tensors[id(x)], layout=layout, backend=LEAD[precision])
     methods.update(baseline_methods(K, layout, precision, B, args, baselines))
     ref = oracle(K, inputs[0], layout)
     row = {"suite": suite, "sample": sample, "pattern": list(pattern), "layout": layout,
@@ -357,6 +363,13 @@ def summarize(rows):
         for method in KSCUPY[precision][1:]:    # the methods auto chooses among, as timed
             if all(method in r["seconds"] for r in rs):
                 entry[f"{method}_median"] = float(numpy.median([speedup(r, method) for r in rs]))
+        for method in sorted({m for r in rs for m in r["seconds"]
+                              if m.startswith(lead + "_") and m not in KSCUPY[precision]}):
+            # the lead on a framework's arrays (bench_row's framework_operands)
+            ratios = numpy.array([speedup(r, method) for r in rs if method in r["seconds"]])
+            entry.update({f"{method}_median": float(numpy.median(ratios)),
+                          f"{method}_min": float(ratios.min()),
+                          f"{method}_below_0.95": int((ratios < 0.95).sum())})
         if precision == "default":
             if all("kernel" in r["seconds"] for r in rs):
                 entry["kernel_floor_fraction"] = float(numpy.median(

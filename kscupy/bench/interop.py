@@ -21,9 +21,11 @@ dense matrix. ``errors``: the products that could not be captured, and why.
 Rows ``{"suite": "bf16", ...}`` (where ``ml_dtypes`` gives CuPy bfloat16): the engine
 suite's rows (:func:`.engine.bench_row`, its schema and baselines) in bfloat16 at
 B = :data:`BF16_BATCH`, both layouts, over the same patterns: every kscupy method and
-``auto`` against CuPy's and ``baselines``' BMM (PyTorch's ``torch.bmm`` in bfloat16 under
-``benchmarks/bench_suite.py``) and the dense product, all in bfloat16. The file then holds
-the ceilings the floors are priced with (bfloat16 at float16's tensor-core rate).
+``auto`` against ``baselines``' BMM (PyTorch's ``torch.bmm`` in bfloat16 under
+``benchmarks/bench_suite.py``; CuPy's batched matmul has no bfloat16) and the dense
+product, all in bfloat16; with ``baselines`` that have a framework, ``auto`` on its arrays
+too (``auto_torch``: ``K @ tensor`` for a PyTorch tensor, through DLPack). The file then
+holds the ceilings the floors are priced with (bfloat16 at float16's tensor-core rate).
 """
 from __future__ import annotations
 
@@ -170,6 +172,7 @@ def main(args, baselines=NONE):
         for pattern, layout in progress(cases, desc="bfloat16"):
             result["rows"].append(engine.bench_row(
                 pattern, layout, "bfloat16", "default", "default", args, ceilings,
-                batch=BF16_BATCH, suite="bf16", baselines=baselines))
+                batch=BF16_BATCH, suite="bf16", baselines=baselines,
+                framework_operands=True))
             out.write_text(json.dumps(result))
     engine.finish(result, out, time.time() - t0, summarize)

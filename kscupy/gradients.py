@@ -180,7 +180,9 @@ def _values_gradient(K, X, G, layout):
         dW = _blocks_gradient(G, X, tuple(K.pattern), layout, xp)
         if dW.dtype.kind == "c" and dtype.kind != "c":
             dW = dW.real
-        return xp.ascontiguousarray(dW).astype(dtype, copy=False)
+        # one pass where a copy is needed: reordered from cuBLAS's (a, d, b, c) and rounded
+        # from float32 sums for the 16-bit dtypes
+        return dW.astype(dtype, order="C", copy=False)
 
 
 def _blocks_gradient(G, X, pattern, layout, xp):

@@ -180,8 +180,8 @@ def _values_gradient(K, X, G, layout):
         dW = _blocks_gradient(G, X, tuple(K.pattern), layout, xp)
         if dW.dtype.kind == "c" and dtype.kind != "c":
             dW = dW.real
-        # one pass where a copy is needed: reordered from cuBLAS's (a, d, b, c) and rounded
-        # from float32 sums for the 16-bit dtypes
+        # one pass where a copy is needed: reordered from cuBLAS's (a, d, b, c) order (none
+        # where d = 1), or rounded from the kernel's float32 sums of the 16-bit dtypes
         return dW.astype(dtype, order="C", copy=False)
 
 

@@ -305,7 +305,7 @@ def _gradient_oracle(G, X, pattern, layout):
 def test_values_gradient_matches_the_definition(gemm, dtype, layout):
     """The cuBLAS calls of the values' gradient (a or d the longer, d = 1 and d > 1 in bsf)
     on operands in place, padded, in Fortran order, every other row and unaligned; float16
-    comes back summed in float32."""
+    comes back in float16, summed in float32."""
     rng = numpy.random.default_rng(4)
     tol = 2e-3 if dtype == numpy.float16 else 1e-5
     for pattern, B in itertools.product(PATTERNS, [1, 3, 7]):
@@ -317,7 +317,7 @@ def test_values_gradient_matches_the_definition(gemm, dtype, layout):
             dW = gemm.values_gradient(G, X, pattern, layout, sms=1)
             ref = _gradient_oracle(G, X, pattern, layout)
             assert dW.shape == (a, d, b, c)
-            assert dW.dtype == (numpy.float32 if dtype == numpy.float16 else dtype)
+            assert dW.dtype == dtype
             err = numpy.abs(dW - ref).max() / max(1.0, numpy.abs(ref).max())
             assert err < tol, (pattern, B, g_kind, x_kind, err)
 
@@ -368,6 +368,22 @@ def test_values_gradient_in_batch_chunks(gemm, recorded, monkeypatch):
         ref = _gradient_oracle(G, X, pattern, layout)
         assert numpy.abs(dW - ref).max() / max(1.0, numpy.abs(ref).max()) < 1e-5, \
             (dtype, layout, pattern)
+
+
+def test_float16_chunks_are_added_in_float32_then_rounded(gemm, monkeypatch):
+    """Where a 16-bit batch is cut into chunks (not by default), their sums are added in
+    float32 and the gradient comes back in float16, close to the float64 oracle."""
+    monkeypatch.setattr(gemm, "SPLIT_MIN_CHUNK", 2)
+    monkeypatch.setattr(gemm, "SPLIT_ALIGN", 1)
+    monkeypatch.setattr(gemm, "SPLIT_NEVER", ())
+    rng = numpy.random.default_rng(7)
+    pattern, B = (2, 3, 4, 2), 7
+    G = host(_random(rng, (2 * 3 * 2, B), numpy.float16))
+    X = host(_random(rng, (2 * 4 * 2, B), numpy.float16))
+    dW = gemm.values_gradient(G, X, pattern, "bsl", sms=100)
+    ref = _gradient_oracle(G, X, pattern, "bsl")
+    assert dW.dtype == numpy.float16
+    assert numpy.abs(dW - ref).max() / max(1.0, numpy.abs(ref).max()) < 2e-3
 
 
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])

@@ -343,8 +343,10 @@ def values_gradient(G, X, pattern, layout, sms=None):
     by cuBLAS's strided-batched GEMM on the operands where they lie (the module docstring
     gives the calls), the batch cut into chunks where the groups alone would leave the
     GPU's ``sms`` multiprocessors idle (:func:`batch_chunks`; default: the current
-    device's). float16 operands give float32 sums. None where cuBLAS cannot address them
-    (a leading dimension or batch beyond 2^31 - 1)."""
+    device's). Returned in the operands' dtype: the 16-bit dtypes summed in float32 and
+    rounded once (by cuBLAS where the batch is one chunk, after adding the chunks' float32
+    sums where not). None where cuBLAS cannot address them (a leading dimension or batch
+    beyond 2^31 - 1)."""
     import cupy
     from cupy_backends.cuda.libs import cublas
     from . import transpose
@@ -353,10 +355,9 @@ def values_gradient(G, X, pattern, layout, sms=None):
                         f"{X.dtype}")
     a, b, c, d = pattern
     dtype = X.dtype
-    out_dtype = numpy.dtype(numpy.float32) if arrays.is_half(dtype) else dtype
     B = X.shape[1] if layout == "bsl" else X.shape[0]
     if B == 0:
-        return cupy.zeros((a, d, b, c), out_dtype)
+        return cupy.zeros((a, d, b, c), dtype)
     if B > _INT32_MAX:
         return None
     if layout == "bsf" and d > 1:
@@ -386,13 +387,17 @@ def values_gradient(G, X, pattern, layout, sms=None):
     if max(lds) > _INT32_MAX:
         return None
     # the batch in chunks: k columns from column n0, each chunk's sums at slice s
-    isz, osz = dtype.itemsize, out_dtype.itemsize
+    isz = dtype.itemsize
     chunks = batch_chunks(pattern, B, sms if sms is not None else _sms(), dtype)
     # chunks start SPLIT_ALIGN bytes apart in bsl: cuBLAS's tensor-core and vectorised
     # kernels need aligned operands, and fall back to far slower ones otherwise
     align = max(1, SPLIT_ALIGN // isz) if layout == "bsl" else 1
     step = _ceil_div(_ceil_div(B, chunks), align) * align
     spans = [(n0, min(step, B - n0)) for n0 in range(0, B, step)]
+    # chunks' partial sums of the 16-bit dtypes are kept in float32 until added
+    out_dtype = numpy.dtype(numpy.float32) if arrays.is_half(dtype) and len(spans) > 1 \
+        else dtype
+    osz = out_dtype.itemsize
     data, compute, scalar = _types(dtype, "default")
     out_data = _types(out_dtype, "default")[0]
     one, zero = _host_scalars(scalar)
@@ -429,7 +434,7 @@ def values_gradient(G, X, pattern, layout, sms=None):
                              g + n0 * batch_stride[1] * isz, w + s * slice_size * osz, calls,
                              layout == "bsl", isz, osz)
     _cublas_runner()(run_calls)
-    dW = dW[0] if len(spans) == 1 else dW.sum(axis=0)
+    dW = dW[0] if len(spans) == 1 else dW.sum(axis=0).astype(dtype, copy=False)
     return dW if layout == "bsl" else dW.transpose(0, 1, 3, 2)
 
 

@@ -23,6 +23,7 @@ The plans here are built without pricing; :mod:`.planner` chooses among priced o
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy
@@ -302,7 +303,14 @@ def direct_plan(target) -> ChainPlan:
 
 
 def direct_seconds(factors, batch: int, dtype, layout: str, device: DeviceFacts) -> float:
-    """The model's time for ``factors`` one by one on the direct kernel."""
-    return sum(gpu_costs.direct_seconds(step_problem(f.pattern, f.transposed, batch, dtype,
+    """The model's time for ``factors`` one by one on the direct kernel (priced once per
+    shapes, batch, dtype, layout and device: every first product of an operator asks)."""
+    return _direct_seconds(tuple((f.pattern, f.transposed) for f in factors), batch,
+                           numpy.dtype(dtype), layout, device)
+
+
+@functools.lru_cache(maxsize=256)
+def _direct_seconds(shapes, batch, dtype, layout, device):
+    return sum(gpu_costs.direct_seconds(step_problem(pattern, transposed, batch, dtype,
                                                      layout), device)
-               for f in factors)
+               for pattern, transposed in shapes)

@@ -10,22 +10,14 @@ import cProfile
 import pickle
 import pstats
 import sys
-import time
 
 import cupy
 import numpy
 
 import kscupy as ks
+from kscupy.bench.scale import synchronised_seconds
 
 COPIES = 20
-
-
-def _synchronised(fn):
-    cupy.cuda.get_current_stream().synchronize()
-    t0 = time.perf_counter()
-    fn()
-    cupy.cuda.get_current_stream().synchronize()
-    return time.perf_counter() - t0
 
 
 def main(kind="butterfly", rows="50000"):
@@ -36,10 +28,10 @@ def main(kind="butterfly", rows="50000"):
     X = cupy.random.default_rng(0).standard_normal((int(rows), 1024), dtype=numpy.float32)
     X = X.astype(dtype)
     op.matmul(X, layout="bsf")
-    warm = numpy.median([_synchronised(lambda: op.matmul(X, layout="bsf")) for _ in range(20)])
+    warm = numpy.median([synchronised_seconds(lambda: op.matmul(X, layout="bsf")) for _ in range(20)])
     pickled = pickle.dumps(op)
     twins = [pickle.loads(pickled) for _ in range(COPIES)]
-    first = [_synchronised(lambda: twin.matmul(X, layout="bsf")) for twin in twins[:5]]
+    first = [synchronised_seconds(lambda: twin.matmul(X, layout="bsf")) for twin in twins[:5]]
     print(f"{kind}: warm {warm * 1e3:.3f} ms, first products {[round(t * 1e3, 3) for t in first]} ms")
     profile = cProfile.Profile()
     for twin in twins[5:]:

@@ -62,7 +62,9 @@ def add_arguments(parser):
                        help="stream counts the pinned batch is streamed with (default 2,3,4)")
 
 
-def _synchronised_seconds(fn):
+def synchronised_seconds(fn):
+    """Seconds of one call of ``fn()`` between two synchronisations of the current stream
+    (a latency: host time included)."""
     cupy.cuda.get_current_stream().synchronize()
     t0 = time.perf_counter()
     fn()
@@ -78,12 +80,12 @@ def fresh_copy_row(name, rows):
     rng = cupy.random.default_rng(0)
     X = rng.standard_normal((rows, op.shape[1]), dtype=numpy.float32).astype(dtype)
     op.matmul(X, layout="bsf")                       # compiles, plans: the process is warm
-    warm = [_synchronised_seconds(lambda: op.matmul(X, layout="bsf")) for _ in range(WARM)]
+    warm = [synchronised_seconds(lambda: op.matmul(X, layout="bsf")) for _ in range(WARM)]
     pickled = pickle.dumps(op)
     first = []
     for _ in range(COPIES):
         twin = pickle.loads(pickled)
-        first.append(_synchronised_seconds(lambda: twin.matmul(X, layout="bsf")))
+        first.append(synchronised_seconds(lambda: twin.matmul(X, layout="bsf")))
     return {"suite": "fresh_copy", "operator": name, "dtype": numpy.dtype(dtype).name,
             "rows": rows, "first_s": float(numpy.median(first)),
             "warm_s": float(numpy.median(warm)), "first_all_s": first}
@@ -108,7 +110,7 @@ def copy_bandwidths():
             stream.synchronize()
 
     def median(fn):
-        return host_in.nbytes / float(numpy.median([_synchronised_seconds(fn)
+        return host_in.nbytes / float(numpy.median([synchronised_seconds(fn)
                                                     for _ in range(5)]))
     return {"h2d": median(lambda: device_in.set(host_in)),
             "d2h": median(lambda: device_out.get(out=host_out)),

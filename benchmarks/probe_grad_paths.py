@@ -6,6 +6,8 @@ with ``cupyx.profiler.benchmark`` (host time per call, GPU time per call, median
 - ``values_grad``: the public path (checks, cuBLAS, reorder and rounding);
 - ``cublas``: ``gemm.values_gradient`` alone, its batch unchunked (the 16-bit default);
 - ``cublas_chunked``: the same with the batch cut into chunks as float32's is;
+- ``cublas_diagonal``: in batch-size-first with ``d > 1``, each ``i``'s whole product and
+  its diagonal blocks (``gemm.values_gradient_diagonal``), no transposes;
 - ``kernel``: the tensor-core kernel (``ks_values_grad``).
 
 A row whose host time exceeds its GPU time is host-bound: back-to-back calls then run at the
@@ -35,10 +37,13 @@ def _paths(pattern, layout):
             return gemm.values_gradient(G, X, pattern, layout)
         finally:
             gemm.SPLIT_NEVER = kept
-    return {"cublas": lambda K, X, G: gemm.values_gradient(G, X, pattern, layout),
-            "cublas_chunked": lambda K, X, G: chunked(G, X),
-            "kernel": lambda K, X, G: ks_values_grad.values_gradient(G, X, pattern, layout),
-            "values_grad": lambda K, X, G: ks.values_grad(K, X, G, layout=layout)}
+    paths = {"cublas": lambda K, X, G: gemm.values_gradient(G, X, pattern, layout),
+             "cublas_chunked": lambda K, X, G: chunked(G, X),
+             "kernel": lambda K, X, G: ks_values_grad.values_gradient(G, X, pattern, layout),
+             "values_grad": lambda K, X, G: ks.values_grad(K, X, G, layout=layout)}
+    if layout == "bsf" and pattern[3] > 1:
+        paths["cublas_diagonal"] = lambda K, X, G: gemm.values_gradient_diagonal(G, X, pattern)
+    return paths
 
 
 def main(out, dtype="float16"):

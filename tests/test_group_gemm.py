@@ -322,6 +322,25 @@ def test_values_gradient_matches_the_definition(gemm, dtype, layout):
             assert err < tol, (pattern, B, g_kind, x_kind, err)
 
 
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64, numpy.float16,
+                                   numpy.complex128])
+def test_values_gradient_diagonal_matches_the_definition(gemm, dtype):
+    """Batch-size-first gradients from each i's whole product and its diagonal blocks, on
+    the operand kinds of the group products, in the operands' dtype."""
+    rng = numpy.random.default_rng(9)
+    tol = 2e-3 if dtype == numpy.float16 else 1e-5
+    for pattern, B in itertools.product(PATTERNS, [1, 3, 7]):
+        a, b, c, d = pattern
+        Gs = _operands(rng, (B, a * b * d), dtype)
+        Xs = _operands(rng, (B, a * c * d), dtype)
+        for (g_kind, G), (x_kind, X) in zip(Gs.items(), reversed(list(Xs.items()))):
+            dW = gemm.values_gradient_diagonal(G, X, pattern)
+            ref = _gradient_oracle(G, X, pattern, "bsf")
+            assert dW.shape == (a, d, b, c) and dW.dtype == dtype
+            err = numpy.abs(dW - ref).max() / max(1.0, numpy.abs(ref).max())
+            assert err < tol, (pattern, B, g_kind, x_kind, err)
+
+
 def test_values_gradient_of_an_empty_batch_is_zero(gemm):
     G, X = host(numpy.ones((6, 0), numpy.float32)), host(numpy.ones((8, 0), numpy.float32))
     dW = gemm.values_gradient(G, X, (2, 3, 4, 1), "bsl", sms=1)

@@ -46,16 +46,23 @@ on ``G_ij`` and ``X_ij`` addressed as the group products address ``Y_ij`` and ``
   ``G_i`` at column ``i*b`` with leading dimension ``sG``. ``dW_i = G_i X_iᴴ``:
   ``gemm(N, C, m=b, n=c, k=B, G_i ld sG, X_i ld sX, dW_i ld b)``, one call batched over
   ``i``; ``dW_i`` comes out column-major and is transposed with the (small) result.
-* bsf with ``d > 1``: ``G`` and ``X`` are transposed to bsl first.
+* bsf with ``d > 1``: ``G`` and ``X`` are transposed to bsl first; or, by
+  :func:`values_gradient_diagonal`, the ``d`` groups of one ``i`` are computed together:
+  ``G``'s ``b*d`` columns of that ``i`` are the column-major ``b*d × B`` matrix ``G_i`` at
+  column ``i*b*d`` (leading dimension ``sG``), likewise ``X_i``, and ``F_i = G_i X_iᴴ``
+  (``b*d × c*d``: ``gemm(N, C, m=b*d, n=c*d, k=B, G_i ld sG, X_i ld sX, F_i ld b*d)``, one
+  call batched over ``i``) holds ``dW_ij`` at rows ``k*d + j`` and columns ``l*d + j``:
+  its ``d`` diagonal blocks, taken as a strided view. ``d`` times the products, no pass
+  over the operands.
 
 Few groups of small blocks give cuBLAS few output tiles, and its float32 GEMMs then leave
 most SMs idle: the batch is cut into chunks (:func:`batch_chunks`), the
 calls are made once per chunk (``k`` its length, ``A`` and ``B`` moved to its first
 column) into a slice of a workspace each, and the slices are added.
 
-(``op = T`` in place of ``C`` for real dtypes.) float16 operands are summed and returned
-in float32 (cuBLAS writes a float32 ``C`` from float16 ``A`` and ``B``), for the caller
-to round once.
+(``op = T`` in place of ``C`` for real dtypes.) The 16-bit dtypes are summed in float32:
+cuBLAS rounds its float32 sums once into the gradient, or the chunks' float32 sums are
+added and then rounded.
 
 The blocks are read where they are stored: ``tiles`` ``(a, d, b0, c0)`` row-major is, per
 group, the column-major ``c0 × b0`` matrix ``V`` (leading dimension ``c0``). The operator's
@@ -72,7 +79,7 @@ import numpy
 from ..core import arrays
 from ..core.arrays import PRECISIONS, runs_at
 
-__all__ = ["prepare", "prepare_groups", "values_gradient"]
+__all__ = ["prepare", "prepare_groups", "values_gradient", "values_gradient_diagonal"]
 
 _INT32_MAX = 2**31 - 1
 
@@ -436,6 +443,47 @@ def values_gradient(G, X, pattern, layout, sms=None):
     _cublas_runner()(run_calls)
     dW = dW[0] if len(spans) == 1 else dW.sum(axis=0).astype(dtype, copy=False)
     return dW if layout == "bsl" else dW.transpose(0, 1, 3, 2)
+
+
+def values_gradient_diagonal(G, X, pattern):
+    """:func:`values_gradient` in batch-size-first with ``d > 1`` without transposing ``G``
+    and ``X``: for each ``i`` the product of all its columns of ``G`` and ``X`` (``d``
+    times the products of the groups), one strided-batched call over ``i``, of which the
+    ``(a, d, b, c)`` blocks are a strided view. Pays where transposing the operands costs
+    more than the products added (:func:`kscupy.gradients` decides). None where cuBLAS
+    cannot address the operands."""
+    import cupy
+    from cupy_backends.cuda.libs import cublas
+    if G.dtype != X.dtype:
+        raise TypeError(f"values_gradient takes G and X of one dtype, got {G.dtype} and "
+                        f"{X.dtype}")
+    a, b, c, d = pattern
+    dtype = X.dtype
+    B = X.shape[0]
+    if B == 0:
+        return cupy.zeros((a, d, b, c), dtype)
+    if _row_stride(X) is None:
+        X = X.copy(order="C")
+    if _row_stride(G) is None:
+        G = G.copy(order="C")
+    sX, sG = _row_stride(X), _row_stride(G)
+    if max(B, sX, sG) > _INT32_MAX:
+        return None
+    m, n = b * d, c * d
+    F = cupy.ndarray((a, n, m), dtype)           # F[i] column-major m x n: F_i(r, s) at [i, s, r]
+    data, compute, scalar = _types(dtype, "default")
+    one, zero = _host_scalars(scalar)
+    op_x = cublas.CUBLAS_OP_C if dtype.kind == "c" else cublas.CUBLAS_OP_T
+    gemm = (cublas.CUBLAS_OP_N, op_x, m, n, one.ctypes.data, sG, sX, m, zero.ctypes.data,
+            data, data, compute, _algo(dtype))
+    # A = G_i at element i*m, B = X_i at i*n, F_i at i*m*n (x_first=False: G is A)
+    calls = [((0, 0, 0), (n, m, m * n), a)]
+    _cublas_runner()(lambda handle, blas: _strided_batched(
+        blas, handle, gemm, B, X.data.ptr, G.data.ptr, F.data.ptr, calls, False,
+        dtype.itemsize, dtype.itemsize))
+    # F[i, l*d + j', k*d + j]: the groups are j' = j
+    blocks = F.reshape(a, c, d, b, d).diagonal(axis1=2, axis2=4)     # (a, c, b, d): [i, l, k, j]
+    return blocks.transpose(0, 3, 2, 1)                                # (a, d, b, c)
 
 
 def _sms() -> int:

@@ -153,3 +153,14 @@ def test_the_cublas_path_against_the_definition(poisoned, rng, dtype, layout):
             dW = gemm.values_gradient(G, X, pattern, layout, sms=132)     # (a, d, b, c)
             check(dW.transpose(0, 2, 3, 1), pattern, X, G, layout, dtype, (pattern, B),
                   rounded=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
+def test_the_diagonal_blocks_path_against_the_definition(poisoned, rng, dtype):
+    """cuBLAS's batch-size-first path with d > 1 that multiplies each i's columns whole."""
+    for pattern in [p for p in PATTERNS if p[3] > 1]:
+        for B in (1, 127, 5000):
+            X, G = operands(rng, pattern, B, "bsf", dtype)
+            dW = gemm.values_gradient_diagonal(G, X, pattern)                 # (a, d, b, c)
+            check(dW.transpose(0, 2, 3, 1), pattern, X, G, "bsf", dtype, (pattern, B),
+                  rounded=True)

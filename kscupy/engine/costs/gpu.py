@@ -28,7 +28,8 @@ from . import constants
 __all__ = ["kernel_seconds", "bmm_seconds", "group_gemm_variant", "gemm_peak", "tensor_peak",
            "dense_seconds", "mma_kernel_seconds", "mma_batch_last_seconds", "skinny_seconds",
            "direct_seconds", "segment_seconds", "pair_seconds", "rows_seconds",
-           "gather_seconds", "transpose_seconds", "launch_seconds", "single_constants"]
+           "gather_seconds", "transpose_seconds", "launch_seconds", "single_constants",
+           "bsf_gradient_seconds"]
 
 
 def _constants(device: DeviceFacts) -> constants.GpuConstants:
@@ -235,6 +236,24 @@ def bmm_seconds(problem: Problem, device: DeviceFacts, precision: str = "default
     if problem.batch > 1 and problem.batch_contiguous != (problem.layout == "bsl"):
         seconds += transpose_seconds(N, problem.batch, isz, device)
     return seconds
+
+
+def bsf_gradient_seconds(pattern, batch: int, dtype, device: DeviceFacts) -> dict:
+    """cuBLAS's values' gradient in batch-size-first with ``d > 1`` (``kernels/gemm.py``),
+    both ways: ``"transposed"``, ``X`` and ``G`` transposed and the groups' products, and
+    ``"diagonal"``, each ``i``'s whole product (``d`` times the arithmetic, no pass over
+    the operands); each the slower of its arithmetic at cuBLAS's rate and reading the
+    operands, the first plus its transposes."""
+    a, b, c, d = pattern
+    dtype = numpy.dtype(dtype)
+    isz = dtype.itemsize
+    flops = _flops_per_mac(dtype) * a * b * c * d * batch
+    rate = gemm_peak(dtype, "default", device)
+    read = isz * batch * a * d * (b + c) / device.bandwidth
+    transposes = (transpose_seconds(a * c * d, batch, isz, device)
+                  + transpose_seconds(a * b * d, batch, isz, device))
+    return {"transposed": transposes + max(flops / rate, read),
+            "diagonal": max(d * flops / rate, read)}
 
 
 def dense_seconds(problem: Problem, device: DeviceFacts, kept: bool,

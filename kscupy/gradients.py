@@ -16,39 +16,24 @@ the factors right to left with the intermediates of the forward pass (kept, or r
 where they would not fit).
 
 On CuPy the reduction over the batch runs on the tensor cores, output-stationary on the
-values, on ``G`` and ``X`` where they lie
-(:func:`kscupy.kernels.ks_values_grad.values_gradient`; batch-size-first operands with
-``d > 1`` are transposed first); for the 16-bit dtypes (:data:`CUBLAS_DTYPES`) and on GPUs
-without tensor cores through cuBLAS's strided-batched GEMM
-(:func:`kscupy.kernels.gemm.values_gradient`; in batch-size-first with ``d > 1`` either
-after transposing the operands or, where the cost model prices it lower, from each ``i``'s
-whole product, :func:`kscupy.kernels.gemm.values_gradient_diagonal`); on NumPy a transpose of each, then one
-batched product (:func:`kscupy.core.reference.blocks_gradient`). The 16-bit dtypes are
-reduced in float32 and rounded once.
+values, on ``G`` and ``X`` where they lie, or on cuBLAS's batched GEMMs: the fastest way
+for the shape, timed at its first gradient (:mod:`kscupy.engine.gradient_paths`); on NumPy
+a transpose of each, then one batched product (:func:`kscupy.core.reference.blocks_gradient`).
+The 16-bit dtypes are reduced in float32 and rounded once.
 """
 from __future__ import annotations
 
 import numpy
 
 from .core import arrays, foreign, memory, reference
-from .core import device as devices
-from .engine.costs import gpu as gpu_costs
 from .core.shuffle import inverse_permutation
-from .kernels import gemm, ks_values_grad
+from .engine import gradient_paths
 from .operators.base import KSOperator, check_layout
 from .operators.chain import KSChain
 from .operators.matrix import KSMatrix
 
 __all__ = ["values_grad", "vjp", "by_factor"]
 
-#: dtypes whose values' gradient runs on cuBLAS even where the tensor-core kernel could:
-#: float16, where cuBLAS's tensor-op GEMM (its tiles far larger than the kernel's 64 x 64)
-#: was faster on every pattern of the gradients suite (benchmarks/results/gradients.json),
-#: and bfloat16, which runs float16's code.
-CUBLAS_DTYPES = ("float16", "bfloat16")
-#: The most memory (bytes) the whole per-``i`` products of a batch-size-first gradient
-#: may take (:func:`_by_diagonal_blocks`); beyond it the operands are transposed.
-DIAGONAL_MAX_BYTES = 256 * 2**20
 #: Intermediates of a chain's forward pass are kept while they take at most this fraction
 #: of the memory available; beyond it each is recomputed from X when the backward pass
 #: needs it (a product per factor and step: quadratic in the chain's length).
@@ -193,34 +178,16 @@ def _values_gradient(K, X, G, layout):
 
 
 def _blocks_gradient(G, X, pattern, layout, xp):
-    """The batch sums ``G_g X_gᴴ`` as an ``(a, b, c, d)`` array (perhaps a view): on the
-    GPU the tensor-core kernel, returned in that order, else cuBLAS's (whose
-    ``(a, d, b, c)`` blocks are viewed in it); on NumPy the reference."""
+    """The batch sums ``G_g X_gᴴ`` as an ``(a, b, c, d)`` array (perhaps a view): on the GPU
+    the way :mod:`kscupy.engine.gradient_paths` chooses; on NumPy (or where no GPU way
+    applies) the reference."""
     if xp is not numpy:
-        if X.dtype.name not in CUBLAS_DTYPES:
-            dW = ks_values_grad.values_gradient(G, X, pattern, layout)
-            if dW is not None:
-                return dW
-        dW = (gemm.values_gradient_diagonal(G, X, pattern)
-              if layout == "bsf" and _by_diagonal_blocks(pattern, X.shape[0], X.dtype)
-              else gemm.values_gradient(G, X, pattern, layout))
+        dW = gradient_paths.blocks_gradient(G, X, pattern, layout)
         if dW is not None:
-            return dW.transpose(0, 2, 3, 1)
+            return dW
     if arrays.is_half(X.dtype):       # NumPy, or beyond what cuBLAS addresses
         X, G = X.astype(numpy.float32), G.astype(numpy.float32)   # reduced in float32
     return reference.blocks_gradient(G, X, pattern, layout, xp).transpose(0, 2, 3, 1)
-
-
-def _by_diagonal_blocks(pattern, batch, dtype) -> bool:
-    """Whether cuBLAS's batch-size-first gradient with ``d > 1`` runs from each ``i``'s
-    whole product (:func:`kscupy.kernels.gemm.values_gradient_diagonal`) rather than after
-    transposing ``X`` and ``G``: where the cost model prices it no dearer on this GPU and
-    its products take at most :data:`DIAGONAL_MAX_BYTES`."""
-    a, b, c, d = pattern
-    if d == 1 or a * b * c * d * d * numpy.dtype(dtype).itemsize > DIAGONAL_MAX_BYTES:
-        return False
-    seconds = gpu_costs.bsf_gradient_seconds(pattern, batch, dtype, devices.current())
-    return seconds["diagonal"] <= seconds["transposed"]
 
 
 def _gather(Z, perm, layout):

@@ -297,20 +297,3 @@ def test_gradcheck_steps_in_units_of_the_values_scale():
     assert ks.testing.gradcheck(K, eps=numpy.float32(1e-6), rtol=numpy.float32(1e-6), seed=0)
     with pytest.raises(ValueError, match="seed must be None or a non-negative integer"):
         ks.testing.gradcheck(K, seed=-1)
-
-
-def test_batch_size_first_gradients_multiply_whole_blocks_where_the_model_says():
-    from kscupy import gradients
-    from kscupy.core import device
-    from kscupy.engine.costs import gpu as gpu_costs
-    f16 = numpy.dtype(numpy.float16)
-    # narrow blocks, few groups: d times the products cost less than transposing X and G
-    assert gradients._by_diagonal_blocks((2, 128, 128, 4), 25088, f16)
-    # many groups of wide blocks: d times the products cost more, and their memory too
-    assert not gradients._by_diagonal_blocks((3, 512, 512, 16), 25088, f16)
-    assert not gradients._by_diagonal_blocks((2, 64, 64, 1), 25088, f16)        # no groups apart
-    wide = (1, 1024, 1024, 48)
-    assert 1024 * 1024 * 48 * 48 * 2 > gradients.DIAGONAL_MAX_BYTES
-    assert not gradients._by_diagonal_blocks(wide, 10, f16)
-    seconds = gpu_costs.bsf_gradient_seconds((2, 128, 128, 4), 25088, f16, device.H200)
-    assert 0 < seconds["diagonal"] < seconds["transposed"]

@@ -334,7 +334,7 @@ def close_call(tmp_path, monkeypatch):
     def gpu_seconds(runs, X):
         timings.append(tuple(runs))
         return [measured[run] for run in runs]
-    monkeypatch.setattr(single, "_pipeline_seconds", gpu_seconds)
+    monkeypatch.setattr(single, "pipeline_seconds", gpu_seconds)
 
     def prepare(problem):
         a, b, c, d = problem.pattern

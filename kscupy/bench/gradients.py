@@ -6,12 +6,13 @@ against what a user would otherwise run, on samples of the paper's grid.
 Rows have the engine suite's schema (:mod:`.engine`) with ``"suite": "values_grad"``: for
 ``Y = K @ X`` (bsl; ``X @ K.T`` in bsf) and an upstream gradient ``G`` of ``Y``'s shape, the
 time of ``dW`` (``seconds``, CUDA events around back-to-back calls) by ``values_grad`` (the
-public path), by ``kernel_values_grad`` and ``cublas_values_grad`` (the two it chooses
-between: the tensor-core kernel, and cuBLAS, which the 16-bit dtypes and GPUs without
-tensor cores take) and by the baselines: ``base_cupy_bmm`` (the paper's permutes of ``G`` and ``X``, then CuPy's
-batched product ``G_g X_g^H``), ``base_torch_bmm`` (PyTorch's autograd of the paper's BMM
-product, the backward to the weights only; ``benchmarks/bench_suite.py`` adds it) and
-``base_dense`` (cuBLAS's ``G X^H`` on the dense ``M x N``, then the support gathered), with
+public path, whose first call of a row times its ways and keeps the fastest:
+:mod:`kscupy.engine.gradient_paths`), by ``kernel_values_grad`` and ``cublas_values_grad``
+(two of those ways alone: the tensor-core kernel, and cuBLAS with batch-size-first
+operands transposed) and by the baselines: ``base_cupy_bmm`` (the paper's permutes of
+``G`` and ``X``, then CuPy's batched product ``G_g X_g^H``), ``base_torch_bmm``
+(PyTorch's autograd of the paper's BMM product, the backward to the weights only;
+``benchmarks/bench_suite.py`` adds it) and ``base_dense`` (cuBLAS's ``G X^H`` on the dense ``M x N``, then the support gathered), with
 each one's relative error against a float64 ``einsum`` of the definition over the whole
 batch. ``floor_s`` is the engine suite's (read ``X`` and ``G``, write the values).
 

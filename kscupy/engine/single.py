@@ -16,7 +16,7 @@ from ..core.problem import problem_of
 from . import cpu_choice, decide, registry
 from .tuner import tune
 
-__all__ = ["prepare"]
+__all__ = ["prepare", "pipeline_seconds"]
 
 _OTHER_LAYOUT = {"bsl": "bsf", "bsf": "bsl"}
 
@@ -75,7 +75,7 @@ def _prepare_auto(factor, X, layout, precision):
     runs = [_prepared(factor, X, layout, c) for c in rivals]   # both compiled, timed or not
     if decide.defer(problem):
         return runs[0]
-    seconds = _pipeline_seconds(runs, X)
+    seconds = pipeline_seconds(runs, X)
     return runs[decide.settle(problem, device, precision, rivals, seconds)]
 
 
@@ -89,7 +89,7 @@ CLOSE_CALL_ROUNDS = 2
 CLOSE_CALL_CALLS = 3
 
 
-def _pipeline_seconds(runs, X):
+def pipeline_seconds(runs, X):
     """The seconds per call of each prepared run on ``X`` as a pipeline sees them: CUDA
     events around calls made back to back on the current stream, so that a run's host
     time counts where it exceeds its GPU time (never under a CUDA graph capture, where

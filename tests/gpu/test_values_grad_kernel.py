@@ -18,6 +18,7 @@ if not gpu_available():
 
 import cupy  # noqa: E402
 from kscupy.core import device  # noqa: E402
+from kscupy.engine import gradient_paths  # noqa: E402
 from kscupy.kernels import gemm, ks_values_grad, nvrtc  # noqa: E402
 
 if not device.current().tensor_cores:
@@ -164,3 +165,18 @@ def test_the_diagonal_blocks_path_against_the_definition(poisoned, rng, dtype):
             dW = gemm.values_gradient_diagonal(G, X, pattern)                 # (a, d, b, c)
             check(dW.transpose(0, 2, 3, 1), pattern, X, G, "bsf", dtype, (pattern, B),
                   rounded=True)
+
+
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.float16, numpy.complex64],
+                         ids=lambda t: numpy.dtype(t).name)
+def test_a_long_batch_times_the_ways_and_keeps_a_right_one(poisoned, rng, dtype):
+    """The public path's first gradient of a shape times every way on its operands; that
+    gradient and the next, by the way kept, match the definition."""
+    gradient_paths.forget()
+    pattern = (2, 24, 40, 3)
+    for B in (gradient_paths.MEASURE_MIN_BATCH, gradient_paths.MEASURE_MIN_BATCH + 5):
+        X, G = operands(rng, pattern, B, "bsf", dtype)
+        dW = gradient_paths.blocks_gradient(G, X, pattern, "bsf")
+        assert gradient_paths.choice(G, X, pattern, "bsf") in gradient_paths.WAYS
+        assert rel_err(dW, values_oracle(pattern, X, G, "bsf")) < tolerance(dtype), B
+    gradient_paths.forget()

@@ -1,0 +1,98 @@
+"""Which way the values' gradient runs on the GPU (kscupy.engine.gradient_paths), on the CPU:
+the ways, CuPy's stream and the timing stood in for. The ways themselves are tested against
+the definition on the GPU (tests/gpu/test_values_grad_kernel.py) and on a cuBLAS stand-in
+(tests/test_group_gemm.py)."""
+import sys
+import types
+
+import numpy
+import pytest
+
+from kscupy.engine import gradient_paths as paths
+
+F16, F32 = numpy.dtype(numpy.float16), numpy.dtype(numpy.float32)
+
+
+class Operand:
+    """Shape, strides, dtype and device of a C-order CuPy array, without CuPy."""
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, numpy.dtype(dtype)
+        self.strides = (shape[1] * self.dtype.itemsize, self.dtype.itemsize)
+        self.device = types.SimpleNamespace(id=0)
+
+
+@pytest.fixture
+def world(monkeypatch):
+    """The ways answer their names (None where ``world.none`` holds them) and are counted;
+    timing gives ``world.seconds``; the stream captures where ``world.capturing``."""
+    w = types.SimpleNamespace(calls=[], timed=[], seconds={}, none=set(), capturing=False)
+
+    def run(way, G, X, pattern, layout):
+        w.calls.append(way)
+        return None if way in w.none else way
+
+    def timing(runs, X):
+        names = [r(None) for r in runs]
+        w.timed.append(names)
+        return [w.seconds[n] for n in names]
+    stream = types.SimpleNamespace(is_capturing=lambda: w.capturing)
+    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(get_current_stream=lambda: stream))
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setattr(paths, "_run", run)
+    monkeypatch.setattr(paths, "pipeline_seconds", timing)
+    paths.forget()
+    yield w
+    paths.forget()
+
+
+def bsf(pattern, B, dtype):
+    a, b, c, d = pattern
+    return Operand((B, a * b * d), dtype), Operand((B, a * c * d), dtype)
+
+
+def test_a_long_batch_times_the_ways_once_and_keeps_the_fastest(world):
+    pattern = (2, 16, 16, 4)
+    G, X = bsf(pattern, 4096, F32)
+    world.seconds = {"kernel": 3.0, "cublas": 2.0, "cublas_diagonal": 1.0}
+    assert paths.blocks_gradient(G, X, pattern, "bsf") == "cublas_diagonal"
+    assert world.timed == [["kernel", "cublas", "cublas_diagonal"]]
+    assert paths.choice(G, X, pattern, "bsf") == "cublas_diagonal"
+    world.calls.clear()
+    G2, X2 = bsf(pattern, 5000, F32)                     # the same power-of-two bucket
+    assert paths.blocks_gradient(G2, X2, pattern, "bsf") == "cublas_diagonal"
+    assert world.calls == ["cublas_diagonal"] and len(world.timed) == 1
+
+
+def test_short_batches_and_captures_keep_the_default(world):
+    pattern = (2, 16, 16, 4)
+    for B, capturing in ((64, False), (4096, True)):
+        world.capturing = capturing
+        assert paths.blocks_gradient(*bsf(pattern, B, F32), pattern, "bsf") == "kernel"
+        assert paths.blocks_gradient(*bsf(pattern, B, F16), pattern, "bsf") in \
+            ("cublas", "cublas_diagonal")
+    assert world.timed == []
+
+
+def test_ways_that_do_not_apply_are_not_timed_and_the_default_falls_through(world):
+    pattern = (2, 16, 16, 1)                           # d = 1: no diagonal way
+    world.none = {"kernel"}                            # e.g. sizes beyond its indices
+    world.seconds = {"cublas": 1.0}
+    G, X = bsf(pattern, 4096, F32)
+    assert paths.blocks_gradient(G, X, pattern, "bsf") == "cublas"
+    world.timed.clear()
+    G, X = bsf(pattern, 64, F32)                       # untimed: kernel first, then cuBLAS
+    assert paths.blocks_gradient(G, X, pattern, "bsf") == "cublas"
+    world.none = {"kernel", "cublas"}
+    assert paths.blocks_gradient(G, X, pattern, "bsf") is None
+
+
+def test_the_default_multiplies_whole_blocks_where_the_model_says():
+    # narrow blocks, few groups: d times the products cost less than transposing X and G
+    assert paths._default((2, 128, 128, 4), "bsf", F16, 25088)[0] == "cublas_diagonal"
+    # many groups of wide blocks: the products cost more (and their memory too)
+    assert paths._default((3, 512, 512, 16), "bsf", F16, 25088)[0] == "cublas"
+    assert paths._default((2, 64, 64, 1), "bsf", F16, 25088)[0] == "cublas"
+    assert paths._default((2, 128, 128, 4), "bsl", F16, 25088)[0] == "cublas"
+    assert paths._default((2, 128, 128, 4), "bsf", F32, 25088)[0] == "kernel"
+    assert 1024 * 1024 * 48 * 48 * 2 > paths.DIAGONAL_MAX_BYTES
+    assert not paths._applies("cublas_diagonal", (1, 1024, 1024, 48), "bsf", F16)

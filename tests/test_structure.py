@@ -90,6 +90,20 @@ def test_a_declared_structure_is_checked():
         ks.KSMatrix(values.real.copy(), structure=ks.DFTStage(-1))
 
 
+def test_the_check_holds_without_ml_dtypes(monkeypatch):
+    """Without the bfloat16 extra, float64 values are checked at float64's rounding (NumPy
+    reads ``dtype == None`` as float64: kscupy must not compare with the missing dtype)."""
+    from kscupy.core import arrays
+    monkeypatch.setattr(arrays, "BFLOAT16", None)
+    assert arrays.epsilon(numpy.complex128) == numpy.finfo(numpy.float64).eps
+    assert not arrays.is_bfloat16(numpy.float64)
+    values = ks.DFTStage(-1).values((2, 2, 2, 4))
+    off = values.copy()
+    off[1, 0, 1, 3] *= 1.02
+    with pytest.raises(ValueError, match="do not have the declared structure"):
+        ks.KSMatrix(off, structure=ks.DFTStage(-1))
+
+
 def test_a_write_is_checked_again():
     F = ks.dft(16, dtype=numpy.complex64)
     K = F.factors[1]

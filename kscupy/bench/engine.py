@@ -170,7 +170,7 @@ def baseline_methods(K, layout, precision, B, args, baselines=NONE):
     tf32 = precision == "tf32"
     suffix = "_tf32" if tf32 else ""
     methods = {}
-    if not tf32 and K.dtype != arrays.BFLOAT16:   # CuPy's batched matmul has no bfloat16
+    if not tf32 and not arrays.is_bfloat16(K.dtype):   # CuPy's batched matmul has none
         methods["base_cupy_bmm"] = lambda x: reference.bmm(blocks, x, layout, cupy)
     tb = baselines.bmm(blocks, layout, tf32=tf32)
     if tb is not None:

@@ -11,7 +11,7 @@ import numbers
 
 import numpy
 
-__all__ = ["operand_module", "plain_array_module", "check_operand_dtype", "is_refused_operand", "SUPPORTED_DTYPES", "HALF_DTYPES", "BFLOAT16", "is_half", "real_dtype", "epsilon", "PRECISIONS", "runs_at", "array_module", "cupy_or_none", "gpu_module", "check_dtype", "result_dtype",
+__all__ = ["operand_module", "plain_array_module", "check_operand_dtype", "is_refused_operand", "SUPPORTED_DTYPES", "HALF_DTYPES", "BFLOAT16", "is_bfloat16", "is_half", "real_dtype", "epsilon", "PRECISIONS", "runs_at", "array_module", "cupy_or_none", "gpu_module", "check_dtype", "result_dtype",
            "scalar_of", "numpy_copy", "device_of", "read_only", "frozen", "device_mover", "HOST_ELEMENTS",
            "on_host_if_small", "check_module"]
 
@@ -26,7 +26,8 @@ def _bfloat16():
 
 
 #: bfloat16 (PyTorch's and JAX's 16-bit float), or None without ``ml_dtypes``. NumPy files
-#: it under kind ``"V"``, not ``"f"``: test for it by identity.
+#: it under kind ``"V"``, not ``"f"``: test for it with :func:`is_bfloat16` (``dtype ==
+#: None`` is true of float64, NumPy's default dtype).
 BFLOAT16 = _bfloat16()
 #: The 16-bit dtypes: storage and result precision only. Their products accumulate in
 #: float32 and are rounded once (on the tensor cores, in cuBLAS, and on the CPU by
@@ -37,6 +38,11 @@ HALF_DTYPES = tuple(t for t in (numpy.dtype(numpy.float16), BFLOAT16) if t is no
 SUPPORTED_DTYPES = HALF_DTYPES + tuple(numpy.dtype(t) for t in
                                        (numpy.float32, numpy.float64, numpy.complex64,
                                         numpy.complex128))
+
+
+def is_bfloat16(dtype) -> bool:
+    """Whether ``dtype`` is bfloat16 (never where ``ml_dtypes`` is missing)."""
+    return BFLOAT16 is not None and numpy.dtype(dtype) == BFLOAT16
 
 
 def is_half(dtype) -> bool:
@@ -56,7 +62,7 @@ def real_dtype(dtype) -> numpy.dtype:
 def epsilon(dtype) -> float:
     """Machine epsilon of a float or complex ``dtype``, bfloat16 included (``2**-7``)."""
     dtype = real_dtype(dtype)
-    if dtype == BFLOAT16:
+    if is_bfloat16(dtype):
         return 2.0 ** -7
     return float(numpy.finfo(dtype).eps)
 
@@ -207,7 +213,7 @@ def check_operand_dtype(dtype, role="operand"):
     operands (or other arrays given as ``role``) are not converted behind the caller's
     back."""
     dtype = numpy.dtype(dtype)
-    if dtype.kind not in "fc" and dtype != BFLOAT16:
+    if dtype.kind not in "fc" and not is_bfloat16(dtype):
         names = ", ".join(str(t) for t in SUPPORTED_DTYPES)
         raise TypeError(f"{role} of dtype {dtype}: products take {names}; convert it first "
                         f"(e.g. X.astype(numpy.float32))")

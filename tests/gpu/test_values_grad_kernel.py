@@ -10,6 +10,7 @@ import numpy
 import pytest
 
 from conftest import DTYPES, gpu_available, random_array, rel_err
+from kscupy.core import arrays
 from test_gradients import tolerance
 
 pytestmark = pytest.mark.gpu
@@ -17,6 +18,16 @@ if not gpu_available():
     pytest.skip("needs CuPy and a CUDA device", allow_module_level=True)
 
 import cupy  # noqa: E402
+
+#: Every dtype, bfloat16 too where ml_dtypes gives it (the kernel's float16 code, bf16 MMAs).
+ALL_DTYPES = DTYPES + ([arrays.BFLOAT16] if arrays.BFLOAT16 is not None else [])
+HALF_DTYPES = list(arrays.HALF_DTYPES)
+
+
+def tol(dtype):
+    """bfloat16: a result rounded once to 8 significant bits, norm-wise, with room."""
+    return 5e-3 if arrays.is_bfloat16(dtype) else tolerance(dtype)
+
 from kscupy.core import device  # noqa: E402
 from kscupy.engine import gradient_paths  # noqa: E402
 from kscupy.kernels import gemm, ks_values_grad, nvrtc  # noqa: E402
@@ -56,14 +67,14 @@ def check(dW, pattern, X, G, layout, dtype, what, rounded=False):
     """``dW`` in the values' canonical order ``(a, b, c, d)`` against the oracle: float32
     sums for float16 operands (the kernel's), or rounded to float16 (``rounded``, cuBLAS's)."""
     assert dW.shape == tuple(pattern), what
-    half = numpy.dtype(dtype) == numpy.float16
+    half = arrays.is_half(dtype)
     expected = numpy.float32 if half and not rounded else dtype
     assert dW.dtype == expected, what
-    assert rel_err(dW, values_oracle(pattern, X, G, layout)) < tolerance(dtype), what
+    assert rel_err(dW, values_oracle(pattern, X, G, layout)) < tol(dtype), what
 
 
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda t: numpy.dtype(t).name)
 def test_the_kernel_against_the_definition(poisoned, rng, dtype, layout):
     for pattern in PATTERNS:
         for B in (1, 3, 127, 1000):
@@ -136,7 +147,7 @@ def test_non_finite_values_reach_the_gradient(rng):
 
 
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda t: numpy.dtype(t).name)
 def test_shared_memory_as_the_source_computes_it(dtype, layout):
     fn = nvrtc.function("ks_values_grad.cu", ks_values_grad.smem_probe_name(dtype, layout))
     out = cupy.zeros(1, cupy.int64)
@@ -145,7 +156,7 @@ def test_shared_memory_as_the_source_computes_it(dtype, layout):
 
 
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda t: numpy.dtype(t).name)
 def test_the_cublas_path_against_the_definition(poisoned, rng, dtype, layout):
     """cuBLAS's path, which GPUs without tensor cores and sizes beyond the kernel's take."""
     for pattern in PATTERNS:
@@ -156,7 +167,7 @@ def test_the_cublas_path_against_the_definition(poisoned, rng, dtype, layout):
                   rounded=True)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda t: numpy.dtype(t).name)
 def test_the_diagonal_blocks_path_against_the_definition(poisoned, rng, dtype):
     """cuBLAS's batch-size-first path with d > 1 that multiplies each i's columns whole."""
     for pattern in [p for p in PATTERNS if p[3] > 1]:
@@ -167,7 +178,7 @@ def test_the_diagonal_blocks_path_against_the_definition(poisoned, rng, dtype):
                   rounded=True)
 
 
-@pytest.mark.parametrize("dtype", [numpy.float32, numpy.float16, numpy.complex64],
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64] + HALF_DTYPES,
                          ids=lambda t: numpy.dtype(t).name)
 def test_a_long_batch_times_the_ways_and_keeps_a_right_one(poisoned, rng, dtype):
     """The public path's first gradient of a shape times every way on its operands; that
@@ -178,5 +189,5 @@ def test_a_long_batch_times_the_ways_and_keeps_a_right_one(poisoned, rng, dtype)
         X, G = operands(rng, pattern, B, "bsf", dtype)
         dW = gradient_paths.blocks_gradient(G, X, pattern, "bsf")
         assert gradient_paths.choice(G, X, pattern, "bsf") in gradient_paths.WAYS
-        assert rel_err(dW, values_oracle(pattern, X, G, "bsf")) < tolerance(dtype), B
+        assert rel_err(dW, values_oracle(pattern, X, G, "bsf")) < tol(dtype), B
     gradient_paths.forget()

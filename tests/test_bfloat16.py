@@ -1,7 +1,8 @@
 """bfloat16 values and operands (NumPy and CuPy hold them through ``ml_dtypes``): products
 in both layouts, chains, mixed dtypes, the values' gradient and the refusals, against float64
 oracles from the definition (the bfloat16 inputs widened exactly). Products sum in float32
-and round once: one bfloat16 rounding of the result, a relative error of at most 2^-8 per element."""
+and round once: one bfloat16 rounding of the result, a relative error of at most 2^-8 per
+element."""
 import numpy
 import pytest
 

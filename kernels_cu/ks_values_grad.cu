@@ -3,7 +3,7 @@
 // With ks_matmul.cu's index names (group g = i*d + j, output row k < b, reduction index
 // l < c, batch column n), rows(g)[k] = i*b*d + k*d + j and cols(g)[l] = i*c*d + l*d + j,
 // the gradient of a real loss with respect to the values is, per group, a batch sum:
-//   dW[s][g][k][l] = sum over n in split s of  G[rows(g)[k], n] * conj(X[cols(g)[l], n])
+//   dW[g][k][l] = sum over n of  G[rows(g)[k], n] * conj(X[cols(g)[l], n])
 // For one group this is a GEMM, dW_g (b x c) = G_g (b x B) X_g^H (B x c), whose reduction
 // runs over the batch: k is the MMA's M axis, l its N axis, n its K axis. It is
 // output-stationary: a block owns a BM x BN tile (rows k0.., columns l0..) of one group and
@@ -30,7 +30,7 @@
 // conj(G) X = conj(G X^H); the store conjugates back.
 //
 // Accuracy. float32 and complex64 multiply in 3xTF32 (ks_tensor_core.cuh), float64 in DMMA,
-// float16 exactly with float32 sums, written as float32 (the host rounds once). The tensor
+// float16 and bfloat16 exactly with float32 sums, written as float32 (the host rounds once). The tensor
 // cores truncate when they add to an accumulator, so over a reduction as long as a batch the
 // error would grow with its length: products go to partial sums of SUM_K batch columns,
 // added to the accumulators by rounding FP32 (FP64) adds, as in ks_mma.cu.
@@ -219,10 +219,13 @@ ks_values_grad(const T* __restrict__ G, const T* __restrict__ X,
     });
     return;
   }
-  // this split's slice, then the last block of the tile adds them all in split order
+  // this split's slice, then the last block of the tile adds them all in split order (the
+  // tile's places inside the block only: b or c below the tile's side leave the rest unused)
   Out* const slices = work + (long long)blockIdx.x * splits * (BM * BN);
+  const auto inside = [&](int at_k, int at_l) { return k0 + at_k < b && l0 + at_l < c; };
   each_accumulator<L>(lane, wm, wn, [&](int mt, int q, int r, int at_k, int at_l) {
-    slices[(long long)blockIdx.y * (BM * BN) + at_k * BN + at_l] = gradient(mt, q, r);
+    if (inside(at_k, at_l))
+      slices[(long long)blockIdx.y * (BM * BN) + at_k * BN + at_l] = gradient(mt, q, r);
   });
   __threadfence();     // the slice is visible to every block before this one counts itself
   __syncthreads();
@@ -232,6 +235,7 @@ ks_values_grad(const T* __restrict__ G, const T* __restrict__ X,
   if (!last) return;
   __threadfence();     // every other block's slice is read after its count
   each_accumulator<L>(lane, wm, wn, [&](int, int, int, int at_k, int at_l) {
+    if (!inside(at_k, at_l)) return;
     const Out* place = slices + at_k * BN + at_l;
     Out sum = load_from_l2(place);
     for (int s = 1; s < splits; ++s) sum = add(sum, load_from_l2(place + (long long)s * (BM * BN)));

@@ -164,30 +164,26 @@ def _operands(op, X, G, layout):
 
 
 def _values_gradient(K, X, G, layout):
-    """``dL/dw`` of one KSMatrix in canonical order ``(a, b, c, d)``, in the dtype of ``X``
-    (real where ``K``'s values are)."""
+    """``dL/dw`` of one KSMatrix in canonical order ``(a, b, c, d)``, C-contiguous, in the
+    dtype of ``X`` (real where ``K``'s values are)."""
     xp = K.xp
+    pattern = tuple(K.pattern)
     dtype = X.dtype if K.dtype.kind == "c" else arrays.real_dtype(X.dtype)
-    with arrays.device_of(X):
-        dW = _blocks_gradient(G, X, tuple(K.pattern), layout, xp)
+
+    def finish(dW):
+        # the real part where the values are real; one pass where a copy is needed:
+        # reordered from cuBLAS's (a, d, b, c) blocks, or rounded from float32 sums
         if dW.dtype.kind == "c" and dtype.kind != "c":
             dW = dW.real
-        # one pass where a copy is needed: reordered from cuBLAS's (a, d, b, c) order (none
-        # where d = 1), or rounded from the kernel's float32 sums of the 16-bit dtypes
         return dW.astype(dtype, order="C", copy=False)
-
-
-def _blocks_gradient(G, X, pattern, layout, xp):
-    """The batch sums ``G_g X_gᴴ`` as an ``(a, b, c, d)`` array (perhaps a view): on the GPU
-    the way :mod:`kscupy.engine.gradient_paths` chooses; on NumPy (or where no GPU way
-    applies) the reference."""
-    if xp is not numpy:
-        dW = gradient_paths.blocks_gradient(G, X, pattern, layout)
-        if dW is not None:
-            return dW
-    if arrays.is_half(X.dtype):       # NumPy, or beyond what cuBLAS addresses
-        X, G = X.astype(numpy.float32), G.astype(numpy.float32)   # reduced in float32
-    return reference.blocks_gradient(G, X, pattern, layout, xp).transpose(0, 2, 3, 1)
+    with arrays.device_of(X):
+        if xp is not numpy:
+            dW = gradient_paths.values_gradient(G, X, pattern, layout, finish)
+            if dW is not None:
+                return dW
+        if arrays.is_half(X.dtype):       # NumPy, or beyond what cuBLAS addresses
+            X, G = X.astype(numpy.float32), G.astype(numpy.float32)   # reduced in float32
+        return finish(reference.blocks_gradient(G, X, pattern, layout, xp).transpose(0, 2, 3, 1))
 
 
 def _gather(Z, perm, layout):

@@ -8,6 +8,7 @@ import types
 import numpy
 import pytest
 
+from kscupy.core import device
 from kscupy.engine import gradient_paths as paths
 
 F16, F32 = numpy.dtype(numpy.float16), numpy.dtype(numpy.float32)
@@ -19,6 +20,7 @@ class Operand:
         self.shape, self.dtype = shape, numpy.dtype(dtype)
         self.strides = (shape[1] * self.dtype.itemsize, self.dtype.itemsize)
         self.device = types.SimpleNamespace(id=0)
+        self.data = types.SimpleNamespace(ptr=256)
 
 
 @pytest.fixture
@@ -41,6 +43,7 @@ def world(monkeypatch):
     monkeypatch.setattr(paths, "_run", run)
     monkeypatch.setattr(paths, "pipeline_seconds", timing)
     paths.forget()
+    paths._ways.cache_clear()
     yield w
     paths.forget()
 
@@ -54,12 +57,12 @@ def test_a_long_batch_times_the_ways_once_and_keeps_the_fastest(world):
     pattern = (2, 16, 16, 4)
     G, X = bsf(pattern, 4096, F32)
     world.seconds = {"kernel": 3.0, "cublas": 2.0, "cublas_diagonal": 1.0}
-    assert paths.blocks_gradient(G, X, pattern, "bsf") == "cublas_diagonal"
+    assert paths.values_gradient(G, X, pattern, "bsf") == "cublas_diagonal"
     assert world.timed == [["kernel", "cublas", "cublas_diagonal"]]
     assert paths.choice(G, X, pattern, "bsf") == "cublas_diagonal"
     world.calls.clear()
     G2, X2 = bsf(pattern, 5000, F32)                     # the same power-of-two bucket
-    assert paths.blocks_gradient(G2, X2, pattern, "bsf") == "cublas_diagonal"
+    assert paths.values_gradient(G2, X2, pattern, "bsf") == "cublas_diagonal"
     assert world.calls == ["cublas_diagonal"] and len(world.timed) == 1
 
 
@@ -67,8 +70,8 @@ def test_short_batches_and_captures_keep_the_default(world):
     pattern = (2, 16, 16, 4)
     for B, capturing in ((64, False), (4096, True)):
         world.capturing = capturing
-        assert paths.blocks_gradient(*bsf(pattern, B, F32), pattern, "bsf") == "kernel"
-        assert paths.blocks_gradient(*bsf(pattern, B, F16), pattern, "bsf") in \
+        assert paths.values_gradient(*bsf(pattern, B, F32), pattern, "bsf") == "kernel"
+        assert paths.values_gradient(*bsf(pattern, B, F16), pattern, "bsf") in \
             ("cublas", "cublas_diagonal")
     assert world.timed == []
 
@@ -78,21 +81,43 @@ def test_ways_that_do_not_apply_are_not_timed_and_the_default_falls_through(worl
     world.none = {"kernel"}                            # e.g. sizes beyond its indices
     world.seconds = {"cublas": 1.0}
     G, X = bsf(pattern, 4096, F32)
-    assert paths.blocks_gradient(G, X, pattern, "bsf") == "cublas"
+    assert paths.values_gradient(G, X, pattern, "bsf") == "cublas"
     world.timed.clear()
     G, X = bsf(pattern, 64, F32)                       # untimed: kernel first, then cuBLAS
-    assert paths.blocks_gradient(G, X, pattern, "bsf") == "cublas"
+    assert paths.values_gradient(G, X, pattern, "bsf") == "cublas"
     world.none = {"kernel", "cublas"}
-    assert paths.blocks_gradient(G, X, pattern, "bsf") is None
+    assert paths.values_gradient(G, X, pattern, "bsf") is None
+
+
+def test_each_way_is_timed_with_the_callers_last_pass(world):
+    pattern = (2, 16, 16, 4)
+    world.seconds = {"kernel!": 3.0, "cublas!": 1.0, "cublas_diagonal!": 2.0}
+    G, X = bsf(pattern, 4096, F16)
+    assert paths.values_gradient(G, X, pattern, "bsf", lambda dW: dW + "!") == "cublas!"
+    assert world.timed == [["kernel!", "cublas!", "cublas_diagonal!"]]
+
+
+def test_timing_can_be_switched_off(world, monkeypatch):
+    monkeypatch.setattr(paths, "MEASURE", False)
+    pattern = (2, 16, 16, 4)
+    assert paths.values_gradient(*bsf(pattern, 4096, F32), pattern, "bsf") == "kernel"
+    assert world.timed == []
+
+
+def default(pattern, layout, dtype, batch=25088):
+    return paths._ways(pattern, layout, numpy.dtype(dtype), batch, device.H200)[0]
 
 
 def test_the_default_multiplies_whole_blocks_where_the_model_says():
     # narrow blocks, few groups: d times the products cost less than transposing X and G
-    assert paths._default((2, 128, 128, 4), "bsf", F16, 25088)[0] == "cublas_diagonal"
-    # many groups of wide blocks: the products cost more (and their memory too)
-    assert paths._default((3, 512, 512, 16), "bsf", F16, 25088)[0] == "cublas"
-    assert paths._default((2, 64, 64, 1), "bsf", F16, 25088)[0] == "cublas"
-    assert paths._default((2, 128, 128, 4), "bsl", F16, 25088)[0] == "cublas"
-    assert paths._default((2, 128, 128, 4), "bsf", F32, 25088)[0] == "kernel"
+    assert default((2, 128, 128, 4), "bsf", F16)[0] == "cublas_diagonal"
+    # wider blocks, more groups: d times the products cost more (within the memory cap)
+    assert 256 * 256 * 16 * 16 * 2 <= paths.DIAGONAL_MAX_BYTES
+    assert default((1, 256, 256, 16), "bsf", F16)[0] == "cublas"
+    assert default((2, 64, 64, 1), "bsf", F16) == ("cublas",)
+    assert default((2, 128, 128, 4), "bsl", F16) == ("cublas",)
+    assert default((2, 128, 128, 4), "bsf", F32)[0] == "kernel"
+    # beyond the cap, never
     assert 1024 * 1024 * 48 * 48 * 2 > paths.DIAGONAL_MAX_BYTES
-    assert not paths._applies("cublas_diagonal", (1, 1024, 1024, 48), "bsf", F16)
+    assert "cublas_diagonal" not in paths._ways((1, 1024, 1024, 48), "bsf", F16, 10,
+                                                device.H200)[1]

@@ -1,8 +1,8 @@
 """The values' gradient of one factor on the GPU: the ways it runs, and which one does.
 
-Each way returns the batch sums ``dW_g = G_g X_gᴴ`` of :func:`kscupy.values_grad` for CuPy
-operands of one dtype, as an ``(a, b, c, d)`` array (perhaps a view), or None where it does
-not apply:
+Each way computes the batch sums ``dW_g = G_g X_gᴴ`` of :func:`kscupy.values_grad` for
+CuPy operands of one dtype, as an ``(a, b, c, d)`` array (perhaps a view), or gives None
+where it does not apply:
 
 ``"kernel"``
     the tensor-core kernel (:func:`kscupy.kernels.ks_values_grad.values_gradient`; float32
@@ -18,17 +18,24 @@ not apply:
 **Which one.** By default the kernel, and cuBLAS for :data:`CUBLAS_DTYPES`, with
 ``"cublas_diagonal"`` in cuBLAS's place where the cost model prices it lower
 (:func:`kscupy.engine.costs.gpu.bsf_gradient_seconds`) and its products take at most
-:data:`DIAGONAL_MAX_BYTES`. Where a batch is long enough for timing to pay
-(:data:`MEASURE_MIN_BATCH`) and no CUDA graph is being captured, the first gradient of a
-shape instead times every way that applies on its operands (CUDA events around calls back
-to back, as ``auto``'s close calls for products do: :func:`.single.pipeline_seconds`),
-and the fastest is this process's choice for gradients of that shape from then on
-(:func:`choice`). The ways differ by up to 4x from pattern to pattern, and in neither
-direction uniformly (narrow blocks favour the kernel, one large group cuBLAS), so a
-measured choice beats any fixed rule; its price is a few extra gradients, once per shape.
+:data:`DIAGONAL_MAX_BYTES`. Where :data:`MEASURE` is on (the default; the environment
+variable ``KSCUPY_GRADIENT_TIMING=0`` turns it off), a batch has at least
+:data:`MEASURE_MIN_BATCH` columns and no CUDA graph is being captured, the first gradient
+of a shape instead runs every way that applies on its operands, each finished as the
+caller finishes it (reordered and rounded to the gradient's dtype), and times them as
+``auto``'s close calls for products do (:func:`.single.pipeline_seconds`: one untimed call,
+then two rounds of three back to back between CUDA events): the fastest is this process's
+choice for gradients of that shape from then on (:func:`choice`). The ways differ by up to
+4x from pattern to pattern, in no fixed direction (narrow blocks favour the kernel, one
+large group cuBLAS), so a measured choice beats any fixed rule; its price, once per shape,
+is seven gradients of each way. The ways round differently (the kernel's float32 sums in
+another order than cuBLAS's), so with timing on, which way a process takes, and the last
+bits of its gradients, may differ from one process to the next.
 """
 from __future__ import annotations
 
+import functools
+import os
 import threading
 
 import numpy
@@ -38,8 +45,8 @@ from ..kernels import gemm, ks_values_grad
 from .costs import gpu as gpu_costs
 from .single import pipeline_seconds
 
-__all__ = ["blocks_gradient", "choice", "WAYS", "CUBLAS_DTYPES", "DIAGONAL_MAX_BYTES",
-           "MEASURE_MIN_BATCH", "forget"]
+__all__ = ["values_gradient", "choice", "forget", "WAYS", "CUBLAS_DTYPES",
+           "DIAGONAL_MAX_BYTES", "MEASURE", "MEASURE_MIN_BATCH"]
 
 #: The ways, in the order the default prefers them.
 WAYS = ("kernel", "cublas", "cublas_diagonal")
@@ -49,8 +56,10 @@ WAYS = ("kernel", "cublas", "cublas_diagonal")
 CUBLAS_DTYPES = ("float16", "bfloat16")
 #: The most memory (bytes) the whole per-``i`` products of ``"cublas_diagonal"`` may take.
 DIAGONAL_MAX_BYTES = 256 * 2**20
-#: Batches of at least this many columns time the ways at a shape's first gradient; shorter
-#: ones, whose gradients take a few microseconds whichever way, keep the default.
+#: Whether a shape's first gradient times the ways (see the module).
+MEASURE = os.environ.get("KSCUPY_GRADIENT_TIMING", "1") not in ("", "0")
+#: Batches of at least this many columns are timed; shorter ones, whose gradients take a
+#: few microseconds whichever way, keep the default.
 MEASURE_MIN_BATCH = 2048
 
 _CHOICES: dict = {}        # shape key -> the way timed fastest
@@ -58,49 +67,52 @@ _LOCK = threading.Lock()
 
 
 def _run(way, G, X, pattern, layout):
+    """Way ``way``'s ``(a, b, c, d)`` sums (perhaps a view), or None where it declines."""
     if way == "kernel":
-        dW = ks_values_grad.values_gradient(G, X, pattern, layout)
-        return dW                                                   # (a, b, c, d)
+        return ks_values_grad.values_gradient(G, X, pattern, layout)
     dW = gemm.values_gradient(G, X, pattern, layout) if way == "cublas" \
         else gemm.values_gradient_diagonal(G, X, pattern)
     return None if dW is None else dW.transpose(0, 2, 3, 1)         # from (a, d, b, c)
 
 
-def _applies(way, pattern, layout, dtype) -> bool:
+def _applies(way, pattern, layout, dtype, tensor_cores: bool) -> bool:
     a, b, c, d = pattern
     if way == "kernel":
-        return devices.current().tensor_cores
+        return tensor_cores
     if way == "cublas_diagonal":
         return layout == "bsf" and d > 1 and \
             a * b * c * d * d * numpy.dtype(dtype).itemsize <= DIAGONAL_MAX_BYTES
     return True
 
 
-def _default(pattern, layout, dtype, batch) -> tuple:
-    """The ways to try in order without timing: see the module."""
+@functools.lru_cache(maxsize=1024)
+def _ways(pattern, layout, dtype, batch, device) -> tuple:
+    """``(default, timed)``: the ways to try in order without timing (see the module), and
+    every way that applies."""
+    applies = [w for w in WAYS if _applies(w, pattern, layout, dtype, device.tensor_cores)]
     cublas = "cublas"
-    if _applies("cublas_diagonal", pattern, layout, dtype):
-        seconds = gpu_costs.bsf_gradient_seconds(pattern, batch, dtype, devices.current())
+    if "cublas_diagonal" in applies:
+        seconds = gpu_costs.bsf_gradient_seconds(pattern, batch, dtype, device)
         if seconds["diagonal"] <= seconds["transposed"]:
             cublas = "cublas_diagonal"
-    if numpy.dtype(dtype).name in CUBLAS_DTYPES:
-        return (cublas, "cublas")
-    return ("kernel", cublas, "cublas")
+    default = (cublas, "cublas") if numpy.dtype(dtype).name in CUBLAS_DTYPES \
+        else ("kernel", cublas, "cublas")
+    return tuple(w for w in dict.fromkeys(default) if w in applies), tuple(applies)
 
 
 def _key(G, X, pattern, layout):
     """What decides the timed choice: the pattern, layout and dtype, the batch's power-of-two
-    bucket, the device, and whether each operand lies as the layout expects."""
+    bucket, whether each operand's batch axis is its contiguous one and where it starts
+    within 16 bytes (the copies' widths), and the device."""
     batch = X.shape[1] if layout == "bsl" else X.shape[0]
     along = 1 if layout == "bsl" else 0
-    lies = tuple(A.strides[along] == A.dtype.itemsize for A in (G, X))
-    return (tuple(pattern), layout, X.dtype, max(batch, 1).bit_length(), lies,
-            X.device.id)
+    lies = tuple((A.strides[along] == A.dtype.itemsize, A.data.ptr & 15) for A in (G, X))
+    return (pattern, layout, X.dtype, max(batch, 1).bit_length(), lies, X.device.id)
 
 
 def choice(G, X, pattern, layout):
     """The way this process's timing chose for gradients shaped like this one, or None."""
-    return _CHOICES.get(_key(G, X, pattern, layout))
+    return _CHOICES.get(_key(G, X, tuple(pattern), layout))
 
 
 def forget():
@@ -109,41 +121,45 @@ def forget():
         _CHOICES.clear()
 
 
-def blocks_gradient(G, X, pattern, layout):
-    """The ``(a, b, c, d)`` batch sums (perhaps a view) for CuPy operands ``G`` and ``X`` of
-    one dtype, the way :func:`choice` or the default says (see the module), or None where
-    no way applies (the caller then computes them with CuPy's own products)."""
+def values_gradient(G, X, pattern, layout, finish=lambda dW: dW):
+    """``finish`` of the ``(a, b, c, d)`` batch sums for CuPy operands ``G`` and ``X`` of one
+    dtype, computed the way :func:`choice` or the default says (see the module), or None
+    where no way applies (the caller then computes them with CuPy's own products).
+    ``finish(dW)``: the caller's last pass (the gradient's order and dtype), timed with
+    each way."""
     import cupy
+    pattern = tuple(pattern)
     batch = X.shape[1] if layout == "bsl" else X.shape[0]
     key = _key(G, X, pattern, layout)
     chosen = _CHOICES.get(key)
     if chosen is not None:
         dW = _run(chosen, G, X, pattern, layout)
         if dW is not None:
-            return dW
-    order = _default(pattern, layout, X.dtype, batch)
-    timed = [w for w in WAYS if _applies(w, pattern, layout, X.dtype)]
-    if (chosen is None and len(timed) > 1 and batch >= MEASURE_MIN_BATCH
+            return finish(dW)
+    default, timed = _ways(pattern, layout, X.dtype, batch, devices.current())
+    if (chosen is None and MEASURE and len(timed) > 1 and batch >= MEASURE_MIN_BATCH
             and not cupy.cuda.get_current_stream().is_capturing()):
-        return _timed(G, X, pattern, layout, key, timed)
-    for way in dict.fromkeys(order):
+        return _timed(G, X, pattern, layout, finish, key, timed)
+    for way in default:
         dW = _run(way, G, X, pattern, layout)
         if dW is not None:
-            return dW
+            return finish(dW)
     return None
 
 
-def _timed(G, X, pattern, layout, key, ways):
-    """Every way of ``ways`` timed on the operands; the fastest kept as the choice for
-    ``key``, and its gradient returned."""
+def _timed(G, X, pattern, layout, finish, key, ways):
+    """Every way of ``ways`` that gives a gradient timed on the operands, finished; the
+    fastest kept as the choice for ``key``, and its gradient returned."""
     results = {}
 
     def run_of(way):
         def run(_):
-            results[way] = _run(way, G, X, pattern, layout)
+            dW = _run(way, G, X, pattern, layout)
+            results[way] = None if dW is None else finish(dW)
             return results[way]
         return run
-    ways = [w for w in ways if run_of(w)(None) is not None]      # compiled, and applies
+    # (a way's first call compiles what it needs; one that declines is not timed)
+    ways = [w for w in ways if run_of(w)(None) is not None]
     if not ways:
         return None
     seconds = pipeline_seconds([run_of(w) for w in ways], X)

@@ -187,7 +187,7 @@ def test_a_long_batch_times_the_ways_and_keeps_a_right_one(poisoned, rng, dtype)
     pattern = (2, 24, 40, 3)
     for B in (gradient_paths.MEASURE_MIN_BATCH, gradient_paths.MEASURE_MIN_BATCH + 5):
         X, G = operands(rng, pattern, B, "bsf", dtype)
-        dW = gradient_paths.blocks_gradient(G, X, pattern, "bsf")
+        dW = gradient_paths.values_gradient(G, X, pattern, "bsf")
         assert gradient_paths.choice(G, X, pattern, "bsf") in gradient_paths.WAYS
         assert rel_err(dW, values_oracle(pattern, X, G, "bsf")) < tol(dtype), B
     gradient_paths.forget()

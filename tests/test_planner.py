@@ -626,16 +626,20 @@ def test_a_plan_keeps_its_gpu_runs_for_every_copy_that_shares_it(monkeypatch):
             prepared.append(layout)
             return lambda X: X
 
-    def operand(ptr=256):
+    def operand(ptr=256, device=0):
         return types.SimpleNamespace(shape=(8, 4), strides=(16, 4), dtype=numpy.dtype("f4"),
-                                     data=types.SimpleNamespace(ptr=ptr))
+                                     data=types.SimpleNamespace(ptr=ptr),
+                                     device=types.SimpleNamespace(id=device))
     plan = steps.ChainPlan((Step(),), float("nan"))
     run = plan.prepare(operand(), "bsl")
     assert plan.prepare(operand(512), "bsl") is run and len(prepared) == 1   # alike
     assert plan.prepare(operand(260), "bsl") is not run                      # other alignment
     assert plan.prepare(operand(), "bsf") is not run and len(prepared) == 3
+    assert plan.prepare(operand(device=1), "bsl") is not run                 # another GPU
+    kept = len(plan._runs)
     monkeypatch.setattr(nvrtc, "compiles_finished", nvrtc.compiles_finished + 1)
     assert plan.prepare(operand(), "bsl") is not run                          # a kernel compiled
+    assert len(plan._runs) == kept                                           # in the old's place
     other = dataclasses.replace(plan)                                         # runs of its own
     other.prepare(operand(), "bsl")
-    assert len(prepared) == 5
+    assert len(prepared) == 6

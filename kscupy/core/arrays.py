@@ -12,7 +12,7 @@ import numbers
 import numpy
 
 __all__ = ["operand_module", "plain_array_module", "check_operand_dtype", "is_refused_operand", "SUPPORTED_DTYPES", "HALF_DTYPES", "BFLOAT16", "is_bfloat16", "is_half", "real_dtype", "epsilon", "PRECISIONS", "runs_at", "array_module", "cupy_or_none", "gpu_module", "check_dtype", "result_dtype",
-           "scalar_of", "numpy_copy", "device_of", "read_only", "frozen", "device_mover", "HOST_ELEMENTS",
+           "scalar_of", "numpy_copy", "device_id", "device_of", "read_only", "frozen", "device_mover", "HOST_ELEMENTS",
            "on_host_if_small", "check_module"]
 
 def _bfloat16():
@@ -254,6 +254,11 @@ def on_host_if_small(x, elements=None):
     if isinstance(x, numpy.ndarray) or (x.size if elements is None else elements) > HOST_ELEMENTS:
         return x
     return x.get()
+
+
+def device_id(x):
+    """The id of the GPU holding ``x`` (a CuPy array), None for host arrays."""
+    return getattr(getattr(x, "device", None), "id", None)
 
 
 def device_of(x):

@@ -174,19 +174,22 @@ class ChainPlan:
         features (``result_features``), and the next step is prepared for an uninitialised
         array of that shape; after any other step preparing runs the step on ``X``, to meet
         its result (a first product would otherwise run the plan twice). GPU runs are kept
-        per operand signature and the kernels compiled so far (a run of the direct kernel
-        gives way to the compiled one, as :mod:`kscupy.engine.runs` has it)."""
+        per operand signature and device, each stamped with the kernels compiled when it was
+        prepared: one prepared before a compile finished is prepared again in its place (a
+        run of the direct kernel gives way to the compiled one, as :mod:`kscupy.engine.runs`
+        has it)."""
         if arrays.array_module(X) is numpy:
             return self._prepared(X, layout)
-        # (a plan's factors live on one device, where its operands must be)
         key = (X.shape, X.strides, X.dtype, arrays.address(X) & 15, layout,
-               nvrtc.compiles_finished)
-        run = self._runs.get(key)
-        if run is None:
-            run = self._prepared(X, layout)
-            if len(self._runs) >= PLAN_RUNS:
-                self._runs.clear()
-            self._runs[key] = run
+               arrays.device_id(X))
+        compiled = nvrtc.compiles_finished
+        found = self._runs.get(key)
+        if found is not None and found[0] == compiled:
+            return found[1]
+        run = self._prepared(X, layout)
+        if found is None and len(self._runs) >= PLAN_RUNS:
+            self._runs.clear()
+        self._runs[key] = (compiled, run)
         return run
 
     def _prepared(self, X, layout):

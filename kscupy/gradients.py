@@ -16,8 +16,9 @@ the factors right to left with the intermediates of the forward pass (kept, or r
 where they would not fit).
 
 On CuPy the reduction over the batch runs on the tensor cores, output-stationary on the
-values, on ``G`` and ``X`` where they lie, or on cuBLAS's batched GEMMs: the fastest way
-for the shape, timed at its first gradient (:mod:`kscupy.engine.gradient_paths`); on NumPy
+values, on ``G`` and ``X`` where they lie, or on cuBLAS's batched GEMMs: for long batches
+the way a shape's first gradient timed fastest, else a default
+(:mod:`kscupy.engine.gradient_paths`); on NumPy
 a transpose of each, then one batched product (:func:`kscupy.core.reference.blocks_gradient`).
 The 16-bit dtypes are reduced in float32 and rounded once.
 """

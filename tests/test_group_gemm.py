@@ -389,9 +389,11 @@ def test_values_gradient_in_batch_chunks(gemm, recorded, monkeypatch):
             (dtype, layout, pattern)
 
 
-def test_float16_chunks_are_added_in_float32_then_rounded(gemm, monkeypatch):
-    """Where a 16-bit batch is cut into chunks (not by default), their sums are added in
-    float32 and the gradient comes back in float16, close to the float64 oracle."""
+def test_float16_chunks_are_added_in_float32_then_rounded(gemm, recorded, monkeypatch):
+    """Where a 16-bit batch is cut into chunks (not by default), cuBLAS writes each chunk's
+    sums in float32, they are added, and the gradient comes back in float16, close to the
+    float64 oracle; unchunked, cuBLAS writes float16 itself."""
+    out_types = recorded(17)                       # the C matrix's cudaDataType
     monkeypatch.setattr(gemm, "SPLIT_MIN_CHUNK", 2)
     monkeypatch.setattr(gemm, "SPLIT_ALIGN", 1)
     monkeypatch.setattr(gemm, "SPLIT_NEVER", ())
@@ -401,8 +403,11 @@ def test_float16_chunks_are_added_in_float32_then_rounded(gemm, monkeypatch):
     X = host(_random(rng, (2 * 4 * 2, B), numpy.float16))
     dW = gemm.values_gradient(G, X, pattern, "bsl", sms=100)
     ref = _gradient_oracle(G, X, pattern, "bsl")
-    assert dW.dtype == numpy.float16
+    assert dW.dtype == numpy.float16 and set(out_types) == {0}      # CUDA_R_32F
     assert numpy.abs(dW - ref).max() / max(1.0, numpy.abs(ref).max()) < 2e-3
+    out_types.clear()
+    gemm.values_gradient(G, X, pattern, "bsl", sms=1)                   # one chunk
+    assert set(out_types) == {2}                                         # CUDA_R_16F
 
 
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])

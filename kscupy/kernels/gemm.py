@@ -215,6 +215,20 @@ def _types(dtype, precision):
     return data, compute, scalar
 
 
+def _check_same_dtype(G, X):
+    if G.dtype != X.dtype:
+        raise TypeError(f"values_gradient takes G and X of one dtype, got {G.dtype} and "
+                        f"{X.dtype}")
+
+
+def _addressed(A):
+    """``(A, row stride)``: ``A`` itself where the products can address it in place
+    (:func:`_row_stride`), else a C-order copy."""
+    if _row_stride(A) is None:
+        A = A.copy(order="C")
+    return A, _row_stride(A)
+
+
 def _row_stride(X):
     """``X``'s row stride in elements where the group products can address ``X`` in place
     (rows contiguous, aligned, apart by at least a row's length; a single row's stride is
@@ -357,9 +371,7 @@ def values_gradient(G, X, pattern, layout, sms=None):
     import cupy
     from cupy_backends.cuda.libs import cublas
     from . import transpose
-    if G.dtype != X.dtype:
-        raise TypeError(f"values_gradient takes G and X of one dtype, got {G.dtype} and "
-                        f"{X.dtype}")
+    _check_same_dtype(G, X)
     a, b, c, d = pattern
     dtype = X.dtype
     B = X.shape[1] if layout == "bsl" else X.shape[0]
@@ -370,11 +382,7 @@ def values_gradient(G, X, pattern, layout, sms=None):
     if layout == "bsf" and d > 1:
         return values_gradient(transpose.transpose(G), transpose.transpose(X), pattern,
                                "bsl", sms)
-    if _row_stride(X) is None:
-        X = X.copy(order="C")
-    if _row_stride(G) is None:
-        G = G.copy(order="C")
-    sX, sG = _row_stride(X), _row_stride(G)
+    (G, sG), (X, sX) = _addressed(G), _addressed(X)
     op_x = cublas.CUBLAS_OP_C if dtype.kind == "c" else cublas.CUBLAS_OP_T
     op_n = cublas.CUBLAS_OP_N
     block = b * c
@@ -454,19 +462,13 @@ def values_gradient_diagonal(G, X, pattern):
     cannot address the operands."""
     import cupy
     from cupy_backends.cuda.libs import cublas
-    if G.dtype != X.dtype:
-        raise TypeError(f"values_gradient takes G and X of one dtype, got {G.dtype} and "
-                        f"{X.dtype}")
+    _check_same_dtype(G, X)
     a, b, c, d = pattern
     dtype = X.dtype
     B = X.shape[0]
     if B == 0:
         return cupy.zeros((a, d, b, c), dtype)
-    if _row_stride(X) is None:
-        X = X.copy(order="C")
-    if _row_stride(G) is None:
-        G = G.copy(order="C")
-    sX, sG = _row_stride(X), _row_stride(G)
+    (G, sG), (X, sX) = _addressed(G), _addressed(X)
     if max(B, sX, sG) > _INT32_MAX:
         return None
     m, n = b * d, c * d

@@ -11,7 +11,7 @@ the features when ``d == 1`` (batch-size-first operands with ``d > 1`` are trans
 first, as the cuBLAS path does). The gradient comes out in the values' canonical order.
 
 Precision: float32 and complex64 in 3xTF32 (float32-grade), float64 and complex128 in DMMA,
-float16 with float32 sums, returned in float32 (the caller rounds once).
+float16 and bfloat16 with float32 sums, returned in float32 (the caller rounds once).
 """
 from __future__ import annotations
 
@@ -42,9 +42,10 @@ _INT32_MAX = 2**31 - 1
 def config(dtype, layout: str) -> MmaConfig:
     """The tile of ``dtype`` in ``layout``: chunks of 128 bytes of batch columns, three
     stages; 64 × 64 outputs per block on four warps of 32 × 32, or for the 16-bit dtypes
-    128 × 128 on eight warps of 64 × 32 (64 × 64 tiles ran float16 at a fifth of cuBLAS's
-    rate on an H100; larger ones reuse each chunk more, not yet measured). As ks_mma's tiles: G is its W (stored K-major in bsl, M-major in bsf) and X its
-    X (the in-group order's K-major tile in bsl, the batch order's N-major one in bsf)."""
+    128 × 128 on eight warps of 64 × 32 (which reuse each chunk more: still about half of
+    cuBLAS's float16 rate, benchmarks/results/gradients.json). As ks_mma's tiles: G is its
+    W (stored K-major in bsl, M-major in bsf) and X its X (the in-group order's K-major
+    tile in bsl, the batch order's N-major one in bsf)."""
     itemsize = numpy.dtype(dtype).itemsize
     order = ORDER_INGROUP if layout == "bsl" else ORDER_BATCH
     if arrays.is_half(dtype):
@@ -94,7 +95,7 @@ def splits(pattern, B: int, dtype, layout: str, sms: int) -> tuple:
 def values_gradient(G, X, pattern, layout: str, sms: int | None = None):
     """The gradient blocks ``dW[i, k, l, j]`` (the canonical ``(a, b, c, d)`` order of the
     values) of ``dW_g = G_g X_gᴴ`` for CuPy operands of one dtype: ``X`` ``(N, B)`` and ``G``
-    ``(M, B)`` in ``"bsl"``, ``(B, N)`` and ``(B, M)`` in ``"bsf"``. float16 operands give
+    ``(M, B)`` in ``"bsl"``, ``(B, N)`` and ``(B, M)`` in ``"bsf"``. The 16-bit dtypes give
     float32 sums. None where the kernel does not apply: a device without tensor cores
     (:attr:`DeviceFacts.tensor_cores`) or sizes beyond its 32-bit indices (the caller then
     takes cuBLAS's path). ``sms``: the multiprocessors the batch split plans for (default:

@@ -91,6 +91,9 @@ class Launcher:
     def with_pointers(self, x_ptr: int, y_ptr: int, *more: int):
         """Launch with all ``pointers`` pointer arguments (``__call__`` sets the first two
         only, the common case, at less host time)."""
+        if len(more) != len(self._more):
+            raise TypeError(f"the kernel takes {2 + len(self._more)} pointers, got "
+                            f"{2 + len(more)}")
         (gx, gy, gz), (bx, by, bz) = self._grid, self._block
         stream = self._current_stream().ptr
         bind_context(self._device)

@@ -151,6 +151,44 @@ def test_jax_arrays(rng):
     assert rel_err(numpy.asarray(Y), dense_oracle(w) @ numpy.asarray(X)) < 1e-5
 
 
+def _bf16_case(rng):
+    """bfloat16 values of a factor and a batch for it (float32 draws rounded once), with
+    the float64 oracle of the product from the rounded numbers."""
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 needs ml_dtypes")
+    bf16 = numpy.dtype(ml_dtypes.bfloat16)
+    w = random_array(rng, (2, 8, 4, 2), numpy.float32).astype(bf16)
+    X = random_array(rng, (16, 5), numpy.float32).astype(bf16)
+    ref = dense_oracle(w.astype(numpy.float64)) @ X.astype(numpy.float64)
+    return bf16, ks.KSMatrix(w), X, ref
+
+
+def test_host_bfloat16_pytorch_tensors_come_in_without_a_copy_and_back_as_such(rng):
+    torch = pytest.importorskip("torch")
+    bf16, K, X, ref = _bf16_case(rng)
+    t = torch.from_numpy(X.view(numpy.int16)).view(torch.bfloat16)        # X's memory
+    from kscupy.core import foreign
+    assert numpy.shares_memory(foreign.take(t).native, X)
+    Y = K @ t
+    assert isinstance(Y, torch.Tensor) and Y.dtype == torch.bfloat16
+    assert rel_err(Y.float().numpy(), ref) < 5e-3
+    Z = t.T @ K.T                                                          # batch-size-first
+    assert isinstance(Z, torch.Tensor) and Z.dtype == torch.bfloat16
+    assert rel_err(Z.float().numpy().T, ref) < 5e-3
+    K32 = ks.KSMatrix(K.values.astype(numpy.float32))
+    assert (K32 @ t).dtype == torch.float32                                # the result dtype
+
+
+def test_host_bfloat16_jax_arrays_come_back_as_such(rng):
+    jnp = pytest.importorskip("jax.numpy")
+    bf16, K, X, ref = _bf16_case(rng)
+    j = jnp.asarray(X)
+    if "cpu" not in str(j.devices()).lower():
+        pytest.skip("JAX arrays here are on a device other than the CPU")
+    Y = K @ j
+    assert type(Y).__module__.split(".")[0] in ("jax", "jaxlib") and Y.dtype == jnp.bfloat16
+    assert rel_err(numpy.asarray(Y).astype(numpy.float64), ref) < 5e-3
+
+
 def test_gradients_and_value_writes_take_foreign_arrays(standin, rng):
     K = ks.KSMatrix(random_array(rng, (2, 3, 4, 2), numpy.float64))
     X, G = random_array(rng, (16, 5), numpy.float64), random_array(rng, (12, 5), numpy.float64)

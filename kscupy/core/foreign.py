@@ -10,6 +10,11 @@ found among the modules already imported (kscupy imports no framework): ``torch`
 ``jax.dlpack``'s, or ``from_dlpack`` of the producer's top-level module. A PyTorch CUDA
 tensor's product runs on PyTorch's current stream (as a CuPy ``ExternalStream``), so that it
 follows the caller's work with no wait between streams.
+
+bfloat16 in host memory: NumPy takes no bfloat16 through DLPack, so where ``ml_dtypes``
+gives NumPy the dtype, a PyTorch tensor comes in as its bits (``tensor.view(torch.int16)``
+through DLPack, viewed as bfloat16: no copy) and a JAX array through ``numpy.asarray``, and
+results go back the same ways (:data:`_HOST_BFLOAT16`).
 """
 from __future__ import annotations
 
@@ -66,6 +71,9 @@ def take(x, role: str = "operand") -> Foreign:
     library = type(x).__module__.split(".")[0]
     device_type, device_id = (int(v) for v in x.__dlpack_device__())
     try:
+        if device_type in _CPU and _host_bfloat16(x, library):
+            taken_in, back = _HOST_BFLOAT16[_family(library)]
+            return Foreign(taken_in(x), _bfloat16_back(back, _back_to(library)))
         if device_type in _CPU:
             native = numpy.from_dlpack(x)
         elif device_type in _CUDA:
@@ -85,12 +93,46 @@ def take(x, role: str = "operand") -> Foreign:
             fix = ("install ml_dtypes (pip install 'kscupy[bfloat16]'), with which NumPy and "
                    "CuPy 14 hold bfloat16, or convert it to float32 first"
                    if arrays.BFLOAT16 is None else
-                   "NumPy takes no bfloat16 through DLPack: convert it to float32 first, or "
-                   "multiply on the GPU")
+                   "NumPy takes no bfloat16 through DLPack, and kscupy takes host bfloat16 "
+                   "from PyTorch and JAX only: convert it to float32 first, or multiply on "
+                   "the GPU")
             raise TypeError(f"a bfloat16 {library} array as {role}: {fix}") from None
         raise TypeError(f"a {library} array as {role} could not be taken through DLPack "
                         f"({exc}); convert it to a NumPy or CuPy array") from None
     return Foreign(native, _back_to(library))
+
+
+def _family(library: str) -> str:
+    return "jax" if library in ("jax", "jaxlib") else library
+
+
+def _torch():
+    return sys.modules["torch"]
+
+
+#: bfloat16 in host memory, per library: ``(take in, give back)`` between its arrays and
+#: NumPy's bfloat16 ones (``ml_dtypes``'s), which DLPack cannot carry to and from NumPy.
+_HOST_BFLOAT16 = {
+    "torch": (lambda x: numpy.from_dlpack(x.view(_torch().int16)).view(arrays.BFLOAT16),
+              lambda r: _torch().from_dlpack(r.view(numpy.int16)).view(_torch().bfloat16)),
+    "jax": (lambda x: numpy.asarray(x),
+            lambda r: sys.modules["jax.numpy"].asarray(r)),
+}
+
+
+def _host_bfloat16(x, library: str) -> bool:
+    """Whether ``x`` is a bfloat16 array in host memory of a library of
+    :data:`_HOST_BFLOAT16`, with ``ml_dtypes`` (and the library) imported."""
+    family = _family(library)
+    module = "jax.numpy" if family == "jax" else family
+    return (arrays.BFLOAT16 is not None and family in _HOST_BFLOAT16
+            and module in sys.modules and "bfloat16" in str(getattr(x, "dtype", "")))
+
+
+def _bfloat16_back(bfloat16_back, back):
+    """``back`` of a result, through ``bfloat16_back`` where it is bfloat16."""
+    return lambda result: bfloat16_back(result) if arrays.is_bfloat16(result.dtype) \
+        else back(result)
 
 
 def _producer_stream(cupy, x, library, device_id):

@@ -34,7 +34,7 @@ from ..core.problem import problem_of
 from ..engine import decide
 from .grid import PAPER_BATCH, paper_grid, stratified_sample
 from .timing import l2_bytes, measure_ceilings, progress, run_metadata, time_fn
-from ..arguments import UsageError, choice_list, fraction, positive_float, positive_int
+from ..arguments import UsageError, choice_list, fraction, nonnegative_int, positive_float, positive_int
 from ..operators.base import LAYOUTS
 
 SWEEP_BATCHES = (1, 16, 256, 4096, 25_088, 262_144)
@@ -128,7 +128,9 @@ def summarize(rows):
 
 def add_arguments(parser):
     group = parser.add_argument_group("grid and sweep suites")
-    group.add_argument("--count", type=positive_int, default=60, help="patterns in the stratified sample")
+    group.add_argument("--count", type=nonnegative_int, default=60,
+                       help="patterns in the stratified sample (0: none, e.g. the gradients "
+                            "suite's fitting rows alone)")
     group.add_argument("--all", action="store_true", help="every pattern of the grid")
     group.add_argument("--shift", type=fraction, default=0.0,
                        help="shift of the stratified sample, in [0, 1) (0.5: disjoint from "

@@ -53,7 +53,7 @@ def test_version():
     (["warmup", "--layouts", "rows"], "must be one of"),
     (["warmup", "--batches", "1,,-3"], "not a positive integer"),
     (["warmup", "--threads", "0"], "not a positive integer"),
-    (["bench", "--count", "0"], "not a positive integer"),
+    (["bench", "--count", "-1"], "not a non-negative integer"),
     (["bench", "--sizes", "256,x"], "not an integer"),
     (["bench", "--shift", "nan"], "not a number in [0, 1)"),
     (["demo", "--cpu", "--pattern", "1024", "2", "2", "1024", "--batch", "1"], "bytes"),

@@ -21,6 +21,11 @@ copy bandwidth measured in the same run (a pinned 1 GiB copy): each byte crosses
 the copies in and out overlap. ``duplex_fraction`` divides by the rate of each direction
 while both copy at once (``copy_bandwidths`` in the file, with the device-to-host one), the
 ceiling of such a pipeline.
+
+Rows ``{"suite": "dask", "gpus": N, ...}`` (:mod:`.multigpu`): ``--dask-rows`` rows of the
+same two operators' batch persisted on clusters of 1, 2, 4 and all visible GPUs, against
+the same chunks transformed on one GPU without Dask; left out (``"dask": "not run: ..."``
+in the file) where ``dask.distributed`` is missing or ``--dask-rows`` is 0.
 """
 from __future__ import annotations
 
@@ -37,8 +42,9 @@ except ImportError:
     cupy = None
 
 from .. import butterfly, dft
-from ..arguments import positive_float, positive_int, positive_int_list
+from ..arguments import nonnegative_int, positive_float, positive_int, positive_int_list
 from ..streaming import CHUNK_BYTES, stream_matmul
+from . import multigpu
 from .timing import run_metadata
 
 #: The operators of the issue's target, by name: (factory, dtype).
@@ -60,6 +66,22 @@ def add_arguments(parser):
                        help="GB of the pageable host batch streamed (default 4)")
     group.add_argument("--streams", type=positive_int_list, default="2,3,4",
                        help="stream counts the pinned batch is streamed with (default 2,3,4)")
+    group.add_argument("--dask-rows", type=nonnegative_int, default=4 * 2**20,
+                       help="rows of the batch the Dask rows persist (default 4194304; 0: "
+                            "no Dask rows)")
+    group.add_argument("--dask-chunk", type=positive_int, default=2**17,
+                       help="rows a chunk of that batch (default 131072)")
+
+
+def _dask_missing(args) -> str:
+    """Why the Dask rows are left out, or ""."""
+    if not args.dask_rows:
+        return "--dask-rows 0"
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        return "dask.distributed is not installed"
+    return ""
 
 
 def synchronised_seconds(fn):
@@ -157,11 +179,24 @@ def main(args, baselines=None):
     for gigabytes, pinned, streams in cases:
         result["rows"].append(out_of_core_row(gigabytes, pinned, bandwidths, streams))
         out.write_text(json.dumps(result, indent=1))
+    why = _dask_missing(args)
+    if why:
+        result["dask"] = f"not run: {why}"
+    else:
+        for row in multigpu.dask_rows(OPERATORS, args.dask_rows, args.dask_chunk):
+            result["rows"].append(row)
+            out.write_text(json.dumps(result, indent=1))
+    out.write_text(json.dumps(result, indent=1))
     print(f"\n{result['device']}")
     for r in result["rows"]:
         if r["suite"] == "fresh_copy":
             print(f"{r['operator']:16s} first product of a copy {r['first_s'] * 1e3:8.3f} ms, "
                   f"warm {r['warm_s'] * 1e3:8.3f} ms ({r['first_s'] / r['warm_s']:.2f}x)")
+        elif r["suite"] == "dask":
+            print(f"dask, {r['operator']:16s} {r['gpus']} GPUs {r['rows']} rows in "
+                  f"{r['seconds'] * 1e3:8.2f} ms: {r['speedup']:.2f}x one GPU, "
+                  f"{r['bandwidth_fraction']:.2f} of one Dask-less GPU a GPU "
+                  f"(relerr {r['relerr']:.1e})")
         else:
             print(f"out of core, {r['memory']:8s} {r['streams']} streams "
                   f"{r['bytes'] / 1e9:6.1f} GB in {r['seconds']:7.2f} s: "

@@ -554,19 +554,8 @@ ks_mma(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
           each_register<Acc>(acc[0][mt], sums, [](Acc& sum, Acc v) { sum += v; });
         }
       } else {
-        AOp a[MT][PARTS];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-          w_fragment<T, L>(a[mt], ws, lane, wm * L::WTM + mt * S::M, kk, conj_w);
-        BOp x[NTL][PARTS];
-        x_fragments<T, L>(x, xs, lane, wn * L::WTN, kk);
-        warp_products<PRECISION, R>(a, x, sum);
-        if constexpr (PART) {
-          if ((kk + S::K) % SUM_K == 0) {   // a constant once the loop is unrolled
-            each_register<Acc>(acc, part, [](Acc& sum, Acc v) { sum += v; });
-            each_register<Acc>(part, part, [](Acc& sum, Acc) { sum = Acc(0); });
-          }
-        }
+        warp_k_step<T, L, PRECISION>(ws, xs, lane, wm, wn, kk, conj_w, sum);
+        if constexpr (PART) close_partial_sums<SUM_K, S::K, Acc>(kk, acc, part);
       }
     }
     if constexpr (SPREAD_W) {

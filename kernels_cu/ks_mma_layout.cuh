@@ -1,6 +1,7 @@
 // What the tensor-core kernels share: the block's shared-memory layout (MmaLayout), the
-// operands' fragment loads from it (w_fragment, x_fragments), a warp's products of one k-step
-// (warp_products) and the group order's epilogue
+// operands' fragment loads from it (w_fragment, x_fragments), a warp's loads and products of
+// one k-step (warp_k_step, warp_products), the partial sums' close (close_partial_sums) and
+// the group order's epilogue
 // through it (store_group_tile). ks_mma.cu runs every order and dtype; ks_mma_group.cu the
 // float32 group order alone, with the same layout and epilogue; ks_values_grad.cu the values'
 // gradient, whose G and X tiles sit in shared memory as ks_mma's W and X tiles do.
@@ -211,6 +212,34 @@ __device__ __forceinline__ void warp_products(const AOp (&a)[MT][PARTS], const B
         }
       }
     }
+  }
+}
+
+// One k-step of warp (wm, wn)'s pieces: its MMA tiles' fragments of the W tile `ws` (rows
+// wm * WTM.., conjugated where conj_w) and of the X tile `xs` (columns wn * WTN..) at
+// reduction index kk, loaded from shared memory, then their products (warp_products).
+template <class T, class L, int PRECISION, class Sum>
+__device__ __forceinline__ void warp_k_step(const T* ws, const T* xs, int lane, int wm, int wn,
+                                            int kk, int conj_w, Sum sum) {
+  using R = typename L::R;
+  using S = typename L::S;
+  Operand<R, PRECISION, S::A_REGS> a[L::MT][L::PARTS];
+#pragma unroll
+  for (int mt = 0; mt < L::MT; ++mt)
+    w_fragment<T, L>(a[mt], ws, lane, wm * L::WTM + mt * S::M, kk, conj_w);
+  Operand<R, PRECISION, S::B_REGS> x[L::NTL][L::PARTS];
+  x_fragments<T, L>(x, xs, lane, wn * L::WTN, kk);
+  warp_products<PRECISION, R>(a, x, sum);
+}
+
+// Partial sums (ks_mma.cu's header): after the k-step kk (of STEP reduction indices) that
+// closes a run of SUM_K, `part` is added to `acc` by rounding adds and cleared. Called with
+// a constant kk once the k-step loop is unrolled.
+template <int SUM_K, int STEP, class Acc, class A>
+__device__ __forceinline__ void close_partial_sums(int kk, A& acc, A& part) {
+  if ((kk + STEP) % SUM_K == 0) {
+    each_register<Acc>(acc, part, [](Acc& total, Acc v) { total += v; });
+    each_register<Acc>(part, part, [](Acc& total, Acc) { total = Acc(0); });
   }
 }
 

@@ -123,8 +123,6 @@ ks_values_grad(const T* __restrict__ G, const T* __restrict__ X,
   using R = typename L::R;
   using Acc = typename parts_of<T>::acc;
   using S = typename L::S;
-  using AOp = Operand<R, PRECISION, S::A_REGS>;
-  using BOp = Operand<R, PRECISION, S::B_REGS>;
   constexpr int NT = L::NT, PARTS = L::PARTS, MT = L::MT, NTL = L::NTL;
   constexpr int E = (int)sizeof(T);
   static_assert((LAYOUT == 0 ? BK : BM) % V == 0 && (LAYOUT == 0 ? BK : BN) % V == 0,
@@ -183,20 +181,8 @@ ks_values_grad(const T* __restrict__ G, const T* __restrict__ X,
     if constexpr (PART) each_register<Acc>(part, part, [](Acc& sum, Acc) { sum = Acc(0); });
 #pragma unroll
     for (int kk = 0; kk < BK; kk += S::K) {
-      AOp ga[MT][PARTS];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-        w_fragment<T, L>(ga[mt], gs, lane, wm * L::WTM + mt * S::M, kk, 1);
-      BOp x[NTL][PARTS];
-      x_fragments<T, L>(x, xs, lane, wn * L::WTN, kk);
-      // conj(G) X: w_fragment gave ga[mt][1] = -Gi
-      warp_products<PRECISION, R>(ga, x, sum);
-      if constexpr (PART) {
-        if ((kk + S::K) % SUM_K == 0) {   // a constant once the loop is unrolled
-          each_register<Acc>(acc, part, [](Acc& total, Acc v) { total += v; });
-          each_register<Acc>(part, part, [](Acc& total, Acc) { total = Acc(0); });
-        }
-      }
+      warp_k_step<T, L, PRECISION>(gs, xs, lane, wm, wn, kk, 1, sum);   // conj(G) X
+      if constexpr (PART) close_partial_sums<SUM_K, S::K, Acc>(kk, acc, part);
     }
     stage = stage == STAGES - 1 ? 0 : stage + 1;
   }

@@ -458,8 +458,8 @@ def values_gradient_diagonal(G, X, pattern):
     and ``X``: for each ``i`` the product of all its columns of ``G`` and ``X`` (``d``
     times the products of the groups), one strided-batched call over ``i``, of which the
     ``(a, d, b, c)`` blocks are a strided view. Pays where transposing the operands costs
-    more than the products added (:func:`kscupy.gradients` decides). None where cuBLAS
-    cannot address the operands."""
+    more than the products added (:mod:`kscupy.engine.gradient_paths` decides). None where
+    cuBLAS cannot address the operands."""
     import cupy
     from cupy_backends.cuda.libs import cublas
     _check_same_dtype(G, X)

@@ -122,7 +122,7 @@ def values_gradient(G, X, pattern, layout: str, sms: int | None = None):
         X = cupy.ascontiguousarray(X)
     if G.strides[contiguous] != isz or any(s % isz for s in G.strides):
         G = cupy.ascontiguousarray(G)
-    run = _plan(tuple(pattern), layout, X.dtype, G.shape, G.strides, X.shape, X.strides,
+    run = _plan(tuple(pattern), layout, X.dtype, G.strides, X.shape, X.strides,
                 G.data.ptr & 15, X.data.ptr & 15, facts.sms if sms is None else sms,
                 cupy.cuda.runtime.getDevice())
     return None if run is None else run(G, X)
@@ -159,11 +159,12 @@ class _Run:
 
 
 @functools.lru_cache(maxsize=256)
-def _plan(pattern, layout, dtype, g_shape, g_strides, x_shape, x_strides, g_align, x_align,
-          sms, device_id):
-    """The :class:`_Run` for operands of these shapes, strides (bytes; the contiguous axis
-    checked by the caller), dtype and addresses modulo 16 bytes, on device ``device_id``
-    planning for ``sms`` multiprocessors; None beyond the kernel's 32-bit indices."""
+def _plan(pattern, layout, dtype, g_strides, x_shape, x_strides, g_align, x_align, sms,
+          device_id):
+    """The :class:`_Run` for operands of these strides (bytes; the contiguous axis checked
+    by the caller), dtype and addresses modulo 16 bytes, ``X`` of this shape (``G``'s
+    follows from it and the pattern), on device ``device_id`` planning for ``sms``
+    multiprocessors; None beyond the kernel's 32-bit indices."""
     from .launcher import Launcher
     a, b, c, d = pattern
     cfg = config(dtype, layout)

@@ -33,10 +33,12 @@ BATCH = 25088
 def _paths(pattern, layout):
     def chunked(G, X):
         kept, gemm.SPLIT_NEVER = gemm.SPLIT_NEVER, ()
+        gemm._gradient_run.cache_clear()        # plans made under the other rule
         try:
             return gemm.values_gradient(G, X, pattern, layout)
         finally:
             gemm.SPLIT_NEVER = kept
+            gemm._gradient_run.cache_clear()
     paths = {"cublas": lambda K, X, G: gemm.values_gradient(G, X, pattern, layout),
              "cublas_chunked": lambda K, X, G: chunked(G, X),
              "kernel": lambda K, X, G: ks_values_grad.values_gradient(G, X, pattern, layout),

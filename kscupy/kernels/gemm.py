@@ -74,6 +74,8 @@ blocks are copied once when the run is prepared.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy
 
 from ..core import arrays
@@ -367,22 +369,35 @@ def values_gradient(G, X, pattern, layout, sms=None):
     device's). Returned in the operands' dtype: the 16-bit dtypes summed in float32 and
     rounded once (by cuBLAS where the batch is one chunk, after adding the chunks' float32
     sums where not). None where cuBLAS cannot address them (a leading dimension or batch
-    beyond 2^31 - 1)."""
+    beyond 2^31 - 1). The calls for operands like these are worked out once
+    (:func:`_gradient_run`) and kept for the process: a gradient then costs the host an
+    allocation and the calls."""
     import cupy
-    from cupy_backends.cuda.libs import cublas
     from . import transpose
     _check_same_dtype(G, X)
     a, b, c, d = pattern
-    dtype = X.dtype
     B = X.shape[1] if layout == "bsl" else X.shape[0]
     if B == 0:
-        return cupy.zeros((a, d, b, c), dtype)
+        return cupy.zeros((a, d, b, c), X.dtype)
     if B > _INT32_MAX:
         return None
     if layout == "bsf" and d > 1:
         return values_gradient(transpose.transpose(G), transpose.transpose(X), pattern,
                                "bsl", sms)
     (G, sG), (X, sX) = _addressed(G), _addressed(X)
+    run = _gradient_run(tuple(pattern), layout, X.dtype, B, sG, sX,
+                        sms if sms is not None else _sms())
+    return None if run is None else run(G.data.ptr, X.data.ptr)
+
+
+@functools.lru_cache(maxsize=256)
+def _gradient_run(pattern, layout, dtype, B, sG, sX, sms):
+    """``run(g, x) -> dW``: :func:`values_gradient`'s calls for operands of ``dtype`` at
+    addresses ``g`` and ``x`` with row strides ``sG`` and ``sX`` (elements) and a batch of
+    ``B``, planned for ``sms`` multiprocessors; None where cuBLAS cannot address them."""
+    import cupy
+    from cupy_backends.cuda.libs import cublas
+    a, b, c, d = pattern
     op_x = cublas.CUBLAS_OP_C if dtype.kind == "c" else cublas.CUBLAS_OP_T
     op_n = cublas.CUBLAS_OP_N
     block = b * c
@@ -403,7 +418,7 @@ def values_gradient(G, X, pattern, layout, sms=None):
         return None
     # the batch in chunks: k columns from column n0, each chunk's sums at slice s
     isz = dtype.itemsize
-    chunks = batch_chunks(pattern, B, sms if sms is not None else _sms(), dtype)
+    chunks = batch_chunks(pattern, B, sms, dtype)
     # chunks start SPLIT_ALIGN bytes apart in bsl: cuBLAS's tensor-core and vectorised
     # kernels need aligned operands, and fall back to far slower ones otherwise
     align = max(1, SPLIT_ALIGN // isz) if layout == "bsl" else 1
@@ -416,15 +431,13 @@ def values_gradient(G, X, pattern, layout, sms=None):
     data, compute, scalar = _types(dtype, "default")
     out_data = _types(out_dtype, "default")[0]
     one, zero = _host_scalars(scalar)
-    alpha, beta = one.ctypes.data, zero.ctypes.data
     transa, transb, m, n = ops_mn
     lda, ldb, ldc = lds
-    x, g = X.data.ptr, G.data.ptr
-    group_shape = (a, d, b, c) if layout == "bsl" else (a, d, c, b)
-    dW = cupy.ndarray((len(spans),) + group_shape, out_dtype)
-    w, slice_size = dW.data.ptr, a * d * block
-    algo = _algo(dtype)
-    gemm = (transa, transb, m, n, alpha, lda, ldb, ldc, beta, data, out_data, compute, algo)
+    gemm = (transa, transb, m, n, one.ctypes.data, lda, ldb, ldc, zero.ctypes.data, data,
+            out_data, compute, _algo(dtype))
+    sums_shape = (len(spans),) + ((a, d, b, c) if layout == "bsl" else (a, d, c, b))
+    slice_size = a * d * block
+    x_first = layout == "bsl"
 
     # The chunks of whole steps (all but a shorter last one) lie at constant strides: where
     # the groups are fewer than the calls a chunk takes times the chunks, batch each group
@@ -439,18 +452,27 @@ def values_gradient(G, X, pattern, layout, sms=None):
                         whole) for offsets in by_group]
     else:
         chunk_calls, whole = None, 0
+    # the remaining chunks: (k, column offsets of X and G in bytes, slice offset in bytes)
+    tails = [(k, n0 * batch_stride[0] * isz, n0 * batch_stride[1] * isz, s * slice_size * osz)
+             for s, (n0, k) in enumerate(spans[whole:], start=whole)]
+    new = cupy.ndarray
 
-    def run_calls(handle, blas):
-        if chunk_calls:
-            _strided_batched(blas, handle, gemm, step, x, g, w, chunk_calls, layout == "bsl",
-                             isz, osz)
-        for s, (n0, k) in enumerate(spans[whole:], start=whole):
-            _strided_batched(blas, handle, gemm, k, x + n0 * batch_stride[0] * isz,
-                             g + n0 * batch_stride[1] * isz, w + s * slice_size * osz, calls,
-                             layout == "bsl", isz, osz)
-    _cublas_runner()(run_calls)
-    dW = dW[0] if len(spans) == 1 else dW.sum(axis=0).astype(dtype, copy=False)
-    return dW if layout == "bsl" else dW.transpose(0, 1, 3, 2)
+    def run(g, x):
+        sums = new(sums_shape, out_dtype)
+        w = sums.data.ptr
+
+        def run_calls(handle, blas):
+            if chunk_calls:
+                _strided_batched(blas, handle, gemm, step, x, g, w, chunk_calls, x_first,
+                                 isz, osz)
+            for k, at_x, at_g, at_w in tails:
+                _strided_batched(blas, handle, gemm, k, x + at_x, g + at_g, w + at_w, calls,
+                                 x_first, isz, osz)
+        _cublas_runner()(run_calls)
+        dW = sums[0] if len(spans) == 1 else sums.sum(axis=0).astype(dtype, copy=False)
+        return dW if layout == "bsl" else dW.transpose(0, 1, 3, 2)
+    run.kept = (one, zero)      # the calls read alpha and beta by address
+    return run
 
 
 def values_gradient_diagonal(G, X, pattern):

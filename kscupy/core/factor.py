@@ -117,6 +117,9 @@ class Factor:
     #: The pattern of the operator (the stored one, transposed for a transposed view);
     #: computed once, it is read on every launch.
     pattern: KSPattern = dataclasses.field(init=False, repr=False)
+    #: Whether this view is held to one write already (made by :meth:`pinned`, whose storage
+    #: no one else writes): pinning it again gives itself.
+    held: bool = dataclasses.field(default=False, repr=False)
 
     def __post_init__(self):
         # conjugating real values is the identity: keep the flag meaningful
@@ -144,9 +147,12 @@ class Factor:
 
     def pinned(self) -> "Factor":
         """This view held to the values stored now: later writes do not reach it (a
-        product reads its factors through this, so it never mixes two writes)."""
+        product reads its factors through this, so it never mixes two writes). A view
+        already held is its own pin (its storage has no other writer)."""
+        if self.held:
+            return self
         return Factor(Storage(*self.storage.state), self.stored, self.transposed,
-                      self.conjugated, self.declared)
+                      self.conjugated, self.declared, held=True)
 
     # -- what the operator is ----------------------------------------------------------------
     @property
@@ -355,7 +361,11 @@ class FactorChain:
     permutations_id: str = ""
 
     def pinned(self) -> "FactorChain":
-        """This chain with every factor held to the values stored now (:meth:`Factor.pinned`)."""
+        """This chain with every factor held to the values stored now (:meth:`Factor.pinned`);
+        itself where every factor is held already (a product pins its chain once, then
+        plans it)."""
+        if all(f.held for f in self.factors):
+            return self
         return dataclasses.replace(self, factors=tuple(f.pinned() for f in self.factors))
 
     @property

@@ -142,8 +142,20 @@ def _producer_stream(cupy, x, library, device_id):
     torch = sys.modules.get("torch") if library == "torch" else None
     if torch is None:
         return contextlib.nullcontext()
-    current = torch.cuda.current_stream(device_id)
-    return cupy.cuda.ExternalStream(current.cuda_stream, device_id)
+    key = (torch.cuda.current_stream(device_id).cuda_stream, device_id)
+    stream = _STREAMS.get(key)
+    if stream is None:      # a wrapper of the handle, made once (CuPy never destroys it)
+        if len(_STREAMS) >= MAX_STREAMS:
+            _STREAMS.clear()
+        stream = _STREAMS[key] = cupy.cuda.ExternalStream(*key)
+    return stream
+
+
+#: CuPy's wrappers of producers' streams, by (handle, device): one per stream, not one per
+#: product (making one costs the host more than some products take); at most MAX_STREAMS,
+#: all dropped when a new one would exceed it.
+_STREAMS: dict = {}
+MAX_STREAMS = 64
 
 
 def _back_to(library: str):

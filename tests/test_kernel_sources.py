@@ -310,13 +310,16 @@ def test_cluster_segments_compile(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_values_grad_instantiations_compile(dtype):
-    """ks_values_grad (the values' gradient on the tensor cores) in both layouts, with the
-    widest vector copies and single elements, and its shared-memory probe."""
+    """ks_values_grad (the values' gradient on the tensor cores) in both layouts and every
+    tile of the dtype, with the widest vector copies and single elements, and its
+    shared-memory probe."""
     _needs(device.current().tensor_cores, "ks_values_grad")
     widest = max(1, 16 // numpy.dtype(dtype).itemsize)
-    names = {ks_values_grad.name(dtype, layout, vector)
-             for layout in ks_values_grad.LAYOUTS for vector in {1, widest}}
-    names |= {ks_values_grad.smem_probe_name(dtype, layout) for layout in ks_values_grad.LAYOUTS}
+    tiles = ks_values_grad.TILES if numpy.dtype(dtype).itemsize == 2 else ("small",)
+    names = {ks_values_grad.name(dtype, layout, vector, tile=tile)
+             for layout in ks_values_grad.LAYOUTS for vector in {1, widest} for tile in tiles}
+    names |= {ks_values_grad.smem_probe_name(dtype, layout, tile)
+              for layout in ks_values_grad.LAYOUTS for tile in tiles}
     _compile("ks_values_grad.cu", names)
 
 

@@ -23,8 +23,8 @@ from ..core import arrays, device as devices
 from . import nvrtc
 from .ks_mma import ORDER_BATCH, ORDER_INGROUP, MmaConfig, copy_vector
 
-__all__ = ["config", "name", "smem_bytes", "smem_probe_name", "splits", "values_gradient",
-           "LAYOUTS"]
+__all__ = ["config", "tile_for", "name", "smem_bytes", "smem_probe_name", "splits",
+           "values_gradient", "LAYOUTS", "TILES"]
 
 #: LAYOUT in the kernel: 0 batch-size-last, 1 batch-size-first with d == 1.
 LAYOUTS = {"bsl": 0, "bsf": 1}
@@ -38,41 +38,64 @@ MAX_SPLITS = 65535
 _INT32_MAX = 2**31 - 1
 
 
+#: The tiles: "small" (64 × 64 outputs per block on four warps of 32 × 32), and for the
+#: 16-bit dtypes also "large" (128 × 128 on eight warps of 64 × 32, which reuse each chunk
+#: more). See :func:`tile_for`.
+TILES = ("small", "large")
+
+
 @functools.lru_cache(maxsize=None)
-def config(dtype, layout: str) -> MmaConfig:
-    """The tile of ``dtype`` in ``layout``: chunks of 128 bytes of batch columns, three
-    stages; 64 × 64 outputs per block on four warps of 32 × 32, or for the 16-bit dtypes
-    128 × 128 on eight warps of 64 × 32 (which reuse each chunk more: still about half of
-    cuBLAS's float16 rate, benchmarks/results/gradients.json). As ks_mma's tiles: G is its
-    W (stored K-major in bsl, M-major in bsf) and X its X (the in-group order's K-major
-    tile in bsl, the batch order's N-major one in bsf)."""
+def config(dtype, layout: str, tile: str = "small") -> MmaConfig:
+    """The ``tile`` of ``dtype`` in ``layout``: chunks of 128 bytes of batch columns, three
+    stages (:data:`TILES`; dtypes other than the 16-bit ones have the small tile only). As
+    ks_mma's tiles: G is its W (stored K-major in bsl, M-major in bsf) and X its X (the
+    in-group order's K-major tile in bsl, the batch order's N-major one in bsf)."""
+    if tile not in TILES:
+        raise ValueError(f"tile must be one of {TILES}, got {tile!r}")
     itemsize = numpy.dtype(dtype).itemsize
     order = ORDER_INGROUP if layout == "bsl" else ORDER_BATCH
-    if arrays.is_half(dtype):
+    if arrays.is_half(dtype) and tile == "large":
         return MmaConfig(slots=1, bm=128, bn=128, bk=128 // itemsize, wm=2, wn=4, stages=3,
                          order=order)
     return MmaConfig(slots=1, bm=64, bn=64, bk=128 // itemsize, wm=2, wn=2, stages=3,
                      order=order)
 
 
-def smem_bytes(dtype, layout: str) -> int:
+def tile_for(pattern, dtype, sms: int) -> str:
+    """The tile of a gradient of ``pattern``: for the 16-bit dtypes the large one where its
+    tiles alone fill the ``sms`` multiprocessors and ``b`` and ``c`` waste at most a tenth
+    of them in padding; the small one elsewhere (the large tile's eight warps take a whole
+    multiprocessor's registers, and with few or ragged tiles it leaves the GPU idle:
+    ``benchmarks/probe_values_grad_tiles.py``)."""
+    if not arrays.is_half(dtype):
+        return "small"
+    a, b, c, d = pattern
+    large = config(dtype, "bsl", "large")
+    tiles_k, tiles_l = -(-b // large.bm), -(-c // large.bn)
+    filled = b * c / (tiles_k * large.bm * tiles_l * large.bn)
+    return "large" if a * d * tiles_k * tiles_l >= sms and filled >= 0.9 else "small"
+
+
+def smem_bytes(dtype, layout: str, tile: str = "small") -> int:
     """Dynamic shared memory of a launch (the kernel's ``MmaLayout::SMEM_BYTES``)."""
-    return config(dtype, layout).smem_bytes(numpy.dtype(dtype).itemsize,
-                                            transposed=layout == "bsf")
+    return config(dtype, layout, tile).smem_bytes(numpy.dtype(dtype).itemsize,
+                                                  transposed=layout == "bsf")
 
 
-def name(dtype, layout: str, vector: int, precision: str = "default") -> str:
-    """The instantiation for ``dtype`` in ``layout``, copying ``vector`` elements at once."""
-    cfg = config(dtype, layout)
+def name(dtype, layout: str, vector: int, precision: str = "default",
+         tile: str = "small") -> str:
+    """The instantiation for ``dtype`` in ``layout`` and ``tile``, copying ``vector``
+    elements at once."""
+    cfg = config(dtype, layout, tile)
     return (f"ks::ks_values_grad<{nvrtc.scalar_name(dtype)}, {0 if precision == 'default' else 1}, "
             f"{cfg.bm}, {cfg.bn}, {cfg.bk}, {cfg.wm}, {cfg.wn}, {cfg.stages}, "
             f"{LAYOUTS[layout]}, {vector}>")
 
 
-def smem_probe_name(dtype, layout: str) -> str:
+def smem_probe_name(dtype, layout: str, tile: str = "small") -> str:
     """The kernel that reports :func:`smem_bytes` as the source computes it (a GPU test
     compares the two)."""
-    cfg = config(dtype, layout)
+    cfg = config(dtype, layout, tile)
     return (f"ks::ks_values_grad_smem<{nvrtc.scalar_name(dtype)}, {cfg.bm}, {cfg.bn}, "
             f"{cfg.bk}, {cfg.wm}, {cfg.wn}, {cfg.stages}, {LAYOUTS[layout]}>")
 
@@ -83,7 +106,7 @@ def splits(pattern, B: int, dtype, layout: str, sms: int) -> tuple:
     :data:`BLOCKS_PER_SM` blocks per multiprocessor with at least
     :data:`MIN_CHUNKS_PER_SPLIT` chunks each."""
     a, b, c, d = pattern
-    cfg = config(dtype, layout)
+    cfg = config(dtype, layout, tile_for(pattern, dtype, sms))
     tiles = a * d * -(-b // cfg.bm) * -(-c // cfg.bn)
     chunks = -(-B // cfg.bk)
     wanted = -(-BLOCKS_PER_SM * sms // tiles)
@@ -167,7 +190,8 @@ def _plan(pattern, layout, dtype, g_strides, x_shape, x_strides, g_align, x_alig
     multiprocessors; None beyond the kernel's 32-bit indices."""
     from .launcher import Launcher
     a, b, c, d = pattern
-    cfg = config(dtype, layout)
+    tile = tile_for(pattern, dtype, sms)
+    cfg = config(dtype, layout, tile)
     tiles_k, tiles_l = -(-b // cfg.bm), -(-c // cfg.bn)
     blocks = a * d * tiles_k * tiles_l
     if max(b, c) > _INT32_MAX // 2 or blocks > _INT32_MAX:
@@ -185,8 +209,9 @@ def _plan(pattern, layout, dtype, g_strides, x_shape, x_strides, g_align, x_alig
         vector = copy_vector(isz, True, sg_f, sx_f, span, B, *addresses)
     else:                   # along the features: rows of b and c, and both batch strides
         vector = copy_vector(isz, True, b, c, sg_b, sx_b, *addresses)
-    smem = smem_bytes(dtype, layout)
-    fn = nvrtc.function("ks_values_grad.cu", name(dtype, layout, vector), smem, device_id)
+    smem = smem_bytes(dtype, layout, tile)
+    fn = nvrtc.function("ks_values_grad.cu", name(dtype, layout, vector, tile=tile), smem,
+                        device_id)
     i32, i64 = numpy.int32, numpy.int64
     launch = Launcher(fn, (blocks, count), (cfg.threads,), smem,
                       (i32(a), i32(b), i32(c), i32(d), i64(B), i64(span), i64(sg_f),

@@ -85,6 +85,21 @@ def test_the_kernel_against_the_definition(poisoned, rng, dtype, layout):
 
 
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=lambda t: numpy.dtype(t).name)
+def test_both_tiles_of_the_16_bit_dtypes(poisoned, rng, dtype, layout):
+    """Blocks that fill 128 x 128 tiles take the large tile where its tiles fill the GPU
+    (here one multiprocessor), the small one where they would not (a thousand); both
+    against the definition, with one split and many."""
+    for pattern in [(2, 128, 256, 1), (1, 256, 128, 2)]:
+        assert ks_values_grad.tile_for(pattern, dtype, 1) == "large"
+        assert ks_values_grad.tile_for(pattern, dtype, 1000) == "small"
+        for B, sms in [(3, 1), (1000, 1), (4099, 1), (1000, 1000)]:
+            X, G = operands(rng, pattern, B, layout, dtype)
+            dW = ks_values_grad.values_gradient(G, X, pattern, layout, sms=sms)
+            check(dW, pattern, X, G, layout, dtype, (pattern, B, sms))
+
+
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
 @pytest.mark.parametrize("dtype", [numpy.float16, numpy.float32, numpy.complex128],
                          ids=lambda t: numpy.dtype(t).name)
 def test_a_long_batch_in_splits(poisoned, rng, dtype, layout):
@@ -146,13 +161,14 @@ def test_non_finite_values_reach_the_gradient(rng):
     assert numpy.isfinite(others).all()
 
 
+@pytest.mark.parametrize("tile", ks_values_grad.TILES)
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda t: numpy.dtype(t).name)
-def test_shared_memory_as_the_source_computes_it(dtype, layout):
-    fn = nvrtc.function("ks_values_grad.cu", ks_values_grad.smem_probe_name(dtype, layout))
+def test_shared_memory_as_the_source_computes_it(dtype, layout, tile):
+    fn = nvrtc.function("ks_values_grad.cu", ks_values_grad.smem_probe_name(dtype, layout, tile))
     out = cupy.zeros(1, cupy.int64)
     fn((1,), (1,), (out,))
-    assert int(out[0]) == ks_values_grad.smem_bytes(dtype, layout)
+    assert int(out[0]) == ks_values_grad.smem_bytes(dtype, layout, tile)
 
 
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])

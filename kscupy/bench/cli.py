@@ -18,7 +18,7 @@ from .results import read_results
 
 __all__ = ["main", "parser", "SUITES"]
 
-SUITES = ("grid", "sweep", "engine", "portability", "chains", "scale", "gradients",
+SUITES = ("grid", "sweep", "engine", "parity", "portability", "chains", "scale", "gradients",
           "interop")
 #: What ``--suite all`` runs (with ``--quick``, grid and chains), and the small sample
 #: ``--quick`` takes of each (values as their options' types give them).
@@ -120,10 +120,12 @@ def _suites(args):
 
 def _check(args, suites, out):
     """UsageError where the arguments ask a suite of ``suites`` for what it cannot run."""
-    from . import engine, patterns, portability
+    from . import engine, parity, patterns, portability
     patterns.check_arguments(args, suites)
     if "engine" in suites:
         engine.check_arguments(args, out / "engine.json")
+    if "parity" in suites:
+        parity.check_arguments(args, out / "parity.json")
     if "portability" in suites:
         portability.check_arguments(args, out / "portability.json")
 
@@ -143,7 +145,7 @@ def _run(args, baselines):
         print(f"python -m kscupy bench times GPU kernels and needs a GPU: {why}. "
               f"(python -m kscupy demo --cpu runs on the CPU.)", file=sys.stderr)
         return 2
-    from . import chains, engine, gradients, interop, patterns, portability, scale
+    from . import chains, engine, gradients, interop, parity, patterns, portability, scale
     _make_folder(out)
     if baselines.name is None:
         print("baselines: CuPy's BMM, cuBLAS dense and cuFFT (the repository's "
@@ -157,6 +159,10 @@ def _run(args, baselines):
     if "engine" in suites:
         args.out = str(out / "engine.json")
         engine.main(args, baselines)
+        written.append(args.out)
+    if "parity" in suites:
+        args.out = str(out / "parity.json")
+        parity.main(args, baselines)
         written.append(args.out)
     if "portability" in suites:
         args.out = str(out / "portability.json")

@@ -50,7 +50,8 @@ from .results import read_results
 from .timing import measure_ceilings as copy_and_sgemm
 
 #: Batch size per dtype (the issue's benchmark).
-BATCH = {"float32": 25088, "float16": 25088, "float64": 8192, "complex64": 8192}
+BATCH = {"float32": 25088, "float16": 25088, "float64": 8192, "complex64": 8192,
+         "complex128": 8192}
 #: The dtypes the suite measures unless ``--dtypes`` says.
 DTYPES = ("float32", "float64", "complex64")
 KSCUPY = {"default": ("auto", "kernel", "kernel_fma", "bmm"),
@@ -293,6 +294,13 @@ def check_arguments(args, out):
         raise UsageError(f"--precisions {','.join(args.precisions)} with --dtypes "
                          f"{','.join(args.dtypes)}: no rows (tf32 rows are made for float32 "
                          f"only)")
+    check_heldout_room(args)
+    check_append(args, out)
+
+
+def check_heldout_room(args):
+    """UsageError for a held-out sample (``--samples``) larger than the grid's patterns
+    outside the default sample of ``--count``."""
     grid = paper_grid()
     room = len(grid) - len(stratified_sample(grid, args.count))
     if "heldout" in args.samples and args.count > room:
@@ -300,7 +308,6 @@ def check_arguments(args, out):
                          f"outside the default sample of as many, and the grid has "
                          f"{len(grid)}: give --count {len(grid) // 2} at most, or --samples "
                          f"default")
-    check_append(args, out)
 
 
 def check_append(args, out):
@@ -332,7 +339,7 @@ def samples(names, count, seed):
     return out
 
 
-def _group(row) -> str:
+def group_key(row) -> str:
     """The summary key of a row: ``dtype|precision|layout``, then ``|B=<batch>`` where the
     batch is not the dtype's :data:`BATCH`, ``|sm_XX`` for a row measured in an emulated
     architecture and ``|heldout`` for the held-out sample."""
@@ -345,13 +352,13 @@ def _group(row) -> str:
 
 
 def summarize(rows):
-    """Per group of rows (:func:`_group`: dtype, precision, layout, and batch, emulated
+    """Per group of rows (:func:`group_key`: dtype, precision, layout, and batch, emulated
     architecture and sample where they differ from the default): medians of the automatic
     choice and of each kscupy method timed against the best baseline, patterns below 0.95x,
     the kernel's fraction of the floor, the worst error ratio to cuBLAS dense."""
     groups = {}
     for r in rows:
-        groups.setdefault(_group(r), []).append(r)
+        groups.setdefault(group_key(r), []).append(r)
     out = {}
     for key in sorted(groups):
         rs = groups[key]

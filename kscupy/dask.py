@@ -6,7 +6,8 @@ batch axis only: when the feature axis spans several chunks it is first rechunke
 since every output row needs every input feature. Each block is multiplied by
 ``op.matmul`` in its own array module, so NumPy chunks run on the CPU and CuPy chunks on
 the GPU of the worker that holds them (the operator travels to workers by pickle, see
-:mod:`kscupy.storage`). The result has dtype ``numpy.result_type(op.dtype, X.dtype)`` and a
+:mod:`kscupy.storage`; under a ``distributed`` client it is scattered to every worker once
+and reused by later products while its values stand). The result has dtype ``numpy.result_type(op.dtype, X.dtype)`` and a
 ``meta`` of the chunks' array type.
 
 dask is imported only when a dask array meets an operator (``pip install kscupy[dask]``).
@@ -19,7 +20,10 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
+import threading
 import uuid
+import weakref
 
 from .core import arrays
 
@@ -95,12 +99,76 @@ def matmul(op, X, layout="bsl"):
     chunks = list(X.chunks)
     chunks[feature_axis] = (M,)
     meta = chunk_module.empty((0,) * X.ndim, dtype=dtype)
-    # The operator is one key of the graph (sent once to each worker, not once per block).
-    # Explicit names: dask would otherwise hash the operator's values to name them.
     token = uuid.uuid4().hex
-    operator = dask.delayed(op, name=f"kscupy-operator-{token}")
-    return dask.array.map_blocks(_apply_block, X, operator, layout, chunks=tuple(chunks),
-                                 dtype=dtype, meta=meta, name=f"kscupy-matmul-{token}")
+    return dask.array.map_blocks(_apply_block, X, _operator_argument(op, token), layout,
+                                 chunks=tuple(chunks), dtype=dtype, meta=meta,
+                                 name=f"kscupy-matmul-{token}")
+
+
+def _operator_argument(op, token):
+    """How the blocks of one product receive ``op``. Under a ``distributed`` client current
+    in this process, a future of the operator scattered to the workers once and reused by
+    every later product of the same operator while its values stand (:func:`_scattered`):
+    the client sends it once, not with each graph (dask's memory manager may keep a single
+    replica; a worker without one fetches it from a peer, and a copy's first product finds
+    the plans an equal operator made in its process, :mod:`kscupy.engine.planner`).
+    Otherwise one key of the graph (sent once to each worker, not once per block), named
+    explicitly: dask would hash the operator's values to name it."""
+    import dask
+    scattered = _scattered(op)
+    return scattered if scattered is not None else \
+        dask.delayed(op, name=f"kscupy-operator-{token}")
+
+
+#: Operators scattered to the workers of a client: ``id(op) -> (client, values version,
+#: future)``, an entry dropped with its operator (and the workers' copy with the future).
+_SCATTERED: dict = {}
+_SCATTERED_LOCK = threading.Lock()
+
+
+def _scattered(op):
+    """The future of ``op`` scattered (``broadcast``) to the workers of the current
+    ``distributed`` client, made once per client and per version of the operator's values
+    (a write makes a new one); None without a client that computes dask's graphs
+    (``distributed`` not imported, no client made, or dask's scheduler set to another) or
+    for an operator whose values kscupy cannot version (then it travels with each graph).
+    A graph holding the future computes on that client only: with a client current,
+    ``compute(scheduler="threads")`` of such a product fails with dask's "Missing
+    dependency" error (set dask's scheduler for the block instead,
+    ``dask.config.set(scheduler="threads")``)."""
+    distributed = sys.modules.get("distributed")
+    version = _values_version(op)
+    if distributed is None or version is None:
+        return None
+    import dask
+    if dask.config.get("scheduler", None) != "dask.distributed":
+        return None                         # graphs computed elsewhere could not resolve it
+    try:
+        client = distributed.default_client()
+    except ValueError:                      # no client in this process
+        return None
+    with _SCATTERED_LOCK:
+        found = _SCATTERED.get(id(op))
+        if found is not None and found[0] is client and found[1] == version \
+                and client.status == "running":
+            return found[2]
+        if found is None:                   # forget the entry (and the future) with op
+            weakref.finalize(op, _SCATTERED.pop, id(op), None)
+        future = client.scatter(op, broadcast=True, hash=False)
+        _SCATTERED[id(op)] = (client, version, future)
+        return future
+
+
+def _values_version(op):
+    """What changes when ``op``'s values are written: the generations of its factors'
+    caches (KSMatrix, KSChain); None for other operators."""
+    from .operators.chain import KSChain
+    from .operators.matrix import KSMatrix
+    if isinstance(op, KSMatrix):
+        return (op.factor.cache.generation,)
+    if isinstance(op, KSChain):
+        return tuple(f.factor.cache.generation for f in op.factors)
+    return None
 
 
 def gpu_cluster(count=None):

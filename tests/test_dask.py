@@ -99,6 +99,39 @@ def test_operator_is_one_key_of_the_graph(rng):
     assert all(len(pickle.dumps(task)) < K.values.nbytes for task in tasks)
 
 
+def test_under_a_client_the_operator_is_scattered_once_per_version_of_its_values(rng):
+    """With a distributed client, every product of one operator takes the same future (the
+    operator sent from here once, not with each graph) until its values are written;
+    without a client the operator travels with each graph again."""
+    distributed = pytest.importorskip("distributed", reason="dask.distributed is not installed")
+    import dask
+    from kscupy import dask as ks_dask
+    K = ks.KSMatrix(random_array(rng, (2, 3, 4, 5), numpy.float64))
+    Xh = random_array(rng, (1000, 40), numpy.float64)
+    X = da.from_array(Xh, chunks=(250, 40))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        client.wait_for_workers(2)
+        first = ks_dask._scattered(K)
+        assert first is not None and ks_dask._scattered(K) is first
+        for _ in range(2):
+            assert rel_err((X @ K.T).compute(), Xh @ K.todense().T) < RTOL[numpy.dtype(numpy.float64)]
+        assert ks_dask._scattered(K) is first
+        assert client.who_has([first])[first.key]          # held by a worker throughout
+        K.values = random_array(rng, (2, 3, 4, 5), numpy.float64)
+        second = ks_dask._scattered(K)
+        assert second is not first
+        assert rel_err((X @ K.T).compute(), Xh @ K.todense().T) < RTOL[numpy.dtype(numpy.float64)]
+        with dask.config.set(scheduler="threads"):        # graphs for another scheduler
+            assert ks_dask._scattered(K) is None
+            assert rel_err((X @ K.T).compute(), Xh @ K.todense().T) < \
+                RTOL[numpy.dtype(numpy.float64)]
+    assert ks_dask._scattered(K) is None
+    graph = dict((X @ K.T).__dask_graph__())
+    assert sum("kscupy-operator" in str(key) for key in graph) == 1
+
+
 @pytest.mark.gpu
 def test_one_worker_per_gpu_transforms_its_own_chunks(rng):
     """kscupy.dask.gpu_cluster: each worker sees its own physical GPU, the chunks are spread

@@ -200,6 +200,12 @@ class KSOperator:
         none (products then prepare anew each time)."""
         return None
 
+    def _values_version(self):
+        """What changes when the operator's values are written (a tuple that compares equal
+        while they stand), or None where it keeps no such record: how a copy shipped
+        elsewhere (:mod:`kscupy.dask`) is known to be current."""
+        return None
+
     def _check_operand(self, X, layout, backend):
         """Known layout and backend, same array module, 1-D or 2-D, ``N`` features along the
         layout's feature axis. Raises ValueError or TypeError naming the problem."""

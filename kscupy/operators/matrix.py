@@ -308,6 +308,9 @@ class KSMatrix(KSOperator):
     def _runs(self):
         return None if self._xp is numpy else engine.runs_of(self._factor)
 
+    def _values_version(self):
+        return (self._factor.cache.generation,)
+
     # -- ecosystem protocols (see KSOperator): pickling, copies and moves, scalars, sums ------
     @property
     def view_flags(self) -> tuple[bool, bool]:

@@ -87,12 +87,14 @@ class KSPattern(tuple):
     @property
     def shape(self) -> tuple[int, int]:
         """``(M, N) = (a*b*d, a*c*d)``."""
-        return (self.a * self.b * self.d, self.a * self.c * self.d)
+        a, b, c, d = self           # (unpacked: the properties cost hot paths a call each)
+        return (a * b * d, a * c * d)
 
     @property
     def nnz(self) -> int:
         """Number of entries in the support, ``a*b*c*d``."""
-        return self.a * self.b * self.c * self.d
+        a, b, c, d = self
+        return a * b * c * d
 
     @property
     def density(self) -> float:

@@ -106,3 +106,28 @@ def test_auto_is_timed_on_a_frameworks_arrays_where_asked():
                            framework_operands=True)
     assert row["relerr"]["auto_same"] < 1e-2 and row["seconds"]["auto_same"] > 0
     assert all(err < 1e-2 for err in row["relerr"].values()), row["relerr"]
+
+
+def test_interop_rows_makes_the_kinds_asked_for_and_says_which_it_left_out(tmp_path,
+                                                                         monkeypatch):
+    """``--interop-rows bf16`` makes the bfloat16 rows only (the rows stood in for: they
+    run on a GPU), and the file says the graph rows were left out."""
+    import json
+    from kscupy.bench import cli, engine, interop
+    from kscupy.core import arrays
+    made = []
+    monkeypatch.setattr(interop, "run_metadata", lambda: dict.fromkeys(
+        ("gpu", "commit", "date", "command", "cupy", "kscupy"), "x"))
+    monkeypatch.setattr(interop, "graph_row", lambda *a, **k: made.append("graph") or {})
+    monkeypatch.setattr(engine, "measure_ceilings", lambda baselines: {})
+    monkeypatch.setattr(engine, "bench_row", lambda *a, **k: made.append("bf16") or {})
+    monkeypatch.setattr(engine, "finish", lambda result, out, seconds, summarize:
+                        out.write_text(json.dumps(result)))
+    monkeypatch.setattr(arrays, "BFLOAT16", object())          # as where ml_dtypes is
+    out = tmp_path / "interop.json"
+    args = cli.parser().parse_args(["--suite", "interop", "--interop-rows", "bf16",
+                                    "--count", "2", "--out", str(out)])
+    interop.main(args)
+    assert made == ["bf16"] * 4                                  # 2 patterns, 2 layouts
+    result = json.loads(out.read_text())
+    assert result["graph"].startswith("not run") and "bf16" not in result

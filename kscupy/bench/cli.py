@@ -29,7 +29,7 @@ QUICK = {"count": 4, "sizes": [256, 1024], "elements": 2**22, "hadamard": [1024]
 
 
 def parser() -> argparse.ArgumentParser:
-    from . import chains, engine, gradients, patterns, portability, scale
+    from . import chains, engine, gradients, interop, patterns, portability, scale
     p = argparse.ArgumentParser(
         prog="python -m kscupy bench",
         description="Run kscupy's benchmark suites on the GPU (medians of the CUDA-event "
@@ -51,6 +51,7 @@ def parser() -> argparse.ArgumentParser:
     chains.add_arguments(p)
     scale.add_arguments(p)
     gradients.add_arguments(p)
+    interop.add_arguments(p)
     return p
 
 

@@ -26,6 +26,9 @@ B = :data:`BF16_BATCH`, both layouts, over the same patterns: every kscupy metho
 product, all in bfloat16; with ``baselines`` that have a framework, ``auto`` on its arrays
 too (``auto_torch``: ``K @ tensor`` for a PyTorch tensor, through DLPack). The file then
 holds the ceilings the floors are priced with (bfloat16 at float16's tensor-core rate).
+
+``--interop-rows`` makes some kinds of rows only (``"<kind>": "not run: ..."`` in the file
+for the others).
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ try:
 except ImportError:
     cupy = None
 
+from ..arguments import choice_list
 from ..core import arrays
 from ..kernels import gemm
 from ..operators.matrix import KSMatrix
@@ -48,6 +52,8 @@ from .baselines import NONE
 from .timing import progress, run_metadata, throughput_seconds
 
 BATCHES = (1, 64)
+#: The kinds of rows, in the order a run makes them (``--interop-rows``).
+KINDS = ("graph", "bf16")
 #: The bfloat16 rows' batch (the paper's).
 BF16_BATCH = 25088
 #: Rows whose dense matrix in float64 would take more than this (GiB) leave out the dense
@@ -154,6 +160,13 @@ def summarize(rows):
     return out
 
 
+def add_arguments(parser):
+    group = parser.add_argument_group("interop suite")
+    group.add_argument("--interop-rows", type=choice_list(KINDS), default=",".join(KINDS),
+                       help=f"comma-separated kinds of rows to make, of {','.join(KINDS)} "
+                            f"(default: all)")
+
+
 def main(args, baselines=NONE):
     out = pathlib.Path(args.out)
     t0 = time.time()
@@ -162,11 +175,16 @@ def main(args, baselines=NONE):
               "command": meta["command"], "cupy": meta["cupy"], "kscupy": meta["kscupy"],
               "timing": "events", "rows": []}
     patterns = engine.samples(["default"], args.count, 0)["default"]
+    for kind in KINDS:
+        if kind not in args.interop_rows:
+            result[kind] = "not run: left out of --interop-rows"
     cases = [(p, layout, B) for B in BATCHES for p in patterns for layout in args.layouts]
-    for case in progress(cases, desc="graphs"):
+    for case in progress(cases if "graph" in args.interop_rows else [], desc="graphs"):
         result["rows"].append(graph_row(*case, baselines=baselines))
         out.write_text(json.dumps(result))
-    if arrays.BFLOAT16 is not None:
+    if "bf16" in args.interop_rows and arrays.BFLOAT16 is None:
+        result["bf16"] = "not run: no bfloat16 dtype (ml_dtypes is not installed)"
+    elif "bf16" in args.interop_rows:
         result["ceilings"] = ceilings = engine.measure_ceilings(baselines)
         cases = [(p, layout) for p in patterns for layout in args.layouts]
         for pattern, layout in progress(cases, desc="bfloat16"):

@@ -26,6 +26,9 @@ Rows ``{"suite": "dask", "gpus": N, ...}`` (:mod:`.multigpu`): ``--dask-rows`` r
 same two operators' batch persisted on clusters of 1, 2, 4 and all visible GPUs, against
 the same chunks transformed on one GPU without Dask; left out (``"dask": "not run: ..."``
 in the file) where ``dask.distributed`` is missing or ``--dask-rows`` is 0.
+
+``--scale-rows`` makes some kinds of rows only (``"<kind>": "not run: ..."`` in the file
+for the others).
 """
 from __future__ import annotations
 
@@ -42,7 +45,8 @@ except ImportError:
     cupy = None
 
 from .. import butterfly, dft
-from ..arguments import nonnegative_int, positive_float, positive_int, positive_int_list
+from ..arguments import (choice_list, nonnegative_int, positive_float, positive_int,
+                         positive_int_list)
 from ..streaming import CHUNK_BYTES, stream_matmul
 from . import multigpu
 from .timing import run_metadata
@@ -54,6 +58,8 @@ OPERATORS = {"dft(1024)": (lambda dtype: dft(1024, dtype=dtype, xp=cupy), numpy.
 #: Copies timed per operator, and warm products.
 COPIES = 5
 WARM = 20
+#: The kinds of rows, in the order a run makes them (``--scale-rows``).
+KINDS = ("fresh_copy", "out_of_core", "dask")
 
 
 def add_arguments(parser):
@@ -71,6 +77,9 @@ def add_arguments(parser):
                             "no Dask rows)")
     group.add_argument("--dask-chunk", type=positive_int, default=2**17,
                        help="rows a chunk of that batch (default 131072)")
+    group.add_argument("--scale-rows", type=choice_list(KINDS), default=",".join(KINDS),
+                       help=f"comma-separated kinds of rows to make, of {','.join(KINDS)} "
+                            f"(default: all)")
 
 
 def _dask_missing(args) -> str:
@@ -169,20 +178,26 @@ def out_of_core_row(gigabytes, pinned, bandwidths, streams=2):
 def main(args, baselines=None):
     out = pathlib.Path(args.out)
     meta = run_metadata()
+    kinds = args.scale_rows
     result = {"device": meta["gpu"], "commit": meta["commit"], "date": meta["date"],
               "command": meta["command"], "cupy": meta["cupy"], "kscupy": meta["kscupy"],
-              "rows": [fresh_copy_row(name, args.rows) for name in OPERATORS]}
+              "rows": [fresh_copy_row(name, args.rows) for name in OPERATORS
+                       if "fresh_copy" in kinds]}
     out.write_text(json.dumps(result, indent=1))
-    bandwidths = copy_bandwidths()
-    result["copy_bandwidths"] = bandwidths
-    cases = [(args.host_gb, True, n) for n in args.streams] + [(args.pageable_gb, False, 2)]
-    for gigabytes, pinned, streams in cases:
-        result["rows"].append(out_of_core_row(gigabytes, pinned, bandwidths, streams))
-        out.write_text(json.dumps(result, indent=1))
-    why = _dask_missing(args)
+    if "out_of_core" in kinds:
+        bandwidths = copy_bandwidths()
+        result["copy_bandwidths"] = bandwidths
+        cases = [(args.host_gb, True, n) for n in args.streams] + [(args.pageable_gb, False, 2)]
+        for gigabytes, pinned, streams in cases:
+            result["rows"].append(out_of_core_row(gigabytes, pinned, bandwidths, streams))
+            out.write_text(json.dumps(result, indent=1))
+    for kind in KINDS:
+        if kind not in kinds:
+            result[kind] = "not run: left out of --scale-rows"
+    why = _dask_missing(args) if "dask" in kinds else ""
     if why:
         result["dask"] = f"not run: {why}"
-    else:
+    elif "dask" in kinds:
         for row in multigpu.dask_rows(OPERATORS, args.dask_rows, args.dask_chunk):
             result["rows"].append(row)
             out.write_text(json.dumps(result, indent=1))

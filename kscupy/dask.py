@@ -157,3 +157,29 @@ def _scattered(op):
         future = client.scatter(op, broadcast=True, hash=False)
         _SCATTERED[id(op)] = (client, version, future)
         return future
+
+
+def gpu_cluster(count=None):
+    """A local ``dask.distributed`` cluster of ``count`` single-threaded workers (default: one
+    per visible GPU), worker ``i`` seeing only GPU ``i`` (its ``CUDA_VISIBLE_DEVICES``), so its
+    CuPy arrays and kernels live there. ``dask_cuda.LocalCUDACluster`` when dask-cuda is
+    installed, else plain ``distributed`` workers. Use it as a context manager with a
+    ``distributed.Client``. ImportError without ``distributed``; RuntimeError without GPUs.
+    """
+    cupy, why = arrays.gpu_module()
+    if cupy is None:
+        raise RuntimeError(f"gpu_cluster needs GPUs: {why}")
+    visible = cupy.cuda.runtime.getDeviceCount()
+    count = visible if count is None else int(count)
+    if not 1 <= count <= visible:
+        raise ValueError(f"count must be between 1 and the {visible} visible GPUs, got {count}")
+    try:
+        from dask_cuda import LocalCUDACluster
+    except ImportError:
+        from distributed import Nanny, Scheduler, SpecCluster
+        # one process per GPU: CUDA_VISIBLE_DEVICES is read when the worker's CUDA starts
+        workers = {f"gpu{i}": {"cls": Nanny, "options": {
+            "nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": str(i)}}} for i in range(count)}
+        return SpecCluster(workers=workers, silence_logs=logging.WARNING,
+                           scheduler={"cls": Scheduler, "options": {"dashboard_address": None}})
+    return LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(count)), threads_per_worker=1)

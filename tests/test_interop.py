@@ -139,6 +139,24 @@ def test_pytorch_tensors(device, rng):
     assert rel_err(Z.cpu().numpy(), Y.cpu().numpy().T) < 1e-5
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_pytorch_lazy_conjugates_and_negations_are_applied(device, rng):
+    """``t.conj()`` (which PyTorch will not export) and ``t.conj().imag`` (whose negation
+    DLPack would drop) multiply as their values."""
+    torch = pytest.importorskip("torch")
+    if device == "cuda" and (not gpu_available() or not torch.cuda.is_available()):
+        pytest.skip(GPU_REASON)
+    w = random_array(rng, (2, 4, 3, 2), numpy.complex128)
+    K = ks.KSMatrix(torch.from_numpy(w).to(device))
+    z = torch.from_numpy(random_array(rng, (12, 5), numpy.complex128)).to(device)
+    for X in (z.conj(), z.conj().imag):
+        assert X.is_conj() or X.is_neg()
+        Y = K @ X
+        assert isinstance(Y, torch.Tensor)
+        expected = dense_oracle(w) @ X.resolve_conj().resolve_neg().cpu().numpy()
+        assert rel_err(Y.cpu().numpy(), expected) < 1e-12
+
+
 def test_jax_arrays(rng):
     jnp = pytest.importorskip("jax.numpy")
     w = random_array(rng, (2, 4, 4, 2), numpy.float32)

@@ -11,6 +11,9 @@ found among the modules already imported (kscupy imports no framework): ``torch`
 tensor's product runs on PyTorch's current stream (as a CuPy ``ExternalStream``), so that it
 follows the caller's work with no wait between streams.
 
+A PyTorch tensor whose conjugation or negation is a lazy bit (``t.conj()``,
+``t.conj().imag``) is resolved first, a copy (:func:`_resolved`).
+
 bfloat16 in host memory: NumPy takes no bfloat16 through DLPack, so where ``ml_dtypes``
 gives NumPy the dtype, a PyTorch tensor comes in as its bits (``tensor.view(torch.int16)``
 through DLPack, viewed as bfloat16: no copy) and a JAX array through ``numpy.asarray``, and
@@ -69,6 +72,7 @@ def take(x, role: str = "operand") -> Foreign:
     or a dtype NumPy and CuPy cannot take (bfloat16 without ``ml_dtypes``; NumPy takes none
     through DLPack)."""
     library = type(x).__module__.split(".")[0]
+    x = _resolved(x, library)
     device_type, device_id = (int(v) for v in x.__dlpack_device__())
     try:
         if device_type in _CPU and _host_bfloat16(x, library):
@@ -100,6 +104,19 @@ def take(x, role: str = "operand") -> Foreign:
         raise TypeError(f"a {library} array as {role} could not be taken through DLPack "
                         f"({exc}); convert it to a NumPy or CuPy array") from None
     return Foreign(native, _back_to(library))
+
+
+def _resolved(x, library: str):
+    """``x`` with PyTorch's lazy conjugation and negation applied (a copy where one is set:
+    ``t.conj()``, ``t.conj().imag``): DLPack carries a tensor's data without those bits, and
+    PyTorch refuses to export the first and exports the second's data unnegated."""
+    if library != "torch":
+        return x
+    if x.is_conj():
+        x = x.resolve_conj()
+    if x.is_neg():
+        x = x.resolve_neg()
+    return x
 
 
 def _family(library: str) -> str:

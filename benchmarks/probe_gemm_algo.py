@@ -55,6 +55,7 @@ def rows_of(pattern, layout, dtype):
     from cupy_backends.cuda.libs import cublas
     for flag in FLAGS:
         gemm._algo = lambda dtype, flag=flag: getattr(cublas, flag)
+        gemm._gradient_run.cache_clear()        # its plans hold the flag they were made with
         methods = {"bmm": gemm.prepare_groups(K.factor, X, layout),
                    "values_grad": lambda x: gemm.values_gradient(G, x, pattern, layout)}
         if D is not None:

@@ -36,7 +36,7 @@ def main(dtype="float16"):
                 order = original(dtype, layout).order
                 cfg = MmaConfig(slots=1, bm=bm, bn=bn, bk=64, wm=wm, wn=wn, stages=stages,
                                 order=order)
-                ks_values_grad.config = lambda dt, lay, cfg=cfg: cfg
+                ks_values_grad.config = lambda dt, lay, tile="small", cfg=cfg: cfg
                 ks_values_grad._plan.cache_clear()
                 try:
                     t = throughput_seconds(lambda pair: ks_values_grad.values_gradient(

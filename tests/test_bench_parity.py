@@ -66,6 +66,26 @@ def test_options_default_to_every_dtype_and_both_samples():
         parity.check_arguments(too_many, "does-not-exist.json")
 
 
+def test_appending_to_a_file_without_the_parity_rates_is_refused(tmp_path):
+    """An engine file without the TF32 GEMM's rate would fail at its first float32 row."""
+    import json
+    out = tmp_path / "engine.json"
+    ceilings = {k: v for k, v in CEILINGS.items() if k != "tf32_gemm"}
+    rows = [_row("float16", "bsl", (1, 8, 8, 2), 1.0, 2.0)]
+    out.write_text(json.dumps({"ceilings": ceilings, "rows": rows}))
+    args = cli.parser().parse_args(["--suite", "parity", "--append"])
+    with pytest.raises(Exception, match="tf32_gemm"):
+        parity.check_arguments(args, out)
+    out.write_text(json.dumps({"ceilings": CEILINGS, "rows": rows}))
+    parity.check_arguments(args, out)
+
+
+def test_the_engine_suite_prices_complex128_at_the_dgemm_rate():
+    pattern = (1, 1024, 1024, 1)
+    floor = engine.floor_seconds(pattern, 8192, "complex128", "default", CEILINGS)
+    assert floor == pytest.approx(8 * 8192 * 1024 * 1024 / CEILINGS["dgemm"])
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
 def test_one_row_has_a_right_answer_and_its_floor(layout):

@@ -108,7 +108,7 @@ def floor_seconds(pattern, B, dtype, precision, ceilings):
     isz = numpy.dtype(dtype).itemsize
     macs = B * p.nnz
     flops = (8 if numpy.dtype(dtype).kind == "c" else 2) * macs
-    rate = ceilings["dgemm"] if dtype == "float64" \
+    rate = ceilings["dgemm"] if dtype in ("float64", "complex128") \
         else ceilings["hgemm"] if dtype in ("float16", "bfloat16") \
         else ceilings.get("tf32_gemm", ceilings["sgemm"]) if precision == "tf32" else ceilings["sgemm"]
     return max(isz * (B * (M + N) + p.nnz) / ceilings["bandwidth"], flops / rate)

@@ -39,12 +39,14 @@ try:
 except ImportError:
     cupy = None
 
+from ..arguments import UsageError
 from ..core import device
 from ..core.pattern import KSPattern
 from ..core.problem import problem_of
 from ..engine import decide
 from . import engine
 from .baselines import NONE
+from .results import read_results
 from .timing import progress, run_metadata, throughput_seconds, time_fn
 
 #: The dtypes the suite measures unless ``--dtypes`` says.
@@ -141,12 +143,19 @@ def summarize(rows):
 
 def check_arguments(args, out):
     """``--dtypes`` left out becomes :data:`DTYPES`; UsageError for a held-out sample larger
-    than the grid allows (:func:`.engine.check_heldout_room`) or ``--append`` to a file that
-    no engine-schema run wrote (:func:`.engine.check_append`)."""
+    than the grid allows (:func:`.engine.check_heldout_room`), or ``--append`` to a file that
+    no engine-schema run wrote (:func:`.engine.check_append`) or whose ceilings lack a rate
+    the parity floors price with (an engine file without the TF32 GEMM's, say)."""
     if args.dtypes is None:
         args.dtypes = list(DTYPES)
     engine.check_heldout_room(args)
     engine.check_append(args, out)
+    if args.append and pathlib.Path(out).exists():
+        ceilings = read_results(out, "--append to")["ceilings"]
+        missing = {"tf32_gemm", "dgemm", "hgemm"} - set(ceilings)
+        if missing:
+            raise UsageError(f"--append to {out}: its ceilings lack {', '.join(sorted(missing))}, "
+                             f"which the parity floors need: start a new file")
 
 
 def main(args, baselines=NONE):

@@ -18,12 +18,12 @@ multiplied there (``docs/examples/dask_multi_gpu.py``).
 """
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import sys
 import threading
 import uuid
-import weakref
 
 from .core import arrays
 
@@ -120,25 +120,28 @@ def _operator_argument(op, token):
         dask.delayed(op, name=f"kscupy-operator-{token}")
 
 
-#: Operators scattered to the workers of a client: ``id(op) -> (client, values version,
-#: future)``, an entry dropped with its operator (and the workers' copy with the future).
-_SCATTERED: dict = {}
+#: Operators scattered to the workers of a client, by :meth:`_values_key`: ``key ->
+#: (client, future)``, the least recently used dropped (with the workers' copy) beyond
+#: MAX_SCATTERED. Keyed by what an operator applies, not by the object: ``X @ K.T`` makes
+#: a new view of ``K`` each time, and a worker's in-process store keeps the object alive.
+_SCATTERED: collections.OrderedDict = collections.OrderedDict()
 _SCATTERED_LOCK = threading.Lock()
+MAX_SCATTERED = 8
 
 
 def _scattered(op):
     """The future of ``op`` scattered (``broadcast``) to the workers of the current
-    ``distributed`` client, made once per client and per version of the operator's values
-    (a write makes a new one); None without a client that computes dask's graphs
-    (``distributed`` not imported, no client made, or dask's scheduler set to another) or
-    for an operator whose values kscupy cannot version (then it travels with each graph).
-    A graph holding the future computes on that client only: with a client current,
-    ``compute(scheduler="threads")`` of such a product fails with dask's "Missing
-    dependency" error (set dask's scheduler for the block instead,
+    ``distributed`` client, made once per client and per :meth:`_values_key` of the
+    operator (a write makes a new one); None without a synchronous client that computes
+    dask's graphs (``distributed`` not imported, no client made, an asynchronous one, or
+    dask's scheduler set to another) or for an operator without such a key (then it travels
+    with each graph). A graph holding the future computes on that client only: with a
+    client current, ``compute(scheduler="threads")`` of such a product fails with dask's
+    "Missing dependency" error (set dask's scheduler for the block instead,
     ``dask.config.set(scheduler="threads")``)."""
     distributed = sys.modules.get("distributed")
-    version = getattr(op, "_values_version", lambda: None)()
-    if distributed is None or version is None:
+    key = getattr(op, "_values_key", lambda: None)()
+    if distributed is None or key is None:
         return None
     import dask
     if dask.config.get("scheduler", None) != "dask.distributed":
@@ -147,15 +150,18 @@ def _scattered(op):
         client = distributed.default_client()
     except ValueError:                      # no client in this process
         return None
+    if client.asynchronous:                 # its scatter is a coroutine
+        return None
     with _SCATTERED_LOCK:
-        found = _SCATTERED.get(id(op))
-        if found is not None and found[0] is client and found[1] == version \
-                and client.status == "running":
-            return found[2]
-        if found is None:                   # forget the entry (and the future) with op
-            weakref.finalize(op, _SCATTERED.pop, id(op), None)
+        found = _SCATTERED.get(key)
+        if found is not None and found[0] is client and client.status == "running":
+            _SCATTERED.move_to_end(key)
+            return found[1]
         future = client.scatter(op, broadcast=True, hash=False)
-        _SCATTERED[id(op)] = (client, version, future)
+        _SCATTERED[key] = (client, future)
+        _SCATTERED.move_to_end(key)
+        while len(_SCATTERED) > MAX_SCATTERED:
+            _SCATTERED.popitem(last=False)
         return future
 
 

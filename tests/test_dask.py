@@ -99,34 +99,61 @@ def test_operator_is_one_key_of_the_graph(rng):
     assert all(len(pickle.dumps(task)) < K.values.nbytes for task in tasks)
 
 
+def test_values_keys_name_what_an_operator_applies(rng):
+    """Equal for copies and views made the same way, different for another view and after
+    a write: for matrices and chains."""
+    import pickle
+    for op in (ks.KSMatrix(random_array(rng, (2, 3, 4, 5), numpy.float64)),
+               ks.butterfly(16, dtype=numpy.float64, seed=0)):
+        key = op._values_key()
+        hash(key)
+        assert pickle.loads(pickle.dumps(op))._values_key() == key
+        assert op.T._values_key() == op.T._values_key() != key
+    K = ks.KSMatrix(random_array(rng, (2, 3, 4, 5), numpy.float64))
+    key = K._values_key()
+    K.values = random_array(rng, (2, 3, 4, 5), numpy.float64)
+    assert K._values_key() != key
+    C = ks.butterfly(16, dtype=numpy.float64, seed=0)
+    key = C._values_key()
+    C.factors[0].values = C.factors[0].values * 2
+    assert C._values_key() != key
+
+
 def test_under_a_client_the_operator_is_scattered_once_per_version_of_its_values(rng):
     """With a distributed client, every product of one operator takes the same future (the
-    operator sent from here once, not with each graph) until its values are written;
-    without a client the operator travels with each graph again."""
+    operator sent from here once, not with each graph), views made anew each time too
+    (``X @ K.T``), until its values are written; only the most recent operators stay
+    scattered; without a client the operator travels with each graph again."""
     distributed = pytest.importorskip("distributed", reason="dask.distributed is not installed")
     import dask
     from kscupy import dask as ks_dask
     K = ks.KSMatrix(random_array(rng, (2, 3, 4, 5), numpy.float64))
     Xh = random_array(rng, (1000, 40), numpy.float64)
     X = da.from_array(Xh, chunks=(250, 40))
+    tol = RTOL[numpy.dtype(numpy.float64)]
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
         client.wait_for_workers(2)
-        first = ks_dask._scattered(K)
-        assert first is not None and ks_dask._scattered(K) is first
+        first = ks_dask._scattered(K.T)
+        assert first is not None and ks_dask._scattered(K.T) is first     # another view
         for _ in range(2):
-            assert rel_err((X @ K.T).compute(), Xh @ K.todense().T) < RTOL[numpy.dtype(numpy.float64)]
-        assert ks_dask._scattered(K) is first
+            assert rel_err((X @ K.T).compute(), Xh @ K.todense().T) < tol
+        assert ks_dask._scattered(K.T) is first
+        assert ks_dask._scattered(K) is not first                          # not the same view
         assert client.who_has([first])[first.key]          # held by a worker throughout
         K.values = random_array(rng, (2, 3, 4, 5), numpy.float64)
-        second = ks_dask._scattered(K)
-        assert second is not first
-        assert rel_err((X @ K.T).compute(), Xh @ K.todense().T) < RTOL[numpy.dtype(numpy.float64)]
+        assert ks_dask._scattered(K.T) is not first
+        assert rel_err((X @ K.T).compute(), Xh @ K.todense().T) < tol
+        others = [ks.KSMatrix(random_array(rng, (2, 3, 4, 5), numpy.float64))
+                  for _ in range(ks_dask.MAX_SCATTERED)]
+        for other in others:
+            ks_dask._scattered(other)
+        assert len(ks_dask._SCATTERED) == ks_dask.MAX_SCATTERED
+        assert K.T._values_key() not in ks_dask._SCATTERED                 # the oldest went
         with dask.config.set(scheduler="threads"):        # graphs for another scheduler
             assert ks_dask._scattered(K) is None
-            assert rel_err((X @ K.T).compute(), Xh @ K.todense().T) < \
-                RTOL[numpy.dtype(numpy.float64)]
+            assert rel_err((X @ K.T).compute(), Xh @ K.todense().T) < tol
     assert ks_dask._scattered(K) is None
     graph = dict((X @ K.T).__dask_graph__())
     assert sum("kscupy-operator" in str(key) for key in graph) == 1

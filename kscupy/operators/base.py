@@ -200,10 +200,11 @@ class KSOperator:
         none (products then prepare anew each time)."""
         return None
 
-    def _values_version(self):
-        """What changes when the operator's values are written (a tuple that compares equal
-        while they stand), or None where it keeps no such record: how a copy shipped
-        elsewhere (:mod:`kscupy.dask`) is known to be current."""
+    def _values_key(self):
+        """A name of what the operator applies as its values stand: equal for its views and
+        copies that apply the same values the same way, new after a write; None where it
+        keeps no such record. How a copy shipped elsewhere (:mod:`kscupy.dask`) is known
+        to be current."""
         return None
 
     def _check_operand(self, X, layout, backend):

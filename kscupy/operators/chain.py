@@ -210,8 +210,9 @@ class KSChain(KSOperator):
     def _runs(self):
         return self._prepared
 
-    def _values_version(self):
-        return tuple(f.cache.generation for f in self._target.factors)
+    def _values_key(self):
+        return ("chain", tuple((f.cache.values_id, f.transposed, f.conjugated)
+                               for f in self._target.factors), self._permutations_id)
 
     def _prepare_apply(self, X, layout, backend):
         plans = None if self._prepared is None else self._prepared.plans

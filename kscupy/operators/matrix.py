@@ -308,8 +308,9 @@ class KSMatrix(KSOperator):
     def _runs(self):
         return None if self._xp is numpy else engine.runs_of(self._factor)
 
-    def _values_version(self):
-        return (self._factor.cache.generation,)
+    def _values_key(self):
+        f = self._factor
+        return ("matrix", f.cache.values_id, f.transposed, f.conjugated)
 
     # -- ecosystem protocols (see KSOperator): pickling, copies and moves, scalars, sums ------
     @property

@@ -154,6 +154,12 @@ class Factor:
         return Factor(Storage(*self.storage.state), self.stored, self.transposed,
                       self.conjugated, self.declared, held=True)
 
+    @property
+    def name(self) -> tuple:
+        """What this view applies, by name: its values' ``values_id`` and its view flags
+        (equal for copies of the same values viewed alike; new after a write)."""
+        return (self.cache.values_id, self.transposed, self.conjugated)
+
     # -- what the operator is ----------------------------------------------------------------
     @property
     def shape(self) -> tuple:
@@ -367,6 +373,12 @@ class FactorChain:
         if all(f.held for f in self.factors):
             return self
         return dataclasses.replace(self, factors=tuple(f.pinned() for f in self.factors))
+
+    @property
+    def name(self) -> tuple:
+        """What the chain applies, by name: its factors' :attr:`Factor.name` and its
+        permutations' ``permutations_id``."""
+        return (tuple(f.name for f in self.factors), self.permutations_id)
 
     @property
     def applied(self) -> tuple:

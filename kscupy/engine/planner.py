@@ -105,8 +105,7 @@ def _shared_plan(chain: FactorChain, key: tuple, batch: int) -> ChainPlan:
     tiles = chain.factors[0].tiles
     device_id = tiles.device.id if hasattr(tiles, "device") and \
         hasattr(tiles.device, "id") else None       # copies on two equal GPUs differ here
-    named = (tuple((f.cache.values_id, f.transposed, f.conjugated) for f in chain.factors),
-             chain.permutations_id, device_id, devices.current()) + key
+    named = (chain.name, device_id, devices.current()) + key
     with _SHARED_LOCK:
         found = _SHARED.pop(named, None)
         if found is not None and found[0] == decide.epoch:

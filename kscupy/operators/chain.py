@@ -211,8 +211,7 @@ class KSChain(KSOperator):
         return self._prepared
 
     def _values_key(self):
-        return ("chain", tuple((f.cache.values_id, f.transposed, f.conjugated)
-                               for f in self._target.factors), self._permutations_id)
+        return ("chain",) + self._target.name
 
     def _prepare_apply(self, X, layout, backend):
         plans = None if self._prepared is None else self._prepared.plans

@@ -309,8 +309,7 @@ class KSMatrix(KSOperator):
         return None if self._xp is numpy else engine.runs_of(self._factor)
 
     def _values_key(self):
-        f = self._factor
-        return ("matrix", f.cache.values_id, f.transposed, f.conjugated)
+        return ("matrix",) + self._factor.name
 
     # -- ecosystem protocols (see KSOperator): pickling, copies and moves, scalars, sums ------
     @property

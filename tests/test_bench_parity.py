@@ -96,3 +96,24 @@ def test_one_row_has_a_right_answer_and_its_floor(layout):
     assert row["relerr"]["auto"] < 1e-12, row["relerr"]
     assert row["seconds"]["auto"] > 0 and "base_cupy_bmm" in row["seconds"]
     assert row["floor_s"] == parity.floor_seconds((2, 48, 96, 4), 8192, "complex128", CEILINGS)
+
+
+def test_results_are_opened_new_or_resumed_with_their_seed_and_ceilings(tmp_path, monkeypatch):
+    """A new file gets the run's metadata, the measured ceilings, the drawn seed and the
+    suite's fields; --append keeps the file's ceilings and seed and adds the command."""
+    import json
+    meta = dict.fromkeys(("gpu", "commit", "date", "cupy", "kscupy"), "x")
+    monkeypatch.setattr(engine, "run_metadata", lambda: {**meta, "command": "first"})
+    out = tmp_path / "parity.json"
+    args = cli.parser().parse_args(["--suite", "parity", "--heldout-seed", "7"])
+    result, ceilings = engine.open_results(args, out, measure=lambda b: CEILINGS,
+                                           suite="parity")
+    assert ceilings == CEILINGS and result["heldout_seed"] == 7
+    assert result["suite"] == "parity" and result["command"] == "first"
+    result["rows"] = [_row("float16", "bsl", (1, 8, 8, 2), 1.0, 2.0)]
+    out.write_text(json.dumps(result))
+    monkeypatch.setattr(engine, "run_metadata", lambda: {**meta, "command": "second"})
+    again = cli.parser().parse_args(["--suite", "parity", "--append"])
+    resumed, ceilings = engine.open_results(again, out, measure=lambda b: 1 / 0)
+    assert ceilings == CEILINGS and resumed["heldout_seed"] == 7
+    assert resumed["commands"] == ["second"] and len(resumed["rows"]) == 1

@@ -388,26 +388,34 @@ def summarize(rows):
     return out
 
 
+def open_results(args, out, baselines=NONE, measure=None, **fields):
+    """``(result, ceilings)``: the results object a sampled run writes into ``out``: with
+    ``--append`` the file's, its command added, else a new one with the run's metadata, the
+    ceilings (``measure(baselines)``, default :func:`measure_ceilings`), the device's facts,
+    the held-out seed (``--heldout-seed``, or drawn at run time) and ``fields``."""
+    result = json.loads(out.read_text()) if args.append and out.exists() else None
+    meta = run_metadata()
+    seed = args.heldout_seed if args.heldout_seed is not None else \
+        int.from_bytes(os.urandom(4), "little")
+    if result is not None:                  # (a file from before seeds were recorded)
+        result.setdefault("heldout_seed", seed)
+        result.setdefault("commands", []).append(meta["command"])
+        return result, result["ceilings"]
+    ceilings = (measure or measure_ceilings)(baselines)
+    result = {**fields, "device": meta["gpu"], "commit": meta["commit"], "date": meta["date"],
+              "command": meta["command"], "cupy": meta["cupy"], "kscupy": meta["kscupy"],
+              "heldout_seed": seed, baselines.name or "baselines": baselines.version,
+              "timing": "events", "ceilings": ceilings,
+              "rates": dataclasses.asdict(device.current()), "rows": []}
+    return result, ceilings
+
+
 def main(args, baselines=NONE):
     out = pathlib.Path(args.out)
-    seed = args.heldout_seed if args.heldout_seed is not None else int.from_bytes(os.urandom(4), "little")
-    result = json.loads(out.read_text()) if args.append and out.exists() else None
-    if result is not None:
-        seed = result.get("heldout_seed", seed)
     t0 = time.time()
-    ceilings = result["ceilings"] if result else measure_ceilings(baselines)
+    result, ceilings = open_results(args, out, baselines)
     print("ceilings: " + ", ".join(f"{k} {v / 1e12:.1f} T" for k, v in ceilings.items()), flush=True)
-    meta = run_metadata()
-    if result is None:
-        result = {"device": meta["gpu"], "commit": meta["commit"], "date": meta["date"],
-                  "command": meta["command"], "cupy": meta["cupy"], "kscupy": meta["kscupy"],
-                  "heldout_seed": seed, baselines.name or "baselines": baselines.version,
-                  "timing": "events",
-                  "ceilings": ceilings, "rates": dataclasses.asdict(device.current()),
-                  "rows": []}
-    else:
-        result.setdefault("commands", []).append(meta["command"])
-    drawn = samples(args.samples, args.count, seed)
+    drawn = samples(args.samples, args.count, result["heldout_seed"])
     cases = [(p, lay, dt, prec, name) for dt, prec in row_kinds(args.dtypes, args.precisions)
              for name, pats in drawn.items() for p in pats for lay in args.layouts]
     done = {(tuple(r["pattern"]), r["layout"], r["dtype"], r["precision"], r["sample"])

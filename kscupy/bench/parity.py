@@ -26,9 +26,7 @@ pattern, the batch-size-last time over the batch-size-first one.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
-import os
 import pathlib
 import time
 
@@ -40,14 +38,13 @@ except ImportError:
     cupy = None
 
 from ..arguments import UsageError
-from ..core import device
 from ..core.pattern import KSPattern
 from ..core.problem import problem_of
 from ..engine import decide
 from . import engine
 from .baselines import NONE
 from .results import read_results
-from .timing import progress, run_metadata, throughput_seconds, time_fn
+from .timing import progress, throughput_seconds, time_fn
 
 #: The dtypes the suite measures unless ``--dtypes`` says.
 DTYPES = ("float16", "float32", "float64", "complex64", "complex128")
@@ -162,24 +159,10 @@ def main(args, baselines=NONE):
     """Run the suite into ``args.out`` (rewritten after each row, so a run cut short keeps
     its rows; ``--append`` goes on where a file stops, with its ceilings and seed)."""
     out = pathlib.Path(args.out)
-    result = json.loads(out.read_text()) if args.append and out.exists() else None
-    seed = args.heldout_seed if args.heldout_seed is not None else \
-        int.from_bytes(os.urandom(4), "little")
-    if result is not None:
-        seed = result.get("heldout_seed", seed)
     t0 = time.time()
-    ceilings = result["ceilings"] if result else measure_ceilings(baselines)
-    meta = run_metadata()
-    if result is None:
-        result = {"suite": "parity", "device": meta["gpu"], "commit": meta["commit"],
-                  "date": meta["date"], "command": meta["command"], "cupy": meta["cupy"],
-                  "kscupy": meta["kscupy"], baselines.name or "baselines": baselines.version,
-                  "timing": "events", "budget_s": BUDGET_S, "heldout_seed": seed,
-                  "ceilings": ceilings, "rates": dataclasses.asdict(device.current()),
-                  "rows": []}
-    else:
-        result.setdefault("commands", []).append(meta["command"])
-    drawn = engine.samples(args.samples, args.count, seed)
+    result, ceilings = engine.open_results(args, out, baselines, measure_ceilings,
+                                           suite="parity", budget_s=BUDGET_S)
+    drawn = engine.samples(args.samples, args.count, result["heldout_seed"])
     cases = [(p, lay, dt, name) for dt in args.dtypes for name, pats in drawn.items()
              for p in pats for lay in args.layouts]
     done = {(tuple(r["pattern"]), r["layout"], r["dtype"], r["sample"])

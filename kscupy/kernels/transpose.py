@@ -62,8 +62,23 @@ def prepare(A):
 
 
 def transpose(A):
-    """``A.T`` as a new C-contiguous array (:func:`prepare`, run once)."""
-    return prepare(A)(A)
+    """``A.T`` as a new C-contiguous array, through the run :func:`prepare` made for arrays
+    like ``A`` (shape, strides, dtype, alignment, current device), kept for the process:
+    preparing costs the host more than a small transpose takes on the GPU."""
+    import cupy
+    key = (A.shape, A.strides, A.dtype, A.data.ptr & 15, cupy.cuda.runtime.getDevice())
+    run = _KEPT.get(key)
+    if run is None:
+        if len(_KEPT) >= MAX_KEPT:
+            _KEPT.clear()
+        run = _KEPT[key] = prepare(A)
+    return run(A)
+
+
+#: The runs :func:`transpose` keeps, by what they were prepared for; at most MAX_KEPT, all
+#: dropped when a new one would exceed it.
+_KEPT: dict = {}
+MAX_KEPT = 128
 
 
 def around(X, prepare_inner, result_shape):

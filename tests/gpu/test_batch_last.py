@@ -32,6 +32,22 @@ def test_transpose(poisoned, rng, dtype, shape):
     numpy.testing.assert_array_equal(cupy.asnumpy(At), A.T)
 
 
+def test_transposes_of_arrays_alike_share_a_run(poisoned, rng):
+    """A second array like the first (shape, strides, dtype, alignment) reuses the run kept
+    for it and gets its own result; one off the first's alignment gets a run of its own, whose
+    copies are as wide as its address allows."""
+    transpose._KEPT.clear()
+    A, B = (cupy.asarray(random_array(rng, (96, 40), numpy.float32)) for _ in range(2))
+    numpy.testing.assert_array_equal(cupy.asnumpy(transpose.transpose(A)), cupy.asnumpy(A).T)
+    assert len(transpose._KEPT) == 1
+    numpy.testing.assert_array_equal(cupy.asnumpy(transpose.transpose(B)), cupy.asnumpy(B).T)
+    assert len(transpose._KEPT) == 1
+    flat = cupy.asarray(random_array(rng, (96 * 40 + 1,), numpy.float32))
+    C = flat[1:].reshape(96, 40)                  # 4 bytes past B's alignment
+    numpy.testing.assert_array_equal(cupy.asnumpy(transpose.transpose(C)), cupy.asnumpy(C).T)
+    assert len(transpose._KEPT) == 2
+
+
 @dtypes
 @pytest.mark.parametrize("view", ["fortran", "column_step", "reversed", "offset",
                                   "misaligned"])

@@ -19,8 +19,7 @@ class Operand:
     def __init__(self, shape, dtype):
         self.shape, self.dtype = shape, numpy.dtype(dtype)
         self.strides = (shape[1] * self.dtype.itemsize, self.dtype.itemsize)
-        self.device = types.SimpleNamespace(id=0)
-        self.data = types.SimpleNamespace(ptr=256)
+        self.data = types.SimpleNamespace(ptr=256, device_id=0)
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ import threading
 import numpy
 
 from ..core import device as devices
-from ..kernels import gemm, ks_values_grad
+from ..kernels import gemm, ks_values_grad, transpose
 from .costs import gpu as gpu_costs
 from .single import pipeline_seconds
 
@@ -72,7 +72,20 @@ def _run(way, G, X, pattern, layout):
         return ks_values_grad.values_gradient(G, X, pattern, layout)
     dW = gemm.values_gradient(G, X, pattern, layout) if way == "cublas" \
         else gemm.values_gradient_diagonal(G, X, pattern)
-    return None if dW is None else dW.transpose(0, 2, 3, 1)         # from (a, d, b, c)
+    return None if dW is None else _canonical(dW)
+
+
+def _canonical(blocks):
+    """``(a, d, b, c)`` blocks in the values' ``(a, b, c, d)`` order: a C-order copy by the
+    tiled transpose where ``a == 1`` (the ``d x b*c`` matrix transposed: a kept run, one
+    launch; CuPy's strided copy costs the host several times more), a free reshape where
+    ``d == 1``, else a view (the caller's finishing pass copies it)."""
+    a, d, b, c = blocks.shape
+    if d == 1 and blocks.flags.c_contiguous:
+        return blocks.reshape(a, b, c, 1)
+    if a == 1 and blocks.flags.c_contiguous:
+        return transpose.transpose(blocks.reshape(d, b * c)).reshape(1, b, c, d)
+    return blocks.transpose(0, 2, 3, 1)
 
 
 def _applies(way, pattern, layout, dtype, tensor_cores: bool) -> bool:
@@ -107,7 +120,7 @@ def _key(G, X, pattern, layout):
     batch = X.shape[1] if layout == "bsl" else X.shape[0]
     along = 1 if layout == "bsl" else 0
     lies = tuple((A.strides[along] == A.dtype.itemsize, A.data.ptr & 15) for A in (G, X))
-    return (pattern, layout, X.dtype, max(batch, 1).bit_length(), lies, X.device.id)
+    return (pattern, layout, X.dtype, max(batch, 1).bit_length(), lies, X.data.device_id)
 
 
 def choice(G, X, pattern, layout):

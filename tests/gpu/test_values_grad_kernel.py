@@ -84,6 +84,20 @@ def test_the_kernel_against_the_definition(poisoned, rng, dtype, layout):
                 check(dW, pattern, X, G, layout, dtype, (pattern, B, sms))
 
 
+@pytest.mark.parametrize("shape", [(1, 4, 3, 5), (1, 1, 3, 5), (3, 1, 4, 2), (2, 3, 4, 5),
+                                   (1, 48, 64, 64)], ids=str)
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda t: numpy.dtype(t).name)
+def test_blocks_in_the_values_order(poisoned, rng, dtype, shape):
+    """cuBLAS's (a, d, b, c) blocks in the values' (a, b, c, d) order: by the tiled transpose
+    (a = 1), a reshape (d = 1) or a view (else), each the same values as NumPy's transpose."""
+    blocks = cupy.asarray(random_array(rng, shape, dtype))
+    got = gradient_paths._canonical(blocks)
+    a, d, b, c = shape
+    assert got.shape == (a, b, c, d)
+    assert got.flags.c_contiguous == (a == 1 or d == 1)
+    numpy.testing.assert_array_equal(cupy.asnumpy(got), cupy.asnumpy(blocks).transpose(0, 2, 3, 1))
+
+
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=lambda t: numpy.dtype(t).name)
 def test_both_tiles_of_the_16_bit_dtypes(poisoned, rng, dtype, layout):

@@ -435,7 +435,9 @@ def _gradient_run(pattern, layout, dtype, B, sG, sX, sms):
     lda, ldb, ldc = lds
     gemm = (transa, transb, m, n, one.ctypes.data, lda, ldb, ldc, zero.ctypes.data, data,
             out_data, compute, _algo(dtype))
-    sums_shape = (len(spans),) + ((a, d, b, c) if layout == "bsl" else (a, d, c, b))
+    group_shape = (a, d, b, c) if layout == "bsl" else (a, d, c, b)
+    # one chunk writes the gradient itself; several, a slice each, added after
+    sums_shape = group_shape if len(spans) == 1 else (len(spans),) + group_shape
     slice_size = a * d * block
     x_first = layout == "bsl"
 
@@ -469,7 +471,7 @@ def _gradient_run(pattern, layout, dtype, B, sG, sX, sms):
                 _strided_batched(blas, handle, gemm, k, x + at_x, g + at_g, w + at_w, calls,
                                  x_first, isz, osz)
         _cublas_runner()(run_calls)
-        dW = sums[0] if len(spans) == 1 else sums.sum(axis=0).astype(dtype, copy=False)
+        dW = sums if len(spans) == 1 else sums.sum(axis=0).astype(dtype, copy=False)
         return dW if layout == "bsl" else dW.transpose(0, 1, 3, 2)
     run.kept = (one, zero)      # the calls read alpha and beta by address
     return run

@@ -106,6 +106,30 @@ def test_a_vector_operand(xp, rng):
     assert rel_err(dw, values_oracle(K.pattern, X, G, "bsl")) < 1e-12
 
 
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_repeated_gradients_skip_the_checks_they_passed_and_no_others(xp, rng, layout):
+    """A second gradient with operands like the first (a vector too) is right on new data;
+    operands of another shape, a masked array and a wrong G are still checked."""
+    from kscupy import gradients
+    gradients._CHECKED.clear()
+    K = ks.KSMatrix.random((2, 3, 4, 2), dtype=numpy.float64, xp=xp, seed=4)
+    for _ in range(2):                                   # checked, then remembered
+        X, G = operands(rng, K, 5, layout, numpy.float64, xp)
+        assert rel_err(ks.values_grad(K, X, G, layout=layout),
+                       values_oracle(K.pattern, X, G, layout)) < 1e-12
+        x, g = X[:, 0] if layout == "bsl" else X[0], G[:, 0] if layout == "bsl" else G[0]
+        dX, dw = ks.vjp(K, x, g, layout=layout)
+        assert dX.shape == x.shape
+        assert rel_err(dw, values_oracle(K.pattern, x[:, None], g[:, None], "bsl")) < 1e-12
+    assert len(gradients._CHECKED) == 2                  # the batch and the vector
+    X, G = operands(rng, K, 5, layout, numpy.float64, xp)
+    with pytest.raises(ValueError, match="G must have the product's shape"):
+        ks.values_grad(K, X, G[:-1] if layout == "bsf" else G[:, :-1], layout=layout)
+    if xp is numpy:
+        with pytest.raises(TypeError, match="masked"):
+            ks.values_grad(K, numpy.ma.masked_array(X), G, layout=layout)
+
+
 def chain_gradients_oracle(C, X, G, layout):
     """Each factor's gradient from dense products: for ``Y = Lf K_l Rf X``, ``dK_l =
     Lf^H G (Rf X)^H`` read at the factor's support; and ``dX = D^H G``."""

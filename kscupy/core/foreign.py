@@ -158,9 +158,11 @@ def _exported(x, library):
     handshake (PyTorch's ``__dlpack__`` asks for its current stream and device several
     times: tens of microseconds of host time a product). No handshake is needed: the
     product runs on PyTorch's current stream (:func:`_producer_stream`), after the work
-    that made the tensor. Any other array goes through the protocol."""
+    that made the tensor. (Its lazy conjugate and negative bits were applied before,
+    :func:`_resolved`; a tensor that requires grad goes through the protocol, which refuses
+    it as PyTorch's exporter would not.) Any other array goes through the protocol."""
     exporter = getattr(sys.modules.get("torch.utils.dlpack"), "to_dlpack", None) \
-        if library == "torch" else None
+        if library == "torch" and not x.requires_grad else None
     return x if exporter is None else exporter(x)
 
 

@@ -3,12 +3,13 @@
 ``op @ X`` (``X`` a dask array of shape ``(N,)`` or ``(N, B)``) and ``X @ op.T`` (``X`` of
 shape ``(B, N)``; also ``Z @ op``) return lazy dask arrays. The batch is split along its
 batch axis only: when the feature axis spans several chunks it is first rechunked into one,
-since every output row needs every input feature. Each block is multiplied by
-``op.matmul`` in its own array module, so NumPy chunks run on the CPU and CuPy chunks on
-the GPU of the worker that holds them (the operator travels to workers by pickle, see
-:mod:`kscupy.storage`; under a ``distributed`` client it is scattered to every worker once
-and reused by later products while its values stand). The result has dtype ``numpy.result_type(op.dtype, X.dtype)`` and a
-``meta`` of the chunks' array type.
+since every output row needs every input feature. Each block is multiplied where it
+lives: with a NumPy operator NumPy chunks on the CPU; with a CuPy operator CuPy chunks on
+the GPU of the worker that holds them, and NumPy chunks through that GPU and back
+(:func:`kscupy.stream_matmul`: a batch in host memory, larger than the GPUs). The operator
+travels to workers by pickle (:mod:`kscupy.storage`); under a ``distributed`` client it is
+scattered once and reused by later products while its values stand. The result has dtype
+``numpy.result_type(op.dtype, X.dtype)`` and a ``meta`` of the chunks' array type.
 
 dask is imported only when a dask array meets an operator (``pip install kscupy[dask]``).
 
@@ -25,6 +26,8 @@ import sys
 import threading
 import uuid
 
+import numpy
+
 from .core import arrays
 
 __all__ = ["matmul", "is_dask_array", "gpu_cluster"]
@@ -40,6 +43,15 @@ def _apply_block(block, op, layout):
     return op.matmul(block, layout=layout)
 
 
+def _stream_block(block, op, layout):
+    """A NumPy chunk through a GPU operator (:func:`kscupy.stream_matmul`), host to host:
+    a vector as a batch-size-last batch of one, as products take it."""
+    from .streaming import stream_matmul
+    if block.ndim == 1:
+        return stream_matmul(op, block.reshape(-1, 1), layout="bsl").reshape(-1)
+    return stream_matmul(op, block, layout=layout)
+
+
 def matmul(op, X, layout="bsl"):
     """``op.matmul(X, layout=layout)`` for a dask array ``X``, as a lazy dask array.
 
@@ -47,15 +59,17 @@ def matmul(op, X, layout="bsl"):
     ----------
     op : a kscupy operator whose values live in the array module of ``X``'s chunks.
     X : dask.array.Array; ``layout="bsl"``: shape ``(N,)`` or ``(N, B)``; ``layout="bsf"``:
-        shape ``(B, N)`` or ``(N,)``.
+        shape ``(B, N)`` or ``(N,)``. NumPy chunks with a GPU operator go through the GPU of
+        the worker that holds them, chunk by chunk (:func:`kscupy.stream_matmul`), and
+        come back as NumPy chunks: a batch larger than the GPUs, in host memory.
 
     Returns
     -------
     dask.array.Array of shape ``(M,)``, ``(M, B)`` or ``(B, M)``, chunked like ``X`` along
     the batch axis, one chunk along the feature axis.
 
-    Raises TypeError when the chunks are not arrays of the operator's module (NumPy chunks
-    with a CuPy operator, say) or not of a float or complex dtype, ValueError on a shape
+    Raises TypeError for CuPy chunks with a NumPy operator, chunks that are no NumPy or
+    CuPy arrays or not of a float or complex dtype, ValueError on a shape
     mismatch or an unknown feature size.
 
     Examples
@@ -77,10 +91,13 @@ def matmul(op, X, layout="bsl"):
     except TypeError:
         raise TypeError(f"dask array chunks of type {type(X._meta).__name__} are not NumPy or "
                         f"CuPy arrays") from None
+    apply = _apply_block
     if chunk_module is not op.xp:
-        raise TypeError(f"cannot multiply a {type(op).__name__} holding {op.xp.__name__} values "
-                        f"with a dask array of {chunk_module.__name__} chunks; move one of them "
-                        f"first (op.to_device(...) or X.map_blocks(...))")
+        if op.xp is numpy:
+            raise TypeError(f"cannot multiply a {type(op).__name__} holding numpy values with "
+                            f"a dask array of {chunk_module.__name__} chunks; move one of them "
+                            f"first (op.to_device(...) or X.map_blocks(...))")
+        apply = _stream_block               # host chunks through the worker's GPU
     if X.ndim not in (1, 2):
         raise ValueError(f"operand must be 1-D or 2-D, got shape {X.shape}")
     arrays.check_operand_dtype(X.dtype)
@@ -100,7 +117,7 @@ def matmul(op, X, layout="bsl"):
     chunks[feature_axis] = (M,)
     meta = chunk_module.empty((0,) * X.ndim, dtype=dtype)
     token = uuid.uuid4().hex
-    return dask.array.map_blocks(_apply_block, X, _operator_argument(op, token), layout,
+    return dask.array.map_blocks(apply, X, _operator_argument(op, token), layout,
                                  chunks=tuple(chunks), dtype=dtype, meta=meta,
                                  name=f"kscupy-matmul-{token}")
 

@@ -68,11 +68,29 @@ def test_bad_dask_operands_raise(rng):
 
 
 @pytest.mark.gpu
-def test_numpy_chunks_with_a_cupy_operator_raise(rng):
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex128])
+def test_numpy_chunks_go_through_a_cupy_operators_gpu_and_back(poisoned, rng, dtype):
+    """Host chunks with a GPU operator: streamed through the GPU (stream_matmul), NumPy
+    chunks back, in both layouts and as a vector; CuPy chunks with a NumPy operator raise."""
     import cupy
-    K = ks.KSMatrix(cupy.asarray(random_array(rng, (2, 3, 4, 5), numpy.float32)))
-    with pytest.raises(TypeError, match="numpy chunks"):
-        K @ da.ones((40, 4), chunks=(40, 2))
+    w = random_array(rng, (2, 3, 4, 5), dtype)
+    K = ks.KSMatrix(cupy.asarray(w))
+    D = dense_of(K)
+    Xh = random_array(rng, (1000, 40), dtype)
+    Y = da.from_array(Xh, chunks=(300, 40)) @ K.T
+    assert isinstance(Y._meta, numpy.ndarray)
+    assert rel_err(Y.compute(), Xh @ D.T) < RTOL[numpy.dtype(dtype)]
+    Z = K @ da.from_array(Xh.T.copy(), chunks=(40, 300))
+    assert rel_err(Z.compute(), D @ Xh.T) < RTOL[numpy.dtype(dtype)]
+    v = (K @ da.from_array(Xh[0], chunks=40)).compute()
+    assert isinstance(v, numpy.ndarray) and rel_err(v, D @ Xh[0]) < RTOL[numpy.dtype(dtype)]
+    with pytest.raises(TypeError, match="numpy values"):
+        ks.KSMatrix(w) @ chunked(cupy, Xh.T.copy(), (40, 300))
+
+
+def dense_of(K):
+    """The dense matrix of a CuPy KSMatrix on the host."""
+    return to_numpy(K.todense())
 
 
 @pytest.mark.gpu

@@ -3,10 +3,13 @@ against ``auto``), by CUDA events over back-to-back calls and ``cProfile`` of th
 calls::
 
     PYTHONPATH=$PWD python3 benchmarks/probe_torch_operands.py [a,b,c,d] [dtype] [layout]
+
+Each step is given as host time a call (enqueue only) / CUDA-event time of back-to-back calls.
 """
 import cProfile
 import pstats
 import sys
+import time
 
 import cupy
 import numpy
@@ -14,9 +17,28 @@ import torch
 
 import kscupy as ks
 from kscupy.bench.timing import throughput_seconds
-from kscupy.core import arrays
+from kscupy.core import arrays, foreign
 
 BATCH = 25088
+
+
+def host_us(fn, calls=300):
+    fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    seconds = time.perf_counter() - t
+    torch.cuda.synchronize()
+    return seconds / calls * 1e6
+
+
+def wrapped(t, dtype):
+    """A CuPy view of a CUDA tensor made from its pointer, shape and strides (no DLPack)."""
+    size = t.element_size()
+    memory = cupy.cuda.UnownedMemory(t.data_ptr(), t.numel() * size, t, t.device.index)
+    return cupy.ndarray(tuple(t.shape), dtype, cupy.cuda.MemoryPointer(memory, 0),
+                        tuple(s * size for s in t.stride()))
 
 
 def main(pattern="2,48,48,16", dtype="bfloat16", layout="bsl"):
@@ -32,11 +54,18 @@ def main(pattern="2,48,48,16", dtype="bfloat16", layout="bsl"):
     torch_s = throughput_seconds(lambda t: K.matmul(t, layout=layout), [T])
     print(f"{pattern} {dtype} {layout}: cupy {cupy_s * 1e6:.1f} us, torch {torch_s * 1e6:.1f} us")
     Y = K.matmul(X, layout=layout)
-    for name, fn in {"from_dlpack(t)": lambda: cupy.from_dlpack(T),
-                     "torch.from_dlpack(Y)": lambda: torch.from_dlpack(Y),
-                     "current_stream": lambda: torch.cuda.current_stream(0)}.items():
+    steps = {"K @ cupy": lambda: K.matmul(X, layout=layout),
+             "K @ tensor": lambda: K.matmul(T, layout=layout),
+             "from_dlpack(t)": lambda: cupy.from_dlpack(T),
+             "from_dlpack(to_dlpack(t))": lambda: cupy.from_dlpack(torch.utils.dlpack.to_dlpack(T)),
+             "torch.from_dlpack(Y)": lambda: torch.from_dlpack(Y),
+             "torch.empty": lambda: torch.empty(Y.shape, dtype=T.dtype, device=T.device),
+             "wrapped(t)": lambda: wrapped(T, dt),
+             "current_stream": lambda: torch.cuda.current_stream(0),
+             "is_foreign": lambda: foreign.is_foreign(T)}
+    for name, fn in steps.items():
         s = throughput_seconds(lambda _: fn(), [None])
-        print(f"  {name}: {s * 1e6:.1f} us a call (events)")
+        print(f"  {name}: {host_us(fn):.1f} / {s * 1e6:.1f} us")
     profile = cProfile.Profile()
     torch.cuda.synchronize()
     profile.enable()
@@ -45,8 +74,10 @@ def main(pattern="2,48,48,16", dtype="bfloat16", layout="bsl"):
     torch.cuda.synchronize()
     profile.disable()
     stats = pstats.Stats(profile).strip_dirs()
-    stats.sort_stats("tottime").print_stats(18)
+    stats.sort_stats("tottime").print_stats(12)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    for spec in sys.argv[1:] or ["1,96,96,2:bsl", "1,96,96,2:bsf", "1,96,384,4:bsf"]:
+        pattern, layout = spec.split(":")
+        main(pattern, "bfloat16", layout)

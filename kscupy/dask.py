@@ -29,6 +29,7 @@ import uuid
 import numpy
 
 from .core import arrays
+from .streaming import stream_matmul
 
 __all__ = ["matmul", "is_dask_array", "gpu_cluster"]
 
@@ -46,7 +47,6 @@ def _apply_block(block, op, layout):
 def _stream_block(block, op, layout):
     """A NumPy chunk through a GPU operator (:func:`kscupy.stream_matmul`), host to host:
     a vector as a batch-size-last batch of one, as products take it."""
-    from .streaming import stream_matmul
     if block.ndim == 1:
         return stream_matmul(op, block.reshape(-1, 1), layout="bsl").reshape(-1)
     return stream_matmul(op, block, layout=layout)

@@ -27,9 +27,10 @@ from __future__ import annotations
 import numpy
 
 from .core import arrays, foreign, memory, reference
+from .core.argument_checks import check_layout
 from .core.shuffle import inverse_permutation
 from .engine import gradient_paths
-from .operators.base import KSOperator, check_layout
+from .operators.base import KSOperator
 from .operators.chain import KSChain
 from .operators.matrix import KSMatrix
 

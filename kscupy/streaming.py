@@ -17,8 +17,7 @@ from __future__ import annotations
 import numpy
 
 from .core import arrays, memory
-from .core.argument_checks import positive_int
-from .operators.base import KSOperator, check_layout
+from .core.argument_checks import check_layout, positive_int
 
 __all__ = ["stream_matmul", "chunks"]
 
@@ -66,7 +65,7 @@ def stream_matmul(op, X, *, layout="bsf", out=None, chunk_bytes=None, streams=2,
     ...     Y = ks.stream_matmul(B, X)                             # X @ B.T, (1e6, 4096)
     """
     check_layout(layout)
-    if not isinstance(op, KSOperator):
+    if not _an_operator(op):
         raise TypeError(f"stream_matmul applies a kscupy operator, got {type(op).__name__}")
     cupy, why = arrays.gpu_module()
     if op.xp is numpy or cupy is None:
@@ -227,6 +226,14 @@ class _Pipeline:
         if not self.direct_out:
             for s in range(len(self.streams)):
                 self._empty(s)
+
+
+def _an_operator(op) -> bool:
+    """Whether ``op`` has what :func:`stream_matmul` reads of a kscupy operator: its
+    ``matmul``, its values' array module ``xp``, ``shape`` and ``dtype``. (Known by these,
+    not by its class: this module sits below the operators, beside :mod:`kscupy.dask`,
+    which hands it a worker's NumPy chunks.)"""
+    return all(hasattr(op, name) for name in ("matmul", "xp", "shape", "dtype"))
 
 
 def _pinned_array(size, dtype):

@@ -3,6 +3,7 @@ on the CPU; on the GPU the result against a float64 oracle from the definition (
 both layouts, ragged last chunks, pinned and pageable memory, dtype promotion, chains."""
 import numpy
 import pytest
+import scipy.sparse.linalg
 
 import kscupy as ks
 from conftest import GPU_REASON, chain_oracle, dense_oracle, gpu_available, random_array, \
@@ -24,6 +25,9 @@ def test_a_numpy_operator_or_a_bad_batch_is_refused():
         ks.stream_matmul(K, numpy.ones((3, 16), numpy.float32))
     with pytest.raises(TypeError, match="kscupy operator"):
         ks.stream_matmul(numpy.eye(4), numpy.ones((3, 4)))
+    with pytest.raises(TypeError, match="kscupy operator"):      # an operator of SciPy's
+        ks.stream_matmul(scipy.sparse.linalg.aslinearoperator(numpy.eye(4)),
+                         numpy.ones((3, 4)))
 
 
 def _gpu():

@@ -1,5 +1,5 @@
-"""Checks of the scalar arguments public functions take: sizes, flags, seeds and real
-numbers (tolerances, steps, rates).
+"""Checks of the scalar arguments public functions take: sizes, flags, seeds, real
+numbers (tolerances, steps, rates) and a product's layout.
 
 One home for them, so every factory, pattern and shuffle says the same thing about the same
 mistake: a wrong type is a ``TypeError`` (a float, string, bool or None where a size goes;
@@ -13,7 +13,17 @@ import operator
 
 import numpy
 
-__all__ = ["positive_int", "flag", "seed", "real_number"]
+__all__ = ["positive_int", "flag", "seed", "real_number", "LAYOUTS", "check_layout"]
+
+#: A product's layouts: batch-size-last (``op @ X``, X ``(N, B)``) and batch-size-first
+#: (``X @ op.T``, X ``(B, N)``).
+LAYOUTS = ("bsl", "bsf")
+
+
+def check_layout(layout):
+    """ValueError unless ``layout`` is one of :data:`LAYOUTS`."""
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
 
 
 def positive_int(name: str, value) -> int:

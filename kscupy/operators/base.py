@@ -11,18 +11,12 @@ from __future__ import annotations
 import numpy
 
 from ..core import arrays, foreign, memory
+from ..core.argument_checks import LAYOUTS, check_layout
 from ..dask import is_dask_array, matmul as dask_matmul
 from ..engine.runs import for_vectors
 
 __all__ = ["KSOperator", "LAYOUTS"]
 
-LAYOUTS = ("bsl", "bsf")
-
-
-def check_layout(layout):
-    """ValueError unless ``layout`` is one of :data:`LAYOUTS`."""
-    if not isinstance(layout, str) or layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
 #: Identity columns :meth:`KSOperator.trace` applies an operator to at once.
 TRACE_COLUMNS = 1024
 

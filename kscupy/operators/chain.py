@@ -7,11 +7,11 @@ import numpy
 
 from .. import engine
 from ..core import arrays
-from ..core.argument_checks import positive_int
+from ..core.argument_checks import check_layout, positive_int
 from ..core.factor import Factor, FactorChain
 from ..core.shuffle import check_permutation, inverse_permutation
 from ..engine import registry
-from .base import KSOperator, check_layout
+from .base import KSOperator
 
 __all__ = ["KSChain", "compose"]
 

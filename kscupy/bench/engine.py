@@ -100,17 +100,20 @@ def measure_ceilings(baselines=NONE):
     return out
 
 
-def floor_seconds(pattern, B, dtype, precision, ceilings):
-    """The row's floor: the slower of moving its bytes at the copy bandwidth and its flops at
-    the dtype's GEMM rate, both measured in the run (``ceilings``)."""
+def floor_seconds(pattern, B, dtype, precision, ceilings, rate=None):
+    """The row's floor: the slower of moving its bytes (X and Y once, the values once) at the
+    copy bandwidth and its flops at ``rate``, by default the dtype's GEMM rate, both
+    measured in the run (``ceilings``)."""
     p = KSPattern(*pattern)
     M, N = p.shape
     isz = numpy.dtype(dtype).itemsize
     macs = B * p.nnz
     flops = (8 if numpy.dtype(dtype).kind == "c" else 2) * macs
-    rate = ceilings["dgemm"] if dtype in ("float64", "complex128") \
-        else ceilings["hgemm"] if dtype in ("float16", "bfloat16") \
-        else ceilings.get("tf32_gemm", ceilings["sgemm"]) if precision == "tf32" else ceilings["sgemm"]
+    if rate is None:
+        rate = ceilings["dgemm"] if dtype in ("float64", "complex128") \
+            else ceilings["hgemm"] if dtype in ("float16", "bfloat16") \
+            else ceilings.get("tf32_gemm", ceilings["sgemm"]) if precision == "tf32" \
+            else ceilings["sgemm"]
     return max(isz * (B * (M + N) + p.nnz) / ceilings["bandwidth"], flops / rate)
 
 

@@ -38,7 +38,6 @@ except ImportError:
     cupy = None
 
 from ..arguments import UsageError
-from ..core.pattern import KSPattern
 from ..core.problem import problem_of
 from ..engine import decide
 from . import engine
@@ -77,13 +76,9 @@ def rate(dtype, ceilings) -> float:
 
 
 def floor_seconds(pattern, B, dtype, ceilings) -> float:
-    """max(bytes / bandwidth, flops / :func:`rate`): X and Y once, the values once."""
-    p = KSPattern(*pattern)
-    M, N = p.shape
-    dt = numpy.dtype(dtype)
-    flops = (8 if dt.kind == "c" else 2) * B * p.nnz
-    return max(dt.itemsize * (B * (M + N) + p.nnz) / ceilings["bandwidth"],
-               flops / rate(dt, ceilings))
+    """The engine suite's floor (:func:`.engine.floor_seconds`) priced at :func:`rate`."""
+    return engine.floor_seconds(pattern, B, dtype, "default", ceilings,
+                                rate=rate(dtype, ceilings))
 
 
 def _throughput(fn, inputs):

@@ -59,6 +59,8 @@ def probe(spec):
             ways[way] = (lambda w: lambda: gradient_paths._run(w, G, X, pattern, layout)
                          .astype(X.dtype, order="C", copy=False))(way)
     ways["gemm_bare"] = lambda: gemm.values_gradient(G, X, pattern, layout)
+    if layout == "bsf":
+        ways["diagonal_bare"] = lambda: gemm.values_gradient_diagonal(G, X, pattern)
     ways["dense"] = (lambda: (G @ X.T if layout == "bsl" else G.T @ X)[rows, cols])
     ways["dense_gemm"] = (lambda: G @ X.T if layout == "bsl" else G.T @ X)
     ways["values_grad"]()

@@ -22,6 +22,13 @@
 // Vectors (V > 1) need s_c == 1, V | C, V | R, V | s_r and X aligned to V elements (the
 // caller checks; kscupy/kernels/transpose.py; Y is a new array). Offsets are 64-bit; the
 // grid strides over the tiles, column tiles fastest.
+//
+// Few rows (transpose_few_rows): where R fills less than a quarter of a tile (a gradient's
+// (d, b*c) blocks with d of 2 to 12, say), the tiled kernel leaves most lanes idle and its
+// many small blocks each wait out two memory round trips. There each thread writes one
+// element of Y in Y's order, o = q*R + r <- X[r, q]: the writes are coalesced, and a warp's
+// reads fall on R runs of about 32 / R adjacent elements of X, one per row, whose sectors
+// the neighbouring warps read too (through L2).
 #include "ks_scalar.cuh"
 
 namespace ks {
@@ -60,6 +67,17 @@ __global__ void __launch_bounds__(256) transpose(const T* __restrict__ X, T* __r
       *reinterpret_cast<vec<T, V>*>(Y + (c0 + col) * R + r) = v;
     }
     __syncthreads();   // the tile is free for the next one
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(256) transpose_few_rows(const T* __restrict__ X,
+                                                          T* __restrict__ Y, long long R,
+                                                          long long s_r, long long s_c,
+                                                          long long total) {
+  for (long long o = blockIdx.x * 256LL + threadIdx.x; o < total; o += gridDim.x * 256LL) {
+    const long long q = o / R, r = o - q * R;
+    Y[o] = X[r * s_r + q * s_c];
   }
 }
 

@@ -179,9 +179,11 @@ def test_direct_instantiations_compile():
 
 
 def test_transpose_instantiations_compile():
-    """The tiled transpose at every vector width of every dtype (up to 8 bytes)."""
+    """The tiled transpose at every vector width of every dtype (up to 8 bytes), and the
+    few rows' kernel of every dtype."""
     names = {transpose.name(dtype, v) for dtype in DTYPES
              for v in (1, 2, 4) if v * numpy.dtype(dtype).itemsize <= 8 or v == 1}
+    names |= {transpose.few_rows_name(dtype) for dtype in DTYPES}
     _compile("transpose.cu", names)
 
 

@@ -14,7 +14,7 @@ import numpy
 from . import nvrtc
 from .launcher import KernelRun, Launcher
 
-__all__ = ["prepare", "transpose", "around", "name"]
+__all__ = ["prepare", "transpose", "around", "name", "few_rows_name", "few_rows"]
 
 #: Threads per block (8 warps; the kernel's WARPS).
 THREADS = 256
@@ -23,8 +23,20 @@ MAX_BLOCKS = 1 << 20
 
 
 def name(dtype, vector: int) -> str:
-    """The instantiation for ``dtype`` moving ``vector`` elements per access."""
+    """The tiled instantiation for ``dtype`` moving ``vector`` elements per access."""
     return f"ks::transpose<{nvrtc.scalar_name(dtype)}, {vector}>"
+
+
+def few_rows_name(dtype) -> str:
+    """The instantiation for ``dtype`` of arrays with few rows (:func:`few_rows`)."""
+    return f"ks::transpose_few_rows<{nvrtc.scalar_name(dtype)}>"
+
+
+def few_rows(R: int, vector: int) -> bool:
+    """Whether ``R`` rows fill less than a quarter of the tiled kernel's tile (``32 *
+    vector`` rows): then one thread an element of the result moves them faster (the
+    kernel's comment says why)."""
+    return 4 * R < 32 * vector
 
 
 def _vector(A, s_r, s_c) -> int:
@@ -51,11 +63,18 @@ def prepare(A):
     R, C = A.shape
     s_r, s_c = (s // itemsize for s in A.strides)
     v = _vector(A, s_r, s_c)
+    device = cupy.cuda.Device().id
+    i64 = numpy.int64
+    if few_rows(R, v):
+        fn = nvrtc.function("transpose.cu", few_rows_name(A.dtype), 0, device)
+        total = R * C
+        launch = Launcher(fn, (max(1, min(-(-total // THREADS), MAX_BLOCKS)),), (THREADS,), 0,
+                          (i64(R), i64(s_r), i64(s_c), i64(total)))
+        return KernelRun(launch, (C, R), A.dtype)
     tile = 32 * v
     col_tiles = -(-C // tile)
     tiles = -(-R // tile) * col_tiles
-    fn = nvrtc.function("transpose.cu", name(A.dtype, v), 0, cupy.cuda.Device().id)
-    i64 = numpy.int64
+    fn = nvrtc.function("transpose.cu", name(A.dtype, v), 0, device)
     launch = Launcher(fn, (max(1, min(tiles, MAX_BLOCKS)),), (THREADS,), 0,
                       (i64(R), i64(C), i64(s_r), i64(s_c), i64(col_tiles), i64(tiles)))
     return KernelRun(launch, (C, R), A.dtype)

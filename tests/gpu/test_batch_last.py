@@ -18,9 +18,11 @@ from test_kernel import check, oracle  # noqa: E402
 dtypes = pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)
 
 # Tile multiples and tails of 32, 64 and 128 (the tiles), extents that allow 8-byte vectors,
-# only 2-element ones, or none (odd), a single row or column.
+# only 2-element ones, or none (odd), a single row or column; few rows (the one-element-a-
+# thread kernel: fewer than a quarter of a tile) at odd, even and multiple-of-4 counts,
+# and multiples of 4 on either side of a quarter of float16's 128-row tile.
 SHAPES = [(1, 1), (1, 37), (37, 1), (64, 64), (65, 63), (2, 130), (130, 2), (96, 1000),
-          (1000, 96), (257, 33)]
+          (1000, 96), (257, 33), (3, 70001), (12, 4100), (7, 333), (28, 260), (32, 260)]
 
 
 @dtypes
@@ -51,10 +53,11 @@ def test_transposes_of_arrays_alike_share_a_run(poisoned, rng):
 @dtypes
 @pytest.mark.parametrize("view", ["fortran", "column_step", "reversed", "offset",
                                   "misaligned"])
-def test_transpose_of_views(poisoned, rng, dtype, view):
+@pytest.mark.parametrize("rows", [70, 5], ids=["tiled", "few_rows"])
+def test_transpose_of_views(poisoned, rng, dtype, view, rows):
     """Strided, reversed and misaligned operands (the vector path needs aligned, contiguous
-    rows; the rest goes element by element)."""
-    base = cupy.asarray(random_array(rng, (70, 132), dtype))
+    rows; the rest goes element by element), with enough rows for the tiles and few."""
+    base = cupy.asarray(random_array(rng, (rows, 132), dtype))
     A = {"fortran": lambda: cupy.asfortranarray(base), "column_step": lambda: base[:, ::3],
          "reversed": lambda: base[::-1, ::-1],
          # the first element one element past a 16-byte boundary: odd extents, then even

@@ -1,6 +1,6 @@
-// The float32 group order on the tensor cores: ks_mma.cu's batch-size-first product with
-// d > 1 (ORDER 1, also strided views) for float32 operands, in tiles of one warp per group and
-// 64 or more batch columns (the heuristic's tiles for batches of 8192 and more).
+// The group order on the tensor cores for float32, float16 and bfloat16: ks_mma.cu's
+// batch-size-first product with d > 1 (ORDER 1, also strided views), in tiles of one warp per
+// group and 64 or more batch columns (the heuristic's tiles for batches of 8192 and more).
 //
 // The same product, parameters, tiles, tile order, shared-memory layout (MmaLayout, plus an
 // mbarrier per stage after it) and epilogue (store_group_tile) as ks_mma.cu's group order
@@ -19,6 +19,17 @@
 //     by 32-bit offsets. (ks_mma.cu's 64-bit copy origins and generic pointers are a large
 //     share of a warp's instructions a step; cutting them alone does not make a step faster.)
 //
+// 16-bit X (E == 2): a row n of X holds VX adjacent groups' values at each reduction index l
+// (one vector), but an MMA fragment register holds two values of one group at l and l + 1.
+// So a thread loads the vectors at (n, l) and (n, l + 1) for an even l, and packs value u of
+// each into one 32-bit word (l in the low half, as the fragments hold it) for group u:
+// VX words, each stored to its group's K-major row Xs[slot][n][l .. l + 1], from which
+// ldmatrix reads the fragments as for float32 (16-byte rows: eight 16-bit values, four
+// floats). A warp owns one group, so the regrouping cannot stay in registers: the other
+// groups' words cross to their warps through shared memory. W arrives by bulk copies in
+// chunks of 16 (32-byte rows, as float32's chunks of 8), the products are m16n8k16 MMAs
+// into float32 accumulators, and the epilogue rounds them once (store_group_tile).
+//
 // Products (3xTF32, PRECISION_DEFAULT): the three products of one row of MMA tiles and one
 // k-step go to fresh sums (MMAs whose first term adds to zero), which FP32 adds to the
 // accumulators (round to nearest): the tensor cores truncate as they accumulate, and sums of
@@ -36,20 +47,27 @@
 
 namespace ks {
 
-template <int PRECISION, int SLOTS, int BM, int BN, int BK, int STAGES, int WT, int VX, int VW,
-          bool X_ASYNC>
+template <class T, int PRECISION, int SLOTS, int BM, int BN, int BK, int STAGES, int WT, int VX,
+          int VW, bool X_ASYNC>
 __global__ void __launch_bounds__(32 * SLOTS, 1)
-ks_mma_group(const float* __restrict__ X, float* __restrict__ Y, const float* __restrict__ W,
+ks_mma_group(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
              int G, int b, int c, int d, long long B,
              long long sx_f, long long sx_b, long long sy_f, long long sy_b,
              int w_sk, int w_sl, int conj_w, int ktiles, int gtiles, long long tiles,
              unsigned long long d_magic) {
-  using L = MmaLayout<float, SLOTS, BM, BN, BK, 1, 1, STAGES, 1, WT>;
+  using L = MmaLayout<T, SLOTS, BM, BN, BK, 1, 1, STAGES, 1, WT>;
   using S = typename L::S;
-  using AOp = Operand<float, PRECISION, S::A_REGS>;
-  using BOp = Operand<float, PRECISION, S::B_REGS>;
-  using XBits = typename Bits<VX * 4>::type;
-  constexpr int NT = L::NT, MT = L::MT, NTL = L::NTL, E = 4;   // E: bytes an element
+  using R = typename L::R;
+  using AOp = Operand<R, PRECISION, S::A_REGS>;
+  using BOp = Operand<R, PRECISION, S::B_REGS>;
+  constexpr int NT = L::NT, MT = L::MT, NTL = L::NTL, E = (int)sizeof(T);   // E: bytes an element
+  static_assert(E == 4 || E == 2, "float32, float16 or bfloat16");
+  using XBits = typename Bits<VX * E>::type;
+  // 16-bit X moves in pairs of reduction indices (the header): XU values of l a unit
+  constexpr bool PAIRS = E == 2;
+  constexpr int XU = PAIRS ? 2 : 1;
+  // float32's default precision sums each k-step's three products apart (ROW_SUMS below)
+  constexpr bool ROW_SUMS = Terms<R, PRECISION>::value > 1;
   static_assert(WT == 0 || WT == 2 || WT == 3, "stored (WT 0) or packed (WT 2, 3) blocks");
   // WT 3 (W_BULK): packed blocks whose rows are unpadded, their two 16-byte halves swapped
   // where k / 4 is odd (kernels/ks_mma.py, packed_weights; ldmatrix stays conflict-free):
@@ -59,13 +77,14 @@ ks_mma_group(const float* __restrict__ X, float* __restrict__ Y, const float* __
   // piece costs the unit a tag lookup of its own; the bulk copy is faster on most patterns,
   // though not on all.
   constexpr bool W_BULK = WT == 3;
-  static_assert(!W_BULK || BK == 8, "bulk W: chunks of 8");
-  constexpr unsigned W_TILE_BYTES = SLOTS * BM * BK * 4;
-  // X's vectors: e = tid + rep * NT has digits (slot / VX, l, n), the first fastest. NT is a
-  // multiple of SLOTS / VX and NT / (SLOTS / VX) = 32 * VX one of BK, so every rep of a
-  // thread has its slot x_es and index x_l and moves the batch column by X_NSTEP.
-  constexpr int XR0 = SLOTS / VX, X_NSTEP = 32 * VX / BK, X_REPS = BN / X_NSTEP;
-  static_assert(32 * VX % BK == 0 && BN % X_NSTEP == 0, "X's copies tile the chunk");
+  static_assert(!W_BULK || BK * E == 32, "bulk W: rows of 32 bytes (chunks of 8 floats, 16 halves)");
+  static_assert(PAIRS ? W_BULK && !X_ASYNC : true, "16-bit: bulk W, register-staged X");
+  constexpr unsigned W_TILE_BYTES = SLOTS * BM * BK * E;
+  // X's vectors: e = tid + rep * NT has digits (slot / VX, l / XU, n), the first fastest. NT
+  // is a multiple of SLOTS / VX and NT / (SLOTS / VX) = 32 * VX one of BK / XU, so every rep
+  // of a thread has its slot x_es and index x_l and moves the batch column by X_NSTEP.
+  constexpr int XR0 = SLOTS / VX, XL = BK / XU, X_NSTEP = 32 * VX / XL, X_REPS = BN / X_NSTEP;
+  static_assert(32 * VX % XL == 0 && BN % X_NSTEP == 0, "X's copies tile the chunk");
   // X_ASYNC (vectors of four groups, 16 bytes): X's vectors are cp.asyncs like W's, issued
   // STAGES - 1 steps ahead, into the stage's X area in global memory's order: row n of the
   // chunk holds CH = BK * SLOTS / 4 16-byte pieces, piece (l, h) (groups 4h .. 4h + 3 at
@@ -92,7 +111,7 @@ ks_mma_group(const float* __restrict__ X, float* __restrict__ Y, const float* __
   require_dynamic_smem<L::SMEM_BYTES>();
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  float* const area = reinterpret_cast<float*>(smem_raw);   // the epilogue's generic view
+  T* const area = reinterpret_cast<T*>(smem_raw);   // the epilogue's generic view
   const unsigned smem = shared_address(smem_raw);
 
   const int tid = threadIdx.x, lane = tid & 31, slot = tid >> 5;
@@ -108,7 +127,7 @@ ks_mma_group(const float* __restrict__ X, float* __restrict__ Y, const float* __
   if (steps == 0) return;
 
   // -- this thread's copies, fixed for the kernel
-  const int x_es = tid % XR0 * VX, x_l = tid / XR0 % BK, x_n = tid / (XR0 * BK);
+  const int x_es = tid % XR0 * VX, x_l = tid / XR0 % XL * XU, x_n = tid / (XR0 * XL);
   // where vector rep = 0 lands in a stage (later reps X_NSTEP rows further)
   const unsigned x_at = X_ASYNC ? (x_n * CH + ((x_l * (SLOTS / 4) + x_es / 4) ^ x_swizzle(x_n))) * 16
                                 : (x_es * L::XS_SLOT + x_n * L::XS_LD + x_l) * E;
@@ -134,9 +153,12 @@ ks_mma_group(const float* __restrict__ X, float* __restrict__ Y, const float* __
                     : (w_es(rep) - w_es(0)) * bc + (long long)(w_k(rep) - w_k(0)) * w_sk;
   };
   // ldmatrix rows of a lane: X tiles (q, q + 1) at n = 8q + (lane & 7) + 8 (lane >> 4),
-  // l = kk + 4 ((lane >> 3) & 1); W row tile mt at k = 16 mt + (lane & 15), l = kk + 4 (lane >> 4)
-  const unsigned x_frag = (slot * L::XS_SLOT + ((lane & 7) + 8 * (lane >> 4)) * L::XS_LD
-                           + 4 * ((lane >> 3) & 1)) * E;
+  // 16 bytes into the k-step where (lane >> 3) & 1 (l = kk + 4 of floats, kk + 8 of halves);
+  // W row tile mt at k = 16 mt + (lane & 15), 16 bytes in where lane >> 4 (W_BULK: the half
+  // the packing put there). Each matrix is then one fragment register: W's a0 .. a3, and the
+  // B registers of X tiles q and q + 1, in both element sizes.
+  const unsigned x_frag = (slot * L::XS_SLOT + ((lane & 7) + 8 * (lane >> 4)) * L::XS_LD) * E
+                          + 16 * ((lane >> 3) & 1);
   const unsigned w_frag = W_BULK
       ? (L::XS_SIZE + slot * BM * BK + (lane & 15) * BK) * E + ((lane >> 4) ^ ((lane >> 2) & 1)) * 16
       : (L::XS_SIZE + slot * L::WS_SLOT + (lane & 15) * L::WS_LD + 4 * (lane >> 4)) * E;
@@ -158,10 +180,10 @@ ks_mma_group(const float* __restrict__ X, float* __restrict__ Y, const float* __
   const Cursor stride(1, ktiles, r1);
   Cursor load_tile(first, ktiles, r1);
   int load_chunk = 0;
-  const float* x_src = X;   // this thread's first X vector in the load tile's chunk
+  const T* x_src = X;   // this thread's first X vector in the load tile's chunk
   // W_BULK: the load tile's chunk; WT 2: this thread's first vector in it; WT 0: its vector
   // rep = 0 in the load tile's chunk
-  const float* w_src = W;
+  const T* w_src = W;
   unsigned x_ok = 0, w_ok = 0;   // bit rep: vector rep lies in the problem (but for l)
   auto enter_load_tile = [&]() {
     const TileOrigin lt = load_tile.origin();
@@ -185,12 +207,17 @@ ks_mma_group(const float* __restrict__ X, float* __restrict__ Y, const float* __
   // The copies of the cursor's step into stage `s` (shared address of its base): X by load_x
   // into registers (stash_x stores them) or by copy_x; W by load_w (its vectors rep_lo <= rep
   // < rep_hi) or, W_BULK, by thread 0's bulk_w (whole tile); next_load moves the cursor on.
-  auto load_x = [&](XBits (&staged)[X_REPS]) {   // register-staged (not X_ASYNC)
-    const unsigned ok_bits = load_chunk * BK + x_l < c ? x_ok : 0;
+  // register-staged (not X_ASYNC): vector u of a rep at l + u (u < XU)
+  auto load_x = [&](XBits (&staged)[X_REPS][XU]) {
 #pragma unroll
-    for (int rep = 0; rep < X_REPS; ++rep) {
-      const bool ok = ok_bits >> rep & 1;
-      staged[rep] = ok ? *reinterpret_cast<const XBits*>(x_src + rep * x_nstride) : XBits{};
+    for (int u = 0; u < XU; ++u) {
+      const unsigned ok_bits = load_chunk * BK + x_l + u < c ? x_ok : 0;
+#pragma unroll
+      for (int rep = 0; rep < X_REPS; ++rep) {
+        const bool ok = ok_bits >> rep & 1;
+        staged[rep][u] = ok ? *reinterpret_cast<const XBits*>(x_src + rep * x_nstride + u * x_step)
+                            : XBits{};
+      }
     }
   };
   auto copy_x = [&](unsigned s, int rep_lo, int rep_hi) {   // X_ASYNC
@@ -202,13 +229,22 @@ ks_mma_group(const float* __restrict__ X, float* __restrict__ Y, const float* __
       cp_async<16>(s + x_at + rep * X_NSTEP * CH * 16, ok ? x_src + rep * x_nstride : X, ok);
     }
   };
-  auto stash_x = [&](unsigned s, const XBits (&staged)[X_REPS]) {
+  // group u of each rep to its slot's row: floats one by one; 16-bit values as the words of
+  // group u's values at l and l + 1 (the header)
+  auto stash_x = [&](unsigned s, const XBits (&staged)[X_REPS][XU]) {
 #pragma unroll
     for (int rep = 0; rep < X_REPS; ++rep) {
-      const float* v = reinterpret_cast<const float*>(&staged[rep]);
 #pragma unroll
-      for (int u = 0; u < VX; ++u)
-        st_shared_f32(s + x_at + (u * L::XS_SLOT + rep * X_NSTEP * L::XS_LD) * E, v[u]);
+      for (int u = 0; u < VX; ++u) {
+        const unsigned at = s + x_at + (u * L::XS_SLOT + rep * X_NSTEP * L::XS_LD) * E;
+        if constexpr (PAIRS) {
+          const unsigned short* lo = reinterpret_cast<const unsigned short*>(&staged[rep][0]);
+          const unsigned short* hi = reinterpret_cast<const unsigned short*>(&staged[rep][1]);
+          st_shared_f32(at, __uint_as_float((unsigned)lo[u] | (unsigned)hi[u] << 16));
+        } else {
+          st_shared_f32(at, reinterpret_cast<const float*>(&staged[rep][0])[u]);
+        }
+      }
     }
   };
   auto bulk_w = [&](int stage) {   // W_BULK, thread 0
@@ -249,7 +285,7 @@ ks_mma_group(const float* __restrict__ X, float* __restrict__ Y, const float* __
   }
   // The first STAGES - 1 steps' copies (staged X: all loads in flight before any is stored).
   enter_load_tile();
-  XBits x_first[X_ASYNC ? 1 : STAGES - 1][X_REPS];
+  XBits x_first[X_ASYNC ? 1 : STAGES - 1][X_REPS][XU];
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < steps) {
@@ -272,7 +308,7 @@ ks_mma_group(const float* __restrict__ X, float* __restrict__ Y, const float* __
   Cursor tile(first, ktiles, r1);   // the tile whose products run
   int chunk = 0, stage = 0;
   unsigned phase = 0;   // W_BULK: of the current stage's barrier
-  XBits x_staged[X_ASYNC ? 1 : X_REPS];
+  XBits x_staged[X_ASYNC ? 1 : X_REPS][XU];
   for (int step = 0; step < steps; ++step) {
     cp_async_wait<STAGES - 2>();   // this thread's copies of `step` have landed ...
     if constexpr (W_BULK) mbarrier_wait(bars + 8 * stage, phase);
@@ -299,10 +335,14 @@ ks_mma_group(const float* __restrict__ X, float* __restrict__ Y, const float* __
         for (int q = 0; q < NTL; q += 2) {   // one ldmatrix: registers 0, 1 tile q's, 2, 3 q + 1's
           unsigned r[4];
           ldmatrix_x4(r, base + x_frag + (q * S::N * L::XS_LD + kk) * E);
-          const float lo[2] = {__uint_as_float(r[0]), __uint_as_float(r[1])};
-          const float hi[2] = {__uint_as_float(r[2]), __uint_as_float(r[3])};
-          x[q].set(lo);
-          x[q + 1].set(hi);
+          if constexpr (PAIRS) {
+            x[q].v[0] = r[0], x[q].v[1] = r[1], x[q + 1].v[0] = r[2], x[q + 1].v[1] = r[3];
+          } else {
+            const float lo[2] = {__uint_as_float(r[0]), __uint_as_float(r[1])};
+            const float hi[2] = {__uint_as_float(r[2]), __uint_as_float(r[3])};
+            x[q].set(lo);
+            x[q + 1].set(hi);
+          }
         }
       }
 #pragma unroll
@@ -311,19 +351,21 @@ ks_mma_group(const float* __restrict__ X, float* __restrict__ Y, const float* __
         if (X_ASYNC && more) copy_x(next, it * X_REPS / ITERS, (it + 1) * X_REPS / ITERS);
         if (more) load_w(next, it * W_REPS / ITERS, (it + 1) * W_REPS / ITERS);
         AOp a;
-        {
+        if constexpr (PAIRS) {
+          ldmatrix_x4(a.v, base + w_frag + (mt * S::M * BK + kk) * E);
+        } else {
           unsigned r[4];
           ldmatrix_x4(r, base + w_frag + (mt * S::M * (W_BULK ? BK : L::WS_LD) + kk) * E);
           const float v[4] = {__uint_as_float(r[0]), __uint_as_float(r[1]),
                               __uint_as_float(r[2]), __uint_as_float(r[3])};
           a.set(v);
         }
-        if constexpr (PRECISION == PRECISION_DEFAULT) {
+        if constexpr (ROW_SUMS) {
           float sums[NTL][S::C_REGS];
           each_register<float>(sums, sums, [](float& sum, float) { sum = 0.0f; });
           // term by term over the row's tiles: consecutive MMAs write different sums
 #pragma unroll
-          for (int term = 0; term < Terms<float, PRECISION>::value; ++term)
+          for (int term = 0; term < Terms<R, PRECISION>::value; ++term)
 #pragma unroll
             for (int q = 0; q < NTL; ++q) mma_term<PRECISION>(term, sums[q], a, x[q]);
           each_register<float>(acc[0][mt], sums, [](float& sum, float v) { sum += v; });

@@ -3,7 +3,7 @@
 // one k-step (warp_k_step, warp_products), the partial sums' close (close_partial_sums) and
 // the group order's epilogue
 // through it (store_group_tile). ks_mma.cu runs every order and dtype; ks_mma_group.cu the
-// float32 group order alone, with the same layout and epilogue; ks_values_grad.cu the values'
+// group order alone for float32, float16 and bfloat16, with the same layout and epilogue; ks_values_grad.cu the values'
 // gradient, whose G and X tiles sit in shared memory as ks_mma's W and X tiles do.
 //
 // NVRTC-compilable: no host headers.

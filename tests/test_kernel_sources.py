@@ -132,11 +132,11 @@ def test_mma_instantiations_compile(dtype):
 
 @pytest.mark.parametrize("batch", [25088, 8192])
 def test_mma_group_instantiations_compile(batch):
-    """ks_mma_group (the float32 group order's own kernel) for the heuristic's long-batch
-    tiles: 64 x 64 pieces of several row heights (48 rows: W's copies decoded per rep; X by
-    cp.async where there are eight slots), slots that divide the groups, two and three
+    """ks_mma_group (the group order's own kernel) for the heuristic's long-batch tiles:
+    float32's 64 x 64 pieces of several row heights (48 rows: W's copies decoded per rep; X
+    by cp.async where there are eight slots), slots that divide the groups, two and three
     stages, W by bulk copies (chunks of 8) and stored or packed by cp.async (chunks of 16),
-    vector and scalar copies, both precisions."""
+    vector and scalar copies, both precisions; float16's tiles in chunks of 16."""
     _needs(device.current().tma, "ks_mma_group")
     names = set()
     for pattern, transposed in (((8, 512, 512, 16), False), ((2, 48, 96, 4), False),
@@ -152,6 +152,17 @@ def test_mma_group_instantiations_compile(batch):
                     filename, name = cfg.source(numpy.float32, precision, transposed, vx, vw)
                     assert filename == "ks_mma_group.cu"
                     names.add(name)
+    # the 16-bit path: the heuristic's tiles (chunks of 16, bulk W) at vectors of eight groups
+    # down to one (bfloat16's twins: test_bfloat16_twins_of_the_float16_instantiations_compile)
+    for pattern in ((8, 512, 512, 16), (2, 48, 96, 4), (1, 96, 384, 12), (5, 130, 24, 2)):
+        problem = Problem(ks.KSPattern(*pattern), batch, numpy.dtype(numpy.float16), "bsf",
+                          False, False)
+        cfg = ks_mma.heuristic_config(problem)
+        assert cfg.lean_group(numpy.float16) and cfg.bk == 16, cfg
+        for vx in sorted({min(8, cfg.slots), 2, 1}):
+            filename, name = cfg.source(numpy.float16, "default", False, vx, 8)
+            assert filename == "ks_mma_group.cu"
+            names.add(name)
     _compile("ks_mma_group.cu", names)
 
 

@@ -110,12 +110,23 @@ def test_weights_are_packed_in_the_group_order_but_for_stored_float32():
     for transposed in (False, True):
         assert lean.weights(numpy.float32, transposed) == ks_mma.W_BULK
         assert lean.source(numpy.float32, "default", transposed, 4, 4) == \
-            ("ks_mma_group.cu", "ks::ks_mma_group<0, 8, 64, 64, 8, 3, 3, 4, 4, false>")
-    # X by cp.async in 48-row tiles of eight slots with four-group vectors
+            ("ks_mma_group.cu", "ks::ks_mma_group<float, 0, 8, 64, 64, 8, 3, 3, 4, 4, false>")
+    # X by cp.async in 48-row tiles of eight slots with four-group vectors (float32 only)
     assert dataclasses.replace(lean, bm=48).name(numpy.float32, "tf32", False, 4, 4) == \
-        "ks::ks_mma_group<1, 8, 48, 64, 8, 3, 3, 4, 4, true>"
+        "ks::ks_mma_group<float, 1, 8, 48, 64, 8, 3, 3, 4, 4, true>"
     assert dataclasses.replace(lean, bm=48).name(numpy.float32, "tf32", False, 2, 4) == \
-        "ks::ks_mma_group<1, 8, 48, 64, 8, 3, 3, 2, 4, false>"
+        "ks::ks_mma_group<float, 1, 8, 48, 64, 8, 3, 3, 2, 4, false>"
+    # float16: the group kernel in chunks of 16 (bulk W, 32-byte rows), ks_mma.cu in others
+    lean16 = dataclasses.replace(lean, bk=16)
+    for transposed in (False, True):
+        assert lean16.weights(numpy.float16, transposed) == ks_mma.W_BULK
+        assert lean16.name(numpy.float16, "default", transposed, 4, 8) == \
+            "ks::ks_mma_group<ks::float16, 0, 8, 64, 64, 16, 3, 3, 4, 8, false>"
+    assert dataclasses.replace(lean16, bm=48).name(numpy.float16, "default", False, 4, 8) == \
+        "ks::ks_mma_group<ks::float16, 0, 8, 48, 64, 16, 3, 3, 4, 8, false>"
+    assert not lean.lean_group(numpy.float16) and lean.weights(numpy.float16, False) == \
+        ks_mma.W_PACKED
+    assert lean.source(numpy.float16, "default", False, 4, 8)[0] == "ks_mma.cu"
     assert lean.source(numpy.float64, "default", True, 2, 2) == \
         ("ks_mma.cu", "ks::ks_mma<double, 0, 8, 64, 64, 8, 1, 1, 3, 1, 2, 2, 2, 1>")
     # packed weights are copied bk values a row from a new array, whatever the storage's
@@ -167,9 +178,10 @@ def test_packed_weights_follow_their_definition(dtype):
 
 
 def test_bulk_packed_weights_swap_the_halves_of_rows():
-    """W_BULK (ks_mma_group.cu's bulk copies, float32 tiles of 64 batch columns and chunks of
-    8): the packed layout with the two 4-element halves of row k swapped where k // 4 is
-    odd, element by element; the other dtypes and chunks keep W_PACKED's layout."""
+    """W_BULK (ks_mma_group.cu's bulk copies, tiles of 64 batch columns and rows of 32 bytes:
+    float32 chunks of 8, float16 chunks of 16): the packed layout with the two 16-byte halves
+    of row k swapped where k // 4 is odd, element by element; the other dtypes and chunks
+    keep W_PACKED's layout."""
     import kscupy as ks
     rng = numpy.random.default_rng(9)
     bulk = MmaConfig(slots=4, bm=16, bn=64, bk=8, wm=1, wn=1, stages=2, order=ks_mma.ORDER_GROUP)
@@ -187,6 +199,19 @@ def test_bulk_packed_weights_swap_the_halves_of_rows():
     assert dataclasses.replace(bulk, bk=16).weights(numpy.float32, False) == ks_mma.W_STORED
     # two stages of X [4][64][8 + 4] and W [4][16][8 + 4], then an mbarrier per stage
     assert bulk.smem_bytes(4) == 2 * 4 * (4 * 64 * 12 + 4 * 16 * 12) + 2 * 8
+    # float16 in chunks of 16: the two 8-element halves of each 32-byte row
+    bulk16 = dataclasses.replace(bulk, bk=16)
+    K16 = ks.KSMatrix(values.astype(numpy.float16))
+    for view in (K16, K16.T):
+        assert bulk16.weights(numpy.float16, view.factor.transposed) == ks_mma.W_BULK
+        got = ks_mma.packed_weights(view.factor, bulk16)
+        plain = ks_mma.packed_weights(view.factor, dataclasses.replace(bulk16, bn=32))
+        assert got.shape == plain.shape and got.dtype == numpy.float16
+        for k, l in itertools.product(range(16), range(16)):
+            swapped = l ^ 8 if (k // 4) % 2 else l
+            assert numpy.array_equal(got[..., k, swapped], plain[..., k, l]), (k, l)
+    # two stages of X [4][64][16 + 8] and W [4][16][16 + 8] float16, an mbarrier per stage
+    assert bulk16.smem_bytes(2) == 2 * 2 * (4 * 64 * 24 + 4 * 16 * 24) + 2 * 8
 
 
 def test_layout_arithmetic():

@@ -47,7 +47,10 @@ PRECISIONS = {"default": 0, "tf32": 1}
 #: The most dynamic shared memory a block may ask for (less where the device allows less:
 #: DeviceFacts.smem_per_block).
 SMEM_LIMIT = 200 * 1024
-#: Whether the float32 group order runs its own kernel (MmaConfig.lean_group); False runs
+#: Bytes of a row of a W chunk that ks_mma_group.cu copies in bulk (W_BULK): 8 floats, or 16
+#: float16 or bfloat16 values.
+BULK_ROW_BYTES = 32
+#: Whether the group order runs its own kernel (MmaConfig.lean_group); False runs
 #: ks_mma.cu's general template instead (an A/B switch for probes).
 GROUP_KERNEL = True
 
@@ -125,10 +128,11 @@ class MmaConfig:
         M-major and be read without ldmatrix, and for every dtype but float32, where they
         were measured as fast or faster. Stored float32 blocks keep the storage as it is:
         packed, they were slower once their copies were spread over the products. The
-        float32 group order's own kernel (:meth:`lean_group`) reads every view's weights by
-        bulk copies (W_BULK) in chunks of 8, the only chunk they are made for, which were
-        faster than cp.async copies of the stored blocks on most patterns."""
-        if self.lean_group(dtype) and self.bk == 8:
+        group order's own kernel (:meth:`lean_group`) reads every view's weights by bulk
+        copies (W_BULK) in rows of 32 bytes (float32 chunks of 8, which were faster than
+        cp.async copies of the stored blocks on most patterns; float16 and bfloat16 chunks
+        of 16, the only ones its 16-bit path takes)."""
+        if self.lean_group(dtype) and self.bk * numpy.dtype(dtype).itemsize == BULK_ROW_BYTES:
             return W_BULK
         if self.order == ORDER_GROUP and (transposed or numpy.dtype(dtype) != numpy.float32):
             return W_PACKED
@@ -161,9 +165,11 @@ class MmaConfig:
         xs = _round_up(self.slots * x_rows * self._x_ld(itemsize), align)
         ws = _round_up(self.slots * w_rows * self._w_ld(itemsize, transposed), align)
         ys = self.slots * self.bm * self.bn if self.order == ORDER_GROUP else 0
-        # ks_mma_group.cu's bulk copies of W (WT 3) count on an mbarrier per stage, after the area
-        barriers = 8 * self.stages if itemsize == 4 \
-            and self.weights(numpy.float32, transposed) == W_BULK else 0
+        # ks_mma_group.cu's bulk copies of W (WT 3) count on an mbarrier per stage, after the
+        # area (its element sizes: float32's, and float16's for both 16-bit dtypes)
+        lean_dtype = {4: numpy.float32, 2: numpy.float16}.get(itemsize)
+        barriers = 8 * self.stages if lean_dtype is not None \
+            and self.weights(lean_dtype, transposed) == W_BULK else 0
         return max(self.stages * (xs + ws), ys) * itemsize + barriers
 
     def layout(self, itemsize: int, transposed: bool = False) -> tuple:
@@ -176,31 +182,38 @@ class MmaConfig:
                 f"{self.stages}, {self.order}")
 
     def lean_group(self, dtype) -> bool:
-        """Whether this configuration runs ``kernels_cu/ks_mma_group.cu``, the float32 group
-        order's own kernel: one warp per group (``wm = wn = 1``), pieces of 64 or more batch
-        columns (the row sums' tiles), one block per SM, on a GPU with bulk copies (the TMA,
-        sm_90 on: it copies W by them). Every other configuration runs ``ks_mma.cu``."""
-        return (GROUP_KERNEL and self.order == ORDER_GROUP and numpy.dtype(dtype) == numpy.float32
+        """Whether this configuration runs ``kernels_cu/ks_mma_group.cu``, the group order's
+        own kernel for float32, float16 and bfloat16: one warp per group (``wm = wn = 1``),
+        pieces of 64 or more batch columns, one block per SM, on a GPU with bulk copies (the
+        TMA, sm_90 on: it copies W by them); the 16-bit dtypes in chunks of 16, the only
+        ones their bulk copies take. Every other configuration runs ``ks_mma.cu``."""
+        dtype = numpy.dtype(dtype)
+        element = dtype == numpy.float32 or (
+            arrays.is_half(dtype) and self.bk * dtype.itemsize == BULK_ROW_BYTES)
+        return (GROUP_KERNEL and self.order == ORDER_GROUP and element
                 and self.wm == 1 and self.wn == 1 and self.bn >= 64 and self.min_blocks == 1
                 and devices.current().tma)
 
-    def x_async(self, vx: int) -> bool:
+    def x_async(self, dtype, vx: int) -> bool:
         """Whether ks_mma_group.cu copies X by cp.async into shared memory in global memory's
-        order (X_ASYNC there) rather than through registers: for four-group vectors in 48-row
-        tiles of eight slots (b = 48 or 96), where it was faster (see the kernel)."""
-        return vx == 4 and self.bm == 48 and self.slots == 8
+        order (X_ASYNC there) rather than through registers: for float32's four-group vectors
+        in 48-row tiles of eight slots (b = 48 or 96), where it was faster (see the kernel);
+        16-bit values are regrouped through registers."""
+        return numpy.dtype(dtype) == numpy.float32 and vx == 4 and self.bm == 48 \
+            and self.slots == 8
 
     def source(self, dtype, precision: str, transposed: bool, vx: int, vw: int) -> tuple:
         """``(file, instantiation)`` in ``kernels_cu/`` for a factor view that is
-        ``transposed`` or not: ``ks::ks_mma_group<PRECISION, SLOTS, BM, BN, BK, STAGES, WT,
-        VX, VW>`` where :meth:`lean_group`, else ``ks::ks_mma<T, PRECISION, SLOTS, BM, BN,
+        ``transposed`` or not: ``ks::ks_mma_group<T, PRECISION, SLOTS, BM, BN, BK, STAGES,
+        WT, VX, VW, X_ASYNC>`` where :meth:`lean_group`, else ``ks::ks_mma<T, PRECISION, SLOTS, BM, BN,
         BK, WM, WN, STAGES, ORDER, WT, VX, VW, MIN_BLOCKS>``."""
         wt = self.weights(dtype, transposed)
         if self.lean_group(dtype):
-            x_async = "true" if self.x_async(vx) else "false"
+            x_async = "true" if self.x_async(dtype, vx) else "false"
             return "ks_mma_group.cu", (
-                f"ks::ks_mma_group<{PRECISIONS[precision]}, {self.slots}, {self.bm}, {self.bn}, "
-                f"{self.bk}, {self.stages}, {wt}, {vx}, {vw}, {x_async}>")
+                f"ks::ks_mma_group<{nvrtc.scalar_name(dtype)}, {PRECISIONS[precision]}, "
+                f"{self.slots}, {self.bm}, {self.bn}, {self.bk}, {self.stages}, {wt}, {vx}, "
+                f"{vw}, {x_async}>")
         return "ks_mma.cu", (f"ks::ks_mma<{nvrtc.scalar_name(dtype)}, {PRECISIONS[precision]}, "
                              f"{self._tile_arguments()}, {wt}, {vx}, {vw}, {self.min_blocks}>")
 
@@ -272,7 +285,8 @@ def heuristic_config(problem: Problem) -> MmaConfig:
     float32 always takes up to eight groups of one warp tile each, and for long batches
     64-column tiles, fewer groups where more than an eighth of the slots would be empty
     (blocks of 32768 values or more), and two stages where a block has four groups or
-    fewer; in the batch order, float32 takes chunks of 16 where 32 < c <= 128 and the batch
+    fewer; float16 and bfloat16 take the same tiles for long batches on GPUs with bulk copies
+    (ks_mma_group.cu), in chunks of 16; in the batch order, float32 takes chunks of 16 where 32 < c <= 128 and the batch
     is long.
     DMMA dtypes (float64, complex128) aim at 16 warps per SM: two blocks per SM where row
     tiles are at least 64 tall, or four float64 groups per block in the group order.
@@ -322,6 +336,17 @@ def heuristic_config(problem: Problem) -> MmaConfig:
             # blocks share an SM (with eight groups the third stage pays for itself).
             if slots <= 4:
                 stages = 2
+        bm, wm = _row_tile(b, wtm, mma_m, max_warps=1)
+        wn = 1
+    elif order == ORDER_GROUP and arrays.is_half(dtype) and problem.batch >= _LONG_BATCH \
+            and GROUP_KERNEL and devices.current().tma:
+        # ks_mma_group.cu's 16-bit path (lean_group): float32's long-batch tiles, one warp
+        # per group and 64 x 64 pieces, W in chunks of 16 (the chunk is halved below for
+        # several slots), two stages where a block has four groups or fewer.
+        slots = min(slots, 8)
+        wtn, chunk = 64, 2 * BULK_ROW_BYTES // dtype.itemsize
+        if slots <= 4:
+            stages = 2
         bm, wm = _row_tile(b, wtm, mma_m, max_warps=1)
         wn = 1
     elif order == ORDER_GROUP and (b < 128 or short):
@@ -505,8 +530,8 @@ def packed_weights(factor, config: MmaConfig):
         padded.reshape(gtiles, config.slots, ktiles, config.bm, chunks, config.bk)
         .transpose(0, 2, 4, 1, 3, 5))
     if bulk:   # rows' 16-byte halves swapped where (k / 4) is odd (W_BULK in ks_mma_group.cu)
-        # k = 8 k8 + 4 kh + k4, l = 4 lh + l4 (bk = 8): reverse lh where kh = 1
-        halves = packed.reshape(*packed.shape[:4], config.bm // 8, 2, 4, 2, 4)
+        # k = 8 k8 + 4 kh + k4, l = (bk / 2) lh + lq: reverse lh where kh = 1
+        halves = packed.reshape(*packed.shape[:4], config.bm // 8, 2, 4, 2, config.bk // 2)
         halves[:, :, :, :, :, 1] = halves[:, :, :, :, :, 1, :, ::-1].copy()
     while len(held) >= PACKED_LAYOUTS:
         held.pop(next(iter(held)))

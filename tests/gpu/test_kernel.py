@@ -404,12 +404,12 @@ def _needs_tma():
     sm_90 and later have: elsewhere (or emulating an older GPU) it is never chosen."""
     from kscupy.core import device as devices
     if not devices.current().tma:
-        pytest.skip("the float32 group kernel needs the TMA (sm_90 or later)")
+        pytest.skip("the group kernel needs the TMA (sm_90 or later)")
 
 
 @pytest.mark.parametrize("precision", ["default", "tf32"])
 def test_float32_group_kernel(poisoned, precision):
-    """kernels_cu/ks_mma_group.cu (the float32 group order's own kernel, which the heuristic
+    """kernels_cu/ks_mma_group.cu (the group order's own kernel, which the heuristic
     takes for batches of 8192 and more) on every variant it compiles: 16-, 48- and 64-row
     pieces (48: W's copies decoded per rep), one to eight slots, two and three stages, X by
     cp.async (48-row tiles of eight slots) or through registers in vectors of four, two and
@@ -505,6 +505,89 @@ def test_float32_group_kernel_small(poisoned):
                   numpy.float32)
         except AssertionError as exc:
             raise AssertionError(f"{pattern} {view} {config}: {exc}") from None
+
+
+def _half_dtypes():
+    """float16, and bfloat16 where ml_dtypes gives CuPy the dtype."""
+    from kscupy.core import arrays
+    return [numpy.float16] + ([arrays.BFLOAT16] if arrays.BFLOAT16 is not None else [])
+
+
+def _half_tolerance(dtype):
+    """One rounding of each result to the dtype, sums in float32: float16's RTOL, bfloat16's
+    8 significant bits with room."""
+    from kscupy.core import arrays
+    return 5e-3 if arrays.is_bfloat16(dtype) else RTOL[numpy.dtype(numpy.float16)]
+
+
+def _random_half(rng, shape, dtype):
+    """Random values rounded to a 16-bit dtype (through float32: CuPy's generator and
+    bfloat16's conversions start there)."""
+    return rng.standard_normal(shape, dtype=numpy.float32).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", _half_dtypes(), ids=lambda t: numpy.dtype(t).name)
+def test_half_group_kernel(poisoned, dtype):
+    """ks_mma_group.cu's 16-bit path (which the heuristic takes for batches of 8192 and more):
+    X's vectors of eight, four, two and one groups (d = 16, 12 and 8; 4; 6 and 2; a strided
+    view) paired along l in registers, an odd reduction (the last pair's second value zero),
+    48- and 64-row pieces, two to eight slots, groups of one block spanning two i (d = 12),
+    a transposed view (packed W), W by bulk copies in chunks of 16; ragged batch, rows,
+    reduction and groups. Against the float64 definition of the 16-bit values."""
+    _needs_tma()
+    from kscupy.kernels import ks_mma
+    from kscupy.kernels.operands import geometry
+    from kscupy.core.problem import problem_of
+    rng = cupy.random.default_rng(61)
+    seen = set()
+    for pattern, view, columns in [((2, 72, 40, 16), None, None), ((3, 96, 63, 8), None, None),
+                                   ((1, 48, 36, 12), None, None), ((1, 200, 176, 6), None, None),
+                                   ((2, 64, 56, 4), "T", None), ((5, 130, 24, 2), None, None),
+                                   ((2, 48, 72, 8), None, 2)]:
+        K = ks.KSMatrix(_random_half(rng, pattern, dtype))
+        K = K.T if view == "T" else K
+        M, N = K.shape
+        B = 8192 + 72
+        if columns:   # every other column of a wider array: X's groups are not adjacent
+            X = _random_half(rng, (B, N * columns), dtype)[:, ::columns]
+        else:
+            X = _random_half(rng, (B, N), dtype)
+        ref = oracle(K.values.astype(numpy.float64), X.astype(numpy.float64), "bsf")
+        config = ks_mma.heuristic_config(problem_of(K.factor, X, "bsf"))
+        assert config.lean_group(dtype) and config.bk == 16, (pattern, config)
+        assert config.weights(dtype, K.factor.transposed) == ks_mma.W_BULK
+        vx, _ = ks_mma.copy_vectors(config, K.factor, X, geometry(X, "bsf", M)[1], B)
+        seen.add((config.bm, config.slots, vx))
+        Y = ks_mma.prepare(K.factor, X, "bsf", config)(X)
+        assert Y.dtype == dtype and Y.shape == ref.shape
+        Y64 = Y.astype(numpy.float64)
+        assert bool(cupy.isfinite(Y64).all()), f"{pattern} {config}: unwritten output"
+        err = float(cupy.linalg.norm(Y64 - ref) / cupy.linalg.norm(ref))
+        assert err < _half_tolerance(dtype), (pattern, config, vx, err)
+    assert {48, 64} <= {s[0] for s in seen} and {1, 2, 4, 8} <= {s[2] for s in seen}, seen
+
+
+@pytest.mark.parametrize("dtype", _half_dtypes(), ids=lambda t: numpy.dtype(t).name)
+def test_half_group_kernel_small(poisoned, dtype):
+    """ks_mma_group.cu's 16-bit path on short batches, small enough for compute-sanitizer's
+    memcheck and racecheck: eight-group vectors in three stages, four-group vectors in two,
+    an odd reduction, a transposed view; a ragged batch of 200."""
+    _needs_tma()
+    from kscupy.kernels import ks_mma
+    rng = cupy.random.default_rng(67)
+    for pattern, view, config in [
+            ((3, 96, 64, 8), None, ks_mma.MmaConfig(8, 48, 64, 16, 1, 1, 3, ks_mma.ORDER_GROUP)),
+            ((2, 64, 57, 4), None, ks_mma.MmaConfig(4, 64, 64, 16, 1, 1, 2, ks_mma.ORDER_GROUP)),
+            ((2, 56, 40, 8), "T", ks_mma.MmaConfig(8, 64, 64, 16, 1, 1, 2, ks_mma.ORDER_GROUP))]:
+        K = ks.KSMatrix(_random_half(rng, pattern, dtype))
+        K = K.T if view == "T" else K
+        X = _random_half(rng, (200, K.shape[1]), dtype)
+        assert config.lean_group(dtype)
+        ref = oracle(K.values.astype(numpy.float64), X.astype(numpy.float64), "bsf")
+        Y = ks_mma.prepare(K.factor, X, "bsf", config)(X).astype(numpy.float64)
+        assert bool(cupy.isfinite(Y).all()), f"{pattern} {view} {config}: unwritten output"
+        err = float(cupy.linalg.norm(Y - ref) / cupy.linalg.norm(ref))
+        assert err < _half_tolerance(dtype), (pattern, view, config, err)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: numpy.dtype(t).name)

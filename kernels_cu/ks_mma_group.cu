@@ -127,7 +127,14 @@ ks_mma_group(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W
   if (steps == 0) return;
 
   // -- this thread's copies, fixed for the kernel
-  const int x_es = tid % XR0 * VX, x_l = tid / XR0 % XL * XU, x_n = tid / (XR0 * XL);
+  // 16-bit vectors of every slot's group (XR0 == 1) in chunks of 16: a warp's lanes take 4
+  // pairs x 8 rows, (pair, row) = (lane % 4 + 4 (slot % 2), lane / 4 + 8 (slot / 2)), whose
+  // words (rows XS_LD / 2 = 12 words apart) fall in 32 distinct banks; e's digits above would
+  // put 8 pairs x 4 rows in a warp, a two-way conflict on every store
+  constexpr bool X_SPREAD = PAIRS && XR0 == 1 && BK == 16 && SLOTS % 2 == 0;
+  const int x_es = tid % XR0 * VX;
+  const int x_l = (X_SPREAD ? (lane & 3) + 4 * (slot & 1) : tid / XR0 % XL) * XU;
+  const int x_n = X_SPREAD ? (lane >> 2) + 8 * (slot >> 1) : tid / (XR0 * XL);
   // where vector rep = 0 lands in a stage (later reps X_NSTEP rows further)
   const unsigned x_at = X_ASYNC ? (x_n * CH + ((x_l * (SLOTS / 4) + x_es / 4) ^ x_swizzle(x_n))) * 16
                                 : (x_es * L::XS_SLOT + x_n * L::XS_LD + x_l) * E;

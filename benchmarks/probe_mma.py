@@ -10,7 +10,7 @@ the float64 definition on fresh random data (engine.py's oracle) and times it be
 BMM (when torch imports), CuPy's BMM, cuBLAS dense and the FMA kernel. Prints one line per
 case: the best configuration and the ratios. ``--configs`` times given configurations
 instead of the candidates; ``--baseline REV`` times each one again with ks_mma.cu (or, with
-``--swap ks_mma_group.cu``, the float32 group order's own kernel) as of a git revision (or
+``--swap ks_mma_group.cu``, the group order's own kernel) as of a git revision (or
 a file), in the same process (an A/B test of a kernel change; the launch,
 shared-memory size included, is this checkout's, so a baseline whose layout differs from
 ``MmaConfig``'s mirror of it needs its own checkout and process). Each configuration is
@@ -54,7 +54,7 @@ CASES = [("float16", "default", 25088), ("float32", "default", 25088), ("float32
 def kernel_source(path, swapped="ks_mma.cu"):
     """Within the block, ks_mma compiles ``path`` (another version of ``kernels_cu/swapped``,
     ks_mma.cu or ks_mma_group.cu: see kernel_ab.kernel_file) instead of that file;
-    ``"general"`` runs ks_mma.cu's template where the float32 group order has its own kernel
+    ``"general"`` runs ks_mma.cu's template where the group order has its own kernel
     (ks_mma.GROUP_KERNEL off); ``None`` leaves both alone."""
     group_kernel = ks_mma.GROUP_KERNEL
     if path == "general":

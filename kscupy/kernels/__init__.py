@@ -5,8 +5,9 @@ module                 source                          what it launches
 =====================  ==============================  =======================================
 :mod:`.ks_matmul`      ``kernels_cu/ks_matmul.cu``     one factor, any pattern, both layouts
 :mod:`.ks_mma`         ``kernels_cu/ks_mma.cu``        one factor on the tensor cores; the
-                       ``kernels_cu/ks_mma_group.cu``  second: its float32 group order in
-                                                       64-column pieces (long batches)
+                       ``kernels_cu/ks_mma_group.cu``  second: its group order in 64-column
+                                                       pieces (long batches; float32, float16,
+                                                       bfloat16)
 :mod:`.ks_skinny`      ``kernels_cu/ks_skinny.cu``     one factor at a small batch
 :mod:`.ks_chain`       ``kernels_cu/ks_chain.cu``      a segment of a chain in shared memory
 :mod:`.ks_rows`        ``kernels_cu/ks_rows.cu``       a run of small square factors on whole

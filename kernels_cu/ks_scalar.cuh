@@ -32,18 +32,25 @@ template <> __device__ __forceinline__ float16 narrow<float16>(float x) {
 
 // bfloat16 (PyTorch's and JAX's, NumPy's through ml_dtypes) as storage only, as float16 is:
 // the top 16 bits of a float. Widening is exact (the bits moved up); narrowing rounds to
-// nearest, ties to even, in integer operations (every architecture: cvt.rn.bf16.f32 needs
-// sm_80), keeping a NaN a NaN (its quiet bit set, so that rounding cannot carry it into an
-// infinity).
+// nearest, ties to even, keeping a NaN a NaN: by cvt.rn.bf16.f32 from sm_80 on (one
+// instruction: the integer rounding's registers made ks_mma_group.cu's epilogue spill), in
+// integer operations before (the NaN's quiet bit set, so that rounding cannot carry it into
+// an infinity).
 struct __align__(2) bfloat16 {
   unsigned short bits;
 };
 template <> struct compute_of<bfloat16> { using type = float; };
 __device__ __forceinline__ float widen(bfloat16 x) { return __uint_as_float((unsigned)x.bits << 16); }
 template <> __device__ __forceinline__ bfloat16 narrow<bfloat16>(float x) {
+#if __CUDA_ARCH__ >= 800
+  bfloat16 h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(x));
+  return h;
+#else
   const unsigned u = __float_as_uint(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) return {(unsigned short)((u >> 16) | 0x40u)};
   return {(unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+#endif
 }
 
 template <class R>

@@ -285,8 +285,9 @@ def heuristic_config(problem: Problem) -> MmaConfig:
     float32 always takes up to eight groups of one warp tile each, and for long batches
     64-column tiles, fewer groups where more than an eighth of the slots would be empty
     (blocks of 32768 values or more), and two stages where a block has four groups or
-    fewer; float16 and bfloat16 take the same tiles for long batches on GPUs with bulk copies
-    (ks_mma_group.cu), in chunks of 16; in the batch order, float32 takes chunks of 16 where 32 < c <= 128 and the batch
+    fewer; float16 and bfloat16 take the same tiles, slots and stages for long batches on
+    GPUs with bulk copies (ks_mma_group.cu), in chunks of 16, but keep every slot (float32's
+    rule for empty slots was measured on float32 alone); in the batch order, float32 takes chunks of 16 where 32 < c <= 128 and the batch
     is long.
     DMMA dtypes (float64, complex128) aim at 16 warps per SM: two blocks per SM where row
     tiles are at least 64 tall, or four float64 groups per block in the group order.

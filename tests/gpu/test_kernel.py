@@ -440,7 +440,7 @@ def test_float32_group_kernel(poisoned, precision):
         for config in (heuristic, dataclasses.replace(heuristic, bk=16)):
             assert config.lean_group(numpy.float32), (pattern, config)
             vx, vw = ks_mma.copy_vectors(config, K.factor, X, geometry(X, "bsf", M)[1], B)
-            seen.add((config.bm, config.slots, config.stages, vx, config.x_async(vx),
+            seen.add((config.bm, config.slots, config.stages, vx, config.x_async(numpy.float32, vx),
                       config.weights(numpy.float32, K.factor.transposed)))
             Y = ks_mma.prepare(K.factor, X, "bsf", config, precision)(X)
             assert Y.dtype == numpy.float32 and Y.shape == ref.shape

@@ -391,6 +391,9 @@ ks_mma_group(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W
       store_group_tile<L, VX>(Y, step == steps - 1 ? area : area + stage * L::STAGE,
                               step == steps - 1, tile.origin(), acc, tid, slot, 0, 0, G, b, B,
                               y_step, sy_b, origins);
+      // the epilogue wrote this stage's W bytes, which the next step's bulk copy refills
+      // (after the barrier at the loop's top)
+      if constexpr (W_BULK) fence_proxy_async_shared();
       each_register<float>(acc, acc, [](float& sum, float) { sum = 0.0f; });
       chunk = 0;
       tile.advance(stride, ktiles, r1);

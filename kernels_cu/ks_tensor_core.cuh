@@ -302,6 +302,13 @@ __device__ __forceinline__ void cp_async_bulk(unsigned dst, const void* src, uns
                :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
+// Orders this thread's earlier shared-memory accesses (the generic proxy's) before later bulk
+// copies into the same bytes (the async proxy's): executed by the accessing threads, then a
+// block barrier, then the copy.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
 template <int PENDING>

@@ -59,6 +59,8 @@ def main(pattern="2,48,48,16", dtype="bfloat16", layout="bsl"):
              "from_dlpack(t)": lambda: cupy.from_dlpack(T),
              "from_dlpack(to_dlpack(t))": lambda: cupy.from_dlpack(torch.utils.dlpack.to_dlpack(T)),
              "torch.from_dlpack(Y)": lambda: torch.from_dlpack(Y),
+             "torch from Y.toDlpack()": lambda: torch.utils.dlpack.from_dlpack(Y.toDlpack()),
+             "Y.toDlpack()": lambda: Y.toDlpack(),
              "torch.empty": lambda: torch.empty(Y.shape, dtype=T.dtype, device=T.device),
              "wrapped(t)": lambda: wrapped(T, dt),
              "current_stream": lambda: torch.cuda.current_stream(0),

@@ -238,3 +238,37 @@ def test_pytorch_products_follow_the_callers_stream(rng):
         Y = K @ X
         torch.cuda.current_stream().synchronize()
     assert rel_err(Y.cpu().numpy(), dense_oracle(w) @ (2 * x)) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("view", ["transposed", "offset", "strided", "broadcast", "empty"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "complex128", "bfloat16"])
+def test_pytorch_cuda_views_are_read_where_they_lie(view, dtype, rng):
+    """A CUDA tensor comes in from its pointer, shape and strides (kscupy.core.foreign's
+    pointer path): views with a storage offset, other strides, a zero stride or no
+    elements multiply as their values, and the result comes back as a tensor of the
+    operand's dtype."""
+    torch = pytest.importorskip("torch")
+    if not gpu_available() or not torch.cuda.is_available():
+        pytest.skip(GPU_REASON)
+    real = "float32" if dtype == "bfloat16" else dtype
+    tdtype = getattr(torch, dtype)
+    w = random_array(rng, (2, 8, 4, 3), real)
+    K = ks.KSMatrix(torch.from_numpy(w).to("cuda", tdtype))
+    N, B = K.shape[1], 9
+    base = torch.from_numpy(random_array(rng, (2 * N + 3, 3 * B + 1), real)).to("cuda", tdtype)
+    X = {"transposed": base[:B, :N].T,
+         "offset": base[3:N + 3, 1:B + 1],
+         "strided": base[1::2, ::3][:N, :B],
+         "broadcast": base[:N, :1].expand(N, B),
+         "empty": base[:N, :0]}[view]
+    assert X.shape[0] == N
+    Y = K @ X
+    assert isinstance(Y, torch.Tensor) and Y.dtype == tdtype and Y.is_cuda
+    assert Y.shape == (K.shape[0], X.shape[1])
+    wide = torch.complex128 if "complex" in dtype else torch.float64
+    values = torch.from_numpy(w).to(tdtype).to(wide).numpy()     # as the operator rounded them
+    oracle = dense_oracle(values) @ X.to(wide).cpu().numpy()
+    tolerance = {"float32": 1e-5, "complex128": 1e-12}.get(dtype, 1e-2)
+    if X.shape[1]:
+        assert rel_err(Y.to(wide).cpu().numpy(), oracle) < tolerance

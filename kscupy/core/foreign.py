@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import sys
 
 import numpy
@@ -57,6 +58,19 @@ class Foreign:
 def is_foreign(x) -> bool:
     """Whether ``x`` is an array of another library that DLPack can hand over (not a NumPy
     or CuPy array, nor one of their subclasses)."""
+    kind = type(x)
+    known = _FOREIGN_TYPES.get(kind)
+    if known is None:       # decided once per type (the protocol's methods are the type's)
+        if len(_FOREIGN_TYPES) >= 256:
+            _FOREIGN_TYPES.clear()
+        known = _FOREIGN_TYPES[kind] = _foreign_type(x)
+    return known
+
+
+_FOREIGN_TYPES: dict = {}
+
+
+def _foreign_type(x) -> bool:
     if not (hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__")):
         return False
     try:
@@ -73,6 +87,10 @@ def take(x, role: str = "operand") -> Foreign:
     through DLPack)."""
     library = type(x).__module__.split(".")[0]
     x = _resolved(x, library)
+    if library == "torch" and x.is_cuda:
+        taken = _tensor_taken(x)
+        if taken is not None:
+            return taken
     device_type, device_id = (int(v) for v in x.__dlpack_device__())
     try:
         if device_type in _CPU and _host_bfloat16(x, library):
@@ -166,6 +184,53 @@ def _exported(x, library):
     return x if exporter is None else exporter(x)
 
 
+def _tensor_taken(x):
+    """The PyTorch CUDA tensor ``x`` taken in as a CuPy view made from its pointer, shape and
+    strides, which PyTorch reports in a fraction of the host time its DLPack export takes
+    (products of a few tens of microseconds would otherwise wait on the host); the view
+    keeps ``x`` alive, and the result goes back through :func:`_tensor_back`. None where
+    DLPack must decide: no CuPy, a dtype CuPy has no name for here (bfloat16 without
+    ``ml_dtypes``), or a tensor that requires grad (the exporter refuses it)."""
+    cupy, _ = gpu_module()
+    dtype = _torch_dtypes().get(x.dtype)
+    if cupy is None or dtype is None or x.requires_grad:
+        return None
+    device_id = x.get_device()
+    shape, strides = tuple(x.shape), x.stride()
+    size = x.element_size()
+    # the bytes the view reaches: its last element's offset plus one (PyTorch's strides are
+    # never negative; an empty tensor reaches none)
+    span = 0 if 0 in shape else (1 + sum((n - 1) * s for n, s in zip(shape, strides))) * size
+    memory = cupy.cuda.UnownedMemory(x.data_ptr(), span, x, device_id)
+    native = cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0),
+                          tuple(s * size for s in strides))
+    return Foreign(native, _tensor_back, _producer_stream(cupy, x, "torch", device_id))
+
+
+def _tensor_back(result):
+    """A CuPy result as a PyTorch tensor sharing its memory, through the DLPack capsule
+    (PyTorch's ``from_dlpack`` of the array itself asks it for a stream handshake first, which
+    the product needs not: it ran on PyTorch's current stream); a NumPy result (an empty
+    batch's) through the protocol."""
+    torch = _torch()
+    if isinstance(result, numpy.ndarray):
+        return torch.from_dlpack(result)
+    return torch.utils.dlpack.from_dlpack(result.toDlpack())
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_dtypes() -> dict:
+    """PyTorch's dtypes that CuPy holds, as NumPy dtypes (bfloat16 where ``ml_dtypes`` gives
+    it NumPy's name)."""
+    torch = _torch()
+    names = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32",
+             "float64", "complex64", "complex128")
+    dtypes = {getattr(torch, name): numpy.dtype(name) for name in names}
+    if arrays.BFLOAT16 is not None:
+        dtypes[torch.bfloat16] = arrays.BFLOAT16
+    return dtypes
+
+
 def _producer_stream(cupy, x, library, device_id):
     """PyTorch's current stream on the tensor's device, as a CuPy stream (so that the
     product runs where the caller's work runs, with no wait between streams); a context
@@ -173,7 +238,12 @@ def _producer_stream(cupy, x, library, device_id):
     torch = sys.modules.get("torch") if library == "torch" else None
     if torch is None:
         return contextlib.nullcontext()
-    key = (torch.cuda.current_stream(device_id).cuda_stream, device_id)
+    # PyTorch's raw handle where its C module offers it (a tenth of the host time of
+    # current_stream, which builds a Stream object), else through the public function
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    handle = raw(device_id) if raw is not None else \
+        torch.cuda.current_stream(device_id).cuda_stream
+    key = (handle, device_id)
     stream = _STREAMS.get(key)
     if stream is None:      # a wrapper of the handle, made once (CuPy never destroys it)
         if len(_STREAMS) >= MAX_STREAMS:

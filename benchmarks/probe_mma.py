@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import cupy  # noqa: E402
 
 import kscupy as ks  # noqa: E402
-from kscupy import reference  # noqa: E402
+from kscupy.core import reference  # noqa: E402
 from kscupy.kernels import ks_matmul, ks_mma  # noqa: E402
 from kscupy.core.problem import problem_of  # noqa: E402
 from torch_baselines import torch_bmm  # noqa: E402

@@ -54,13 +54,22 @@ def main(pattern="2,48,48,16", dtype="bfloat16", layout="bsl"):
     torch_s = throughput_seconds(lambda t: K.matmul(t, layout=layout), [T])
     print(f"{pattern} {dtype} {layout}: cupy {cupy_s * 1e6:.1f} us, torch {torch_s * 1e6:.1f} us")
     Y = K.matmul(X, layout=layout)
+    taken = foreign.take(T)
+
+    def in_stream():
+        with taken.stream:
+            K.matmul(taken.native, layout=layout)
     steps = {"K @ cupy": lambda: K.matmul(X, layout=layout),
              "K @ tensor": lambda: K.matmul(T, layout=layout),
              "from_dlpack(t)": lambda: cupy.from_dlpack(T),
              "from_dlpack(to_dlpack(t))": lambda: cupy.from_dlpack(torch.utils.dlpack.to_dlpack(T)),
              "torch.from_dlpack(Y)": lambda: torch.from_dlpack(Y),
-             "torch from Y.toDlpack()": lambda: torch.utils.dlpack.from_dlpack(Y.toDlpack()),
-             "Y.toDlpack()": lambda: Y.toDlpack(),
+             "Y.__dlpack__(stream=-1)": lambda: Y.__dlpack__(stream=-1),
+             "foreign.take(t)": lambda: foreign.take(T),
+             "taken.back(Y)": lambda: taken.back(Y),
+             "enter and leave the stream": lambda: (taken.stream.__enter__(),
+                                                    taken.stream.__exit__(None, None, None)),
+             "K @ view in the stream": in_stream,
              "torch.empty": lambda: torch.empty(Y.shape, dtype=T.dtype, device=T.device),
              "wrapped(t)": lambda: wrapped(T, dt),
              "current_stream": lambda: torch.cuda.current_stream(0),

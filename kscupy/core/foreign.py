@@ -208,14 +208,11 @@ def _tensor_taken(x):
 
 
 def _tensor_back(result):
-    """A CuPy result as a PyTorch tensor sharing its memory, through the DLPack capsule
-    (PyTorch's ``from_dlpack`` of the array itself asks it for a stream handshake first, which
-    the product needs not: it ran on PyTorch's current stream); a NumPy result (an empty
-    batch's) through the protocol."""
-    torch = _torch()
-    if isinstance(result, numpy.ndarray):
-        return torch.from_dlpack(result)
-    return torch.utils.dlpack.from_dlpack(result.toDlpack())
+    """A CuPy result as a PyTorch tensor sharing its memory, through a DLPack capsule
+    exported with no stream handshake (``stream=-1``: PyTorch's ``from_dlpack`` of the
+    array itself would ask for one, which the product needs not: it ran on PyTorch's
+    current stream)."""
+    return _torch().utils.dlpack.from_dlpack(result.__dlpack__(stream=-1))
 
 
 @functools.lru_cache(maxsize=1)

@@ -169,8 +169,10 @@ def gemm(monkeypatch):
     monkeypatch.setattr(transpose, "around", around)
     monkeypatch.setattr(transpose, "transpose", lambda A: host(numpy.ascontiguousarray(A.T)))
     gemm._gradient_run.cache_clear()    # plans made with the stand-ins stay with them
+    gemm._diagonal_run.cache_clear()
     yield gemm
     gemm._gradient_run.cache_clear()
+    gemm._diagonal_run.cache_clear()
 
 
 def _random(rng, shape, dtype):

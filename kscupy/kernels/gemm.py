@@ -483,33 +483,50 @@ def values_gradient_diagonal(G, X, pattern):
     times the products of the groups), one strided-batched call over ``i``, of which the
     ``(a, d, b, c)`` blocks are a strided view. Pays where transposing the operands costs
     more than the products added (:mod:`kscupy.engine.gradient_paths` decides). None where
-    cuBLAS cannot address the operands."""
+    cuBLAS cannot address the operands. The call for operands like these is worked out
+    once (:func:`_diagonal_run`) and kept for the process."""
     import cupy
-    from cupy_backends.cuda.libs import cublas
     _check_same_dtype(G, X)
     a, b, c, d = pattern
-    dtype = X.dtype
     B = X.shape[0]
     if B == 0:
-        return cupy.zeros((a, d, b, c), dtype)
+        return cupy.zeros((a, d, b, c), X.dtype)
     (G, sG), (X, sX) = _addressed(G), _addressed(X)
     if max(B, sX, sG) > _INT32_MAX:
         return None
+    return _diagonal_run(tuple(pattern), X.dtype, B, sG, sX)(G.data.ptr, X.data.ptr)
+
+
+@functools.lru_cache(maxsize=256)
+def _diagonal_run(pattern, dtype, B, sG, sX):
+    """``run(g, x) -> (a, d, b, c) view``: :func:`values_gradient_diagonal`'s call for
+    operands of ``dtype`` at addresses ``g`` and ``x`` with row strides ``sG`` and ``sX``
+    (elements) and a batch of ``B``."""
+    import cupy
+    from cupy_backends.cuda.libs import cublas
+    a, b, c, d = pattern
     m, n = b * d, c * d
-    F = cupy.ndarray((a, n, m), dtype)           # F[i] column-major m x n: F_i(r, s) at [i, s, r]
     data, compute, scalar = _types(dtype, "default")
     one, zero = _host_scalars(scalar)
     op_x = cublas.CUBLAS_OP_C if dtype.kind == "c" else cublas.CUBLAS_OP_T
     gemm = (cublas.CUBLAS_OP_N, op_x, m, n, one.ctypes.data, sG, sX, m, zero.ctypes.data,
             data, data, compute, _algo(dtype))
-    # A = G_i at element i*m, B = X_i at i*n, F_i at i*m*n (x_first=False: G is A)
+    # A = G_i at element i*m, B = X_i at i*n, F_i (column-major m x n) at i*m*n
+    # (x_first=False: G is A)
     calls = [((0, 0, 0), (n, m, m * n), a)]
-    _cublas_runner()(lambda handle, blas: _strided_batched(
-        blas, handle, gemm, B, X.data.ptr, G.data.ptr, F.data.ptr, calls, False,
-        dtype.itemsize, dtype.itemsize))
-    # F[i, l*d + j', k*d + j]: the groups are j' = j
-    blocks = F.reshape(a, c, d, b, d).diagonal(axis1=2, axis2=4)     # (a, c, b, d): [i, l, k, j]
-    return blocks.transpose(0, 3, 2, 1)                                # (a, d, b, c)
+    isz = dtype.itemsize
+    new = cupy.ndarray
+    call = _cublas_runner()
+
+    def run(g, x):
+        F = new((a, n, m), dtype)       # F[i] column-major m x n: F_i(r, s) at [i, s, r]
+        call(lambda handle, blas: _strided_batched(blas, handle, gemm, B, x, g, F.data.ptr,
+                                                   calls, False, isz, isz))
+        # F[i, l*d + j', k*d + j]: the groups are j' = j
+        blocks = F.reshape(a, c, d, b, d).diagonal(axis1=2, axis2=4)     # (a, c, b, d)
+        return blocks.transpose(0, 3, 2, 1)                              # (a, d, b, c)
+    run.kept = (one, zero)      # the call reads alpha and beta by address
+    return run
 
 
 def _sms() -> int:

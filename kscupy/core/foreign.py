@@ -8,8 +8,11 @@ NumPy array (CPU memory) or a CuPy array (CUDA memory, on its device), zero-copy
 work before it. The result goes back through the producing library's own ``from_dlpack``,
 found among the modules already imported (kscupy imports no framework): ``torch``'s,
 ``jax.dlpack``'s, or ``from_dlpack`` of the producer's top-level module. A PyTorch CUDA
-tensor's product runs on PyTorch's current stream (as a CuPy ``ExternalStream``), so that it
-follows the caller's work with no wait between streams.
+tensor skips the protocol, whose handshakes cost more host time than short products take:
+it comes in as a CuPy view made from its pointer, shape and strides, and its result goes
+back through a capsule (:func:`_tensor_taken`). Its product runs on PyTorch's current
+stream (as a CuPy ``ExternalStream``), so that it follows the caller's work with no wait
+between streams.
 
 A PyTorch tensor whose conjugation or negation is a lazy bit (``t.conj()``,
 ``t.conj().imag``) is resolved first, a copy (:func:`_resolved`).

@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import functools
 import sys
+import warnings
 
 import numpy
 
@@ -248,7 +249,13 @@ def _producer_stream(cupy, x, library, device_id):
     if stream is None:      # a wrapper of the handle, made once (CuPy never destroys it)
         if len(_STREAMS) >= MAX_STREAMS:
             _STREAMS.clear()
-        stream = _STREAMS[key] = cupy.cuda.ExternalStream(*key)
+        # CuPy 14 deprecates ExternalStream for Stream.from_external, which takes an object
+        # of the CUDA stream protocol rather than a handle and a device; ExternalStream is
+        # the one constructor of both CuPy 13 and 14 (a user's warning filters stay theirs
+        # for everything else)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            stream = _STREAMS[key] = cupy.cuda.ExternalStream(*key)
     return stream
 
 

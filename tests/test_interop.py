@@ -272,3 +272,16 @@ def test_pytorch_cuda_views_are_read_where_they_lie(view, dtype, rng):
     tolerance = {"float32": 1e-5, "complex128": 1e-12}.get(dtype, 1e-2)
     if X.shape[1]:
         assert rel_err(Y.to(wide).cpu().numpy(), oracle) < tolerance
+
+
+@pytest.mark.gpu
+def test_pytorch_cuda_tensors_without_strided_memory_are_named(rng):
+    """A sparse CUDA tensor has no pointer and strides to read: the product raises
+    TypeError saying it could not be taken, not PyTorch's own error."""
+    torch = pytest.importorskip("torch")
+    if not gpu_available() or not torch.cuda.is_available():
+        pytest.skip(GPU_REASON)
+    K = ks.KSMatrix(torch.from_numpy(random_array(rng, (2, 4, 3, 2), numpy.float32)).cuda())
+    X = torch.from_numpy(random_array(rng, (12, 5), numpy.float32)).cuda().to_sparse()
+    with pytest.raises(TypeError, match="could not be taken"):
+        K @ X

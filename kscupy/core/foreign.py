@@ -193,11 +193,14 @@ def _tensor_taken(x):
     strides, which PyTorch reports in a fraction of the host time its DLPack export takes
     (products of a few tens of microseconds would otherwise wait on the host); the view
     keeps ``x`` alive, and the result goes back through :func:`_tensor_back`. None where
-    DLPack must decide: no CuPy, a dtype CuPy has no name for here (bfloat16 without
-    ``ml_dtypes``), or a tensor that requires grad (the exporter refuses it)."""
+    DLPack must decide (and say what is wrong): no CuPy, a dtype CuPy has no name for here
+    (bfloat16 without ``ml_dtypes``), a tensor that requires grad (the exporter refuses it),
+    or one without strided memory (sparse, nested, ...)."""
+    torch = _torch()
     cupy, _ = gpu_module()
     dtype = _torch_dtypes().get(x.dtype)
-    if cupy is None or dtype is None or x.requires_grad:
+    if cupy is None or dtype is None or x.requires_grad or x.layout is not torch.strided \
+            or getattr(x, "is_nested", False):
         return None
     device_id = x.get_device()
     shape, strides = tuple(x.shape), x.stride()

@@ -86,7 +86,7 @@ class _Target:
     def __init__(self, target, shape, xp):
         self.dense_matrix = None
         if foreign.is_foreign(target):          # a PyTorch, JAX, ... matrix: through DLPack
-            target = foreign.take(target, "target").native
+            target = foreign.native(target, "target")
         if isinstance(target, KSOperator):
             self.apply, self.shape, self.dtype, self.xp = target.matmul, target.shape, \
                 numpy.dtype(target.dtype), target.xp

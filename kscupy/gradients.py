@@ -24,6 +24,8 @@ The 16-bit dtypes are reduced in float32 and rounded once.
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy
 
 from .core import arrays, foreign, memory, reference
@@ -115,7 +117,7 @@ def vjp(op, X, G, *, layout="bsl", wrt="both", intermediates="auto"):
     if intermediates not in ("auto", "keep", "recompute"):
         raise ValueError(f'intermediates must be "auto", "keep" or "recompute", got '
                          f'{intermediates!r}')
-    back = None
+    back, stream = None, contextlib.nullcontext()
     signature = _signature(op, X, G, layout)
     checked = _CHECKED.get(signature)
     if checked is not None:                # operands like these passed the checks before
@@ -124,16 +126,25 @@ def vjp(op, X, G, *, layout="bsl", wrt="both", intermediates="auto"):
             X, G = X.reshape(-1, 1), G.reshape(-1, 1)
     else:
         if foreign.is_foreign(X):          # a PyTorch, JAX, ... array: through DLPack
-            taken = foreign.take(X, "X")
-            X, back = taken.native, taken.back
+            taken = foreign.take(X, "X")   # (computed on its producer's stream, as products)
+            X, back, stream = taken.native, taken.back, taken.stream
         if foreign.is_foreign(G):
-            G = foreign.take(G, "G").native
+            with stream:
+                G = foreign.native(G, "G")
         X, G, layout, vector = _operands(op, X, G, layout)
         dtype = arrays.result_dtype(op.dtype, X.dtype, G.dtype)
         if signature is not None:
             if len(_CHECKED) >= MAX_CHECKED:
                 _CHECKED.clear()
             _CHECKED[signature] = (layout, vector, dtype)
+    with stream:
+        return _vjp(op, X, G, layout, wrt, intermediates, dtype, vector, back)
+
+
+def _vjp(op, X, G, layout, wrt, intermediates, dtype, vector, back):
+    """:func:`vjp` on checked operands: ``dtype`` the gradients', ``vector`` whether ``X``
+    came as a vector (now a batch of one), ``back`` None or what hands ``dX`` back as the
+    caller's array type."""
     real_input = X.dtype.kind != "c"
     X, G = X.astype(dtype, copy=False), G.astype(dtype, copy=False)
     if isinstance(op, KSMatrix):

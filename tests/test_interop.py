@@ -285,3 +285,34 @@ def test_pytorch_cuda_tensors_without_strided_memory_are_named(rng):
     X = torch.from_numpy(random_array(rng, (12, 5), numpy.float32)).cuda().to_sparse()
     with pytest.raises(TypeError, match="could not be taken"):
         K @ X
+
+
+@pytest.mark.gpu
+def test_pytorch_gradients_and_values_follow_the_callers_stream(rng):
+    """On a side PyTorch stream with work pending there: values taken by KSMatrix, and the
+    gradient of a product (dX handed back as a tensor, dW as CuPy's), see the tensors as
+    that work leaves them, and dX is ready for PyTorch's stream."""
+    torch = pytest.importorskip("torch")
+    if not gpu_available() or not torch.cuda.is_available():
+        pytest.skip(GPU_REASON)
+    w = random_array(rng, (2, 64, 64, 4), numpy.float32)
+    x = random_array(rng, (512, 4096), numpy.float32)
+    g = random_array(rng, (512, 4096), numpy.float32)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        W = torch.from_numpy(w).cuda()
+        X, G = torch.from_numpy(x).cuda(), torch.from_numpy(g).cuda()
+        for _ in range(20):                     # pending work on the side stream
+            W.mul_(1.0)
+            X.mul_(1.0)
+        W.mul_(2.0)
+        X.mul_(2.0)
+        G.mul_(3.0)
+        K = ks.KSMatrix(W)
+        dX, dW = ks.vjp(K, X, G)
+        dX.mul_(1.0)                            # PyTorch's own use of dX on its stream
+        side.synchronize()
+    D = dense_oracle(2 * w)
+    assert rel_err(dX.cpu().numpy(), D.T @ (3 * g)) < 1e-5
+    expected = ks.values_grad(ks.KSMatrix(2 * w), 2 * x, 3 * g)
+    assert rel_err(dW.get(), expected) < 1e-5

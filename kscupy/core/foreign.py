@@ -35,7 +35,7 @@ import numpy
 from . import arrays
 from .arrays import array_module, gpu_module
 
-__all__ = ["Foreign", "is_foreign", "take"]
+__all__ = ["Foreign", "is_foreign", "take", "native"]
 
 #: DLPack device types (``DLDeviceType``) whose memory NumPy reads, and CuPy.
 _CPU = (1, 3)           # kDLCPU, kDLCUDAHost (pinned host memory)
@@ -128,6 +128,22 @@ def take(x, role: str = "operand") -> Foreign:
     return Foreign(native, _back_to(library))
 
 
+def native(x, role: str = "operand"):
+    """``take(x, role).native`` for use on CuPy's current stream: where the producer's
+    stream (PyTorch's current one) is another, CuPy's waits for the work pending on it (an
+    event), so that a copy of values or a gradient's read of ``G`` sees the tensor as
+    PyTorch left it. (Products need no wait: they run on the producer's stream.)"""
+    taken = take(x, role)
+    stream = taken.stream
+    ptr = getattr(stream, "ptr", None)
+    if ptr is not None:
+        import cupy
+        current = cupy.cuda.get_current_stream()
+        if current.ptr != ptr:
+            current.wait_event(stream.record())
+    return taken.native
+
+
 def _resolved(x, library: str):
     """``x`` with PyTorch's lazy conjugation and negation applied (a copy where one is set:
     ``t.conj()``, ``t.conj().imag``): DLPack carries a tensor's data without those bits, and
@@ -215,11 +231,26 @@ def _tensor_taken(x):
 
 
 def _tensor_back(result):
-    """A CuPy result as a PyTorch tensor sharing its memory, through a DLPack capsule
-    exported with no stream handshake (``stream=-1``: PyTorch's ``from_dlpack`` of the
-    array itself would ask for one, which the product needs not: it ran on PyTorch's
-    current stream)."""
-    return _torch().utils.dlpack.from_dlpack(result.__dlpack__(stream=-1))
+    """A CuPy result, made on CuPy's current stream, as a PyTorch tensor sharing its memory,
+    through a DLPack capsule. Where PyTorch's current stream is CuPy's (a product, which
+    runs on the producer's stream) the capsule asks for no stream order (``stream=-1``:
+    PyTorch's ``from_dlpack`` of the array itself would ask for a handshake anyway); where
+    not, for PyTorch's stream, which CuPy then makes wait for the result (the DLPack
+    convention: 1 names the legacy default stream, whose handle is 0)."""
+    torch = _torch()
+    import cupy
+    handle = _raw_stream(torch, result.device.id)
+    order = -1 if handle == cupy.cuda.get_current_stream().ptr else (handle or 1)
+    return torch.utils.dlpack.from_dlpack(result.__dlpack__(stream=order))
+
+
+def _raw_stream(torch, device_id) -> int:
+    """PyTorch's current stream on ``device_id``, its handle: through PyTorch's C module
+    where it offers that (a tenth of the host time of ``current_stream``, which builds a
+    Stream object), else through the public function."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(device_id) if raw is not None else \
+        torch.cuda.current_stream(device_id).cuda_stream
 
 
 @functools.lru_cache(maxsize=1)
@@ -242,12 +273,7 @@ def _producer_stream(cupy, x, library, device_id):
     torch = sys.modules.get("torch") if library == "torch" else None
     if torch is None:
         return contextlib.nullcontext()
-    # PyTorch's raw handle where its C module offers it (a tenth of the host time of
-    # current_stream, which builds a Stream object), else through the public function
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    handle = raw(device_id) if raw is not None else \
-        torch.cuda.current_stream(device_id).cuda_stream
-    key = (handle, device_id)
+    key = (_raw_stream(torch, device_id), device_id)
     stream = _STREAMS.get(key)
     if stream is None:      # a wrapper of the handle, made once (CuPy never destroys it)
         if len(_STREAMS) >= MAX_STREAMS:

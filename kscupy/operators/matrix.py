@@ -66,7 +66,7 @@ class KSMatrix(KSOperator):
 
     def __init__(self, values, structure=None, *, xp=None):
         if foreign.is_foreign(values):          # a PyTorch, JAX, ... array: through DLPack
-            values = foreign.take(values, "values").native
+            values = foreign.native(values, "values")
         source = arrays.plain_array_module(values, "values")
         if xp is None:
             xp = source
@@ -207,7 +207,7 @@ class KSMatrix(KSOperator):
     @values.setter
     def values(self, w):
         if foreign.is_foreign(w):               # a PyTorch, JAX, ... array: through DLPack
-            w = foreign.take(w, "values").native
+            w = foreign.native(w, "values")
         if arrays.plain_array_module(w, "values") is not self._xp:
             raise TypeError(f"new values must be a {self._xp.__name__} array like the matrix's, "
                             f"got a {arrays.array_module(w).__name__} array")

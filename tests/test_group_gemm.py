@@ -140,6 +140,9 @@ def gemm(monkeypatch):
     cupy.conj = lambda a: host(numpy.conj(a))
     cupy.empty = lambda shape, dtype: HostArray(shape, dtype)
     cupy.zeros = lambda shape, dtype: host(numpy.zeros(shape, dtype))
+    cupy.lib = types.SimpleNamespace(stride_tricks=types.SimpleNamespace(
+        as_strided=lambda a, shape, strides: host(
+            numpy.lib.stride_tricks.as_strided(a, shape, strides))))
     cuda = cupy.cuda = types.ModuleType("cupy.cuda")
     cuda.runtime = types.SimpleNamespace(CUDA_R_32F=0, CUDA_R_64F=1, CUDA_R_16F=2,
                                          CUDA_C_32F=4, CUDA_C_64F=5)

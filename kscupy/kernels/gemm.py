@@ -515,16 +515,19 @@ def _diagonal_run(pattern, dtype, B, sG, sX):
     # (x_first=False: G is A)
     calls = [((0, 0, 0), (n, m, m * n), a)]
     isz = dtype.itemsize
-    new = cupy.ndarray
+    # F[i, l*d + j', k*d + j] (F_i's entry at row k*d + j, column l*d + j'): the groups are
+    # j' = j, so block (i, j)'s element (k, l) lies i*n*m + j*(m + 1) + k*d + l*d*m elements
+    # in: one strided view (CuPy's diagonal of a reshape costs the host several times more)
+    blocks = {"shape": (a, d, b, c),
+              "strides": tuple(isz * s for s in (n * m, m + 1, d, d * m))}
+    new, as_strided = cupy.ndarray, cupy.lib.stride_tricks.as_strided
     call = _cublas_runner()
 
     def run(g, x):
         F = new((a, n, m), dtype)       # F[i] column-major m x n: F_i(r, s) at [i, s, r]
         call(lambda handle, blas: _strided_batched(blas, handle, gemm, B, x, g, F.data.ptr,
                                                    calls, False, isz, isz))
-        # F[i, l*d + j', k*d + j]: the groups are j' = j
-        blocks = F.reshape(a, c, d, b, d).diagonal(axis1=2, axis2=4)     # (a, c, b, d)
-        return blocks.transpose(0, 3, 2, 1)                              # (a, d, b, c)
+        return as_strided(F, **blocks)                                   # (a, d, b, c)
     run.kept = (one, zero)      # the call reads alpha and beta by address
     return run
 

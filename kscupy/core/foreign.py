@@ -108,7 +108,7 @@ def take(x, role: str = "operand") -> Foreign:
                 raise TypeError(f"a {library} array in GPU memory as {role}, but {why}")
             stream = _producer_stream(cupy, x, library, device_id)
             with cupy.cuda.Device(device_id), stream:
-                native = cupy.from_dlpack(_exported(x, library))
+                native = cupy.from_dlpack(x)
             return Foreign(native, _back_to(library), stream)
         else:
             raise TypeError(f"a {library} array on DLPack device type {device_type} as "
@@ -188,20 +188,6 @@ def _bfloat16_back(bfloat16_back, back):
     """``back`` of a result, through ``bfloat16_back`` where it is bfloat16."""
     return lambda result: bfloat16_back(result) if arrays.is_bfloat16(result.dtype) \
         else back(result)
-
-
-def _exported(x, library):
-    """What CuPy's ``from_dlpack`` takes ``x`` from: for a PyTorch CUDA tensor the DLPack
-    capsule PyTorch's C exporter makes, which CuPy reads without the protocol's stream
-    handshake (PyTorch's ``__dlpack__`` asks for its current stream and device several
-    times: tens of microseconds of host time a product). No handshake is needed: the
-    product runs on PyTorch's current stream (:func:`_producer_stream`), after the work
-    that made the tensor. (Its lazy conjugate and negative bits were applied before,
-    :func:`_resolved`; a tensor that requires grad goes through the protocol, which refuses
-    it as PyTorch's exporter would not.) Any other array goes through the protocol."""
-    exporter = getattr(sys.modules.get("torch.utils.dlpack"), "to_dlpack", None) \
-        if library == "torch" and not x.requires_grad else None
-    return x if exporter is None else exporter(x)
 
 
 def _tensor_taken(x):

@@ -316,3 +316,29 @@ def test_pytorch_gradients_and_values_follow_the_callers_stream(rng):
     assert rel_err(dX.cpu().numpy(), D.T @ (3 * g)) < 1e-5
     expected = ks.values_grad(ks.KSMatrix(2 * w), 2 * x, 3 * g)
     assert rel_err(dW.get(), expected) < 1e-5
+
+
+@pytest.mark.gpu
+def test_pytorch_tensors_on_another_gpu_are_multiplied_there(rng):
+    """A tensor on a GPU other than CuPy's current one: the product and the gradient run on
+    the tensor's GPU, on PyTorch's stream there, and come back there."""
+    torch = pytest.importorskip("torch")
+    if not gpu_available() or not torch.cuda.is_available():
+        pytest.skip(GPU_REASON)
+    import cupy
+    if cupy.cuda.runtime.getDeviceCount() < 2 or torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    w = random_array(rng, (2, 32, 48, 4), numpy.float32)
+    x = random_array(rng, (2 * 48 * 4, 33), numpy.float32)
+    g = random_array(rng, (2 * 32 * 4, 33), numpy.float32)
+    with cupy.cuda.Device(1):
+        K = ks.KSMatrix(cupy.asarray(w))
+    X, G = torch.from_numpy(x).to("cuda:1"), torch.from_numpy(g).to("cuda:1")
+    assert cupy.cuda.runtime.getDevice() == 0
+    Y = K @ X
+    dX, dW = ks.vjp(K, X, G)
+    assert Y.device == X.device and dX.device == X.device and dW.device.id == 1
+    D = dense_oracle(w)
+    assert rel_err(Y.cpu().numpy(), D @ x) < 1e-5
+    assert rel_err(dX.cpu().numpy(), D.T @ g) < 1e-5
+    assert rel_err(dW.get(), ks.values_grad(ks.KSMatrix(w), x, g)) < 1e-5

@@ -254,11 +254,13 @@ def _torch_dtypes() -> dict:
 
 def _producer_stream(cupy, x, library, device_id):
     """PyTorch's current stream on the tensor's device, as a CuPy stream (so that the
-    product runs where the caller's work runs, with no wait between streams); a context
-    that changes nothing for other producers."""
+    product runs where the caller's work runs, with no wait between streams), which also
+    makes the tensor's GPU current where it is not (:class:`_OnDevice`); for other
+    producers the array's GPU as a context (nothing where it is the current one)."""
     torch = sys.modules.get("torch") if library == "torch" else None
     if torch is None:
-        return contextlib.nullcontext()
+        return contextlib.nullcontext() if device_id == cupy.cuda.runtime.getDevice() \
+            else cupy.cuda.Device(device_id)
     key = (_raw_stream(torch, device_id), device_id)
     stream = _STREAMS.get(key)
     if stream is None:      # a wrapper of the handle, made once (CuPy never destroys it)
@@ -271,7 +273,34 @@ def _producer_stream(cupy, x, library, device_id):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             stream = _STREAMS[key] = cupy.cuda.ExternalStream(*key)
+    if device_id != cupy.cuda.runtime.getDevice():
+        return _OnDevice(cupy, stream)
     return stream
+
+
+class _OnDevice:
+    """A producer's stream on a GPU other than CuPy's current one, as a context that makes
+    that GPU current too (CuPy enters no stream of another device, and the product's arrays
+    live there); ``ptr``, ``device_id`` and ``record()`` as the stream's."""
+
+    def __init__(self, cupy, stream):
+        self.stream, self.ptr, self.device_id = stream, stream.ptr, stream.device_id
+        self._device = cupy.cuda.Device(stream.device_id)
+
+    def record(self):
+        """An event recorded on the stream (made on its device, as CUDA requires)."""
+        with self._device:
+            return self.stream.record()
+
+    def __enter__(self):
+        self._device.__enter__()
+        return self.stream.__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            self.stream.__exit__(*exc)
+        finally:
+            self._device.__exit__(*exc)
 
 
 #: CuPy's wrappers of producers' streams, by (handle, device): one per stream, not one per

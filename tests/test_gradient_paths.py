@@ -120,3 +120,27 @@ def test_the_default_multiplies_whole_blocks_where_the_model_says():
     assert 1024 * 1024 * 48 * 48 * 2 > paths.DIAGONAL_MAX_BYTES
     assert "cublas_diagonal" not in paths._ways((1, 1024, 1024, 48), "bsf", F16, 10,
                                                 device.H200)[1]
+
+
+@pytest.mark.parametrize("pattern", [(3, 4, 5, 2), (1, 4, 5, 3), (2, 3, 4, 1)])
+def test_blocks_reach_the_values_order(monkeypatch, pattern):
+    """``(a, d, b, c)`` blocks as cuBLAS's way leaves them (j-major in memory: one
+    transpose of a ``(d, a*b*c)`` matrix, here NumPy's), as a C-order array and as another
+    view, all give the values' ``(a, b, c, d)`` order."""
+    transposed = []
+
+    def transpose(A):
+        transposed.append(A.shape)
+        return numpy.ascontiguousarray(A.T)
+    monkeypatch.setattr(paths.transpose, "transpose", transpose)
+    a, b, c, d = pattern
+    blocks = numpy.random.default_rng(0).standard_normal((a, d, b, c))
+    expected = blocks.transpose(0, 2, 3, 1)
+    j_major = numpy.ascontiguousarray(blocks.transpose(1, 0, 2, 3)).transpose(1, 0, 2, 3)
+    for given in (j_major, blocks, blocks[:, :, :, ::-1][:, :, :, ::-1]):
+        got = paths._canonical(given)
+        assert got.shape == (a, b, c, d)
+        numpy.testing.assert_array_equal(got, expected)
+    # the j-major blocks by one transpose (a C-order array too where a == 1); d == 1 by a
+    # reshape
+    assert transposed[:1] == ([] if d == 1 else [(d, a * b * c)])

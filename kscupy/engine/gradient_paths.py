@@ -76,15 +76,18 @@ def _run(way, G, X, pattern, layout):
 
 
 def _canonical(blocks):
-    """``(a, d, b, c)`` blocks in the values' ``(a, b, c, d)`` order: a C-order copy by the
-    tiled transpose where ``a == 1`` (the ``d x b*c`` matrix transposed: a kept run, one
-    launch; CuPy's strided copy costs the host several times more), a free reshape where
-    ``d == 1``, else a view (the caller's finishing pass copies it)."""
+    """``(a, d, b, c)`` blocks in the values' ``(a, b, c, d)`` order: a free reshape where
+    ``d == 1``; a C-order copy by the tiled transpose where they lie ``j``-major in memory,
+    ``(d, a, b, c)`` (cuBLAS's way; ``a == 1`` included): the ``d x a*b*c`` matrix
+    transposed, a kept run, one launch, where CuPy's strided copy moves 16-bit values at a
+    fraction of the bandwidth and costs the host several times more; else a view (the
+    caller's finishing pass copies it)."""
     a, d, b, c = blocks.shape
     if d == 1 and blocks.flags.c_contiguous:
         return blocks.reshape(a, b, c, 1)
-    if a == 1 and blocks.flags.c_contiguous:
-        return transpose.transpose(blocks.reshape(d, b * c)).reshape(1, b, c, d)
+    j_major = blocks.transpose(1, 0, 2, 3)
+    if j_major.flags.c_contiguous:
+        return transpose.transpose(j_major.reshape(d, a * b * c)).reshape(a, b, c, d)
     return blocks.transpose(0, 2, 3, 1)
 
 

@@ -371,14 +371,16 @@ def values_gradient(G, X, pattern, layout, sms=None):
     sums where not). None where cuBLAS cannot address them (a leading dimension or batch
     beyond 2^31 - 1). The calls for operands like these are worked out once
     (:func:`_gradient_run`) and kept for the process: a gradient then costs the host an
-    allocation and the calls."""
+    allocation and the calls. Where ``d > 1`` the blocks lie ``j``-major in memory (a
+    ``(d, a, b, c)`` array seen as ``(a, d, b, c)``): the values' order ``(a, b, c, d)`` is
+    then one transpose of a ``(d, a*b*c)`` matrix away (``engine/gradient_paths.py``)."""
     import cupy
     from . import transpose
     _check_same_dtype(G, X)
     a, b, c, d = pattern
     B = X.shape[1] if layout == "bsl" else X.shape[0]
     if B == 0:
-        return cupy.zeros((a, d, b, c), X.dtype)
+        return cupy.zeros((d, a, b, c), X.dtype).transpose(1, 0, 2, 3)
     if B > _INT32_MAX:
         return None
     if layout == "bsf" and d > 1:
@@ -403,9 +405,10 @@ def _gradient_run(pattern, layout, dtype, B, sG, sX, sms):
     block = b * c
     if layout == "bsl":
         # (transa, transb, m, n) and (A = X, B = G, C = dW); group (i, j) at
-        # X (i*c*d + j)*sX, G (i*b*d + j)*sG, dW (i*d + j)*b*c; batch column n at +n in both
-        calls = _group_offsets(a, d, by_i=(c * d * sX, b * d * sG, d * block),
-                               by_j=(sX, sG, block))
+        # X (i*c*d + j)*sX, G (i*b*d + j)*sG, dW (j*a + i)*b*c (j-major: see
+        # values_gradient); batch column n at +n in both
+        calls = _group_offsets(a, d, by_i=(c * d * sX, b * d * sG, block),
+                               by_j=(sX, sG, a * block))
         ops_mn = (op_x, op_n, c, b)
         lds = (d * sX, d * sG, c)
         batch_stride = (1, 1)
@@ -435,7 +438,8 @@ def _gradient_run(pattern, layout, dtype, B, sG, sX, sms):
     lda, ldb, ldc = lds
     gemm = (transa, transb, m, n, one.ctypes.data, lda, ldb, ldc, zero.ctypes.data, data,
             out_data, compute, _algo(dtype))
-    group_shape = (a, d, b, c) if layout == "bsl" else (a, d, c, b)
+    # in memory: bsl's (d, a, b, c), j-major; bsf's (a, 1, c, b) (d == 1), dW_i transposed
+    group_shape = (d, a, b, c) if layout == "bsl" else (a, d, c, b)
     # one chunk writes the gradient itself; several, a slice each, added after
     sums_shape = group_shape if len(spans) == 1 else (len(spans),) + group_shape
     slice_size = a * d * block
@@ -472,7 +476,7 @@ def _gradient_run(pattern, layout, dtype, B, sG, sX, sms):
                                  x_first, isz, osz)
         _cublas_runner()(run_calls)
         dW = sums if len(spans) == 1 else sums.sum(axis=0).astype(dtype, copy=False)
-        return dW if layout == "bsl" else dW.transpose(0, 1, 3, 2)
+        return dW.transpose(1, 0, 2, 3) if layout == "bsl" else dW.transpose(0, 1, 3, 2)
     run.kept = (one, zero)      # the calls read alpha and beta by address
     return run
 

@@ -461,7 +461,7 @@ def _gradient_run(pattern, layout, dtype, B, sG, sX, sms):
     # the remaining chunks: (k, column offsets of X and G in bytes, slice offset in bytes)
     tails = [(k, n0 * batch_stride[0] * isz, n0 * batch_stride[1] * isz, s * slice_size * osz)
              for s, (n0, k) in enumerate(spans[whole:], start=whole)]
-    new = cupy.ndarray
+    new, call = cupy.ndarray, _cublas_runner()
 
     def run(g, x):
         sums = new(sums_shape, out_dtype)
@@ -474,7 +474,7 @@ def _gradient_run(pattern, layout, dtype, B, sG, sX, sms):
             for k, at_x, at_g, at_w in tails:
                 _strided_batched(blas, handle, gemm, k, x + at_x, g + at_g, w + at_w, calls,
                                  x_first, isz, osz)
-        _cublas_runner()(run_calls)
+        call(run_calls)
         dW = sums if len(spans) == 1 else sums.sum(axis=0).astype(dtype, copy=False)
         return dW.transpose(1, 0, 2, 3) if layout == "bsl" else dW.transpose(0, 1, 3, 2)
     run.kept = (one, zero)      # the calls read alpha and beta by address

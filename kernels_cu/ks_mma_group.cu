@@ -41,14 +41,22 @@
 // chunk of one tile; a block runs a run of consecutive tiles as one stream of steps), with
 // the copies a thread issues spread over the step's (k-step, row tile) iterations
 // (ks_mma.cu, SPREAD_W). Register-staged X is loaded before a step's products and stored to
-// shared memory after them.
+// shared memory after them: its loads have one step's products to land in, and the registers
+// they need cap the bytes in flight (one block an SM).
+//
+// X_LEAD > 0 (16-bit X, X's ring): X's vectors go by cp.async into a ring of X_LEAD + 1
+// chunks after the stages (each thread's own vectors, which it alone reads back: no barrier,
+// no bank conflict), issued X_LEAD steps before the step that regroups them into the stage's
+// rows (as stash_x does from registers). X is then in flight X_LEAD + 1 steps instead of
+// one, in shared memory instead of registers. W's bulk copies keep their lead (STAGES - 1):
+// they follow a cursor of their own, X_LEAD steps behind X's.
 #include "ks_launch.cuh"
 #include "ks_mma_layout.cuh"
 
 namespace ks {
 
 template <class T, int PRECISION, int SLOTS, int BM, int BN, int BK, int STAGES, int WT, int VX,
-          int VW, bool X_ASYNC>
+          int VW, bool X_ASYNC, int X_LEAD>
 __global__ void __launch_bounds__(32 * SLOTS, 1)
 ks_mma_group(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W,
              int G, int b, int c, int d, long long B,
@@ -108,7 +116,14 @@ ks_mma_group(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W
   static_assert(SLOTS * BM % WQ == 0, "W's copies tile the chunk");
   static_assert(X_REPS <= 32 && W_REPS <= 32, "a bit a vector in x_ok, w_ok");
   constexpr int ITERS = BK / S::K * MT;   // (k-step, row tile) iterations of a step
-  require_dynamic_smem<L::SMEM_BYTES>();
+  // X's ring (X_LEAD > 0): RING chunks of X_CHUNK_BYTES from RING_AT, thread tid's vector
+  // (rep, u) at ((rep * XU + u) * NT + tid) * X_VECTOR bytes into a chunk
+  constexpr bool X_RING = X_LEAD > 0;
+  static_assert(!X_RING || (PAIRS && !X_ASYNC), "X's ring: 16-bit X, regrouped at stash time");
+  constexpr int RING_CHUNKS = X_LEAD + 1;
+  constexpr unsigned X_VECTOR = VX * E, X_CHUNK_BYTES = NT * X_REPS * XU * X_VECTOR;
+  constexpr unsigned RING_AT = round_up(L::SMEM_BYTES, 16);
+  require_dynamic_smem<X_RING ? RING_AT + RING_CHUNKS * X_CHUNK_BYTES : L::SMEM_BYTES>();
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* const area = reinterpret_cast<T*>(smem_raw);   // the epilogue's generic view
@@ -254,9 +269,52 @@ ks_mma_group(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W
       }
     }
   };
+  // X_RING: W's cursor (w_tile, w_chunk; w_run the chunk its bulk copy reads), X_LEAD steps
+  // behind the copies' cursor, which runs X's ring
+  Cursor w_tile(first, ktiles, r1);
+  int w_chunk = 0;
+  auto w_tile_run = [&]() {
+    const TileOrigin o = w_tile.origin();
+    return W + ((long long)(o.g0 / SLOTS) * ktiles + o.k0 / BM) * chunks * (SLOTS * BM * BK);
+  };
+  const T* w_run = X_RING ? w_tile_run() : W;
+  auto next_w = [&]() {
+    if (++w_chunk == chunks) {
+      w_chunk = 0;
+      w_tile.advance(stride, ktiles, r1);
+      w_run = w_tile_run();
+    } else {
+      w_run += SLOTS * BM * BK;
+    }
+  };
   auto bulk_w = [&](int stage) {   // W_BULK, thread 0
     mbarrier_expect_bytes(bars + 8 * stage, W_TILE_BYTES);
-    cp_async_bulk(stage_at(stage) + L::XS_SIZE * E, w_src, W_TILE_BYTES, bars + 8 * stage);
+    cp_async_bulk(stage_at(stage) + L::XS_SIZE * E, X_RING ? w_run : w_src, W_TILE_BYTES,
+                  bars + 8 * stage);
+  };
+  // X_RING: this thread's vectors of reps rep_lo <= rep < rep_hi into ring chunk `at` (its
+  // shared address), and all of them back from one into registers
+  const unsigned ring = smem + RING_AT + tid * X_VECTOR;
+  auto copy_ring = [&](unsigned at, int rep_lo, int rep_hi) {
+#pragma unroll
+    for (int u = 0; u < XU; ++u) {
+      const unsigned ok_bits = load_chunk * BK + x_l + u < c ? x_ok : 0;
+#pragma unroll
+      for (int rep = 0; rep < X_REPS; ++rep) {
+        if (rep < rep_lo || rep >= rep_hi) continue;
+        const bool ok = ok_bits >> rep & 1;
+        cp_async<X_VECTOR>(at + (rep * XU + u) * NT * X_VECTOR,
+                           ok ? x_src + rep * x_nstride + u * x_step : X, ok);
+      }
+    }
+  };
+  auto ring_x = [&](unsigned at, XBits (&staged)[X_REPS][XU]) {
+#pragma unroll
+    for (int rep = 0; rep < X_REPS; ++rep)
+#pragma unroll
+      for (int u = 0; u < XU; ++u)
+        staged[rep][u] = *reinterpret_cast<const XBits*>(
+            smem_raw + (at - smem) + (rep * XU + u) * NT * X_VECTOR);
   };
   auto load_w = [&](unsigned s, int rep_lo, int rep_hi) {
     if constexpr (W_BULK) return;
@@ -290,11 +348,45 @@ ks_mma_group(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W
     }
     __syncthreads();
   }
-  // The first STAGES - 1 steps' copies (staged X: all loads in flight before any is stored).
+  // The first STAGES - 1 steps' copies (staged X: all loads in flight before any is stored;
+  // X's ring: X_LEAD steps' more, each step regrouped as soon as its copies land).
   enter_load_tile();
-  XBits x_first[X_ASYNC ? 1 : STAGES - 1][X_REPS][XU];
+  unsigned ring_fill = ring, ring_take = ring;   // X_RING: the chunks copied to and regrouped
+  auto ring_next = [&](unsigned at) {
+    return at + X_CHUNK_BYTES == ring + RING_CHUNKS * X_CHUNK_BYTES ? ring : at + X_CHUNK_BYTES;
+  };
+  if constexpr (X_RING) {
 #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
+    for (int s = 0; s < X_LEAD; ++s) {
+      if (s < steps) {
+        copy_ring(ring_fill, 0, X_REPS);
+        next_load();
+      }
+      cp_async_commit();
+      ring_fill = ring_next(ring_fill);
+    }
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s + X_LEAD < steps) {
+        copy_ring(ring_fill, 0, X_REPS);
+        next_load();
+      }
+      cp_async_commit();
+      ring_fill = ring_next(ring_fill);
+      cp_async_wait<X_LEAD>();   // step s's vectors have landed
+      if (s < steps) {
+        XBits v[X_REPS][XU];
+        ring_x(ring_take, v);
+        stash_x(stage_at(s), v);
+        if (tid == 0) bulk_w(s);
+        next_w();
+      }
+      ring_take = ring_next(ring_take);
+    }
+  }
+  XBits x_first[X_ASYNC || X_RING ? 1 : STAGES - 1][X_REPS][XU];
+#pragma unroll
+  for (int s = 0; s < (X_RING ? 0 : STAGES - 1); ++s) {
     if (s < steps) {
       if constexpr (X_ASYNC) copy_x(stage_at(s), 0, X_REPS);
       else load_x(x_first[s]);
@@ -304,7 +396,7 @@ ks_mma_group(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W
     }
     cp_async_commit();
   }
-  if constexpr (!X_ASYNC) {
+  if constexpr (!X_ASYNC && !X_RING) {
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s)
       if (s < steps) stash_x(stage_at(s), x_first[s]);
@@ -315,16 +407,21 @@ ks_mma_group(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W
   Cursor tile(first, ktiles, r1);   // the tile whose products run
   int chunk = 0, stage = 0;
   unsigned phase = 0;   // W_BULK: of the current stage's barrier
-  XBits x_staged[X_ASYNC ? 1 : X_REPS][XU];
+  XBits x_staged[X_ASYNC || X_RING ? 1 : X_REPS][XU];
   for (int step = 0; step < steps; ++step) {
-    cp_async_wait<STAGES - 2>();   // this thread's copies of `step` have landed ...
+    // this thread's copies of `step` have landed (X's ring: regrouped a step ago) ...
+    if constexpr (!X_RING) cp_async_wait<STAGES - 2>();
     if constexpr (W_BULK) mbarrier_wait(bars + 8 * stage, phase);
     __syncthreads();               // ... everyone's have, and the buffer refilled next is free
     const int next_stage = stage == 0 ? STAGES - 1 : stage - 1;   // (step + STAGES - 1) % STAGES
     const bool more = step + STAGES - 1 < steps;
+    // the copies' cursor's step: X_LEAD further with X's ring
+    const bool more_x = step + STAGES - 1 + X_LEAD < steps;
     const unsigned base = stage_at(stage), next = stage_at(next_stage);
     if (W_BULK && more && tid == 0) bulk_w(next_stage);
-    if constexpr (!X_ASYNC) {
+    if constexpr (X_RING) {
+      if (more) next_w();
+    } else if constexpr (!X_ASYNC) {
       if (more) load_x(x_staged);
     }
 #pragma unroll
@@ -356,6 +453,7 @@ ks_mma_group(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W
       for (int mt = 0; mt < MT; ++mt) {
         const int it = kk / S::K * MT + mt;
         if (X_ASYNC && more) copy_x(next, it * X_REPS / ITERS, (it + 1) * X_REPS / ITERS);
+        if (X_RING && more_x) copy_ring(ring_fill, it * X_REPS / ITERS, (it + 1) * X_REPS / ITERS);
         if (more) load_w(next, it * W_REPS / ITERS, (it + 1) * W_REPS / ITERS);
         AOp a;
         if constexpr (PAIRS) {
@@ -382,9 +480,18 @@ ks_mma_group(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W
         }
       }
     }
-    if (more) next_load();
+    if (more_x) next_load();
     cp_async_commit();
-    if constexpr (!X_ASYNC) {
+    if constexpr (X_RING) {
+      cp_async_wait<X_LEAD>();   // step + STAGES - 1's vectors have landed
+      if (more) {
+        XBits v[X_REPS][XU];
+        ring_x(ring_take, v);
+        stash_x(next, v);
+      }
+      ring_fill = ring_next(ring_fill);
+      ring_take = ring_next(ring_take);
+    } else if constexpr (!X_ASYNC) {
       if (more) stash_x(next, x_staged);
     }
     if (++chunk == chunks) {   // the tile is complete

@@ -110,20 +110,21 @@ def test_weights_are_packed_in_the_group_order_but_for_stored_float32():
     for transposed in (False, True):
         assert lean.weights(numpy.float32, transposed) == ks_mma.W_BULK
         assert lean.source(numpy.float32, "default", transposed, 4, 4) == \
-            ("ks_mma_group.cu", "ks::ks_mma_group<float, 0, 8, 64, 64, 8, 3, 3, 4, 4, false>")
+            ("ks_mma_group.cu", "ks::ks_mma_group<float, 0, 8, 64, 64, 8, 3, 3, 4, 4, false, 0>")
     # X by cp.async in 48-row tiles of eight slots with four-group vectors (float32 only)
     assert dataclasses.replace(lean, bm=48).name(numpy.float32, "tf32", False, 4, 4) == \
-        "ks::ks_mma_group<float, 1, 8, 48, 64, 8, 3, 3, 4, 4, true>"
+        "ks::ks_mma_group<float, 1, 8, 48, 64, 8, 3, 3, 4, 4, true, 0>"
     assert dataclasses.replace(lean, bm=48).name(numpy.float32, "tf32", False, 2, 4) == \
-        "ks::ks_mma_group<float, 1, 8, 48, 64, 8, 3, 3, 2, 4, false>"
-    # float16: the group kernel in chunks of 16 (bulk W, 32-byte rows), ks_mma.cu in others
+        "ks::ks_mma_group<float, 1, 8, 48, 64, 8, 3, 3, 2, 4, false, 0>"
+    # float16: the group kernel in chunks of 16 (bulk W, 32-byte rows; X through the ring a
+    # step ahead, X_LEAD_HALF), ks_mma.cu in others
     lean16 = dataclasses.replace(lean, bk=16)
     for transposed in (False, True):
         assert lean16.weights(numpy.float16, transposed) == ks_mma.W_BULK
         assert lean16.name(numpy.float16, "default", transposed, 4, 8) == \
-            "ks::ks_mma_group<ks::float16, 0, 8, 64, 64, 16, 3, 3, 4, 8, false>"
+            "ks::ks_mma_group<ks::float16, 0, 8, 64, 64, 16, 3, 3, 4, 8, false, 1>"
     assert dataclasses.replace(lean16, bm=48).name(numpy.float16, "default", False, 4, 8) == \
-        "ks::ks_mma_group<ks::float16, 0, 8, 48, 64, 16, 3, 3, 4, 8, false>"
+        "ks::ks_mma_group<ks::float16, 0, 8, 48, 64, 16, 3, 3, 4, 8, false, 1>"
     assert not lean.lean_group(numpy.float16) and lean.weights(numpy.float16, False) == \
         ks_mma.W_PACKED
     assert lean.source(numpy.float16, "default", False, 4, 8)[0] == "ks_mma.cu"

@@ -53,6 +53,10 @@ BULK_ROW_BYTES = 32
 #: Whether the group order runs its own kernel (MmaConfig.lean_group); False runs
 #: ks_mma.cu's general template instead (an A/B switch for probes).
 GROUP_KERNEL = True
+#: Steps ahead of their regrouping that ks_mma_group.cu copies 16-bit X into its ring of
+#: chunks after the stages (X_LEAD there; MmaConfig.x_lead), where the ring fits; 0 regroups
+#: X from registers loaded one step ahead.
+X_LEAD_HALF = 1
 
 
 def mma_shape(dtype) -> tuple:
@@ -172,6 +176,27 @@ class MmaConfig:
             and self.weights(lean_dtype, transposed) == W_BULK else 0
         return max(self.stages * (xs + ws), ys) * itemsize + barriers
 
+    def x_lead(self, itemsize: int, device: DeviceFacts | None = None) -> int:
+        """ks_mma_group.cu's X_LEAD: :data:`X_LEAD_HALF` for the 16-bit dtypes'
+        configurations of that kernel where its ring of ``X_LEAD_HALF + 1`` X chunks fits
+        beside :meth:`smem_bytes` in one block's shared memory, else 0."""
+        if itemsize != 2 or X_LEAD_HALF == 0 or not self.lean_group(numpy.float16):
+            return 0
+        device = devices.current() if device is None else device
+        ring = _round_up(self.smem_bytes(itemsize), 16) + \
+            (X_LEAD_HALF + 1) * self.slots * self.bn * self.bk * itemsize
+        per_block = device.smem_per_sm // self.min_blocks - device.smem_reserved_per_block
+        return X_LEAD_HALF if ring <= min(SMEM_LIMIT, device.smem_per_block, per_block) else 0
+
+    def launch_smem_bytes(self, itemsize: int, transposed: bool = False) -> int:
+        """The dynamic shared memory of a launch: :meth:`smem_bytes`, and X's ring after it
+        (16 bytes aligned) where :meth:`x_lead` is positive."""
+        smem = self.smem_bytes(itemsize, transposed)
+        lead = self.x_lead(itemsize)
+        if lead == 0:
+            return smem
+        return _round_up(smem, 16) + (lead + 1) * self.slots * self.bn * self.bk * itemsize
+
     def layout(self, itemsize: int, transposed: bool = False) -> tuple:
         """``(SMEM_BYTES, NT, XS_LD, WS_LD)`` of ``MmaLayout``, as this module computes them."""
         return (self.smem_bytes(itemsize, transposed), self.threads, self._x_ld(itemsize),
@@ -205,7 +230,7 @@ class MmaConfig:
     def source(self, dtype, precision: str, transposed: bool, vx: int, vw: int) -> tuple:
         """``(file, instantiation)`` in ``kernels_cu/`` for a factor view that is
         ``transposed`` or not: ``ks::ks_mma_group<T, PRECISION, SLOTS, BM, BN, BK, STAGES,
-        WT, VX, VW, X_ASYNC>`` where :meth:`lean_group`, else ``ks::ks_mma<T, PRECISION, SLOTS, BM, BN,
+        WT, VX, VW, X_ASYNC, X_LEAD>`` where :meth:`lean_group`, else ``ks::ks_mma<T, PRECISION, SLOTS, BM, BN,
         BK, WM, WN, STAGES, ORDER, WT, VX, VW, MIN_BLOCKS>``."""
         wt = self.weights(dtype, transposed)
         if self.lean_group(dtype):
@@ -213,7 +238,7 @@ class MmaConfig:
             return "ks_mma_group.cu", (
                 f"ks::ks_mma_group<{nvrtc.scalar_name(dtype)}, {PRECISIONS[precision]}, "
                 f"{self.slots}, {self.bm}, {self.bn}, {self.bk}, {self.stages}, {wt}, {vx}, "
-                f"{vw}, {x_async}>")
+                f"{vw}, {x_async}, {self.x_lead(numpy.dtype(dtype).itemsize)}>")
         return "ks_mma.cu", (f"ks::ks_mma<{nvrtc.scalar_name(dtype)}, {PRECISIONS[precision]}, "
                              f"{self._tile_arguments()}, {wt}, {vx}, {vw}, {self.min_blocks}>")
 
@@ -562,7 +587,7 @@ def prepare(factor, X, layout, config: MmaConfig, precision: str = "default"):
         raise ValueError(f"{config} does not split into {mma_shape(dtype)} MMA tiles")
     B, strides, y_shape = geometry(X, layout, factor.shape[0])
     vx, vw = copy_vectors(config, factor, X, strides, B)
-    smem = config.smem_bytes(dtype.itemsize, factor.transposed)
+    smem = config.launch_smem_bytes(dtype.itemsize, factor.transposed)
     filename, name = config.source(dtype, precision, factor.transposed, vx, vw)
     fn = nvrtc.function(filename, name, smem, cupy.cuda.Device().id)
     # Runs of tiles per block pay in the batch order (each block's copy pipeline stays

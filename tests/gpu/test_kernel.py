@@ -526,8 +526,17 @@ def _random_half(rng, shape, dtype):
     return rng.standard_normal(shape, dtype=numpy.float32).astype(dtype)
 
 
+@pytest.fixture(params=[0, 1, 2], ids=lambda lead: f"lead{lead}")
+def x_lead(request, monkeypatch):
+    """ks_mma_group.cu's 16-bit X regrouped from registers (0) or from its ring, copied one
+    or two steps ahead (ks_mma.X_LEAD_HALF)."""
+    from kscupy.kernels import ks_mma
+    monkeypatch.setattr(ks_mma, "X_LEAD_HALF", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", _half_dtypes(), ids=lambda t: numpy.dtype(t).name)
-def test_half_group_kernel(poisoned, dtype):
+def test_half_group_kernel(poisoned, dtype, x_lead):
     """ks_mma_group.cu's 16-bit path (which the heuristic takes for batches of 8192 and more):
     X's vectors of eight, four, two and one groups (d = 16, 12 and 8; 4; 6 and 2; a strided
     view) paired along l in registers, an odd reduction (the last pair's second value zero),
@@ -558,6 +567,7 @@ def test_half_group_kernel(poisoned, dtype):
         assert config.weights(dtype, K.factor.transposed) == ks_mma.W_BULK
         vx, _ = ks_mma.copy_vectors(config, K.factor, X, geometry(X, "bsf", M)[1], B)
         seen.add((config.bm, config.slots, vx))
+        assert config.x_lead(2) == x_lead, (pattern, config)
         Y = ks_mma.prepare(K.factor, X, "bsf", config)(X)
         assert Y.dtype == dtype and Y.shape == ref.shape
         Y64 = Y.astype(numpy.float64)
@@ -568,7 +578,7 @@ def test_half_group_kernel(poisoned, dtype):
 
 
 @pytest.mark.parametrize("dtype", _half_dtypes(), ids=lambda t: numpy.dtype(t).name)
-def test_half_group_kernel_small(poisoned, dtype):
+def test_half_group_kernel_small(poisoned, dtype, x_lead):
     """ks_mma_group.cu's 16-bit path on short batches, small enough for compute-sanitizer's
     memcheck and racecheck: eight-group vectors in three stages, four-group vectors in two,
     an odd reduction, a transposed view; a ragged batch of 200."""

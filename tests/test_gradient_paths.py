@@ -24,9 +24,11 @@ class Operand:
 
 @pytest.fixture
 def world(monkeypatch):
-    """The ways answer their names (None where ``world.none`` holds them) and are counted;
-    timing gives ``world.seconds``; the stream captures where ``world.capturing``."""
-    w = types.SimpleNamespace(calls=[], timed=[], seconds={}, none=set(), capturing=False)
+    """The ways answer their names (None where ``world.none`` holds them) and are counted
+    (``world.planned`` the ways planned); timing gives ``world.seconds``; the stream
+    captures where ``world.capturing``."""
+    w = types.SimpleNamespace(calls=[], timed=[], seconds={}, none=set(), capturing=False,
+                              planned=[])
 
     def run(way, G, X, pattern, layout):
         w.calls.append(way)
@@ -40,6 +42,12 @@ def world(monkeypatch):
     cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(get_current_stream=lambda: stream))
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     monkeypatch.setattr(paths, "_run", run)
+
+    def way_run(way, G, X, pattern, layout):           # the planned ways: the same answers
+        w.planned.append(way)
+        return None if way in w.none else (lambda G, X: run(way, G, X, pattern, layout))
+    monkeypatch.setattr(paths, "_way_run", way_run)
+    monkeypatch.setattr(paths, "_reorder", lambda blocks, prepare: lambda B: B)
     monkeypatch.setattr(paths, "pipeline_seconds", timing)
     paths.forget()
     paths._ways.cache_clear()
@@ -63,6 +71,35 @@ def test_a_long_batch_times_the_ways_once_and_keeps_the_fastest(world):
     G2, X2 = bsf(pattern, 5000, F32)                     # the same power-of-two bucket
     assert paths.values_gradient(G2, X2, pattern, "bsf") == "cublas_diagonal"
     assert world.calls == ["cublas_diagonal"] and len(world.timed) == 1
+
+
+def test_a_repeated_gradient_runs_its_plan(world):
+    """The way chosen (timed or default) is planned for operands laid out like these, once:
+    a repeated gradient runs the plan alone (no timing, no choice); other strides plan
+    anew; forget drops the plans; a gradient computed while a graph is captured plans
+    nothing (its shape is timed after the capture)."""
+    pattern = (2, 16, 16, 4)
+    G, X = bsf(pattern, 4096, F32)
+    world.seconds = {"kernel": 3.0, "cublas": 1.0, "cublas_diagonal": 2.0}
+    assert paths.values_gradient(G, X, pattern, "bsf") == "cublas"     # timed, not planned
+    assert world.planned == []
+    for _ in range(3):
+        assert paths.values_gradient(G, X, pattern, "bsf") == "cublas"
+    assert world.planned == ["cublas"] and len(world.timed) == 1
+    assert world.calls[-3:] == ["cublas"] * 3                          # the plan's run
+    G2, X2 = bsf(pattern, 4096, F32)
+    X2.strides = (X2.strides[0] * 2, X2.strides[1])                    # every other row
+    assert paths.values_gradient(G2, X2, pattern, "bsf") == "cublas"
+    assert world.planned == ["cublas"] * 2
+    paths.forget()
+    world.capturing = True
+    G3, X3 = bsf(pattern, 64, F32)                                     # untimed default
+    assert paths.values_gradient(G3, X3, pattern, "bsf") == "kernel"
+    assert world.planned == ["cublas"] * 2
+    world.capturing = False
+    assert paths.values_gradient(G3, X3, pattern, "bsf") == "kernel"
+    assert paths.values_gradient(G3, X3, pattern, "bsf") == "kernel"
+    assert world.planned == ["cublas"] * 2 + ["kernel"]
 
 
 def test_short_batches_and_captures_keep_the_default(world):

@@ -31,6 +31,12 @@ large group cuBLAS), so a measured choice beats any fixed rule; its price, once 
 is seven gradients of each way. The ways round differently (the kernel's float32 sums in
 another order than cuBLAS's), so with timing on, which way a process takes, and the last
 bits of its gradients, may differ from one process to the next.
+
+**Repeated gradients.** Once a way has run for operands of some shape, strides, alignment
+and device, its planned run and the reorder into the values' order (the transpose
+prepared) are kept for them (:data:`_PLANS`): a gradient repeated in a training loop is
+that lookup and the run, where the small ones otherwise spend as much host time on the
+way's checks and lookups as on their calls.
 """
 from __future__ import annotations
 
@@ -63,6 +69,11 @@ MEASURE = os.environ.get("KSCUPY_GRADIENT_TIMING", "1") not in ("", "0")
 MEASURE_MIN_BATCH = 2048
 
 _CHOICES: dict = {}        # shape key -> the way timed fastest
+#: Operand signature (:func:`_exact`) -> ``run(G, X)``: a way's planned run and reorder, of
+#: the way chosen or the default (see the module); at most MAX_PLANS, all dropped when a new
+#: one would exceed it, and by :func:`forget`.
+_PLANS: dict = {}
+MAX_PLANS = 256
 _LOCK = threading.Lock()
 
 
@@ -76,19 +87,54 @@ def _run(way, G, X, pattern, layout):
 
 
 def _canonical(blocks):
-    """``(a, d, b, c)`` blocks in the values' ``(a, b, c, d)`` order: a free reshape where
-    ``d == 1``; a C-order copy by the tiled transpose where they lie ``j``-major in memory,
-    ``(d, a, b, c)`` (cuBLAS's way; ``a == 1`` included): the ``d x a*b*c`` matrix
-    transposed, a kept run, one launch, where CuPy's strided copy moves 16-bit values at a
-    fraction of the bandwidth and costs the host several times more; else a view (the
-    caller's finishing pass copies it)."""
+    """``(a, d, b, c)`` blocks in the values' ``(a, b, c, d)`` order (:func:`_reorder`, the
+    transpose's runs kept by :func:`kscupy.kernels.transpose.transpose`)."""
+    return _reorder(blocks, lambda matrix: transpose.transpose)(blocks)
+
+
+def _way_run(way, G, X, pattern, layout):
+    """``run(G, X)``: way ``way`` planned for operands laid out like these (its ``(a, d, b,
+    c)`` blocks; the kernel's ``(a, b, c, d)`` sums), or None where it does not plan them (it
+    copies or transposes them first, or declines)."""
+    if way == "kernel":
+        return ks_values_grad.values_gradient_run(G, X, pattern, layout)
+    if way == "cublas":
+        return gemm.values_gradient_run(G, X, pattern, layout)
+    return gemm.values_gradient_diagonal_run(G, X, pattern)
+
+
+def _run_and_plan(way, G, X, pattern, layout, exact):
+    """:func:`_run`, keeping the way's planned run and reorder for operands like these as
+    ``_PLANS[exact]`` where the way plans them (those it does not go through :func:`_run`
+    each time)."""
+    run = _way_run(way, G, X, pattern, layout)
+    blocks = None if run is None else run(G, X)
+    if blocks is None:
+        return _run(way, G, X, pattern, layout)
+    reorder = (lambda B: B) if way == "kernel" else _reorder(blocks, transpose.prepare)
+    with _LOCK:
+        if len(_PLANS) >= MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[exact] = lambda G, X: reorder(run(G, X))
+    return reorder(blocks)
+
+
+def _reorder(blocks, prepare_transpose):
+    """``reorder(B)``: ``(a, d, b, c)`` blocks laid out as ``blocks`` are, in the values'
+    ``(a, b, c, d)`` order: a free reshape where ``d == 1``; a C-order copy by the tiled
+    transpose where they lie ``j``-major in memory, ``(d, a, b, c)`` (cuBLAS's way; ``a ==
+    1`` included): the ``d x a*b*c`` matrix transposed by ``prepare_transpose(matrix)``'s
+    run, one launch, where CuPy's strided copy moves 16-bit values at a fraction of the
+    bandwidth and costs the host several times more; else a view (the caller's finishing
+    pass copies it)."""
     a, d, b, c = blocks.shape
     if d == 1 and blocks.flags.c_contiguous:
-        return blocks.reshape(a, b, c, 1)
-    j_major = blocks.transpose(1, 0, 2, 3)
-    if j_major.flags.c_contiguous:
-        return transpose.transpose(j_major.reshape(d, a * b * c)).reshape(a, b, c, d)
-    return blocks.transpose(0, 2, 3, 1)
+        return lambda B: B.reshape(a, b, c, 1)
+    if blocks.transpose(1, 0, 2, 3).flags.c_contiguous:
+        rows = d, a * b * c
+        transposed = prepare_transpose(blocks.transpose(1, 0, 2, 3).reshape(rows))
+        return lambda B: transposed(B.transpose(1, 0, 2, 3).reshape(rows)).reshape(a, b, c, d)
+    return lambda B: B.transpose(0, 2, 3, 1)
 
 
 def _applies(way, pattern, layout, dtype, tensor_cores: bool) -> bool:
@@ -116,6 +162,13 @@ def _ways(pattern, layout, dtype, batch, device) -> tuple:
     return tuple(w for w in dict.fromkeys(default) if w in applies), tuple(applies)
 
 
+def _exact(G, X, pattern, layout):
+    """What a planned way depends on: the pattern, layout, dtype, both operands' shapes,
+    strides and addresses modulo 16 bytes, and the device."""
+    return (pattern, layout, X.dtype, G.shape, G.strides, X.shape, X.strides,
+            G.data.ptr & 15, X.data.ptr & 15, X.data.device_id)
+
+
 def _key(G, X, pattern, layout):
     """What decides the timed choice: the pattern, layout and dtype, the batch's power-of-two
     bucket, whether each operand's batch axis is its contiguous one and where it starts
@@ -135,6 +188,7 @@ def forget():
     """Forget every timed choice (tests; a process whose GPU load changed)."""
     with _LOCK:
         _CHOICES.clear()
+        _PLANS.clear()
 
 
 def values_gradient(G, X, pattern, layout, finish=lambda dW: dW):
@@ -145,19 +199,26 @@ def values_gradient(G, X, pattern, layout, finish=lambda dW: dW):
     each way."""
     import cupy
     pattern = tuple(pattern)
+    exact = _exact(G, X, pattern, layout)
+    planned = _PLANS.get(exact)
+    if planned is not None:
+        return finish(planned(G, X))
     batch = X.shape[1] if layout == "bsl" else X.shape[0]
     key = _key(G, X, pattern, layout)
     chosen = _CHOICES.get(key)
     if chosen is not None:
-        dW = _run(chosen, G, X, pattern, layout)
+        dW = _run_and_plan(chosen, G, X, pattern, layout, exact)
         if dW is not None:
             return finish(dW)
     default, timed = _ways(pattern, layout, X.dtype, batch, devices.current())
+    capturing = cupy.cuda.get_current_stream().is_capturing()
     if (chosen is None and MEASURE and len(timed) > 1 and batch >= MEASURE_MIN_BATCH
-            and not cupy.cuda.get_current_stream().is_capturing()):
+            and not capturing):
         return _timed(G, X, pattern, layout, finish, key, timed)
     for way in default:
-        dW = _run(way, G, X, pattern, layout)
+        # (not planned while a graph is captured: the shape is timed after the capture)
+        dW = _run(way, G, X, pattern, layout) if capturing else \
+            _run_and_plan(way, G, X, pattern, layout, exact)
         if dW is not None:
             return finish(dW)
     return None

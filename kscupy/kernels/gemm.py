@@ -81,7 +81,8 @@ import numpy
 from ..core import arrays
 from ..core.arrays import PRECISIONS, runs_at
 
-__all__ = ["prepare", "prepare_groups", "values_gradient", "values_gradient_diagonal"]
+__all__ = ["prepare", "prepare_groups", "values_gradient", "values_gradient_run",
+           "values_gradient_diagonal", "values_gradient_diagonal_run"]
 
 _INT32_MAX = 2**31 - 1
 
@@ -392,6 +393,21 @@ def values_gradient(G, X, pattern, layout, sms=None):
     return None if run is None else run(G.data.ptr, X.data.ptr)
 
 
+def values_gradient_run(G, X, pattern, layout, sms=None):
+    """``run(G, X)``: :func:`values_gradient` planned now for operands shaped, strided and
+    aligned like these, each call an allocation and the calls; None where it would copy or
+    transpose them first, or cuBLAS cannot address them (or the batch is empty)."""
+    _check_same_dtype(G, X)
+    a, b, c, d = pattern
+    B = X.shape[1] if layout == "bsl" else X.shape[0]
+    sG, sX = _row_stride(G), _row_stride(X)
+    if B == 0 or B > _INT32_MAX or (layout == "bsf" and d > 1) or sG is None or sX is None:
+        return None
+    run = _gradient_run(tuple(pattern), layout, X.dtype, B, sG, sX,
+                        sms if sms is not None else _sms())
+    return None if run is None else (lambda G, X: run(G.data.ptr, X.data.ptr))
+
+
 @functools.lru_cache(maxsize=256)
 def _gradient_run(pattern, layout, dtype, B, sG, sX, sms):
     """``run(g, x) -> dW``: :func:`values_gradient`'s calls for operands of ``dtype`` at
@@ -499,6 +515,19 @@ def values_gradient_diagonal(G, X, pattern):
     if max(B, sX, sG) > _INT32_MAX:
         return None
     return _diagonal_run(tuple(pattern), X.dtype, B, sG, sX)(G.data.ptr, X.data.ptr)
+
+
+def values_gradient_diagonal_run(G, X, pattern):
+    """``run(G, X)``: :func:`values_gradient_diagonal` planned now for operands shaped,
+    strided and aligned like these; None where it would copy them first, or cuBLAS cannot
+    address them (or the batch is empty)."""
+    _check_same_dtype(G, X)
+    B = X.shape[0]
+    sG, sX = _row_stride(G), _row_stride(X)
+    if B == 0 or sG is None or sX is None or max(B, sX, sG) > _INT32_MAX:
+        return None
+    run = _diagonal_run(tuple(pattern), X.dtype, B, sG, sX)
+    return lambda G, X: run(G.data.ptr, X.data.ptr)
 
 
 @functools.lru_cache(maxsize=256)

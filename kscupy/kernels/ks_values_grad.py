@@ -24,7 +24,7 @@ from . import nvrtc
 from .ks_mma import ORDER_BATCH, ORDER_INGROUP, MmaConfig, copy_vector
 
 __all__ = ["config", "tile_for", "name", "smem_bytes", "smem_probe_name", "splits",
-           "values_gradient", "LAYOUTS", "TILES"]
+           "values_gradient", "values_gradient_run", "LAYOUTS", "TILES"]
 
 #: LAYOUT in the kernel: 0 batch-size-last, 1 batch-size-first with d == 1.
 LAYOUTS = {"bsl": 0, "bsf": 1}
@@ -149,6 +149,25 @@ def values_gradient(G, X, pattern, layout: str, sms: int | None = None):
                 G.data.ptr & 15, X.data.ptr & 15, facts.sms if sms is None else sms,
                 cupy.cuda.runtime.getDevice())
     return None if run is None else run(G, X)
+
+
+def values_gradient_run(G, X, pattern, layout: str, sms: int | None = None):
+    """``run(G, X)``: :func:`values_gradient` prepared now for operands shaped, strided and
+    aligned like these, each call the launch; None where it would copy or transpose them
+    first, or does not apply (or the batch is empty)."""
+    import cupy
+    facts = devices.current()
+    a, b, c, d = pattern
+    B = X.shape[1] if layout == "bsl" else X.shape[0]
+    isz, contiguous = X.dtype.itemsize, 1 if layout == "bsl" else 0
+    if not facts.tensor_cores or G.dtype != X.dtype or B == 0 or \
+            (layout == "bsf" and d > 1) or any(
+                A.strides[contiguous] != isz or any(s % isz for s in A.strides) for A in (G, X)):
+        return None
+    run = _plan(tuple(pattern), layout, X.dtype, G.strides, X.shape, X.strides,
+                G.data.ptr & 15, X.data.ptr & 15, facts.sms if sms is None else sms,
+                cupy.cuda.runtime.getDevice())
+    return run
 
 
 def _gradient_dtype(dtype) -> numpy.dtype:

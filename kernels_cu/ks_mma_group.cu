@@ -14,7 +14,8 @@
 //   - a step's W tile is one contiguous run of packed weights that one thread copies with a
 //     bulk copy on the Tensor Memory Accelerator (W_BULK);
 //   - X's vectors go by cp.async into a swizzled image of global memory's order where that
-//     pays (X_ASYNC), else through registers into slot-major rows;
+//     pays (X_ASYNC), else into slot-major rows through registers, loaded a step ahead or,
+//     for 16-bit X, read back from a ring that cp.async filled earlier (X_LEAD);
 //   - every address is fixed once per block or per tile and moved by constants, shared memory
 //     by 32-bit offsets. (ks_mma.cu's 64-bit copy origins and generic pointers are a large
 //     share of a warp's instructions a step; cutting them alone does not make a step faster.)
@@ -197,6 +198,7 @@ ks_mma_group(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W
   auto stage_at = [&](int stage) { return smem + stage * (L::STAGE * E); };
 
   // -- the copies' cursor: (load_tile, load_chunk), STAGES - 1 steps ahead of the products
+  // (STAGES - 1 + X_LEAD with X's ring, whose W copies follow a cursor of their own)
   using Cursor = TileCursor<BM, BN, SLOTS, false>;
   const long long r1 = gtiles;
   const Cursor stride(1, ktiles, r1);
@@ -270,7 +272,8 @@ ks_mma_group(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W
     }
   };
   // X_RING: W's cursor (w_tile, w_chunk; w_run the chunk its bulk copy reads), X_LEAD steps
-  // behind the copies' cursor, which runs X's ring
+  // behind the copies' cursor, which runs X's ring; kept by thread 0 alone, which issues
+  // the bulk copies
   Cursor w_tile(first, ktiles, r1);
   int w_chunk = 0;
   auto w_tile_run = [&]() {
@@ -378,8 +381,10 @@ ks_mma_group(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W
         XBits v[X_REPS][XU];
         ring_x(ring_take, v);
         stash_x(stage_at(s), v);
-        if (tid == 0) bulk_w(s);
-        next_w();
+        if (tid == 0) {
+          bulk_w(s);
+          next_w();
+        }
       }
       ring_take = ring_next(ring_take);
     }
@@ -420,7 +425,7 @@ ks_mma_group(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W
     const unsigned base = stage_at(stage), next = stage_at(next_stage);
     if (W_BULK && more && tid == 0) bulk_w(next_stage);
     if constexpr (X_RING) {
-      if (more) next_w();
+      if (more && tid == 0) next_w();
     } else if constexpr (!X_ASYNC) {
       if (more) load_x(x_staged);
     }

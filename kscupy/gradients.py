@@ -215,7 +215,8 @@ def _values_gradient(K, X, G, layout):
 
     def finish(dW):
         # the real part where the values are real; one pass where a copy is needed:
-        # reordered from cuBLAS's (a, d, b, c) blocks, or rounded from float32 sums
+        # reordered from a view of blocks (the diagonal way's, batch-size-first cuBLAS's
+        # with d == 1), or rounded from float32 sums
         if dW.dtype.kind == "c" and dtype.kind != "c":
             dW = dW.real
         return dW.astype(dtype, order="C", copy=False)

@@ -52,8 +52,9 @@ class Foreign:
     """A foreign array taken in: ``native`` its NumPy or CuPy view, ``back(result)`` a
     NumPy or CuPy result as the caller's type (the result itself where the producer offers
     no ``from_dlpack``), ``stream`` the context to compute in: the producer's current CUDA
-    stream as CuPy's where the producer says which it is (PyTorch), else a context that
-    changes nothing."""
+    stream as CuPy's where the producer says which it is (PyTorch; with the tensor's GPU made
+    current where it is not), else the array's GPU (a context that changes nothing where it
+    is the current one)."""
     native: object
     back: object
     stream: object = dataclasses.field(default_factory=contextlib.nullcontext)
@@ -129,18 +130,21 @@ def take(x, role: str = "operand") -> Foreign:
 
 
 def native(x, role: str = "operand"):
-    """``take(x, role).native`` for use on CuPy's current stream: where the producer's
-    stream (PyTorch's current one) is another, CuPy's waits for the work pending on it (an
-    event), so that a copy of values or a gradient's read of ``G`` sees the tensor as
-    PyTorch left it. (Products need no wait: they run on the producer's stream.)"""
+    """``take(x, role).native`` for use on CuPy's current stream of the array's GPU: where
+    the producer's stream (PyTorch's current one) is another, that stream waits for the
+    work pending on it (an event), so that a copy of values or a gradient's read of ``G``
+    sees the tensor as PyTorch left it. (Products need no wait: they run on the producer's
+    stream.)"""
     taken = take(x, role)
     stream = taken.stream
     ptr = getattr(stream, "ptr", None)
     if ptr is not None:
         import cupy
-        current = cupy.cuda.get_current_stream()
-        if current.ptr != ptr:
-            current.wait_event(stream.record())
+        # the current stream of the tensor's GPU, where its users run (device_of)
+        with cupy.cuda.Device(stream.device_id):
+            current = cupy.cuda.get_current_stream()
+            if current.ptr != ptr:
+                current.wait_event(stream.record())
     return taken.native
 
 
@@ -294,7 +298,11 @@ class _OnDevice:
 
     def __enter__(self):
         self._device.__enter__()
-        return self.stream.__enter__()
+        try:
+            return self.stream.__enter__()
+        except BaseException:
+            self._device.__exit__(None, None, None)
+            raise
 
     def __exit__(self, *exc):
         try:

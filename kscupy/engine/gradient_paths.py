@@ -165,7 +165,7 @@ def _ways(pattern, layout, dtype, batch, device) -> tuple:
 def _exact(G, X, pattern, layout):
     """What a planned way depends on: the pattern, layout, dtype, both operands' shapes,
     strides and addresses modulo 16 bytes, and the device."""
-    return (pattern, layout, X.dtype, G.shape, G.strides, X.shape, X.strides,
+    return (pattern, layout, X.dtype, G.dtype, G.shape, G.strides, X.shape, X.strides,
             G.data.ptr & 15, X.data.ptr & 15, X.data.device_id)
 
 
@@ -185,7 +185,8 @@ def choice(G, X, pattern, layout):
 
 
 def forget():
-    """Forget every timed choice (tests; a process whose GPU load changed)."""
+    """Forget every timed choice and every plan (tests; a process whose GPU load
+    changed)."""
     with _LOCK:
         _CHOICES.clear()
         _PLANS.clear()
@@ -216,7 +217,8 @@ def values_gradient(G, X, pattern, layout, finish=lambda dW: dW):
             and not capturing):
         return _timed(G, X, pattern, layout, finish, key, timed)
     for way in default:
-        # (not planned while a graph is captured: the shape is timed after the capture)
+        # (the default is not planned while a graph is captured: the shape is timed after
+        # the capture)
         dW = _run(way, G, X, pattern, layout) if capturing else \
             _run_and_plan(way, G, X, pattern, layout, exact)
         if dW is not None:

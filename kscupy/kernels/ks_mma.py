@@ -176,11 +176,13 @@ class MmaConfig:
             and self.weights(lean_dtype, transposed) == W_BULK else 0
         return max(self.stages * (xs + ws), ys) * itemsize + barriers
 
-    def x_lead(self, itemsize: int, device: DeviceFacts | None = None) -> int:
+    def x_lead(self, itemsize: int, vx: int, device: DeviceFacts | None = None) -> int:
         """ks_mma_group.cu's X_LEAD: :data:`X_LEAD_HALF` for the 16-bit dtypes'
-        configurations of that kernel where its ring of ``X_LEAD_HALF + 1`` X chunks fits
-        beside :meth:`smem_bytes` in one block's shared memory, else 0."""
-        if itemsize != 2 or X_LEAD_HALF == 0 or not self.lean_group(numpy.float16):
+        configurations of that kernel copying X in vectors of ``vx >= 2`` groups (cp.async
+        has no 2-byte copy: single values would be loaded synchronously) where its ring of
+        ``X_LEAD_HALF + 1`` X chunks fits beside :meth:`smem_bytes` in one block's shared
+        memory, else 0."""
+        if itemsize != 2 or vx < 2 or X_LEAD_HALF == 0 or not self.lean_group(numpy.float16):
             return 0
         device = devices.current() if device is None else device
         ring = _round_up(self.smem_bytes(itemsize), 16) + \
@@ -188,11 +190,12 @@ class MmaConfig:
         per_block = device.smem_per_sm // self.min_blocks - device.smem_reserved_per_block
         return X_LEAD_HALF if ring <= min(SMEM_LIMIT, device.smem_per_block, per_block) else 0
 
-    def launch_smem_bytes(self, itemsize: int, transposed: bool = False) -> int:
-        """The dynamic shared memory of a launch: :meth:`smem_bytes`, and X's ring after it
-        (16 bytes aligned) where :meth:`x_lead` is positive."""
+    def launch_smem_bytes(self, itemsize: int, transposed: bool, vx: int) -> int:
+        """The dynamic shared memory of a launch copying X in vectors of ``vx`` groups:
+        :meth:`smem_bytes`, and X's ring after it (16 bytes aligned) where :meth:`x_lead` is
+        positive."""
         smem = self.smem_bytes(itemsize, transposed)
-        lead = self.x_lead(itemsize)
+        lead = self.x_lead(itemsize, vx)
         if lead == 0:
             return smem
         return _round_up(smem, 16) + (lead + 1) * self.slots * self.bn * self.bk * itemsize
@@ -238,7 +241,7 @@ class MmaConfig:
             return "ks_mma_group.cu", (
                 f"ks::ks_mma_group<{nvrtc.scalar_name(dtype)}, {PRECISIONS[precision]}, "
                 f"{self.slots}, {self.bm}, {self.bn}, {self.bk}, {self.stages}, {wt}, {vx}, "
-                f"{vw}, {x_async}, {self.x_lead(numpy.dtype(dtype).itemsize)}>")
+                f"{vw}, {x_async}, {self.x_lead(numpy.dtype(dtype).itemsize, vx)}>")
         return "ks_mma.cu", (f"ks::ks_mma<{nvrtc.scalar_name(dtype)}, {PRECISIONS[precision]}, "
                              f"{self._tile_arguments()}, {wt}, {vx}, {vw}, {self.min_blocks}>")
 
@@ -587,7 +590,7 @@ def prepare(factor, X, layout, config: MmaConfig, precision: str = "default"):
         raise ValueError(f"{config} does not split into {mma_shape(dtype)} MMA tiles")
     B, strides, y_shape = geometry(X, layout, factor.shape[0])
     vx, vw = copy_vectors(config, factor, X, strides, B)
-    smem = config.launch_smem_bytes(dtype.itemsize, factor.transposed)
+    smem = config.launch_smem_bytes(dtype.itemsize, factor.transposed, vx)
     filename, name = config.source(dtype, precision, factor.transposed, vx, vw)
     fn = nvrtc.function(filename, name, smem, cupy.cuda.Device().id)
     # Runs of tiles per block pay in the batch order (each block's copy pipeline stays

@@ -272,8 +272,8 @@ ks_mma_group(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W
     }
   };
   // X_RING: W's cursor (w_tile, w_chunk; w_run the chunk its bulk copy reads), X_LEAD steps
-  // behind the copies' cursor, which runs X's ring; kept by thread 0 alone, which issues
-  // the bulk copies
+  // behind the copies' cursor, which runs X's ring (every thread keeps it; thread 0 alone
+  // reads it)
   Cursor w_tile(first, ktiles, r1);
   int w_chunk = 0;
   auto w_tile_run = [&]() {
@@ -381,10 +381,8 @@ ks_mma_group(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W
         XBits v[X_REPS][XU];
         ring_x(ring_take, v);
         stash_x(stage_at(s), v);
-        if (tid == 0) {
-          bulk_w(s);
-          next_w();
-        }
+        if (tid == 0) bulk_w(s);
+        next_w();
       }
       ring_take = ring_next(ring_take);
     }
@@ -425,7 +423,7 @@ ks_mma_group(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W
     const unsigned base = stage_at(stage), next = stage_at(next_stage);
     if (W_BULK && more && tid == 0) bulk_w(next_stage);
     if constexpr (X_RING) {
-      if (more && tid == 0) next_w();
+      if (more) next_w();
     } else if constexpr (!X_ASYNC) {
       if (more) load_x(x_staged);
     }

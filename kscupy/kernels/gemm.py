@@ -225,11 +225,9 @@ def _check_same_dtype(G, X):
 
 
 def _addressed(A):
-    """``(A, row stride)``: ``A`` itself where the products can address it in place
-    (:func:`_row_stride`), else a C-order copy."""
-    if _row_stride(A) is None:
-        A = A.copy(order="C")
-    return A, _row_stride(A)
+    """``A`` itself where the products can address it in place (:func:`_row_stride`), else
+    a C-order copy."""
+    return A if _row_stride(A) is not None else A.copy(order="C")
 
 
 def _row_stride(X):
@@ -387,10 +385,9 @@ def values_gradient(G, X, pattern, layout, sms=None):
     if layout == "bsf" and d > 1:
         return values_gradient(transpose.transpose(G), transpose.transpose(X), pattern,
                                "bsl", sms)
-    (G, sG), (X, sX) = _addressed(G), _addressed(X)
-    run = _gradient_run(tuple(pattern), layout, X.dtype, B, sG, sX,
-                        sms if sms is not None else _sms())
-    return None if run is None else run(G.data.ptr, X.data.ptr)
+    G, X = _addressed(G), _addressed(X)
+    run = values_gradient_run(G, X, pattern, layout, sms)
+    return None if run is None else run(G, X)
 
 
 def values_gradient_run(G, X, pattern, layout, sms=None):
@@ -511,10 +508,9 @@ def values_gradient_diagonal(G, X, pattern):
     B = X.shape[0]
     if B == 0:
         return cupy.zeros((a, d, b, c), X.dtype)
-    (G, sG), (X, sX) = _addressed(G), _addressed(X)
-    if max(B, sX, sG) > _INT32_MAX:
-        return None
-    return _diagonal_run(tuple(pattern), X.dtype, B, sG, sX)(G.data.ptr, X.data.ptr)
+    G, X = _addressed(G), _addressed(X)
+    run = values_gradient_diagonal_run(G, X, pattern)
+    return None if run is None else run(G, X)
 
 
 def values_gradient_diagonal_run(G, X, pattern):

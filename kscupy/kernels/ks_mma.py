@@ -185,8 +185,7 @@ class MmaConfig:
         if itemsize != 2 or vx < 2 or X_LEAD_HALF == 0 or not self.lean_group(numpy.float16):
             return 0
         device = devices.current() if device is None else device
-        ring = _round_up(self.smem_bytes(itemsize), 16) + \
-            (X_LEAD_HALF + 1) * self.slots * self.bn * self.bk * itemsize
+        ring = self._with_ring(self.smem_bytes(itemsize), itemsize, X_LEAD_HALF)
         per_block = device.smem_per_sm // self.min_blocks - device.smem_reserved_per_block
         return X_LEAD_HALF if ring <= min(SMEM_LIMIT, device.smem_per_block, per_block) else 0
 
@@ -194,8 +193,12 @@ class MmaConfig:
         """The dynamic shared memory of a launch copying X in vectors of ``vx`` groups:
         :meth:`smem_bytes`, and X's ring after it (16 bytes aligned) where :meth:`x_lead` is
         positive."""
-        smem = self.smem_bytes(itemsize, transposed)
-        lead = self.x_lead(itemsize, vx)
+        return self._with_ring(self.smem_bytes(itemsize, transposed), itemsize,
+                               self.x_lead(itemsize, vx))
+
+    def _with_ring(self, smem: int, itemsize: int, lead: int) -> int:
+        """``smem`` bytes and, where ``lead > 0``, X's ring of ``lead + 1`` chunks after them
+        (16 bytes aligned; RING_AT and X_CHUNK_BYTES in ks_mma_group.cu)."""
         if lead == 0:
             return smem
         return _round_up(smem, 16) + (lead + 1) * self.slots * self.bn * self.bk * itemsize

@@ -139,15 +139,8 @@ def values_gradient(G, X, pattern, layout: str, sms: int | None = None):
     if layout == "bsf" and d > 1:
         return values_gradient(transpose.transpose(G), transpose.transpose(X), pattern, "bsl",
                                sms)
-    # the copies run along the batch in bsl, along the features in bsf: that axis contiguous
-    isz, contiguous = X.dtype.itemsize, 1 if layout == "bsl" else 0
-    if X.strides[contiguous] != isz or any(s % isz for s in X.strides):
-        X = cupy.ascontiguousarray(X)
-    if G.strides[contiguous] != isz or any(s % isz for s in G.strides):
-        G = cupy.ascontiguousarray(G)
-    run = _plan(tuple(pattern), layout, X.dtype, G.strides, X.shape, X.strides,
-                G.data.ptr & 15, X.data.ptr & 15, facts.sms if sms is None else sms,
-                cupy.cuda.runtime.getDevice())
+    X, G = (A if _addressed(A, layout) else cupy.ascontiguousarray(A) for A in (X, G))
+    run = values_gradient_run(G, X, pattern, layout, sms)
     return None if run is None else run(G, X)
 
 
@@ -157,17 +150,25 @@ def values_gradient_run(G, X, pattern, layout: str, sms: int | None = None):
     first, or does not apply (or the batch is empty)."""
     import cupy
     facts = devices.current()
-    a, b, c, d = pattern
     B = X.shape[1] if layout == "bsl" else X.shape[0]
-    isz, contiguous = X.dtype.itemsize, 1 if layout == "bsl" else 0
     if not facts.tensor_cores or G.dtype != X.dtype or B == 0 or \
-            (layout == "bsf" and d > 1) or any(
-                A.strides[contiguous] != isz or any(s % isz for s in A.strides) for A in (G, X)):
+            (layout == "bsf" and pattern[3] > 1) or \
+            not (_addressed(G, layout) and _addressed(X, layout)):
         return None
-    run = _plan(tuple(pattern), layout, X.dtype, G.strides, X.shape, X.strides,
-                G.data.ptr & 15, X.data.ptr & 15, facts.sms if sms is None else sms,
-                cupy.cuda.runtime.getDevice())
-    return run
+    return _plan(tuple(pattern), layout, X.dtype, G.strides, X.shape, X.strides,
+                 G.data.ptr & 15, X.data.ptr & 15, facts.sms if sms is None else sms,
+                 cupy.cuda.runtime.getDevice())
+
+
+def _addressed(A, layout: str) -> bool:
+    """Whether the kernel reads ``A`` where it lies. Its copies run along ``A``'s second axis
+    (the batch in bsl, the features in bsf), which must be its unit stride: in bsl any row
+    stride of whole elements; in bsf C order, the only operands that layout has been run on
+    (the kernel takes a batch stride, but views reach it copied)."""
+    isz = A.dtype.itemsize
+    if layout == "bsf":
+        return A.flags.c_contiguous
+    return A.strides[1] == isz and not any(s % isz for s in A.strides)
 
 
 def _gradient_dtype(dtype) -> numpy.dtype:

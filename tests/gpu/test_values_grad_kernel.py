@@ -138,7 +138,8 @@ def test_a_long_batch_in_splits(poisoned, rng, dtype, layout):
 @pytest.mark.parametrize("dtype", [numpy.float16, numpy.float32, numpy.complex64],
                          ids=lambda t: numpy.dtype(t).name)
 def test_strided_and_misaligned_operands(poisoned, rng, dtype, layout):
-    """Views with a row stride beyond the row, every other batch column (copied), and
+    """Views with a row stride beyond the row, every other batch column (copied), Fortran
+    order (copied: the kernel's unit stride is the second axis in both layouts), and
     operands one element past an aligned address (single-element copies)."""
     pattern = (2, 40, 72, 1)
     a, b, c, d = pattern
@@ -147,6 +148,7 @@ def test_strided_and_misaligned_operands(poisoned, rng, dtype, layout):
         else (lambda A: cupy.pad(A, ((0, 0), (0, 3)))[:, :-3])
     views = {"row stride": (wide(X), wide(G)),
              "every other column": (X[:, ::2], G[:, ::2]) if layout == "bsl" else (X[::2], G[::2]),
+             "Fortran order": (cupy.asfortranarray(X), cupy.asfortranarray(G)),
              "misaligned": tuple(cupy.concatenate([A.ravel(), A.ravel()[:1]])[1:].reshape(A.shape)
                                  for A in (X, G))}
     for what, (Xv, Gv) in views.items():

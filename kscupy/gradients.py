@@ -63,6 +63,11 @@ def values_grad(op, X, G, *, layout="bsl"):
     structured (a DFT stage from :func:`kscupy.dft`: fixed, no free values; writing its
     values makes it an ordinary factor). dtype: ``numpy.result_type`` of the values, ``X``
     and ``G``, real where the values are real. See :func:`vjp` for both gradients at once.
+    The array is not always in C order: where the sums are computed one group ``(i, j)``
+    at a time (cuBLAS's way on the GPU, the CPU's), it is a view of them in their memory,
+    ``j``-major, rather than a reordered copy (a pass saved; what reads it next, an
+    update of the values say, reads it in place). ``xp.ascontiguousarray`` makes a C-order
+    copy where one is needed.
 
     Examples
     --------
@@ -207,19 +212,19 @@ def _operands(op, X, G, layout):
 
 
 def _values_gradient(K, X, G, layout):
-    """``dL/dw`` of one KSMatrix in canonical order ``(a, b, c, d)``, C-contiguous, in the
-    dtype of ``X`` (real where ``K``'s values are)."""
+    """``dL/dw`` of one KSMatrix in canonical order ``(a, b, c, d)``, in the dtype of ``X``
+    (real where ``K``'s values are); not always in C order (see :func:`values_grad`)."""
     xp = K.xp
     pattern = tuple(K.pattern)
     dtype = X.dtype if K.dtype.kind == "c" else arrays.real_dtype(X.dtype)
 
     def finish(dW):
-        # the real part where the values are real; one pass where a copy is needed:
-        # reordered from a view of blocks (the diagonal way's, batch-size-first cuBLAS's
-        # with d == 1), or rounded from float32 sums
+        # the real part where the values are real (a compact copy, not a view that would
+        # keep the complex sums alive), or the sums rounded to dtype: one pass, in the
+        # sums' memory order; else the sums as they are (perhaps a view of blocks)
         if dW.dtype.kind == "c" and dtype.kind != "c":
-            dW = dW.real
-        return dW.astype(dtype, order="C", copy=False)
+            return dW.real.astype(dtype, copy=True)
+        return dW.astype(dtype, copy=False)
     with arrays.device_of(X):
         if xp is not numpy:
             dW = gradient_paths.values_gradient(G, X, pattern, layout, finish)

@@ -1,8 +1,9 @@
 """The values' gradient of one factor on the GPU: the ways it runs, and which one does.
 
 Each way computes the batch sums ``dW_g = G_g X_gᴴ`` of :func:`kscupy.values_grad` for
-CuPy operands of one dtype, as an ``(a, b, c, d)`` array (perhaps a view), or gives None
-where it does not apply:
+CuPy operands of one dtype, as an ``(a, b, c, d)`` array, or gives None where it does not
+apply. The kernel writes the values' order; cuBLAS's ways leave ``(a, d, b, c)`` blocks,
+returned as a view in the values' order (:func:`_canonical`):
 
 ``"kernel"``
     the tensor-core kernel (:func:`kscupy.kernels.ks_values_grad.values_gradient`; float32
@@ -22,7 +23,7 @@ where it does not apply:
 variable ``KSCUPY_GRADIENT_TIMING=0`` turns it off), a batch has at least
 :data:`MEASURE_MIN_BATCH` columns and no CUDA graph is being captured, the first gradient
 of a shape instead runs every way that applies on its operands, each finished as the
-caller finishes it (reordered and rounded to the gradient's dtype), and times them as
+caller finishes it (rounded to the gradient's dtype), and times them as
 ``auto``'s close calls for products do (:func:`.single.pipeline_seconds`: one untimed call,
 then two rounds of three back to back between CUDA events): the fastest is this process's
 choice for gradients of that shape from then on (:func:`choice`). The ways differ by up to
@@ -33,8 +34,7 @@ another order than cuBLAS's), so with timing on, which way a process takes, and 
 bits of its gradients, may differ from one process to the next.
 
 **Repeated gradients.** Once a way has run for operands of some shape, strides, alignment
-and device, its planned run and the reorder into the values' order (the transpose
-prepared) are kept for them (:data:`_PLANS`): a gradient repeated in a training loop is
+and device, its planned run is kept for them (:data:`_PLANS`): a gradient repeated in a training loop is
 that lookup and the run, where the small ones otherwise spend as much host time on the
 way's checks and lookups as on their calls.
 """
@@ -47,7 +47,7 @@ import threading
 import numpy
 
 from ..core import device as devices
-from ..kernels import gemm, ks_values_grad, transpose
+from ..kernels import gemm, ks_values_grad
 from .costs import gpu as gpu_costs
 from .single import pipeline_seconds
 
@@ -69,7 +69,7 @@ MEASURE = os.environ.get("KSCUPY_GRADIENT_TIMING", "1") not in ("", "0")
 MEASURE_MIN_BATCH = 2048
 
 _CHOICES: dict = {}        # shape key -> the way timed fastest
-#: Operand signature (:func:`_exact`) -> ``run(G, X)``: a way's planned run and reorder, of
+#: Operand signature (:func:`_exact`) -> ``run(G, X)``: a way's planned run, of
 #: the way chosen or the default (see the module); at most MAX_PLANS, all dropped when a new
 #: one would exceed it, and by :func:`forget`.
 _PLANS: dict = {}
@@ -87,9 +87,12 @@ def _run(way, G, X, pattern, layout):
 
 
 def _canonical(blocks):
-    """``(a, d, b, c)`` blocks in the values' ``(a, b, c, d)`` order (:func:`_reorder`, the
-    transpose's runs kept by :func:`kscupy.kernels.transpose.transpose`)."""
-    return _reorder(blocks, lambda matrix: transpose.transpose)(blocks)
+    """``(a, d, b, c)`` blocks as a view in the values' ``(a, b, c, d)`` order, wherever they
+    lie: no pass over them. cuBLAS's blocks lie ``j``-major in memory, ``(d, a, b, c)``, so
+    where ``d > 1`` the view is not in C order; its users' next pass (an optimizer's update,
+    a rounding, a copy with ``ascontiguousarray``) reads it in place of a reordering copy
+    here, a pass over the gradient saved."""
+    return blocks.transpose(0, 2, 3, 1)
 
 
 def _way_run(way, G, X, pattern, layout):
@@ -104,37 +107,19 @@ def _way_run(way, G, X, pattern, layout):
 
 
 def _run_and_plan(way, G, X, pattern, layout, exact):
-    """:func:`_run`, keeping the way's planned run and reorder for operands like these as
+    """:func:`_run`, keeping the way's planned run for operands like these as
     ``_PLANS[exact]`` where the way plans them (those it does not go through :func:`_run`
     each time)."""
     run = _way_run(way, G, X, pattern, layout)
     blocks = None if run is None else run(G, X)
     if blocks is None:
         return _run(way, G, X, pattern, layout)
-    reorder = (lambda B: B) if way == "kernel" else _reorder(blocks, transpose.prepare)
+    reorder = (lambda B: B) if way == "kernel" else _canonical
     with _LOCK:
         if len(_PLANS) >= MAX_PLANS:
             _PLANS.clear()
         _PLANS[exact] = lambda G, X: reorder(run(G, X))
     return reorder(blocks)
-
-
-def _reorder(blocks, prepare_transpose):
-    """``reorder(B)``: ``(a, d, b, c)`` blocks laid out as ``blocks`` are, in the values'
-    ``(a, b, c, d)`` order: a free reshape where ``d == 1``; a C-order copy by the tiled
-    transpose where they lie ``j``-major in memory, ``(d, a, b, c)`` (cuBLAS's way; ``a ==
-    1`` included): the ``d x a*b*c`` matrix transposed by ``prepare_transpose(matrix)``'s
-    run, one launch, where CuPy's strided copy moves 16-bit values at a fraction of the
-    bandwidth and costs the host several times more; else a view (the caller's finishing
-    pass copies it)."""
-    a, d, b, c = blocks.shape
-    if d == 1 and blocks.flags.c_contiguous:
-        return lambda B: B.reshape(a, b, c, 1)
-    if blocks.transpose(1, 0, 2, 3).flags.c_contiguous:
-        rows = d, a * b * c
-        transposed = prepare_transpose(blocks.transpose(1, 0, 2, 3).reshape(rows))
-        return lambda B: transposed(B.transpose(1, 0, 2, 3).reshape(rows)).reshape(a, b, c, d)
-    return lambda B: B.transpose(0, 2, 3, 1)
 
 
 def _applies(way, pattern, layout, dtype, tensor_cores: bool) -> bool:

@@ -84,27 +84,6 @@ def test_the_kernel_against_the_definition(poisoned, rng, dtype, layout):
                 check(dW, pattern, X, G, layout, dtype, (pattern, B, sms))
 
 
-@pytest.mark.parametrize("shape", [(1, 4, 3, 5), (1, 1, 3, 5), (3, 1, 4, 2), (2, 3, 4, 5),
-                                   (1, 48, 64, 64)], ids=str)
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda t: numpy.dtype(t).name)
-def test_blocks_in_the_values_order(poisoned, rng, dtype, shape):
-    """(a, d, b, c) blocks in the values' (a, b, c, d) order: by the tiled transpose where
-    they lie j-major in memory (cuBLAS's; a = 1 in C order too), a reshape (d = 1) or a view
-    (else), each the same values as NumPy's transpose, with the transpose's runs kept or
-    prepared for the blocks' layout (a planned gradient's)."""
-    from kscupy.kernels import transpose
-    blocks = cupy.asarray(random_array(rng, shape, dtype))
-    a, d, b, c = shape
-    j_major = cupy.ascontiguousarray(blocks.transpose(1, 0, 2, 3)).transpose(1, 0, 2, 3)
-    expected = cupy.asnumpy(blocks).transpose(0, 2, 3, 1)
-    for given, contiguous in ((blocks, a == 1 or d == 1), (j_major, True)):
-        for got in (gradient_paths._canonical(given),
-                    gradient_paths._reorder(given, transpose.prepare)(given)):
-            assert got.shape == (a, b, c, d)
-            assert got.flags.c_contiguous == contiguous
-            numpy.testing.assert_array_equal(cupy.asnumpy(got), expected)
-
-
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=lambda t: numpy.dtype(t).name)
 def test_both_tiles_of_the_16_bit_dtypes(poisoned, rng, dtype, layout):

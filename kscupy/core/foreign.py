@@ -25,7 +25,6 @@ results go back the same ways (:data:`_HOST_BFLOAT16`).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import sys
 import warnings
@@ -47,17 +46,19 @@ _JAX = (("jax.dlpack", "from_dlpack"), ("jax.numpy", "from_dlpack"))
 _FROM_DLPACK = {"jaxlib": _JAX, "jax": _JAX, "torch": (("torch", "from_dlpack"),)}
 
 
-@dataclasses.dataclass(frozen=True)
 class Foreign:
     """A foreign array taken in: ``native`` its NumPy or CuPy view, ``back(result)`` a
     NumPy or CuPy result as the caller's type (the result itself where the producer offers
     no ``from_dlpack``), ``stream`` the context to compute in: the producer's current CUDA
     stream as CuPy's where the producer says which it is (PyTorch; with the tensor's GPU made
     current where it is not), else the array's GPU (a context that changes nothing where it
-    is the current one)."""
-    native: object
-    back: object
-    stream: object = dataclasses.field(default_factory=contextlib.nullcontext)
+    is the current one). (A plain class with slots: one is made for every product of a
+    foreign operand, and a frozen dataclass costs the host several times more to make.)"""
+    __slots__ = ("native", "back", "stream")
+
+    def __init__(self, native, back, stream=None):
+        self.native, self.back = native, back
+        self.stream = contextlib.nullcontext() if stream is None else stream
 
 
 def is_foreign(x) -> bool:
@@ -203,7 +204,7 @@ def _tensor_taken(x):
     (bfloat16 without ``ml_dtypes``), a tensor that requires grad (the exporter refuses it),
     or one without strided memory (sparse, nested, ...)."""
     torch = _torch()
-    cupy, _ = gpu_module()
+    cupy = _gpu_cupy()
     dtype = _torch_dtypes().get(x.dtype)
     if cupy is None or dtype is None or x.requires_grad or x.layout is not torch.strided \
             or getattr(x, "is_nested", False):
@@ -213,7 +214,11 @@ def _tensor_taken(x):
     size = x.element_size()
     # the bytes the view reaches: its last element's offset plus one (PyTorch's strides are
     # never negative; an empty tensor reaches none)
-    span = 0 if 0 in shape else (1 + sum((n - 1) * s for n, s in zip(shape, strides))) * size
+    if x.is_contiguous():
+        span = x.numel() * size
+    else:
+        span = 0 if 0 in shape else \
+            (1 + sum((n - 1) * s for n, s in zip(shape, strides))) * size
     memory = cupy.cuda.UnownedMemory(x.data_ptr(), span, x, device_id)
     native = cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0),
                           tuple(s * size for s in strides))
@@ -241,6 +246,13 @@ def _raw_stream(torch, device_id) -> int:
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     return raw(device_id) if raw is not None else \
         torch.cuda.current_stream(device_id).cuda_stream
+
+
+@functools.lru_cache(maxsize=1)
+def _gpu_cupy():
+    """CuPy where it imports and sees a CUDA device, else None: asked once (a tensor in GPU
+    memory is taken on every product)."""
+    return gpu_module()[0]
 
 
 @functools.lru_cache(maxsize=1)

@@ -371,8 +371,8 @@ def values_gradient(G, X, pattern, layout, sms=None):
     beyond 2^31 - 1). The calls for operands like these are worked out once
     (:func:`_gradient_run`) and kept for the process: a gradient then costs the host an
     allocation and the calls. Where ``d > 1`` the blocks lie ``j``-major in memory (a
-    ``(d, a, b, c)`` array seen as ``(a, d, b, c)``): the values' order ``(a, b, c, d)`` is
-    then one transpose of a ``(d, a*b*c)`` matrix away (``engine/gradient_paths.py``)."""
+    ``(d, a, b, c)`` array seen as ``(a, d, b, c)``), which ``engine/gradient_paths.py``
+    returns as a view in the values' order ``(a, b, c, d)``."""
     import cupy
     from . import transpose
     _check_same_dtype(G, X)

@@ -447,10 +447,30 @@ def test_batch_chunks_start_aligned(gemm, recorded, monkeypatch):
     monkeypatch.setattr(gemm, "SPLIT_ALIGN", 8)
     lengths = recorded(5)                          # k
     rng = numpy.random.default_rng(7)
-    G, X = host(_random(rng, (3, 7), numpy.float32)), host(_random(rng, (4, 7), numpy.float32))
-    dW = gemm.values_gradient(G, X, (1, 3, 4, 1), "bsl", sms=100)
+    G, X = host(_random(rng, (6, 7), numpy.float32)), host(_random(rng, (8, 7), numpy.float32))
+    dW = gemm.values_gradient(G, X, (1, 3, 4, 2), "bsl", sms=100)
     assert lengths == [4, 3]
-    numpy.testing.assert_allclose(dW, _gradient_oracle(G, X, (1, 3, 4, 1), "bsl"), rtol=1e-5)
+    numpy.testing.assert_allclose(dW, _gradient_oracle(G, X, (1, 3, 4, 2), "bsl"), rtol=1e-5)
+
+
+def test_one_product_is_a_plain_gemm(gemm, recorded, monkeypatch):
+    """A call of one product (a = d = 1: one group) goes to gemmEx, not the strided-batched
+    entry point, with the same result."""
+    batched = recorded(20)
+    plain = []
+    stand_in = sys.modules["cupy_backends.cuda.libs.cublas"]
+    gemm_ex = stand_in.gemmEx
+    monkeypatch.setattr(stand_in, "gemmEx", lambda *args: (plain.append(args[5]),
+                                                           gemm_ex(*args)))
+    rng = numpy.random.default_rng(9)
+    factor = Factor.of_blocks(host(_random(rng, (1, 1, 5, 6), numpy.float32)), (1, 5, 6, 1))
+    X = host(_random(rng, (6, 4), numpy.float32))
+    G = host(_random(rng, (5, 4), numpy.float32))
+    numpy.testing.assert_allclose(gemm.prepare_groups(factor, X, "bsl")(X),
+                                  host(factor.todense()) @ X, rtol=1e-5)
+    numpy.testing.assert_allclose(gemm.values_gradient(G, X, (1, 5, 6, 1), "bsl", sms=1),
+                                  _gradient_oracle(G, X, (1, 5, 6, 1), "bsl"), rtol=1e-5)
+    assert batched == [] and plain == [6, 4]                # k: c, then the batch
 
 
 def test_a_captured_stream_calls_cublas_directly(gemm, monkeypatch):

@@ -186,14 +186,20 @@ def _strided_batched(blas, handle, gemm, k, x, other, out, calls, x_first, isz, 
     one at ``other + (oo + i*so)`` (``A`` and ``B`` in that order where ``x_first``, else
     swapped) into ``out + (oy + i*sy)``; ``gemm`` holds the rest of the arguments,
     ``(transa, transb, m, n, alpha, lda, ldb, ldc, beta, data type, out's data type,
-    compute type, algo)``, and ``isz``, ``osz`` the operands' and ``out``'s itemsizes."""
+    compute type, algo)``, and ``isz``, ``osz`` the operands' and ``out``'s itemsizes. A
+    call of one product is a plain ``gemmEx`` (one group, ``a = d = 1``: the batched entry
+    point costs the host more for the same GEMM)."""
     transa, transb, m, n, alpha, lda, ldb, ldc, beta, data, out_data, compute, algo = gemm
     for (ox, oo, oy), (sx, so, sy), count in calls:
         first, second = (x + ox * isz, sx), (other + oo * isz, so)
         (A, sA), (Bm, sB) = (first, second) if x_first else (second, first)
-        blas.gemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, data, lda, sA,
-                                  Bm, data, ldb, sB, beta, out + oy * osz, out_data, ldc, sy,
-                                  count, compute, algo)
+        if count == 1:
+            blas.gemmEx(handle, transa, transb, m, n, k, alpha, A, data, lda, Bm, data, ldb,
+                        beta, out + oy * osz, out_data, ldc, compute, algo)
+        else:
+            blas.gemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, data, lda,
+                                      sA, Bm, data, ldb, sB, beta, out + oy * osz, out_data,
+                                      ldc, sy, count, compute, algo)
 
 
 #: cudaDataType_t of bfloat16 (library_types.h), which CuPy's runtime module does not name.

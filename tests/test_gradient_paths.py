@@ -63,9 +63,9 @@ def bsf(pattern, B, dtype):
 def test_a_long_batch_times_the_ways_once_and_keeps_the_fastest(world):
     pattern = (2, 16, 16, 4)
     G, X = bsf(pattern, 4096, F32)
-    world.seconds = {"kernel": 3.0, "cublas": 2.0, "cublas_diagonal": 1.0}
+    world.seconds = {"kernel": 3.0, "cublas": 2.0, "cublas_whole": 2.5, "cublas_diagonal": 1.0}
     assert paths.values_gradient(G, X, pattern, "bsf") == "cublas_diagonal"
-    assert world.timed == [["kernel", "cublas", "cublas_diagonal"]]
+    assert world.timed == [["kernel", "cublas", "cublas_whole", "cublas_diagonal"]]
     assert paths.choice(G, X, pattern, "bsf") == "cublas_diagonal"
     world.calls.clear()
     G2, X2 = bsf(pattern, 5000, F32)                     # the same power-of-two bucket
@@ -80,7 +80,7 @@ def test_a_repeated_gradient_runs_its_plan(world):
     nothing (its shape is timed after the capture)."""
     pattern = (2, 16, 16, 4)
     G, X = bsf(pattern, 4096, F32)
-    world.seconds = {"kernel": 3.0, "cublas": 1.0, "cublas_diagonal": 2.0}
+    world.seconds = {"kernel": 3.0, "cublas": 1.0, "cublas_whole": 2.5, "cublas_diagonal": 2.0}
     assert paths.values_gradient(G, X, pattern, "bsf") == "cublas"     # timed, not planned
     assert world.planned == []
     for _ in range(3):
@@ -115,7 +115,7 @@ def test_short_batches_and_captures_keep_the_default(world):
 def test_ways_that_do_not_apply_are_not_timed_and_the_default_falls_through(world):
     pattern = (2, 16, 16, 1)                           # d = 1: no diagonal way
     world.none = {"kernel"}                            # e.g. sizes beyond its indices
-    world.seconds = {"cublas": 1.0}
+    world.seconds = {"cublas": 1.0, "cublas_whole": 2.0}
     G, X = bsf(pattern, 4096, F32)
     assert paths.values_gradient(G, X, pattern, "bsf") == "cublas"
     world.timed.clear()
@@ -172,3 +172,16 @@ def test_blocks_reach_the_values_order_as_a_view(pattern):
         got = paths._canonical(given)
         assert got.shape == (a, b, c, d) and numpy.shares_memory(got, given)
         numpy.testing.assert_array_equal(got, expected)
+
+
+def test_the_whole_batch_is_a_way_where_the_default_cuts_it():
+    """cuBLAS with the batch whole is timed beside the chunked calls where those cut the
+    batch (float32's few output tiles), not where they do not (many tiles; float16, never
+    cut), and is never the default."""
+    ways = lambda pattern, dtype, batch: paths._ways(pattern, "bsl", numpy.dtype(dtype),
+                                                     batch, device.H200)
+    default, timed = ways((1, 1024, 1024, 1), F32, 25088)
+    assert "cublas_whole" in timed and "cublas_whole" not in default
+    assert "cublas_whole" not in ways((1, 1024, 1024, 1), F16, 25088)[1]
+    assert "cublas_whole" not in ways((1, 1024, 1024, 48), F32, 25088)[1]
+    assert "cublas_whole" not in ways((1, 1024, 1024, 1), F32, 1024)[1]   # one chunk

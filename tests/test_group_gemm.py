@@ -453,6 +453,25 @@ def test_batch_chunks_start_aligned(gemm, recorded, monkeypatch):
     numpy.testing.assert_allclose(dW, _gradient_oracle(G, X, (1, 3, 4, 2), "bsl"), rtol=1e-5)
 
 
+def test_a_whole_batch_is_one_call_per_group(gemm, recorded, monkeypatch):
+    """chunks=1 keeps the batch whole where the default cuts it (k = B in every call, no
+    sum of chunks), with the same gradient; the default cuts this one in two."""
+    monkeypatch.setattr(gemm, "SPLIT_MIN_CHUNK", 2)
+    monkeypatch.setattr(gemm, "SPLIT_ALIGN", 8)
+    lengths = recorded(5)                          # k
+    rng = numpy.random.default_rng(11)
+    G, X = host(_random(rng, (6, 7), numpy.float32)), host(_random(rng, (8, 7), numpy.float32))
+    expected = _gradient_oracle(G, X, (1, 3, 4, 2), "bsl")
+    numpy.testing.assert_allclose(gemm.values_gradient(G, X, (1, 3, 4, 2), "bsl", sms=100),
+                                  expected, rtol=1e-5)
+    assert lengths == [4, 3]
+    lengths.clear()
+    numpy.testing.assert_allclose(
+        gemm.values_gradient(G, X, (1, 3, 4, 2), "bsl", sms=100, chunks=1), expected,
+        rtol=1e-5)
+    assert lengths == [7]
+
+
 def test_one_product_is_a_plain_gemm(gemm, recorded, monkeypatch):
     """A call of one product (a = d = 1: one group) goes to gemmEx, not the strided-batched
     entry point, with the same result."""

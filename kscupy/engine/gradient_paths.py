@@ -10,7 +10,12 @@ returned as a view in the values' order (:func:`_canonical`):
     sums for the 16-bit dtypes; batch-size-first with ``d > 1`` transposed first);
 ``"cublas"``
     cuBLAS's strided-batched GEMMs on the groups (:func:`kscupy.kernels.gemm.values_gradient`;
-    batch-size-first with ``d > 1`` transposed first);
+    batch-size-first with ``d > 1`` transposed first), the batch cut into chunks where the
+    groups alone give cuBLAS few output tiles (:func:`kscupy.kernels.gemm.batch_chunks`);
+``"cublas_whole"``
+    the same with the batch whole, where ``"cublas"`` cuts it: cuBLAS reduces a long batch
+    on its own, and on some patterns (one large group) faster than the chunks and their sum;
+    timed, never the default;
 ``"cublas_diagonal"``
     batch-size-first with ``d > 1`` only: each ``i``'s whole product by cuBLAS, of which
     the groups are the diagonal blocks (:func:`kscupy.kernels.gemm.values_gradient_diagonal`;
@@ -55,7 +60,7 @@ __all__ = ["values_gradient", "choice", "forget", "WAYS", "CUBLAS_DTYPES",
            "DIAGONAL_MAX_BYTES", "MEASURE", "MEASURE_MIN_BATCH"]
 
 #: The ways, in the order the default prefers them.
-WAYS = ("kernel", "cublas", "cublas_diagonal")
+WAYS = ("kernel", "cublas", "cublas_whole", "cublas_diagonal")
 #: dtypes whose gradient runs on cuBLAS by default even where the tensor-core kernel could:
 #: the 16-bit ones, where cuBLAS's tensor-op GEMM (tiles larger than the kernel's) was
 #: faster on most patterns of the gradients suite (benchmarks/results/gradients.json).
@@ -81,8 +86,10 @@ def _run(way, G, X, pattern, layout):
     """Way ``way``'s ``(a, b, c, d)`` sums (perhaps a view), or None where it declines."""
     if way == "kernel":
         return ks_values_grad.values_gradient(G, X, pattern, layout)
-    dW = gemm.values_gradient(G, X, pattern, layout) if way == "cublas" \
-        else gemm.values_gradient_diagonal(G, X, pattern)
+    if way == "cublas_diagonal":
+        dW = gemm.values_gradient_diagonal(G, X, pattern)
+    else:
+        dW = gemm.values_gradient(G, X, pattern, layout, chunks=_chunks(way))
     return None if dW is None else _canonical(dW)
 
 
@@ -101,9 +108,15 @@ def _way_run(way, G, X, pattern, layout):
     copies or transposes them first, or declines)."""
     if way == "kernel":
         return ks_values_grad.values_gradient_run(G, X, pattern, layout)
-    if way == "cublas":
-        return gemm.values_gradient_run(G, X, pattern, layout)
-    return gemm.values_gradient_diagonal_run(G, X, pattern)
+    if way == "cublas_diagonal":
+        return gemm.values_gradient_diagonal_run(G, X, pattern)
+    return gemm.values_gradient_run(G, X, pattern, layout, chunks=_chunks(way))
+
+
+def _chunks(way):
+    """The batch chunks of a cuBLAS way: the whole batch, or as many as
+    :func:`kscupy.kernels.gemm.batch_chunks` says (None)."""
+    return 1 if way == "cublas_whole" else None
 
 
 def _run_and_plan(way, G, X, pattern, layout, exact):
@@ -122,10 +135,12 @@ def _run_and_plan(way, G, X, pattern, layout, exact):
     return reorder(blocks)
 
 
-def _applies(way, pattern, layout, dtype, tensor_cores: bool) -> bool:
+def _applies(way, pattern, layout, dtype, batch, device) -> bool:
     a, b, c, d = pattern
     if way == "kernel":
-        return tensor_cores
+        return device.tensor_cores
+    if way == "cublas_whole":
+        return gemm.batch_chunks(pattern, batch, device.sms, dtype) > 1
     if way == "cublas_diagonal":
         return layout == "bsf" and d > 1 and \
             a * b * c * d * d * numpy.dtype(dtype).itemsize <= DIAGONAL_MAX_BYTES
@@ -136,7 +151,7 @@ def _applies(way, pattern, layout, dtype, tensor_cores: bool) -> bool:
 def _ways(pattern, layout, dtype, batch, device) -> tuple:
     """``(default, timed)``: the ways to try in order without timing (see the module), and
     every way that applies."""
-    applies = [w for w in WAYS if _applies(w, pattern, layout, dtype, device.tensor_cores)]
+    applies = [w for w in WAYS if _applies(w, pattern, layout, dtype, batch, device)]
     cublas = "cublas"
     if "cublas_diagonal" in applies:
         seconds = gpu_costs.bsf_gradient_seconds(pattern, batch, dtype, device)

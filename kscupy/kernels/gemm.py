@@ -364,7 +364,7 @@ def batch_chunks(pattern, B: int, sms: int, dtype="float32") -> int:
     return int(max(1, min(wanted, B // SPLIT_MIN_CHUNK, SPLIT_MAX_CHUNKS)))
 
 
-def values_gradient(G, X, pattern, layout, sms=None):
+def values_gradient(G, X, pattern, layout, sms=None, chunks=None):
     """The ``(a, d, b, c)`` blocks ``dW_ij = G_ij X_ijᴴ`` (the batch sum of each group's
     rows of ``G`` times its rows of ``X``, conjugated) for CuPy operands of one dtype: ``X``
     ``(N, B)`` and ``G`` ``(M, B)`` in ``"bsl"``, ``(B, N)`` and ``(B, M)`` in ``"bsf"``,
@@ -376,7 +376,8 @@ def values_gradient(G, X, pattern, layout, sms=None):
     sums where not). None where cuBLAS cannot address them (a leading dimension or batch
     beyond 2^31 - 1). The calls for operands like these are worked out once
     (:func:`_gradient_run`) and kept for the process: a gradient then costs the host an
-    allocation and the calls. Where ``d > 1`` the blocks lie ``j``-major in memory (a
+    allocation and the calls. ``chunks``: cut the batch into that many chunks instead
+    (1: the whole batch in one call per group, cuBLAS's own reduction). Where ``d > 1`` the blocks lie ``j``-major in memory (a
     ``(d, a, b, c)`` array seen as ``(a, d, b, c)``), which ``engine/gradient_paths.py``
     returns as a view in the values' order ``(a, b, c, d)``."""
     import cupy
@@ -390,13 +391,13 @@ def values_gradient(G, X, pattern, layout, sms=None):
         return None
     if layout == "bsf" and d > 1:
         return values_gradient(transpose.transpose(G), transpose.transpose(X), pattern,
-                               "bsl", sms)
+                               "bsl", sms, chunks)
     G, X = _addressed(G), _addressed(X)
-    run = values_gradient_run(G, X, pattern, layout, sms)
+    run = values_gradient_run(G, X, pattern, layout, sms, chunks)
     return None if run is None else run(G, X)
 
 
-def values_gradient_run(G, X, pattern, layout, sms=None):
+def values_gradient_run(G, X, pattern, layout, sms=None, chunks=None):
     """``run(G, X)``: :func:`values_gradient` planned now for operands shaped, strided and
     aligned like these, each call an allocation and the calls; None where it would copy or
     transpose them first, or cuBLAS cannot address them (or the batch is empty)."""
@@ -406,16 +407,17 @@ def values_gradient_run(G, X, pattern, layout, sms=None):
     sG, sX = _row_stride(G), _row_stride(X)
     if B == 0 or B > _INT32_MAX or (layout == "bsf" and d > 1) or sG is None or sX is None:
         return None
-    run = _gradient_run(tuple(pattern), layout, X.dtype, B, sG, sX,
-                        sms if sms is not None else _sms())
+    if chunks is None:
+        chunks = batch_chunks(pattern, B, sms if sms is not None else _sms(), X.dtype)
+    run = _gradient_run(tuple(pattern), layout, X.dtype, B, sG, sX, int(chunks))
     return None if run is None else (lambda G, X: run(G.data.ptr, X.data.ptr))
 
 
 @functools.lru_cache(maxsize=256)
-def _gradient_run(pattern, layout, dtype, B, sG, sX, sms):
+def _gradient_run(pattern, layout, dtype, B, sG, sX, chunks):
     """``run(g, x) -> dW``: :func:`values_gradient`'s calls for operands of ``dtype`` at
     addresses ``g`` and ``x`` with row strides ``sG`` and ``sX`` (elements) and a batch of
-    ``B``, planned for ``sms`` multiprocessors; None where cuBLAS cannot address them."""
+    ``B`` cut into ``chunks``; None where cuBLAS cannot address them."""
     import cupy
     from cupy_backends.cuda.libs import cublas
     a, b, c, d = pattern
@@ -440,7 +442,6 @@ def _gradient_run(pattern, layout, dtype, B, sG, sX, sms):
         return None
     # the batch in chunks: k columns from column n0, each chunk's sums at slice s
     isz = dtype.itemsize
-    chunks = batch_chunks(pattern, B, sms, dtype)
     # chunks start SPLIT_ALIGN bytes apart in bsl: cuBLAS's tensor-core and vectorised
     # kernels need aligned operands, and fall back to far slower ones otherwise
     align = max(1, SPLIT_ALIGN // isz) if layout == "bsl" else 1

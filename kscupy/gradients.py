@@ -64,10 +64,11 @@ def values_grad(op, X, G, *, layout="bsl"):
     values makes it an ordinary factor). dtype: ``numpy.result_type`` of the values, ``X``
     and ``G``, real where the values are real. See :func:`vjp` for both gradients at once.
     The array is not always in C order: where the sums are computed one group ``(i, j)``
-    at a time (cuBLAS's way on the GPU, the CPU's), it is a view of them in their memory,
-    ``j``-major, rather than a reordered copy (a pass saved; what reads it next, an
-    update of the values say, reads it in place). ``xp.ascontiguousarray`` makes a C-order
-    copy where one is needed.
+    at a time (cuBLAS's way on the GPU, the CPU's), it is a view of them as they lie in
+    memory, group by group, rather than a reordered copy (a pass saved; what reads it next,
+    an update of the values say, reads it in place). ``xp.ascontiguousarray`` makes a
+    C-order copy where one is needed (before handing it to a library that takes C order
+    only).
 
     Examples
     --------

@@ -47,7 +47,7 @@ def world(monkeypatch):
         w.planned.append(way)
         return None if way in w.none else (lambda G, X: run(way, G, X, pattern, layout))
     monkeypatch.setattr(paths, "_way_run", way_run)
-    monkeypatch.setattr(paths, "_canonical", lambda B: B)
+    monkeypatch.setattr(paths, "_in_values_order", lambda way: lambda B: B)
     monkeypatch.setattr(paths, "pipeline_seconds", timing)
     paths.forget()
     paths._ways.cache_clear()
@@ -185,3 +185,34 @@ def test_the_whole_batch_is_a_way_where_the_default_cuts_it():
     assert "cublas_whole" not in ways((1, 1024, 1024, 1), F16, 25088)[1]
     assert "cublas_whole" not in ways((1, 1024, 1024, 48), F32, 25088)[1]
     assert "cublas_whole" not in ways((1, 1024, 1024, 1), F32, 1024)[1]   # one chunk
+
+
+def test_the_cublas_ways_pass_their_chunks_and_order(monkeypatch):
+    """The real _run and _way_run: "cublas_whole" asks cuBLAS for one chunk, "cublas" for
+    the heuristic's (None); both return the blocks as a view in the values' order, the
+    diagonal way a compact copy (its blocks are a view of d times larger products)."""
+    seen = []
+    a, b, c, d = pattern = (2, 3, 4, 2)
+    blocks = numpy.random.default_rng(3).standard_normal((d, a, b, c)).transpose(1, 0, 2, 3)
+
+    def gradient(G, X, pattern, layout, chunks=None):
+        seen.append(chunks)
+        return blocks
+    monkeypatch.setattr(paths.gemm, "values_gradient", gradient)
+    monkeypatch.setattr(paths.gemm, "values_gradient_run",
+                        lambda G, X, pattern, layout, chunks=None: seen.append(chunks))
+    monkeypatch.setattr(paths.gemm, "values_gradient_diagonal",
+                        lambda G, X, pattern: blocks)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(
+        ascontiguousarray=numpy.ascontiguousarray))
+    expected = blocks.transpose(0, 2, 3, 1)
+    for way, chunks in (("cublas_whole", 1), ("cublas", None)):
+        seen.clear()
+        got = paths._run(way, None, None, pattern, "bsl")
+        paths._way_run(way, None, None, pattern, "bsl")
+        assert seen == [chunks, chunks]
+        assert numpy.shares_memory(got, blocks)
+        numpy.testing.assert_array_equal(got, expected)
+    got = paths._run("cublas_diagonal", None, None, pattern, "bsf")
+    assert got.flags.c_contiguous and not numpy.shares_memory(got, blocks)
+    numpy.testing.assert_array_equal(got, expected)

@@ -579,3 +579,10 @@ def test_direct_calls_pass_cublas_its_c_argument_types():
     direct._set_stream = lambda handle, stream: 7          # a status other than success
     with pytest.raises(RuntimeError, match="cublasSetStream failed with cuBLAS status 7"):
         direct.setStream(0, 0)
+
+
+def test_chunks_below_one_are_refused(gemm):
+    rng = numpy.random.default_rng(12)
+    G, X = host(_random(rng, (3, 5), numpy.float32)), host(_random(rng, (4, 5), numpy.float32))
+    with pytest.raises(ValueError, match="chunks must be at least 1"):
+        gemm.values_gradient(G, X, (1, 3, 4, 1), "bsl", sms=1, chunks=0)

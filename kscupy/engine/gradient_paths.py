@@ -90,16 +90,32 @@ def _run(way, G, X, pattern, layout):
         dW = gemm.values_gradient_diagonal(G, X, pattern)
     else:
         dW = gemm.values_gradient(G, X, pattern, layout, chunks=_chunks(way))
-    return None if dW is None else _canonical(dW)
+    return None if dW is None else _in_values_order(way)(dW)
 
 
 def _canonical(blocks):
     """``(a, d, b, c)`` blocks as a view in the values' ``(a, b, c, d)`` order, wherever they
-    lie: no pass over them. cuBLAS's blocks lie ``j``-major in memory, ``(d, a, b, c)``, so
-    where ``d > 1`` the view is not in C order; its users' next pass (an optimizer's update,
-    a rounding, a copy with ``ascontiguousarray``) reads it in place of a reordering copy
-    here, a pass over the gradient saved."""
+    lie: no pass over them. cuBLAS's blocks lie ``j``-major in memory, ``(d, a, b, c)``
+    (batch-size-first with ``d = 1``: each block column-major), so the view is not always
+    in C order; its users' next pass (an optimizer's update, a rounding, a copy with
+    ``ascontiguousarray``) reads it in place of a reordering copy here, a pass saved."""
     return blocks.transpose(0, 2, 3, 1)
+
+
+def _compact(blocks):
+    """The blocks in the values' order as a new C-order array: the diagonal way's blocks
+    are a view of its ``d`` times larger products, which a view of them would keep
+    alive."""
+    import cupy
+    return cupy.ascontiguousarray(_canonical(blocks))
+
+
+def _in_values_order(way):
+    """``(a, b, c, d)`` sums from way ``way``'s result: the kernel's as they are, cuBLAS's
+    blocks as a view (:func:`_canonical`), the diagonal way's compact (:func:`_compact`)."""
+    if way == "kernel":
+        return lambda sums: sums
+    return _compact if way == "cublas_diagonal" else _canonical
 
 
 def _way_run(way, G, X, pattern, layout):
@@ -127,7 +143,7 @@ def _run_and_plan(way, G, X, pattern, layout, exact):
     blocks = None if run is None else run(G, X)
     if blocks is None:
         return _run(way, G, X, pattern, layout)
-    reorder = (lambda B: B) if way == "kernel" else _canonical
+    reorder = _in_values_order(way)
     with _LOCK:
         if len(_PLANS) >= MAX_PLANS:
             _PLANS.clear()

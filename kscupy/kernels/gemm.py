@@ -45,7 +45,8 @@ on ``G_ij`` and ``X_ij`` addressed as the group products address ``Y_ij`` and ``
 * bsf, ``d = 1``: group ``i``'s columns of ``G`` are the column-major ``b × B`` matrix
   ``G_i`` at column ``i*b`` with leading dimension ``sG``. ``dW_i = G_i X_iᴴ``:
   ``gemm(N, C, m=b, n=c, k=B, G_i ld sG, X_i ld sX, dW_i ld b)``, one call batched over
-  ``i``; ``dW_i`` comes out column-major and is transposed with the (small) result.
+  ``i``; ``dW_i`` comes out column-major (``engine/gradient_paths.py`` returns a view of it
+  in the values' order).
 * bsf with ``d > 1``: ``G`` and ``X`` are transposed to bsl first; or, by
   :func:`values_gradient_diagonal`, the ``d`` groups of one ``i`` are computed together:
   ``G``'s ``b*d`` columns of that ``i`` are the column-major ``b*d × B`` matrix ``G_i`` at
@@ -409,6 +410,8 @@ def values_gradient_run(G, X, pattern, layout, sms=None, chunks=None):
         return None
     if chunks is None:
         chunks = batch_chunks(pattern, B, sms if sms is not None else _sms(), X.dtype)
+    elif chunks < 1:
+        raise ValueError(f"chunks must be at least 1, got {chunks}")
     run = _gradient_run(tuple(pattern), layout, X.dtype, B, sG, sX, int(chunks))
     return None if run is None else (lambda G, X: run(G.data.ptr, X.data.ptr))
 

@@ -39,9 +39,9 @@ another order than cuBLAS's), so with timing on, which way a process takes, and 
 bits of its gradients, may differ from one process to the next.
 
 **Repeated gradients.** Once a way has run for operands of some shape, strides, alignment
-and device, its planned run is kept for them (:data:`_PLANS`): a gradient repeated in a training loop is
-that lookup and the run, where the small ones otherwise spend as much host time on the
-way's checks and lookups as on their calls.
+and device, its planned run is kept for them (:data:`_PLANS`): a gradient repeated in a
+training loop is that lookup and the run, where the small ones otherwise spend as much
+host time on the way's checks and lookups as on their calls.
 """
 from __future__ import annotations
 

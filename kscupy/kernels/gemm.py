@@ -378,9 +378,10 @@ def values_gradient(G, X, pattern, layout, sms=None, chunks=None):
     beyond 2^31 - 1). The calls for operands like these are worked out once
     (:func:`_gradient_run`) and kept for the process: a gradient then costs the host an
     allocation and the calls. ``chunks``: cut the batch into that many chunks instead
-    (1: the whole batch in one call per group, cuBLAS's own reduction). Where ``d > 1`` the blocks lie ``j``-major in memory (a
-    ``(d, a, b, c)`` array seen as ``(a, d, b, c)``), which ``engine/gradient_paths.py``
-    returns as a view in the values' order ``(a, b, c, d)``."""
+    (1: the whole batch in one call per group, cuBLAS's own reduction). Where ``d > 1``
+    the blocks lie ``j``-major in memory (a ``(d, a, b, c)`` array seen as ``(a, d, b,
+    c)``), which ``engine/gradient_paths.py`` returns as a view in the values' order
+    ``(a, b, c, d)``."""
     import cupy
     from . import transpose
     _check_same_dtype(G, X)

@@ -236,8 +236,8 @@ class MmaConfig:
     def source(self, dtype, precision: str, transposed: bool, vx: int, vw: int) -> tuple:
         """``(file, instantiation)`` in ``kernels_cu/`` for a factor view that is
         ``transposed`` or not: ``ks::ks_mma_group<T, PRECISION, SLOTS, BM, BN, BK, STAGES,
-        WT, VX, VW, X_ASYNC, X_LEAD>`` where :meth:`lean_group`, else ``ks::ks_mma<T, PRECISION, SLOTS, BM, BN,
-        BK, WM, WN, STAGES, ORDER, WT, VX, VW, MIN_BLOCKS>``."""
+        WT, VX, VW, X_ASYNC, X_LEAD>`` where :meth:`lean_group`, else ``ks::ks_mma<T,
+        PRECISION, SLOTS, BM, BN, BK, WM, WN, STAGES, ORDER, WT, VX, VW, MIN_BLOCKS>``."""
         wt = self.weights(dtype, transposed)
         if self.lean_group(dtype):
             x_async = "true" if self.x_async(dtype, vx) else "false"

@@ -1,5 +1,9 @@
 """The engine suite's second timing of rows that read as misses, with a scripted timer (no
 GPU)."""
+import contextlib
+
+import pytest
+
 from kscupy.bench import engine
 
 
@@ -71,3 +75,31 @@ def test_every_field_of_the_timer_keeps_its_faster_value_and_its_first():
     assert row["seconds"] == {"auto": 0.9, "base_dense": 1.0}
     assert row["host_seconds"] == {"auto": 3.0, "base_dense": 0.5}
     assert row["first_host_seconds"] == {"auto": 3.0, "base_dense": 1.0}
+
+
+class TogetherTimer:
+    """A timer that times methods together (as ``timing.Interleaved``), recording its calls."""
+
+    def __init__(self, times):
+        self.times, self.calls = times, []
+
+    def together(self, methods, inputs, contexts=None):
+        self.calls.append((list(methods), contexts))
+        return {"seconds": {name: self.times[name] for name in methods}}
+
+
+def test_a_timer_of_methods_together_gets_them_all_at_once_with_their_contexts():
+    timer = TogetherTimer({"auto@sm_80": 0.5, "base_dense": 1.5})
+    contexts = {"auto@sm_80": contextlib.nullcontext}
+    row = {"precision": "default", "seconds": {"auto@sm_80": 2.0, "base_dense": 1.0}}
+    engine.retime_misses(row, {"auto@sm_80": None, "base_dense": None}, [None], timer,
+                         "auto@sm_80", contexts)
+    assert timer.calls == [(["auto@sm_80", "base_dense"], contexts)]
+    assert row["seconds"] == {"auto@sm_80": 0.5, "base_dense": 1.0}
+    assert row["first_seconds"] == {"auto@sm_80": 2.0, "base_dense": 1.0}
+
+
+def test_contexts_need_a_timer_of_methods_together():
+    with pytest.raises(ValueError, match="together"):
+        engine.timed({"auto": "auto"}, [None], scripted_timer({"auto": [1.0]}),
+                      {"auto": contextlib.nullcontext})

@@ -25,6 +25,7 @@ timed one at a time (latency).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -190,17 +191,38 @@ def baseline_methods(K, layout, precision, B, args, baselines=NONE):
     return methods
 
 
-def time_methods(row, methods, inputs, ref, layout, timer):
+def time_methods(row, methods, inputs, ref, layout, timer, contexts=None):
     """Fill ``row``'s ``relerr`` (against the oracle ``ref``) and the timer's fields for each
-    of ``methods`` (``{name: fn}``)."""
+    of ``methods`` (``{name: fn}``, each run in its context of ``contexts``, see
+    :func:`timed`)."""
+    contexts = contexts or {}
     for name, fn in methods.items():
-        Y = fn(inputs[0])
+        with contexts.get(name, contextlib.nullcontext)():
+            Y = fn(inputs[0])
         if not isinstance(Y, cupy.ndarray):
             Y = cupy.from_dlpack(Y)
         row["relerr"][name] = relative_error(Y, ref, layout)
         del Y
+    for field, times in timed(methods, inputs, timer, contexts).items():
+        row.setdefault(field, {}).update(times)
+
+
+def timed(methods, inputs, timer, contexts=None):
+    """``{field: {name: seconds}}`` of ``methods``: by ``timer.together(methods, inputs,
+    contexts)`` where the timer times several functions at once
+    (:class:`~kscupy.bench.timing.Interleaved`), else by ``timer(fn, inputs)`` for each in
+    turn. ``contexts`` (``{name: factory}``, a context manager a method runs in) needs a
+    timer of the first kind."""
+    together = getattr(timer, "together", None)
+    if together is not None:
+        return together(methods, inputs, contexts)
+    if contexts:
+        raise ValueError("methods with contexts need a timer that times them together")
+    out = {}
+    for name, fn in methods.items():
         for field, seconds in timer(fn, inputs).items():
-            row.setdefault(field, {})[name] = seconds
+            out.setdefault(field, {})[name] = seconds
+    return out
 
 
 def bench_row(pattern, layout, dtype, precision, sample, args, ceilings, *, batch=None,
@@ -258,10 +280,11 @@ def lead_ratio(row, lead=None):
     return speedup(row, lead or LEAD[row["precision"]])
 
 
-def retime_misses(row, methods, inputs, timer, lead=None):
-    """Time every method of ``row`` (``{name: fn}``, baselines included) a second time where
-    ``lead`` (:func:`lead_ratio`'s) reads below :data:`RETIME_BELOW` of the best baseline,
-    each keeping the faster of its two times; rows without a baseline are left alone.
+def retime_misses(row, methods, inputs, timer, lead=None, contexts=None):
+    """Time every method of ``row`` (``{name: fn}``, baselines included, in their
+    ``contexts`` as :func:`timed` takes them) a second time where ``lead``
+    (:func:`lead_ratio`'s) reads below :data:`RETIME_BELOW` of the best baseline, each
+    keeping the faster of its two times; rows without a baseline are left alone.
 
     One median of a cell can be an outlier (another process's work, a clock step). Every
     method is timed again, baselines too, so a second chance helps them as much as kscupy.
@@ -270,11 +293,7 @@ def retime_misses(row, methods, inputs, timer, lead=None):
     if not any(k.startswith("base_") for k in row["seconds"]) \
             or lead_ratio(row, lead) >= RETIME_BELOW:
         return
-    again = {}
-    for name, fn in methods.items():
-        for field, seconds in timer(fn, inputs).items():
-            again.setdefault(field, {})[name] = seconds
-    for field, times in again.items():
+    for field, times in timed(methods, inputs, timer, contexts).items():
         row["first_" + field] = dict(row[field])
         for name, seconds in times.items():
             row[field][name] = min(row[field][name], seconds)

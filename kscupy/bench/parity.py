@@ -8,7 +8,7 @@ float16 and float32 at B = 25088, float64, complex64 and complex128 at B = 8192 
 suite's batches, :data:`.engine.BATCH`), the default and the held-out sample of the paper's
 grid (the held-out seed drawn at run time and recorded). Rows have the engine suite's schema
 (:mod:`.engine`); only ``auto`` and the baselines are timed (throughput: back-to-back calls
-between CUDA events), so a row costs about a third of an engine row and the five dtypes fit
+between CUDA events, the methods' runs interleaved, :class:`.timing.Interleaved`), so a row costs about a third of an engine row and the five dtypes fit
 a few device calls (``--append`` goes on where a file stops, with its ceilings and seed).
 
 A row's ``floor_s`` is max(bytes / copy bandwidth, flops / rate) (:func:`floor_seconds`),
@@ -43,12 +43,13 @@ from ..engine import decide
 from . import engine
 from .baselines import NONE
 from .results import read_results
-from .timing import progress, throughput_seconds, time_fn
+from .timing import Interleaved, progress, time_fn
 
 #: The dtypes the suite measures unless ``--dtypes`` says.
 DTYPES = ("float16", "float32", "float64", "complex64", "complex128")
-#: Per method and row: CUDA-event time of back-to-back calls, three runs of this many seconds
-#: in all (as the portability suite's rows, which also time only ``auto`` and baselines).
+#: Per method and row: CUDA-event time of back-to-back calls, five runs of this many seconds
+#: in all, interleaved with the other methods' runs (as the portability suite's rows, which
+#: also time only ``auto`` and baselines).
 BUDGET_S = 0.06
 
 
@@ -81,8 +82,8 @@ def floor_seconds(pattern, B, dtype, ceilings) -> float:
                                 rate=rate(dtype, ceilings))
 
 
-def _throughput(fn, inputs):
-    return {"seconds": throughput_seconds(fn, inputs, budget_s=BUDGET_S)}
+#: The rows' timer: every method of a row timed together, their runs interleaved.
+TIMER = Interleaved(budget_s=BUDGET_S)
 
 
 def parity_row(pattern, layout, dtype, sample, args, ceilings, baselines=NONE):
@@ -97,8 +98,8 @@ def parity_row(pattern, layout, dtype, sample, args, ceilings, baselines=NONE):
            "dtype": dtype, "precision": "default", "batch": B,
            "floor_s": floor_seconds(pattern, B, dtype, ceilings), "seconds": {},
            "relerr": {}}
-    engine.time_methods(row, methods, inputs, ref, layout, _throughput)
-    engine.retime_misses(row, methods, inputs, _throughput)
+    engine.time_methods(row, methods, inputs, ref, layout, TIMER)
+    engine.retime_misses(row, methods, inputs, TIMER)
     row["auto_choice"] = decide.choose(problem_of(K.factor, inputs[0], layout)).backend
     del inputs
     engine.release(K, baselines)

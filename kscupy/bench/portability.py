@@ -10,7 +10,8 @@ chooses runs on this GPU. Rows have the engine suite's schema (:mod:`.engine`) p
 ``"emulated_arch"`` (``"sm_80"``): per pattern, layout, dtype and batch the baselines and
 the oracle are computed once, and ``auto`` is timed once per architecture, each on a fresh
 KS matrix whose plans were made under that architecture. Only ``auto`` and the baselines
-are timed (throughput: back-to-back calls between CUDA events), since the suite asks
+are timed (throughput: back-to-back calls between CUDA events, every method's runs
+interleaved with the others', :class:`.timing.Interleaved`), since the suite asks
 whether ``auto`` stays sound with the unknown device's constants.
 
 Emulation shows the choices and the limits of another GPU, not its speed: the clocks, the
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import pathlib
@@ -37,14 +39,15 @@ from ..core.problem import problem_of
 from ..engine import decide
 from . import engine
 from .baselines import NONE
-from .timing import progress, run_metadata, throughput_seconds
+from .timing import Interleaved, progress, run_metadata
 
 #: What the suite measures unless told otherwise (the issue's table).
 DTYPES = ("float32", "float16")
 BATCHES = (25088, 64)
 ARCHS = tuple(f"sm_{cc}" for cc in device.EMULATED_LIMITS if cc < 90)
-#: Per method and row: CUDA-event time of back-to-back calls, three runs of this many
-#: seconds in all (a third of the engine suite's: every row times only auto and baselines).
+#: Per method and row: CUDA-event time of back-to-back calls, five runs of this many
+#: seconds in all (a third of the engine suite's: every row times only auto and baselines),
+#: interleaved with the other methods' runs.
 BUDGET_S = 0.06
 
 
@@ -74,32 +77,44 @@ def emulated(arch):
             os.environ[device.EMULATE_ARCH] = before
 
 
-def _throughput(fn, inputs):
-    return {"seconds": throughput_seconds(fn, inputs, budget_s=BUDGET_S)}
+#: The rows' timer: the baselines and ``auto`` under every architecture timed together,
+#: their runs interleaved.
+TIMER = Interleaved(budget_s=BUDGET_S)
 
 
 def rows_of_case(pattern, layout, dtype, B, archs, args, ceilings, baselines=NONE):
     """One row per architecture of ``archs`` for one pattern, layout, dtype and batch: the
-    baselines' times and errors shared, ``auto``'s measured under each architecture."""
+    baselines' times and errors shared, ``auto``'s measured under each architecture, all
+    timed together (``auto`` under ``sm_80`` is the method ``auto@sm_80``, run within
+    :func:`emulated`)."""
     K, inputs = engine.operands(pattern, layout, dtype, B)
     ref = engine.oracle(K, inputs[0], layout)
-    base_methods = engine.baseline_methods(K, layout, "default", B, args, baselines)
-    base = {"seconds": {}, "relerr": {}}
-    engine.time_methods(base, base_methods, inputs, ref, layout, _throughput)
-    rows = []
+    methods = engine.baseline_methods(K, layout, "default", B, args, baselines)
+    matrices, contexts = {}, {}
     for arch in archs:
         with emulated(arch):
-            Ka = KSMatrix(K.values)      # its plans are made under this arch
-            auto = {"auto": lambda x: Ka.matmul(x, layout=layout, backend="auto")}
-            row = {"suite": "patterns", "sample": "default", "pattern": list(pattern),
-                   "layout": layout, "dtype": dtype, "precision": "default", "batch": B,
-                   "emulated_arch": arch,
-                   "floor_s": engine.floor_seconds(pattern, B, dtype, "default", ceilings),
-                   "seconds": dict(base["seconds"]), "relerr": dict(base["relerr"])}
-            engine.time_methods(row, auto, inputs, ref, layout, _throughput)
-            engine.retime_misses(row, {**auto, **base_methods}, inputs, _throughput)
+            Ka = matrices[arch] = KSMatrix(K.values)      # its plans are made under this arch
+        name = f"auto@{arch}"
+        methods[name] = (lambda Ka: lambda x: Ka.matmul(x, layout=layout, backend="auto"))(Ka)
+        contexts[name] = functools.partial(emulated, arch)
+    timed = {"seconds": {}, "relerr": {}}
+    engine.time_methods(timed, methods, inputs, ref, layout, TIMER, contexts)
+    # a second timing of everything where auto misses under any architecture
+    worst = min(archs, key=lambda arch: engine.lead_ratio(timed, f"auto@{arch}"))
+    engine.retime_misses(timed, methods, inputs, TIMER, f"auto@{worst}", contexts)
+    rows = []
+    for arch, Ka in matrices.items():
+        row = {"suite": "patterns", "sample": "default", "pattern": list(pattern),
+               "layout": layout, "dtype": dtype, "precision": "default", "batch": B,
+               "emulated_arch": arch,
+               "floor_s": engine.floor_seconds(pattern, B, dtype, "default", ceilings)}
+        for field, times in timed.items():
+            row[field] = {("auto" if name == f"auto@{arch}" else name): t
+                          for name, t in times.items()
+                          if not name.startswith("auto@") or name == f"auto@{arch}"}
+        with emulated(arch):
             row["auto_choice"] = decide.choose(problem_of(Ka.factor, inputs[0], layout)).backend
-            Ka.clear_cache()
+        Ka.clear_cache()
         rows.append(row)
     del inputs
     engine.release(K, baselines)

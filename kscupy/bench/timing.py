@@ -7,6 +7,7 @@ compiles in the background (:mod:`kscupy.engine.execute`).
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import pathlib
@@ -58,10 +59,27 @@ def throughput_seconds(fn, inputs, budget_s=0.15, max_calls=1000, rounds=3):
     recorded around a whole run of calls after warm-up, the median of ``rounds`` runs. What
     a pipeline that launches products one after another sees; host time between launches
     counts where it leaves the GPU idle. :func:`time_fn` times each call on its own
-    (latency)."""
+    (latency); :class:`Interleaved` times several functions this way, their runs
+    interleaved."""
+    return interleaved_seconds({"fn": fn}, inputs, budget_s, max_calls, rounds)["fn"]
+
+
+def interleaved_seconds(methods, inputs, budget_s=0.15, max_calls=1000, rounds=5,
+                        contexts=None):
+    """``{name: seconds per call}`` of each function of ``methods`` (``{name: fn}``), timed as
+    :func:`throughput_seconds` times one, their runs interleaved: round ``r`` runs every
+    function once, in an order rotated by ``r``, and each keeps the median of its rounds.
+
+    A GPU's clocks and power state drift over the tenths of a second a row takes, moving one
+    cuBLAS GEMM's time by a tenth or more from one run to the next: timed one after another,
+    two functions doing the same work could read that far apart. Interleaved, a drift falls
+    on every function alike, and no function always runs first. ``contexts``: ``{name:
+    factory}``, a context manager the named function's calls run in (entered outside its
+    timed span)."""
+    contexts = contexts or {}
     calls = len(inputs)
 
-    def run(count):
+    def run(fn, count):
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
         start.record()
         for k in range(count):
@@ -70,9 +88,38 @@ def throughput_seconds(fn, inputs, budget_s=0.15, max_calls=1000, rounds=3):
         end.synchronize()
         return cupy.cuda.get_elapsed_time(start, end) * 1e-3 / count
 
-    run(max(3, calls))                                    # warm-up
-    count = int(min(max_calls, max(calls, budget_s / rounds / max(run(calls), 1e-7))))
-    return float(numpy.median([run(count) for _ in range(rounds)]))
+    names = list(methods)
+    counts = {}
+    for name in names:
+        with contexts.get(name, contextlib.nullcontext)():
+            run(methods[name], max(3, calls))                     # warm-up
+            once = run(methods[name], calls)
+        counts[name] = int(min(max_calls, max(calls, budget_s / rounds / max(once, 1e-7))))
+    times = {name: [] for name in names}
+    for r in range(rounds):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            with contexts.get(name, contextlib.nullcontext)():
+                times[name].append(run(methods[name], counts[name]))
+    return {name: float(numpy.median(ts)) for name, ts in times.items()}
+
+
+class Interleaved:
+    """A timer of the suites' rows (:func:`kscupy.bench.engine.time_methods`): called as
+    ``timer(fn, inputs)`` it times one function, ``{"seconds": ...}`` by
+    :func:`throughput_seconds`; ``timer.together(methods, inputs, contexts)`` times several
+    at once, ``{"seconds": {name: ...}}`` by :func:`interleaved_seconds`, each with
+    ``budget_s`` seconds of calls in ``rounds`` runs."""
+
+    def __init__(self, budget_s=0.15, rounds=5):
+        self.budget_s, self.rounds = budget_s, rounds
+
+    def __call__(self, fn, inputs):
+        return {"seconds": self.together({"fn": fn}, inputs)["seconds"]["fn"]}
+
+    def together(self, methods, inputs, contexts=None):
+        return {"seconds": interleaved_seconds(methods, inputs, self.budget_s,
+                                               rounds=self.rounds, contexts=contexts)}
 
 
 def measure_ceilings():

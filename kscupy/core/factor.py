@@ -324,6 +324,24 @@ class Factor:
             D = cache[key] = arrays.frozen(todense(self.oriented(tiles), self.xp))
         return D
 
+    def block_dense(self) -> "Factor":
+        """This view as a factor of pattern ``(a, b*d, c*d, 1)``: the ``a`` dense diagonal
+        blocks of its dense matrix, block ``i`` the ``(b*d) x (c*d)`` matrix of the ``d``
+        groups ``(i, j)``, whose element ``(k*d + j, l*d + j')`` is the group's ``(k, l)``
+        where ``j = j'`` and zero elsewhere. It applies the same operator with ``d`` times
+        the values and the arithmetic, as GEMMs on operands where they lie in either layout
+        (the ``block_dense`` backend). Formed once and kept in the cache when its values
+        take at most :data:`DENSE_CACHE_BYTES` (larger ones are formed on every call)."""
+        a, b, c, d = self.pattern
+        if self.dtype.itemsize * a * b * c * d * d > DENSE_CACHE_BYTES:
+            return _block_dense(self.blocks, self.pattern, self.xp)
+        key = ("block dense", self.transposed, self.conjugated)
+        tiles, cache = self.storage.state
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = _block_dense(self.oriented(tiles), self.pattern, self.xp)
+        return found
+
     @property
     def address(self) -> int:
         """Device (or host) address of the stored values."""
@@ -351,6 +369,17 @@ class Factor:
         if S is None:
             S = cache[key] = tocsr(self.oriented(tiles), self.xp)
         return S
+
+
+def _block_dense(blocks, pattern, xp) -> Factor:
+    """:meth:`Factor.block_dense` of the view whose ``(a, d, b, c)`` blocks are ``blocks``."""
+    a, b, c, d = pattern
+    # E[i, k, j, l, j'] is row k*d + j, column l*d + j' of diagonal block i: group (i, j)'s
+    # (k, l) where j = j' (chosen, not multiplied by the identity: inf * 0 is NaN)
+    same_group = xp.eye(d, dtype=bool)[:, None, :]
+    E = xp.where(same_group, blocks.transpose(0, 2, 1, 3)[..., None],
+                 xp.zeros((), dtype=blocks.dtype))
+    return Factor.of_blocks(E.reshape(a, 1, b * d, c * d), (a, b * d, c * d, 1))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

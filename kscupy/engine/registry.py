@@ -163,6 +163,23 @@ def _prepare_groups(precision):
     return prepare
 
 
+def _prepare_block_dense(factor, X, layout, config):
+    """The BMM algorithm on the factor's dense diagonal blocks (:meth:`Factor.block_dense`),
+    formed once where kept, else on every call."""
+    groups = _prepare_groups("default")
+    a, b, c, d = factor.pattern
+    if factor.dtype.itemsize * a * b * c * d * d <= DENSE_CACHE_BYTES:
+        return groups(factor.block_dense(), X, layout, config)
+    return lambda X: groups(factor.block_dense(), X, layout, config)(X)
+
+
+def _block_dense_fits(problem, device):
+    """Several rows of groups of several groups (with ``a = 1`` it is ``dense``, with
+    ``d = 1`` ``bmm``), the diagonal blocks kept (at most DENSE_CACHE_BYTES)."""
+    a, b, c, d = problem.pattern
+    return a > 1 and d > 1 and problem.itemsize * a * b * c * d * d <= DENSE_CACHE_BYTES
+
+
 def _groups_fit(precision):
     return lambda problem, device: runs_at(problem.dtype, precision)
 
@@ -285,6 +302,13 @@ REGISTRY = {b.name: b for b in (
                 "blocks too small for the tensor cores, and beyond its 2^31 leading "
                 "dimensions this runs bmm's permuting form at default precision). A "
                 "candidate of auto_tf32, never of auto"),
+    Backend("block_dense", frozenset({"gpu"}), _prepare_block_dense,
+            gpu_costs.block_dense_seconds, in_auto=True, fits=_block_dense_fits,
+            doc="one GEMM per row of groups on the dense matrix's diagonal block (b*d x "
+                "c*d, d times bmm's arithmetic): cuBLAS's strided-batched GEMM on operands "
+                "where they lie, with no transposes in either layout, float16 summed in "
+                "float32; the blocks formed on first use and kept when at most "
+                "DENSE_CACHE_BYTES"),
     Backend("dense", _BOTH, _prepare_dense("default"), _dense_seconds("default"),
             in_auto=True, fits=_dense_fits,
             doc="GEMM on the dense matrix, formed on first use and kept when at most "

@@ -117,7 +117,9 @@ class KSOperator:
             output, fast to compile, slow to run (what ``auto`` runs while its kernel
             compiles in the background); ``"bmm"``: one GEMM per group (on CuPy
             cuBLAS's strided-batched GEMM on the groups where they lie, with no permutation
-            except two transposes in ``"bsf"`` with ``d > 1``); ``"bmm_tf32"``: the same
+            except two transposes in ``"bsf"`` with ``d > 1``); ``"block_dense"``: one
+            GEMM per row of groups on the dense matrix's ``(b*d) x (c*d)`` diagonal block
+            (``d`` times the arithmetic, no transposes; on CuPy); ``"bmm_tf32"``: ``"bmm"``
             with TF32 allowed, opt-in only; ``"einsum"``: one tensor contraction (the
             paper's Appendix A); ``"dense_tf32"``: ``"dense"`` with TF32 allowed, opt-in
             only; ``"dense"``: GEMM on the dense matrix, kept when small;

@@ -21,8 +21,9 @@ import cupy  # noqa: E402
 #: small-batch kernel (any batch: wide ones run in passes), and the direct kernel (what auto
 #: runs while one of the others compiles); and the prepared cuBLAS calls (kernels/gemm.py)
 #: on the groups where they lie (``bmm``), whose addressing is as much index math as a
-#: kernel's, and on the dense matrix (``dense``).
-KERNELS = ["kernel", "kernel_fma", "kernel_skinny", "direct", "bmm", "dense"]
+#: kernel's, on the dense matrix's diagonal blocks (``block_dense``) and on the dense matrix
+#: (``dense``).
+KERNELS = ["kernel", "kernel_fma", "kernel_skinny", "direct", "bmm", "block_dense", "dense"]
 kernels = pytest.mark.parametrize("backend", KERNELS)
 BATCHES = [1, 3, 127, 1000, 100003]
 EDGE_PATTERNS = [(1, 1, 1, 1), (1, 2, 2, 1), (8, 2, 2, 8), (1, 2, 2, 4096), (4096, 2, 2, 1),

@@ -16,10 +16,13 @@ families below it.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy
 
 from ...core import arrays
 from ...core.device import DeviceFacts
+from ...core.pattern import KSPattern
 from ...core.problem import Problem
 from ...kernels.ks_mma import ORDER_NAMES
 from ...kernels.ks_skinny import MAX_NB
@@ -27,9 +30,9 @@ from . import constants
 
 __all__ = ["kernel_seconds", "bmm_seconds", "group_gemm_variant", "gemm_peak", "tensor_peak",
            "dense_seconds", "mma_kernel_seconds", "mma_batch_last_seconds", "skinny_seconds",
-           "direct_seconds", "segment_seconds", "pair_seconds", "rows_seconds",
-           "gather_seconds", "transpose_seconds", "launch_seconds", "single_constants",
-           "bsf_gradient_seconds"]
+           "direct_seconds", "block_dense_seconds", "segment_seconds", "pair_seconds",
+           "rows_seconds", "gather_seconds", "transpose_seconds", "launch_seconds",
+           "single_constants", "bsf_gradient_seconds"]
 
 
 def _constants(device: DeviceFacts) -> constants.GpuConstants:
@@ -236,6 +239,15 @@ def bmm_seconds(problem: Problem, device: DeviceFacts, precision: str = "default
     if problem.batch > 1 and problem.batch_contiguous != (problem.layout == "bsl"):
         seconds += transpose_seconds(N, problem.batch, isz, device)
     return seconds
+
+
+def block_dense_seconds(problem: Problem, device: DeviceFacts) -> float:
+    """cuBLAS's GEMMs on the dense diagonal blocks (``Factor.block_dense``): bmm's model
+    (:func:`bmm_seconds`) of the problem whose pattern is ``(a, b*d, c*d, 1)``, which is
+    what runs: ``d`` times the arithmetic and the values, no transposes."""
+    a, b, c, d = problem.pattern
+    return bmm_seconds(dataclasses.replace(problem, pattern=KSPattern(a, b * d, c * d, 1)),
+                       device)
 
 
 def bsf_gradient_seconds(pattern, batch: int, dtype, device: DeviceFacts) -> dict:

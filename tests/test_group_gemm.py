@@ -231,6 +231,46 @@ def test_group_products_match_the_definition(gemm, dtype, layout):
             assert err < tol, ((a, b, c, d), transposed, conjugated, B, kind, err)
 
 
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64, numpy.float16])
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_block_dense_products_match_the_definition(gemm, dtype, layout):
+    """The block_dense backend's product: the groups' calls on the factor's dense diagonal
+    blocks (Factor.block_dense, pattern (a, b*d, c*d, 1)), for every view, against the dense
+    matrix of the view's own blocks."""
+    rng = numpy.random.default_rng(4)
+    tol = 2e-3 if dtype == numpy.float16 else 1e-5
+    for (a, b, c, d), (transposed, conjugated), B in itertools.product(
+            PATTERNS, itertools.product([False, True], repeat=2), [1, 5]):
+        stored = Factor.of_blocks(host(_random(rng, (a, d, b, c), dtype)), (a, b, c, d))
+        factor = stored.view(transposed, conjugated)
+        wide = factor.block_dense()
+        assert tuple(wide.pattern) == (a, factor.pattern.b * d, factor.pattern.c * d, 1)
+        blocks = Factor.of_blocks(host(wide.tiles), wide.pattern)
+        D = factor.todense().astype(numpy.complex128)
+        X = host(_random(rng, (D.shape[1], B) if layout == "bsl" else (B, D.shape[1]), dtype))
+        Y = gemm.prepare_groups(blocks, X, layout)(X)
+        ref = D @ X if layout == "bsl" else numpy.asarray(X) @ D.T
+        err = numpy.abs(Y - ref).max() / max(1.0, numpy.abs(ref).max())
+        assert Y.dtype == dtype and err < tol, ((a, b, c, d), transposed, conjugated, B, err)
+
+
+def test_block_dense_blocks_keep_infinities_and_zeros_apart():
+    """An infinite value stays in its place and the zeros around it stay zero (chosen, not
+    multiplied by an identity: inf * 0 would be NaN); the blocks are kept and a write
+    replaces them."""
+    tiles = numpy.ones((2, 3, 2, 2), numpy.float32)
+    tiles[1, 2, 0, 1] = numpy.inf
+    factor = Factor.of_blocks(tiles, (2, 2, 2, 3))
+    E = factor.block_dense().tiles.reshape(2, 2, 3, 2, 3)     # (i, k, j, l, j')
+    assert E[1, 0, 2, 1, 2] == numpy.inf
+    assert numpy.isfinite(numpy.delete(E.ravel(), numpy.ravel_multi_index(
+        (1, 0, 2, 1, 2), E.shape))).all()
+    assert numpy.count_nonzero(E) == tiles.size
+    assert factor.block_dense() is factor.block_dense()
+    factor.write(2 * numpy.ones((2, 3, 2, 2), numpy.float32))
+    assert factor.block_dense().tiles.max() == 2
+
+
 @pytest.fixture
 def recorded(gemm, monkeypatch):
     """``record(index)``: a list that gets argument ``index`` of every strided-batched call

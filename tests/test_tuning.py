@@ -120,6 +120,21 @@ def test_cache_dir_defaults_to_user_cache(monkeypatch, tmp_path):
     assert ks.engine.tuning_cache_path() == tmp_path / "kscupy" / "tuning.json"
 
 
+def test_block_dense_is_weighed_for_several_rows_of_several_groups_it_can_keep():
+    """With a = 1 it is dense and with d = 1 bmm, which auto weighs already; blocks beyond
+    DENSE_CACHE_BYTES would be formed on every call. Its price grows with d (d times the
+    arithmetic) where bmm's does not."""
+    fits = registry.get("block_dense").fits
+    assert fits(_problem((4, 64, 64, 4), 25088, numpy.float16, "bsf", False), RATES)
+    for pattern in ((1, 64, 64, 4), (4, 64, 64, 1), (16, 512, 512, 64)):
+        assert not fits(_problem(pattern, 25088, numpy.float16, "bsf", False), RATES), pattern
+    seconds = lambda d: decide.seconds(  # noqa: E731
+        _problem((4, 128, 128, d), 25088, numpy.float16, "bsf", False), "block_dense", FITTED)
+    bmm = lambda d: decide.seconds(  # noqa: E731
+        _problem((4, 128, 128, d), 25088, numpy.float16, "bsf", False), "bmm", FITTED)
+    assert seconds(32) / seconds(2) > 2 * bmm(32) / bmm(2)
+
+
 def test_cost_model_prefers_fusion_when_memory_bound():
     seconds = lambda p, be: decide.seconds(p, be, RATES)   # noqa: E731
     small_blocks = _problem((64, 2, 2, 64), 25088)

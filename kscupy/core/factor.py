@@ -379,7 +379,9 @@ def _block_dense(blocks, pattern, xp) -> Factor:
     same_group = xp.eye(d, dtype=bool)[:, None, :]
     E = xp.where(same_group, blocks.transpose(0, 2, 1, 3)[..., None],
                  xp.zeros((), dtype=blocks.dtype))
-    return Factor.of_blocks(E.reshape(a, 1, b * d, c * d), (a, b * d, c * d, 1))
+    # (NumPy's where follows its operands' order: a transposed view's would not be C order)
+    return Factor.of_blocks(xp.ascontiguousarray(E.reshape(a, 1, b * d, c * d)),
+                            (a, b * d, c * d, 1))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

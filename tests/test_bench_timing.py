@@ -8,15 +8,21 @@ import pytest
 from conftest import GPU_REASON, gpu_available
 
 
-@pytest.mark.gpu
-def test_throughput_and_latency_time_the_same_work():
+def _copy_of(elements, seed):
+    """``(x, copy)``: random float32 ``x`` on the GPU and ``copy(s)``, which copies ``s``
+    into a buffer of its size (bandwidth-bound work to time); skips without a GPU."""
     if not gpu_available():
         pytest.skip(GPU_REASON)
     import cupy
-    from kscupy.bench import timing
-    x = cupy.random.default_rng(0).standard_normal(1 << 26, dtype=numpy.float32)  # 256 MiB
+    x = cupy.random.default_rng(seed).standard_normal(elements, dtype=numpy.float32)
     y = cupy.empty_like(x)
-    copy = lambda s: y.__setitem__(slice(None), s)     # noqa: E731
+    return x, lambda s: y.__setitem__(slice(None), s)
+
+
+@pytest.mark.gpu
+def test_throughput_and_latency_time_the_same_work():
+    from kscupy.bench import timing
+    x, copy = _copy_of(1 << 26, 0)                      # 256 MiB
     back_to_back = timing.throughput_seconds(copy, [x])
     per_call = timing.time_fn(copy, [x])
     # a copy this large is bandwidth-bound: both see it; launch gaps are a small part
@@ -27,13 +33,8 @@ def test_throughput_and_latency_time_the_same_work():
 
 @pytest.mark.gpu
 def test_interleaved_runs_time_the_same_work_alike_and_enter_each_context():
-    if not gpu_available():
-        pytest.skip(GPU_REASON)
-    import cupy
     from kscupy.bench import timing
-    x = cupy.random.default_rng(1).standard_normal(1 << 24, dtype=numpy.float32)  # 64 MiB
-    y = cupy.empty_like(x)
-    copy = lambda s: y.__setitem__(slice(None), s)     # noqa: E731
+    x, copy = _copy_of(1 << 24, 1)                      # 64 MiB
     entered = []
 
     @contextlib.contextmanager

@@ -209,6 +209,16 @@ PATTERNS = [(1, 1, 1, 1), (2, 3, 4, 1), (1, 3, 4, 5), (3, 2, 5, 2), (2, 4, 3, 6)
             (4, 1, 2, 3), (3, 3, 2, 3)]
 
 
+def _views(rng, dtype):
+    """``(pattern, (transposed, conjugated), B, factor)``: a random factor of each of
+    :data:`PATTERNS` in each view, for batches of 1 and 5."""
+    for pattern, flags, B in itertools.product(
+            PATTERNS, itertools.product([False, True], repeat=2), [1, 5]):
+        a, b, c, d = pattern
+        stored = Factor.of_blocks(host(_random(rng, (a, d, b, c), dtype)), pattern)
+        yield pattern, flags, B, stored.view(*flags)
+
+
 @pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64, numpy.float16, numpy.float64])
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
 def test_group_products_match_the_definition(gemm, dtype, layout):
@@ -217,10 +227,7 @@ def test_group_products_match_the_definition(gemm, dtype, layout):
     in place or copied."""
     rng = numpy.random.default_rng(0)
     tol = 2e-3 if dtype == numpy.float16 else 1e-5
-    for (a, b, c, d), (transposed, conjugated), B in itertools.product(
-            PATTERNS, itertools.product([False, True], repeat=2), [1, 5]):
-        stored = Factor.of_blocks(host(_random(rng, (a, d, b, c), dtype)), (a, b, c, d))
-        factor = stored.view(transposed, conjugated)
+    for (a, b, c, d), (transposed, conjugated), B, factor in _views(rng, dtype):
         M, N = factor.shape
         D = factor.todense().astype(numpy.complex128)
         for kind, X in _operands(rng, (N, B) if layout == "bsl" else (B, N), dtype).items():
@@ -239,10 +246,7 @@ def test_block_dense_products_match_the_definition(gemm, dtype, layout):
     matrix of the view's own blocks."""
     rng = numpy.random.default_rng(4)
     tol = 2e-3 if dtype == numpy.float16 else 1e-5
-    for (a, b, c, d), (transposed, conjugated), B in itertools.product(
-            PATTERNS, itertools.product([False, True], repeat=2), [1, 5]):
-        stored = Factor.of_blocks(host(_random(rng, (a, d, b, c), dtype)), (a, b, c, d))
-        factor = stored.view(transposed, conjugated)
+    for (a, b, c, d), (transposed, conjugated), B, factor in _views(rng, dtype):
         wide = factor.block_dense()
         assert tuple(wide.pattern) == (a, factor.pattern.b * d, factor.pattern.c * d, 1)
         blocks = Factor.of_blocks(host(wide.tiles), wide.pattern)

@@ -63,7 +63,7 @@ def _replay_with_new_data(cupy, rng, graph, stream, X, out, oracle, replays=100,
         assert rel_err(out, oracle(x)) < tol
 
 
-@pytest.mark.parametrize("backend", ["bmm", "dense"])
+@pytest.mark.parametrize("backend", ["bmm", "block_dense", "dense"])
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
 def test_cublas_backends_are_captured(cupy, rng, backend, layout):
     """cuBLAS's products (which CuPy's own bindings refuse to call during a capture) replay

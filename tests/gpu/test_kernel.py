@@ -249,7 +249,8 @@ def test_tune_and_cache(tmp_path, monkeypatch):
     from kscupy.engine import decide
     K = ks.KSMatrix.random((4, 32, 32, 4), dtype=numpy.float32, xp=cupy, seed=2)
     choice = ks.tune(K, 4096, layout="bsl", progress=False, n_repeat=3)
-    assert choice.backend in ("kernel", "kernel_bsl", "kernel_fma", "kernel_skinny", "bmm", "dense")
+    assert choice.backend in ("kernel", "kernel_bsl", "kernel_fma", "kernel_skinny", "bmm",
+                              "block_dense", "dense")
     assert (tmp_path / "tuning.json").exists()
     X = cupy.random.default_rng(1).standard_normal((K.shape[1], 4096), dtype=numpy.float32)
     problem = problem_of(K.factor, X, "bsl")

@@ -15,6 +15,13 @@ prints, per layout, what ``auto`` would reach on the file's measured times if it
 the current constants. Runs on the CPU (the device's facts are read from the file; no tuning
 cache is read).
 
+Several files (of one GPU) are fitted together, the first giving the device's facts:
+
+    python3 benchmarks/fit_costs.py probe_block_dense_h100.json interop.json --rates parity.json
+
+(the tensor-core kernel's times of the first and the bf16 rows of the second, bfloat16 priced
+as float16: the fit of ``mma/group_hmma`` in ``gpu-h100.json``).
+
     python3 benchmarks/fit_costs.py --bmm benchmarks/results/bmm_groups.json
 
 fits bmm's keys instead (``group_gemm_variant``: per dtype and precision, and whether
@@ -59,12 +66,14 @@ AUTO = {"default": "auto", "tf32": "auto_tf32"}
 
 
 def problems(rows):
-    """``(problem, row, precision)`` of the rows that timed the tensor-core kernel."""
+    """``(problem, row, precision)`` of the rows that timed the tensor-core kernel; bfloat16
+    rows as float16 (the same kernels, at the same tensor-core rate)."""
     for row in rows:
         precision = row.get("precision", "default")
         if KERNEL[precision] not in row["seconds"]:
             continue
-        p = Problem(ks.KSPattern(*row["pattern"]), row["batch"], numpy.dtype(row["dtype"]),
+        dtype = "float16" if row["dtype"] == "bfloat16" else row["dtype"]
+        p = Problem(ks.KSPattern(*row["pattern"]), row["batch"], numpy.dtype(dtype),
                     row["layout"], row["layout"] == "bsl", False)
         yield p, row, precision
 
@@ -159,7 +168,9 @@ def compare_chains(data, rates, max_cluster=None):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", help="an engine.json with 'rates' (the model's device rates)")
+    parser.add_argument("results", nargs="+",
+                        help="an engine.json with 'rates' (the model's device rates); the rows "
+                             "of further files (of the same GPU) are fitted with its rows")
     parser.add_argument("--current", action="store_true", help="replay auto only, no fit")
     parser.add_argument("--bmm", action="store_true",
                         help="fit bmm's keys to a probe_bmm.py file instead")
@@ -170,7 +181,8 @@ def main():
                         help="--chains: most blocks of a cluster the file's GPU ran (default: "
                              "the file's device facts)")
     args = parser.parse_args()
-    data = json.loads(pathlib.Path(args.results).read_text())
+    files = [json.loads(pathlib.Path(name).read_text()) for name in args.results]
+    data = dict(files[0], rows=[row for f in files for row in f["rows"]])
     source = json.loads(pathlib.Path(args.rates).read_text()) if args.rates else data
     rates = devices.from_record(source["rates"])
     os.environ["KSCUPY_CACHE_DIR"] = tempfile.mkdtemp()    # the model, never a tuning cache

@@ -48,3 +48,16 @@ def test_interleaved_runs_time_the_same_work_alike_and_enter_each_context():
     assert len(entered) == 1 + 5        # the warm-up and calibration, then one per round
     one = timing.Interleaved(budget_s=0.05)(copy, [x])
     assert 0.7 < one["seconds"] / times["a"] < 1.3, (one, times)
+
+
+@pytest.mark.gpu
+def test_the_engine_rows_timer_gives_throughput_and_latency_of_each_method():
+    from kscupy.bench import engine
+    x, copy = _copy_of(1 << 24, 2)                      # 64 MiB
+    times = engine.EventsAndCalls(budget_s=0.05).together({"a": copy, "b": copy}, [x])
+    assert set(times) == {"seconds", "call_seconds"}
+    for field in times.values():
+        assert set(field) == {"a", "b"} and 0.7 < field["a"] / field["b"] < 1.3, times
+    one = engine.EventsAndCalls(budget_s=0.05)(copy, [x])
+    assert set(one) == {"seconds", "call_seconds"}
+    assert 0.7 < one["seconds"] / one["call_seconds"] < 1.3, one

@@ -20,8 +20,9 @@ sample's seed is drawn at run time and recorded. A row where ``auto`` reads belo
 the best baseline is timed a second time, every method, each keeping its faster time
 (``retime_misses``; the first times stay in the row's ``first_seconds``).
 A row's ``seconds`` are per call of calls run back to back between two CUDA events
-(throughput, the file's ``"timing": "events"``), its ``call_seconds`` the median of calls
-timed one at a time (latency).
+(throughput, the file's ``"timing": "events"``; a row's methods timed together, their runs
+interleaved, :class:`.timing.Interleaved`), its ``call_seconds`` the median of calls timed
+one at a time (latency).
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ from ..core.problem import problem_of
 from ..engine import decide
 from .baselines import NONE
 from .grid import paper_grid, stratified_sample
-from .timing import l2_bytes, progress, run_metadata, throughput_seconds, time_fn
+from .timing import Interleaved, l2_bytes, progress, run_metadata, time_fn
 from ..arguments import UsageError, choice_list, nonnegative_int
 from .results import read_results
 from .timing import measure_ceilings as copy_and_sgemm
@@ -140,11 +141,27 @@ def median_gpu_seconds(fn, inputs):
     return {"seconds": time_fn(fn, inputs)}
 
 
-def events_and_call_seconds(fn, inputs):
-    """``{"seconds": ..., "call_seconds": ...}``: the time per call of back-to-back calls
-    between two CUDA events (throughput, what a pipeline sees: the rows' figure, recorded
-    as ``"timing": "events"``) and the median per-call time (latency)."""
-    return {"seconds": throughput_seconds(fn, inputs), "call_seconds": time_fn(fn, inputs)}
+class EventsAndCalls(Interleaved):
+    """The rows' timer: ``seconds``, the time per call of back-to-back calls between two
+    CUDA events (throughput, what a pipeline sees: the rows' figure, recorded as
+    ``"timing": "events"``), the methods of a row timed together, their runs interleaved
+    (:class:`~kscupy.bench.timing.Interleaved`); and ``call_seconds``, each method's median
+    per-call time (latency)."""
+
+    def __call__(self, fn, inputs):
+        return {name: times["fn"] for name, times in self.together({"fn": fn}, inputs).items()}
+
+    def together(self, methods, inputs, contexts=None):
+        out = super().together(methods, inputs, contexts)
+        out["call_seconds"] = {}
+        for name, fn in methods.items():
+            with (contexts or {}).get(name, contextlib.nullcontext)():
+                out["call_seconds"][name] = time_fn(fn, inputs)
+        return out
+
+
+#: The engine suite's timer (and that of the suites made of its rows).
+EVENTS_AND_CALLS = EventsAndCalls()
 
 
 def operands(pattern, layout, dtype, B):
@@ -226,13 +243,13 @@ def timed(methods, inputs, timer, contexts=None):
 
 
 def bench_row(pattern, layout, dtype, precision, sample, args, ceilings, *, batch=None,
-              timer=events_and_call_seconds, suite="patterns", extra_methods=(),
+              timer=EVENTS_AND_CALLS, suite="patterns", extra_methods=(),
               baselines=NONE, framework_operands=False):
     """One row: every method of ``precision`` (and the kscupy backends ``extra_methods``) on
     one pattern and layout, its relative error against the float64 oracle and its time.
     ``batch`` defaults to :data:`BATCH` of the dtype; ``timer(fn, inputs)`` returns
     ``{field: seconds}``, each field a dict of the row keyed by method (default:
-    :func:`events_and_call_seconds`). ``baselines``: those beyond CuPy's;
+    :data:`EVENTS_AND_CALLS`). ``baselines``: those beyond CuPy's;
     ``framework_operands``: time ``auto`` on their framework's arrays too (method
     ``auto_<name>``, e.g. ``auto_torch``: ``K @ tensor`` through DLPack, a tensor back)."""
     B = BATCH[dtype] if batch is None else batch

@@ -8,8 +8,9 @@ float16 and float32 at B = 25088, float64, complex64 and complex128 at B = 8192 
 suite's batches, :data:`.engine.BATCH`), the default and the held-out sample of the paper's
 grid (the held-out seed drawn at run time and recorded). Rows have the engine suite's schema
 (:mod:`.engine`); only ``auto`` and the baselines are timed (throughput: back-to-back calls
-between CUDA events, the methods' runs interleaved, :class:`.timing.Interleaved`), so a row costs about a third of an engine row and the five dtypes fit
-a few device calls (``--append`` goes on where a file stops, with its ceilings and seed).
+between CUDA events, the methods' runs interleaved, :class:`.timing.Interleaved`), so a row
+costs about a third of an engine row and the five dtypes fit a few device calls
+(``--append`` goes on where a file stops, with its ceilings and seed).
 
 A row's ``floor_s`` is max(bytes / copy bandwidth, flops / rate) (:func:`floor_seconds`),
 the rate that of its dtype's tensor-core GEMM measured in the same run: cuBLAS's float16

@@ -97,18 +97,18 @@ def rows_of_case(pattern, layout, dtype, B, archs, args, ceilings, baselines=NON
         name = f"auto@{arch}"
         methods[name] = (lambda Ka: lambda x: Ka.matmul(x, layout=layout, backend="auto"))(Ka)
         contexts[name] = functools.partial(emulated, arch)
-    timed = {"seconds": {}, "relerr": {}}
-    engine.time_methods(timed, methods, inputs, ref, layout, TIMER, contexts)
+    measured = {"seconds": {}, "relerr": {}}
+    engine.time_methods(measured, methods, inputs, ref, layout, TIMER, contexts)
     # a second timing of everything where auto misses under any architecture
-    worst = min(archs, key=lambda arch: engine.lead_ratio(timed, f"auto@{arch}"))
-    engine.retime_misses(timed, methods, inputs, TIMER, f"auto@{worst}", contexts)
+    worst = min(archs, key=lambda arch: engine.lead_ratio(measured, f"auto@{arch}"))
+    engine.retime_misses(measured, methods, inputs, TIMER, f"auto@{worst}", contexts)
     rows = []
     for arch, Ka in matrices.items():
         row = {"suite": "patterns", "sample": "default", "pattern": list(pattern),
                "layout": layout, "dtype": dtype, "precision": "default", "batch": B,
                "emulated_arch": arch,
                "floor_s": engine.floor_seconds(pattern, B, dtype, "default", ceilings)}
-        for field, times in timed.items():
+        for field, times in measured.items():
             row[field] = {("auto" if name == f"auto@{arch}" else name): t
                           for name, t in times.items()
                           if not name.startswith("auto@") or name == f"auto@{arch}"}

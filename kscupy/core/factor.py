@@ -28,10 +28,18 @@ from . import arrays
 from .reference import tocsr, todense
 from .pattern import KSPattern
 
-__all__ = ["Factor", "FactorCache", "FactorChain", "Storage", "DENSE_CACHE_BYTES"]
+__all__ = ["Factor", "FactorCache", "FactorChain", "Storage", "DENSE_CACHE_BYTES",
+           "block_dense_bytes"]
 
 #: A factor keeps its dense matrix (see :meth:`Factor.dense`) only up to this size.
 DENSE_CACHE_BYTES = 256 * 2**20
+
+def block_dense_bytes(pattern, itemsize: int) -> int:
+    """The bytes of the ``a`` dense ``(b*d) x (c*d)`` diagonal blocks of a factor of
+    ``pattern`` (:meth:`Factor.block_dense`): ``d`` times its values."""
+    a, b, c, d = pattern
+    return itemsize * a * b * c * d * d
+
 
 #: The cache key of the verdict of :attr:`Factor.structure` (True or False).
 _STRUCTURE_HOLDS = "structure holds"
@@ -332,8 +340,7 @@ class Factor:
         the values and the arithmetic, as GEMMs on operands where they lie in either layout
         (the ``block_dense`` backend). Formed once and kept in the cache when its values
         take at most :data:`DENSE_CACHE_BYTES` (larger ones are formed on every call)."""
-        a, b, c, d = self.pattern
-        if self.dtype.itemsize * a * b * c * d * d > DENSE_CACHE_BYTES:
+        if block_dense_bytes(self.pattern, self.dtype.itemsize) > DENSE_CACHE_BYTES:
             return _block_dense(self.blocks, self.pattern, self.xp)
         key = ("block dense", self.transposed, self.conjugated)
         tiles, cache = self.storage.state

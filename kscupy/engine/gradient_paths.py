@@ -52,6 +52,7 @@ import threading
 import numpy
 
 from ..core import device as devices
+from ..core.factor import block_dense_bytes
 from ..kernels import gemm, ks_values_grad
 from .costs import gpu as gpu_costs
 from .single import pipeline_seconds
@@ -152,14 +153,14 @@ def _run_and_plan(way, G, X, pattern, layout, exact):
 
 
 def _applies(way, pattern, layout, dtype, batch, device) -> bool:
-    a, b, c, d = pattern
+    d = pattern[3]
     if way == "kernel":
         return device.tensor_cores
     if way == "cublas_whole":
         return gemm.batch_chunks(pattern, batch, device.sms, dtype) > 1
     if way == "cublas_diagonal":
         return layout == "bsf" and d > 1 and \
-            a * b * c * d * d * numpy.dtype(dtype).itemsize <= DIAGONAL_MAX_BYTES
+            block_dense_bytes(pattern, numpy.dtype(dtype).itemsize) <= DIAGONAL_MAX_BYTES
     return True
 
 

@@ -31,7 +31,7 @@ import numpy
 from ..core import arrays, reference
 from ..core.arrays import runs_at
 from ..core.device import TENSOR_CORE_CC
-from ..core.factor import DENSE_CACHE_BYTES
+from ..core.factor import DENSE_CACHE_BYTES, block_dense_bytes
 from ..kernels import gemm, ks_direct, ks_matmul, ks_mma, ks_skinny
 from .costs import cpu as cpu_costs, gpu as gpu_costs
 
@@ -167,8 +167,7 @@ def _prepare_block_dense(factor, X, layout, config):
     """The BMM algorithm on the factor's dense diagonal blocks (:meth:`Factor.block_dense`),
     formed once where kept, else on every call."""
     groups = _prepare_groups("default")
-    a, b, c, d = factor.pattern
-    if factor.dtype.itemsize * a * b * c * d * d <= DENSE_CACHE_BYTES:
+    if block_dense_bytes(factor.pattern, factor.dtype.itemsize) <= DENSE_CACHE_BYTES:
         return groups(factor.block_dense(), X, layout, config)
     return lambda X: groups(factor.block_dense(), X, layout, config)(X)
 
@@ -177,7 +176,8 @@ def _block_dense_fits(problem, device):
     """Several rows of groups of several groups (with ``a = 1`` it is ``dense``, with
     ``d = 1`` ``bmm``), the diagonal blocks kept (at most DENSE_CACHE_BYTES)."""
     a, b, c, d = problem.pattern
-    return a > 1 and d > 1 and problem.itemsize * a * b * c * d * d <= DENSE_CACHE_BYTES
+    return a > 1 and d > 1 and \
+        block_dense_bytes(problem.pattern, problem.itemsize) <= DENSE_CACHE_BYTES
 
 
 def _groups_fit(precision):

@@ -77,18 +77,26 @@ def test_products_against_the_definition(module, rng, pattern, layout):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("backend", ["kernel", "dense", "bmm", "direct"])
-def test_each_gpu_backend(poisoned, rng, backend):
+@pytest.mark.parametrize("backend", ["kernel", "kernel_bsl", "kernel_fma", "kernel_skinny",
+                                     "direct", "bmm", "block_dense", "dense"])
+@pytest.mark.parametrize("pattern", [(4, 32, 48, 2), (3, 5, 7, 4), (3, 16, 8, 1), (1, 24, 40, 3)])
+def test_each_gpu_backend(poisoned, rng, backend, pattern):
+    """Every GPU backend a product may run (``auto`` picks among them by the model or by
+    timing), each layout, batches of one, a few and an odd many."""
     if not gpu_available():
         pytest.skip("needs CuPy and a CUDA device")
     import cupy
-    K = ks.KSMatrix(bf16_array(rng, (4, 32, 48, 2), cupy))
+    a, b, c, d = pattern
+    if backend == "block_dense" and (a == 1 or d == 1):
+        pytest.skip("block_dense runs several rows of several groups (a > 1, d > 1)")
+    K = ks.KSMatrix(bf16_array(rng, pattern, cupy))
     D = dense_oracle(as64(K.values))
     for layout in ("bsl", "bsf"):
-        X = bf16_array(rng, (K.shape[1], 300) if layout == "bsl" else (300, K.shape[1]), cupy)
-        Y = K.matmul(X, layout=layout, backend=backend)
-        ref = D @ as64(X) if layout == "bsl" else as64(X) @ D.T
-        assert Y.dtype == BF16 and rel_err(Y, ref) < TOL, (layout, rel_err(Y, ref))
+        for B in (1, 3, 127, 300):
+            X = bf16_array(rng, (K.shape[1], B) if layout == "bsl" else (B, K.shape[1]), cupy)
+            Y = K.matmul(X, layout=layout, backend=backend)
+            ref = D @ as64(X) if layout == "bsl" else as64(X) @ D.T
+            assert Y.dtype == BF16 and rel_err(Y, ref) < TOL, (layout, B, rel_err(Y, ref))
 
 
 def test_a_chain_and_mixed_dtypes(module, rng):

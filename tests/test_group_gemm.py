@@ -630,3 +630,32 @@ def test_chunks_below_one_are_refused(gemm):
     G, X = host(_random(rng, (3, 5), numpy.float32)), host(_random(rng, (4, 5), numpy.float32))
     with pytest.raises(ValueError, match="chunks must be at least 1"):
         gemm.values_gradient(G, X, (1, 3, 4, 1), "bsl", sms=1, chunks=0)
+
+
+def test_block_dense_keeps_bfloat16_where_the_array_module_would_widen_it():
+    """CuPy's ``where`` has no bfloat16 loop and returns float32, whose bytes cuBLAS would
+    then read as bfloat16 (a wrong product, with no error): the diagonal blocks are chosen as
+    16-bit patterns instead, and a module that widens anyway is refused, not used."""
+    from kscupy.core import arrays, factor as factors
+    bf16 = arrays.BFLOAT16
+    if bf16 is None:
+        pytest.skip("bfloat16 needs ml_dtypes (the test extra)")
+
+    def widening(condition, x, y):
+        out = numpy.where(condition, x, y)
+        return out.astype(numpy.float32) if out.dtype in (bf16, numpy.uint16) and \
+            widen_bits else out
+    xp = types.SimpleNamespace(eye=numpy.eye, zeros=numpy.zeros, where=widening,
+                               ascontiguousarray=numpy.ascontiguousarray)
+    rng = numpy.random.default_rng(6)
+    blocks = rng.standard_normal((3, 4, 5, 7)).astype(bf16)           # (a, d, b, c)
+    widen_bits = False      # bfloat16 widened, its bit patterns not (as CuPy does)
+    wide = factors._block_dense(blocks, (3, 5, 7, 4), xp)
+    assert wide.dtype == bf16
+    E = wide.tiles.reshape(3, 5, 4, 7, 4).astype(numpy.float64)      # (i, k, j, l, j')
+    for j in range(4):
+        assert (E[:, :, j, :, j] == blocks[:, j].astype(numpy.float64)).all()
+    assert numpy.count_nonzero(E) == numpy.count_nonzero(blocks.astype(numpy.float64))
+    widen_bits = True
+    with pytest.raises(TypeError, match="came out float32"):
+        factors._block_dense(blocks, (3, 5, 7, 4), xp)

@@ -382,10 +382,16 @@ def _block_dense(blocks, pattern, xp) -> Factor:
     """:meth:`Factor.block_dense` of the view whose ``(a, d, b, c)`` blocks are ``blocks``."""
     a, b, c, d = pattern
     # E[i, k, j, l, j'] is row k*d + j, column l*d + j' of diagonal block i: group (i, j)'s
-    # (k, l) where j = j' (chosen, not multiplied by the identity: inf * 0 is NaN)
+    # (k, l) where j = j' (chosen, not multiplied by the identity: inf * 0 is NaN). CuPy's
+    # where has no bfloat16 loop and would return float32, so bfloat16 values are chosen as
+    # their 16-bit patterns (zero's is +0.0).
+    chosen = blocks.view(numpy.uint16) if arrays.is_bfloat16(blocks.dtype) else blocks
     same_group = xp.eye(d, dtype=bool)[:, None, :]
-    E = xp.where(same_group, blocks.transpose(0, 2, 1, 3)[..., None],
-                 xp.zeros((), dtype=blocks.dtype))
+    E = xp.where(same_group, chosen.transpose(0, 2, 1, 3)[..., None],
+                 xp.zeros((), dtype=chosen.dtype))
+    if E.dtype != chosen.dtype:         # never hand cuBLAS values it would misread
+        raise TypeError(f"the dense diagonal blocks came out {E.dtype}, not {chosen.dtype}")
+    E = E.view(blocks.dtype)
     # (NumPy's where follows its operands' order: a transposed view's would not be C order)
     return Factor.of_blocks(xp.ascontiguousarray(E.reshape(a, 1, b * d, c * d)),
                             (a, b * d, c * d, 1))

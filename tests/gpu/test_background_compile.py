@@ -28,12 +28,27 @@ from kscupy.kernels import nvrtc  # noqa: E402
 from kscupy.core.problem import problem_of  # noqa: E402
 from test_kernel import check, oracle  # noqa: E402
 
-#: A pattern and batch that auto runs on a kernel in both layouts (B = 64: the tensor-core
-#: kernel in bsl, the small-batch kernel in bsf on an H200).
+#: A pattern and batch that auto runs on a kernel in both layouts where it weighs kernels only
+#: (B = 64: the tensor-core kernel in bsl, the small-batch kernel in bsf on an H200).
 PATTERN, BATCH = (16, 64, 64, 4), 64
-#: The source files of each backend auto may choose here: all compiled by the first call.
+#: The source files of each kernel backend auto may choose here: all compiled by the first
+#: call.
 CHOSEN_FILES = {"kernel": {"ks_mma.cu"}, "kernel_bsl": {"ks_mma.cu", "transpose.cu"},
                 "kernel_fma": {"ks_matmul.cu"}, "kernel_skinny": {"ks_skinny.cu"}}
+
+
+@pytest.fixture
+def kernels_only():
+    """auto weighs the kernel backends only (the cuBLAS ones compile nothing, and which wins
+    depends on the device's cost constants: an emulated device's pick cuBLAS here), its
+    memoized decisions forgotten before and after."""
+    weighed = decide.candidates
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decide, "candidates", lambda *args, **kwargs: [
+            b for b in weighed(*args, **kwargs) if b.name in CHOSEN_FILES])
+        decide.forget_decisions()
+        yield
+    decide.forget_decisions()
 
 
 @pytest.fixture
@@ -63,8 +78,8 @@ def _files_loaded():
 @pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64, numpy.float64],
                          ids=lambda t: numpy.dtype(t).name)
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
-def test_direct_kernel_answers_until_the_chosen_one_is_compiled(poisoned, gate, rng, dtype,
-                                                                 layout):
+def test_direct_kernel_answers_until_the_chosen_one_is_compiled(poisoned, gate, kernels_only,
+                                                                 rng, dtype, layout):
     K = ks.KSMatrix.random(PATTERN, dtype=dtype, xp=cupy, seed=3)
     M, N = K.shape
     X = cupy.asarray(random_array(rng, (N, BATCH) if layout == "bsl" else (BATCH, N), dtype))

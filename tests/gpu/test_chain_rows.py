@@ -13,6 +13,8 @@ import scipy.linalg
 import kscupy as ks
 from conftest import (DTYPES, RTOL, chain_oracle, gpu_available, gpu_chain, random_array,
                       rel_err, to_numpy)
+from kscupy.core import device
+from kscupy.engine.costs import constants
 from kscupy.kernels import ks_rows
 from kscupy.kernels.ks_rows import RowSegment, make_row_segment
 from kscupy.core.shuffle import inverse_permutation
@@ -173,7 +175,8 @@ def test_dft_auto_runs_rows(poisoned, rng, n, dtype):
         assert rel_err(Y, ref) < (2e-5 if dtype == numpy.complex64 else 1e-12), layout
         # the segment itself, whatever the model chose for this batch
         seg = _segment(F, numpy.dtype(dtype), layout, B) if ks_rows.rows_smem(
-            n, 1, numpy.dtype(dtype).itemsize, layout) <= ks_rows.SMEM_MAX else None
+            n, 1, numpy.dtype(dtype).itemsize, layout) <= min(
+                ks_rows.SMEM_MAX, device.current().smem_per_block) else None
         if seg is not None:
             assert rel_err(seg(cupy.asarray(X), layout), ref) < (
                 2e-5 if dtype == numpy.complex64 else 1e-12)
@@ -296,12 +299,16 @@ def test_interleaved_blocks_follow_writes(poisoned, rng, dtype):
 
 
 def test_rows_auto_plan_end_to_end(poisoned, rng):
-    """A random butterfly under auto: the plan holds a RowSegment and the product matches."""
+    """A random butterfly under auto: the product matches, and on a device whose cost
+    constants were fitted on it the plan holds a RowSegment (elsewhere, an emulated device
+    included, the unknown device's estimate may plan the factors' products instead)."""
     chain = gpu_chain(CHAINS["butterfly512"], numpy.float32, seed=5)
     D = chain_oracle(chain)
+    fitted = constants.fitted_on(device.current().name)
     for layout in ("bsl", "bsf"):
         plan = chain.plan(layout, numpy.float32, 25088)
-        assert any(isinstance(s, RowSegment) for s in plan.steps), plan.describe()
+        assert not fitted or any(isinstance(s, RowSegment) for s in plan.steps), \
+            plan.describe()
         X = random_array(rng, (512, 25088) if layout == "bsl" else (25088, 512), numpy.float32)
         ref = D @ X if layout == "bsl" else X @ D.T
         assert rel_err(chain.matmul(cupy.asarray(X), layout=layout), ref) < _tol(

@@ -99,6 +99,18 @@ def test_each_gpu_backend(poisoned, rng, backend, pattern):
             assert Y.dtype == BF16 and rel_err(Y, ref) < TOL, (layout, B, rel_err(Y, ref))
 
 
+def test_multiples_and_sums_stay_bfloat16(module, rng):
+    """``alpha * K``, ``K / alpha``, ``K + L`` and ``K - L`` hold bfloat16 values (CuPy's
+    arithmetic may compute them in float32: each is rounded once, back to bfloat16)."""
+    K = ks.KSMatrix(bf16_array(rng, (2, 6, 4, 3), module))
+    L = ks.KSMatrix(bf16_array(rng, (2, 6, 4, 3), module))
+    DK, DL = dense_oracle(as64(K.values)), dense_oracle(as64(L.values))
+    for result, expected in ((1.5 * K, 1.5 * DK), (K / 4, DK / 4), (K + L, DK + DL),
+                             (K - L, DK - DL)):
+        assert result.dtype == BF16 and result.values.dtype == BF16
+        assert rel_err(dense_oracle(as64(result.values)), expected) < TOL
+
+
 def test_a_chain_and_mixed_dtypes(module, rng):
     C = ks.butterfly(64, dtype=BF16, xp=module, seed=0)
     X = bf16_array(rng, (64, 5), module)

@@ -348,8 +348,10 @@ class KSMatrix(KSOperator):
                                  self.structure, self._factor.cache.values_id)
 
     def _scaled(self, alpha, divide):
-        values = self._canonical_values().astype(arrays.result_dtype(self.dtype, alpha))
-        return KSMatrix(values / alpha if divide else values * alpha)
+        # the result dtype held explicitly: CuPy's arithmetic may widen bfloat16 to float32
+        dtype = arrays.result_dtype(self.dtype, alpha)
+        values = self._canonical_values().astype(dtype)
+        return KSMatrix((values / alpha if divide else values * alpha).astype(dtype, copy=False))
 
     def _added(self, other, sign):
         if not isinstance(other, KSMatrix):
@@ -361,6 +363,8 @@ class KSMatrix(KSOperator):
             raise ValueError(f"cannot add KS matrices of different patterns "
                              f"{tuple(self.pattern)} and {tuple(other.pattern)}: the sum is "
                              f"not KS")
-        values = self._canonical_values().astype(arrays.result_dtype(self.dtype, other.dtype))
+        dtype = arrays.result_dtype(self.dtype, other.dtype)
+        values = self._canonical_values().astype(dtype)
         theirs = other._canonical_values()
-        return KSMatrix(values + theirs if sign > 0 else values - theirs)
+        return KSMatrix((values + theirs if sign > 0 else values - theirs).astype(dtype,
+                                                                                  copy=False))

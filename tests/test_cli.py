@@ -241,6 +241,9 @@ def test_bench_plot_needs_matplotlib(capsys, tmp_path, monkeypatch):
     (["--suite", "engine", "--append"], '{"rows": [{"a": 1}]}', "no ceilings recorded"),
     (["--suite", "engine", "--append", "--dtypes", "float16"],
      '{"rows": [{"a": 1}], "ceilings": {"sgemm": 1.0}}', "no float16 ceiling"),
+    (["--suite", "engine", "--append"],
+     '{"rows": [{"a": 1}], "ceilings": {"sgemm": 1.0}, "commit": "0000000"}',
+     "measured at commit 0000000"),
 ])
 def test_bench_requests_that_cannot_run_are_refused_before_running(capsys, tmp_path, args,
                                                                    engine_json, message):

@@ -46,7 +46,7 @@ from ..core.problem import problem_of
 from ..engine import decide
 from .baselines import NONE
 from .grid import paper_grid, stratified_sample
-from .timing import Interleaved, l2_bytes, progress, run_metadata, time_fn
+from .timing import Interleaved, l2_bytes, progress, run_metadata, source_commit, time_fn
 from ..arguments import UsageError, choice_list, nonnegative_int
 from .results import read_results
 from .timing import measure_ceilings as copy_and_sgemm
@@ -350,10 +350,17 @@ def check_heldout_room(args):
 
 
 def check_append(args, out):
-    """UsageError where ``--append`` names a file ``out`` that is no engine results file or
-    lacks a float16 row's ceiling."""
+    """UsageError where ``--append`` names a file ``out`` that is no engine results file,
+    lacks a float16 row's ceiling, or was measured at another commit (a file's rows are of
+    one commit: the one it records)."""
     if args.append and pathlib.Path(out).exists():
-        ceilings = read_results(out, "--append to").get("ceilings")
+        found = read_results(out, "--append to")
+        recorded, current = str(found.get("commit", "")), source_commit()
+        if recorded and "unknown" not in (recorded, current) and not (
+                recorded.startswith(current) or current.startswith(recorded)):
+            raise UsageError(f"--append to {out}: its rows were measured at commit "
+                             f"{recorded}, this checkout is {current}: start a new file")
+        ceilings = found.get("ceilings")
         if not isinstance(ceilings, dict):
             raise UsageError(f"--append to {out}: no ceilings recorded, not an engine "
                              f"results file")

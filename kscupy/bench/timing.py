@@ -136,7 +136,7 @@ def measure_ceilings():
     return {"copy_bandwidth_Bps": bandwidth, "sgemm_flops": 2 * m**3 / t}
 
 
-def _commit() -> str:
+def source_commit() -> str:
     """The source checkout's commit, ``BENCH_COMMIT`` where the checkout's own HEAD is not it
     (a copy of a working tree whose .git is older than its files), or "unknown" (an
     installed package)."""
@@ -159,7 +159,7 @@ def run_metadata() -> dict:
     return {
         "gpu": props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
         "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "cupy": cupy.__version__,
-        "kscupy": __version__, "commit": _commit(),
+        "kscupy": __version__, "commit": source_commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "command": " ".join([sys.executable.split("/")[-1]] + sys.argv),
     }

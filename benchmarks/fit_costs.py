@@ -34,6 +34,13 @@ prices each DFT, Hadamard and butterfly row of a chains suite's file with the pl
 is now and prints its plan's modelled time against the measured ``auto`` time, for the rows
 whose plan is still the one measured (the device: the file's, or an engine file's from the
 same GPU).
+
+    python3 benchmarks/fit_costs.py --regret engine.json engine_f64.json probe_host_h100.json
+
+replays the model's pick among the backends each row timed (``base_dense`` standing for
+``dense``: the same cuBLAS GEMM) and prints, per file and over all, the pick's time over
+the fastest of them (geometric mean) and the rows it loses by more than 10%: the check of a
+change to the model's form or constants against what was measured, on the CPU.
 """
 from __future__ import annotations
 
@@ -137,6 +144,50 @@ def fit_bmm(data, rates):
             (1.0, 0.8, 50.0), rates)
 
 
+#: The measured methods the model's backends are replayed against: a row's own name, and
+#: the dense baseline's GEMM as ``dense``.
+REPLAYED = {"kernel": "kernel", "kernel_bsl": "kernel_bsl", "kernel_fma": "kernel_fma",
+            "kernel_skinny": "kernel_skinny", "bmm": "bmm", "block_dense": "block_dense",
+            "dense": "dense", "base_dense": "dense"}
+
+
+def regret(files, names, rates):
+    """Per file and over all: the time of the model's pick among the backends a row timed
+    (rows of default precision; ``events_us`` rows of probe_host.py in microseconds) over
+    the fastest of them."""
+    everything = []
+    for name, data in zip(names, files):
+        ratios, slow = [], []
+        for row in data["rows"]:
+            if row.get("precision", "default") != "default" or row.get("suite") == "graph":
+                continue
+            times = row.get("seconds") or {k: v * 1e-6 for k, v in
+                                           row.get("events_us", {}).items()}
+            dtype = "float16" if row["dtype"] == "bfloat16" else row["dtype"]
+            p = Problem(ks.KSPattern(*row["pattern"]), row["batch"], numpy.dtype(dtype),
+                        row["layout"], row["layout"] == "bsl", False)
+            measured = {REPLAYED[k]: v for k, v in times.items() if k in REPLAYED}
+            weighed = [(t, b.name) for t, b in decide.ranked(p, rates) if b.name in measured]
+            if len(weighed) < 2:
+                continue
+            pick, fastest = weighed[0][1], min(measured[n] for _, n in weighed)
+            ratios.append(measured[pick] / fastest)
+            if ratios[-1] > 1.1:
+                slow.append(f"{tuple(row['pattern'])} {row['layout']} {dtype} B={row['batch']}:"
+                            f" {pick} {ratios[-1]:.2f}")
+        everything += ratios
+        if ratios:
+            mean = numpy.exp(numpy.mean(numpy.log(ratios)))
+            print(f"{name}: {len(ratios)} rows, pick / fastest {mean:.3f} (geometric mean), "
+                  f"{len(slow)} more than 10% slow")
+            for line in slow:
+                print(f"    {line}")
+    if everything:
+        print(f"all: {len(everything)} rows, "
+              f"{numpy.exp(numpy.mean(numpy.log(everything))):.4f}, "
+              f"{sum(r > 1.1 for r in everything)} more than 10% slow")
+
+
 def compare_chains(data, rates, max_cluster=None):
     """Modelled / measured time of the chains rows whose plan the planner still makes, the
     planner taking the clusters the file's GPU runs (``max_cluster``; by default the
@@ -174,6 +225,8 @@ def main():
     parser.add_argument("--current", action="store_true", help="replay auto only, no fit")
     parser.add_argument("--bmm", action="store_true",
                         help="fit bmm's keys to a probe_bmm.py file instead")
+    parser.add_argument("--regret", action="store_true",
+                        help="replay the model's picks against the backends each row timed")
     parser.add_argument("--chains", action="store_true",
                         help="compare the planner's times with a chains suite's file")
     parser.add_argument("--rates", help="take the device's facts from this engine file")
@@ -188,6 +241,9 @@ def main():
     os.environ["KSCUPY_CACHE_DIR"] = tempfile.mkdtemp()    # the model, never a tuning cache
     if args.current:
         replay_auto(data, rates)
+        return
+    if args.regret:
+        regret(files, args.results, rates)
         return
     if args.bmm:
         fit_bmm(data, rates)

@@ -86,9 +86,6 @@ def test_each_gpu_backend(poisoned, rng, backend, pattern):
     if not gpu_available():
         pytest.skip("needs CuPy and a CUDA device")
     import cupy
-    a, b, c, d = pattern
-    if backend == "block_dense" and (a == 1 or d == 1):
-        pytest.skip("block_dense runs several rows of several groups (a > 1, d > 1)")
     K = ks.KSMatrix(bf16_array(rng, pattern, cupy))
     D = dense_oracle(as64(K.values))
     for layout in ("bsl", "bsf"):

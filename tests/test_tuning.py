@@ -404,6 +404,29 @@ def test_on_a_device_the_constants_were_not_fitted_on_wider_calls_are_timed(clos
     assert len(timings) == 1
 
 
+def test_on_a_device_the_constants_were_not_fitted_on_a_third_rival_is_timed(close_call):
+    """The estimate's three best are timed where each is priced within UNFITTED_CLOSE_CALL
+    of the first (the fastest measured runs); a third beyond it is not; on a fitted device
+    two are timed at most."""
+    set_ranking, timings, prepare = close_call
+    three = [(1e-5, "kernel"), (1.2e-5, "bmm"), (1.9e-5, "dense"), (1.95e-5, "kernel_fma")]
+    prepare.unfitted()
+    set_ranking(three, {"kernel": 3.0, "bmm": 2.0, "dense": 1.0, "kernel_fma": 0.5})
+    assert prepare(_problem((1, 96, 96, 2), 25088)) == "dense"
+    assert timings == [("kernel", "bmm", "dense")]
+    set_ranking([(1e-5, "kernel"), (1.2e-5, "bmm"), (2.1e-5, "dense")])
+    assert prepare(_problem((1, 96, 96, 4), 25088)) == "bmm"
+    assert timings[-1] == ("kernel", "bmm")
+
+
+def test_on_a_fitted_device_two_rivals_are_timed(close_call):
+    set_ranking, timings, prepare = close_call
+    set_ranking([(40e-6, "kernel"), (42e-6, "bmm"), (44e-6, "dense")],
+                {"kernel": 3.0, "bmm": 2.0, "dense": 1.0})
+    assert prepare(_problem((1, 96, 96, 2), 25088)) == "bmm"
+    assert timings == [("kernel", "bmm")]
+
+
 def test_a_tuned_choice_is_not_timed_again(close_call):
     set_ranking, timings, prepare = close_call
     p = _problem((128, 128, 128, 1), 25088)

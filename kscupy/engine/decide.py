@@ -9,8 +9,9 @@ Three sources, each falling back on the next:
    ranked by its modelled time (:mod:`.costs.gpu`) and the fastest is the choice. Where the
    model cannot tell its two best apart on a product long enough to time
    (:data:`GPU_CLOSE_CALL`, :data:`GPU_MEASURE_MIN_SECONDS`), :func:`close_call` names the
-   two and the first preparation times both on its operand (:mod:`.single`); the faster is
-   this process's choice from then on (:func:`settle`).
+   two (on a device the constants were not fitted on, up to :data:`UNFITTED_RIVALS` within
+   :data:`UNFITTED_CLOSE_CALL`) and the first preparation times them on its operand
+   (:mod:`.single`); the fastest is this process's choice from then on (:func:`settle`).
 3. **Heuristic**: each kernel backend's ``heuristic`` gives a tile configuration for any
    problem.
 
@@ -34,8 +35,8 @@ from .registry import Choice
 
 __all__ = ["Choice", "choose", "close_call", "settle", "defer", "close_calls_deferred",
            "close_calls_timed", "expire_prepared_runs", "forget_decisions", "seconds",
-           "configuration", "ranked", "candidates", "tuned", "GPU_CLOSE_CALL", "GPU_MEASURE_MIN_SECONDS",
-           "UNFITTED_CLOSE_CALL",
+           "configuration", "ranked", "candidates", "tuned", "GPU_CLOSE_CALL",
+           "GPU_MEASURE_MIN_SECONDS", "UNFITTED_CLOSE_CALL", "UNFITTED_RIVALS",
            "KERNEL_MARGIN", "epoch"]
 
 #: ``auto`` times its two best candidates on the first operand of a problem when the model
@@ -49,10 +50,13 @@ GPU_CLOSE_CALL = 1.25
 GPU_MEASURE_MIN_SECONDS = 30e-6
 #: On a device whose cost constants were not fitted on it (the generic constants applied to
 #: its own rates; ``kscupy info`` says which) the ranking is an estimate, and ``auto`` times
-#: its two best wherever the second is priced within this factor of the first, however
-#: short the product: a few calls of each at a problem's first preparation against a
-#: wrong pick on every call after it.
+#: its best candidates wherever the next is priced within this factor of the first, however
+#: short the product, up to :data:`UNFITTED_RIVALS` of them: a few calls of each at a
+#: problem's first preparation against a wrong pick on every call after it. (Where the
+#: products are short the estimate is weakest: its fixed costs stand for the host's time
+#: of each way, and a third candidate, often the one dense GEMM, wins there.)
 UNFITTED_CLOSE_CALL = 2.0
+UNFITTED_RIVALS = 3
 #: ``auto`` picks the FMA kernel over other backends only when the model finds it faster by
 #: this factor: in batch-size-last the model is unbiased and any margin gave away the
 #: kernel's wins; in batch-size-first a wrong pick of it costs far more than a missed one.
@@ -139,22 +143,26 @@ def _choice_of(entry, problem: Problem) -> Choice:
 
 
 def close_call(problem: Problem, device: DeviceFacts, precision: str = "default"):
-    """The two choices to time on the operand of ``problem``'s first preparation, or None:
-    when a verdict or the tuning cache settled the problem, or the model's two best are not
+    """The choices to time on the operand of ``problem``'s first preparation, or None: when
+    a verdict or the tuning cache settled the problem, or the model's two best are not
     within :data:`GPU_CLOSE_CALL` (or the faster is priced below
-    :data:`GPU_MEASURE_MIN_SECONDS`; on a device the constants were not fitted on, within
-    :data:`UNFITTED_CLOSE_CALL` at any length), which settles it as the model's choice. The first of
-    the two is :func:`choose`'s."""
+    :data:`GPU_MEASURE_MIN_SECONDS`), which settles it as the model's choice. Two choices,
+    the first :func:`choose`'s; on a device the constants were not fitted on, every one of
+    the best :data:`UNFITTED_RIVALS` priced within :data:`UNFITTED_CLOSE_CALL` of the
+    first, at any length."""
     settled = _memo_key("timed", problem, device, precision)
     if settled in _MEMO or (precision == "default" and _cached(problem, device) is not None):
         return None
     ranking = ranked(problem, device, precision)
-    band, shortest = ((GPU_CLOSE_CALL, GPU_MEASURE_MIN_SECONDS)
-                      if constants.fitted_on(device.name) else (UNFITTED_CLOSE_CALL, 0.0))
+    band, shortest, most = ((GPU_CLOSE_CALL, GPU_MEASURE_MIN_SECONDS, 2)
+                            if constants.fitted_on(device.name)
+                            else (UNFITTED_CLOSE_CALL, 0.0, UNFITTED_RIVALS))
     if len(ranking) < 2 or ranking[0][0] < shortest or ranking[1][0] > band * ranking[0][0]:
         _MEMO[settled] = None
         return None
-    return choose(problem, device, precision), _choice_of(ranking[1][1], problem)
+    others = [_choice_of(entry, problem) for seconds, entry in ranking[1:most]
+              if seconds <= band * ranking[0][0]]
+    return (choose(problem, device, precision), *others)
 
 
 def settle(problem: Problem, device: DeviceFacts, precision: str, rivals, seconds) -> int:

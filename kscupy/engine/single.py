@@ -61,7 +61,8 @@ def prepare(factor, X, layout, backend):
 
 def _prepare_auto(factor, X, layout, precision):
     """``auto``'s run on the GPU: :func:`kscupy.engine.decide.choose`'s, or on a close call
-    of the model the faster of its two best candidates, both prepared and timed on ``X``
+    of the model the fastest of its rivals (:func:`~kscupy.engine.decide.close_call`: its
+    two best, more on a device its constants were not fitted on), all prepared and timed on ``X``
     (not inside :func:`~kscupy.engine.decide.close_calls_deferred`). With
     ``KSCUPY_AUTOTUNE=1`` a problem the tuning cache does not hold is tuned first."""
     problem = problem_of(factor, X, layout)
@@ -72,7 +73,7 @@ def _prepare_auto(factor, X, layout, precision):
     rivals = decide.close_call(problem, device, precision)
     if rivals is None:
         return _prepared(factor, X, layout, decide.choose(problem, device, precision))
-    runs = [_prepared(factor, X, layout, c) for c in rivals]   # both compiled, timed or not
+    runs = [_prepared(factor, X, layout, c) for c in rivals]   # all compiled, timed or not
     if decide.defer(problem):
         return runs[0]
     seconds = pipeline_seconds(runs, X)

@@ -451,6 +451,25 @@ def test_a_kernel_still_compiling_settles_nothing(close_call, monkeypatch):
     assert prepare(p) == "bmm"
 
 
+def test_every_rival_starts_compiling_in_the_first_call(close_call, monkeypatch):
+    """While the first rival's kernel compiles, the others are prepared too (their compiles
+    start in the same call), and the first StillCompiling is raised after them."""
+    set_ranking, timings, prepare = close_call
+    prepare.unfitted()
+    set_ranking([(1e-5, "kernel"), (1.2e-5, "kernel_fma"), (1.5e-5, "kernel_skinny")],
+                {"kernel": 1.0, "kernel_fma": 2.0, "kernel_skinny": 3.0})
+    asked = []
+
+    def compiling(factor, X, layout, choice):
+        asked.append(choice.backend)
+        raise ks.kernels.nvrtc.StillCompiling(("", choice.backend, 0, 0, False))
+    monkeypatch.setattr(single, "_prepared", compiling)
+    with ks.kernels.nvrtc.unless_compiled(), pytest.raises(ks.kernels.nvrtc.StillCompiling,
+                                                           match="^kernel is compiling"):
+        prepare(_problem((4, 64, 64, 4), 25088))
+    assert asked == ["kernel", "kernel_fma", "kernel_skinny"] and timings == []
+
+
 def test_a_deferred_close_call_compiles_both_and_is_timed_at_the_next_preparation(
         close_call, monkeypatch):
     """kscupy.warmup's pool: no timing beside the other products, both rivals prepared (their

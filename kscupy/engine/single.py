@@ -7,12 +7,14 @@ answers while a kernel compiles (:mod:`.execute`).
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy
 
 from ..core import device as devices
 from ..core.problem import problem_of
+from ..kernels import nvrtc
 from . import cpu_choice, decide, registry
 from .tuner import tune
 
@@ -73,7 +75,10 @@ def _prepare_auto(factor, X, layout, precision):
     rivals = decide.close_call(problem, device, precision)
     if rivals is None:
         return _prepared(factor, X, layout, decide.choose(problem, device, precision))
-    runs = [_prepared(factor, X, layout, c) for c in rivals]   # all compiled, timed or not
+    # all compiled, timed or not; while kernels compile in the background, every rival's
+    # compile starts in this one call (the direct kernel answers until they are done)
+    runs = nvrtc.prepare_all(*(functools.partial(_prepared, factor, X, layout, c)
+                               for c in rivals))
     if decide.defer(problem):
         return runs[0]
     seconds = pipeline_seconds(runs, X)

@@ -83,8 +83,11 @@ def test_direct_kernel_answers_until_the_chosen_one_is_compiled(poisoned, gate, 
     K = ks.KSMatrix.random(PATTERN, dtype=dtype, xp=cupy, seed=3)
     M, N = K.shape
     X = cupy.asarray(random_array(rng, (N, BATCH) if layout == "bsl" else (BATCH, N), dtype))
-    choice = decide.choose(problem_of(K.factor, X, layout))
-    assert choice.backend in CHOSEN_FILES, choice
+    problem = problem_of(K.factor, X, layout)
+    # the choice, or on a close call (an emulated device's, at any length) every rival,
+    # each compiled to be timed
+    rivals = decide.close_call(problem, device.current()) or (decide.choose(problem),)
+    assert all(r.backend in CHOSEN_FILES for r in rivals), rivals
     ref = oracle(K.values, X, layout)
     for _ in range(2):                    # the first call, and one while it still compiles
         check(K.matmul(X, layout=layout), ref, dtype)
@@ -92,7 +95,8 @@ def test_direct_kernel_answers_until_the_chosen_one_is_compiled(poisoned, gate, 
     gate.set()
     nvrtc.finish_background_compiles()
     check(K.matmul(X, layout=layout), ref, dtype)
-    assert _files_loaded() - {"ks_direct.cu"} == CHOSEN_FILES[choice.backend]
+    assert _files_loaded() - {"ks_direct.cu"} == set().union(
+        *(CHOSEN_FILES[r.backend] for r in rivals)), rivals
     loaded = len(nvrtc._functions)
     check(K @ X if layout == "bsl" else K.matmul(X, layout=layout), ref, dtype)
     assert len(nvrtc._functions) == loaded

@@ -194,7 +194,7 @@ def defer(problem: Problem) -> bool:
 
 @contextlib.contextmanager
 def close_calls_deferred():
-    """In this thread, a close call prepares both rivals (so their kernels compile) but runs
+    """In this thread, a close call prepares all its rivals (so their kernels compile) but runs
     the model's choice untimed and leaves the call unsettled, so that a later preparation
     times it; the context yields a list gathering the problems so deferred. For work that
     runs products side by side, whose timings would share the GPU

@@ -75,7 +75,8 @@ import kscupy as ks  # noqa: E402
 from kscupy.bench import engine  # noqa: E402
 from torch_baselines import torch, torch_available  # noqa: E402
 from kscupy.bench.grid import paper_grid, stratified_sample  # noqa: E402
-from kscupy.bench.timing import measure_ceilings, progress, run_metadata  # noqa: E402
+from kscupy.bench.timing import (host_seconds, measure_ceilings, progress,  # noqa: E402
+                                 run_metadata)
 
 PARTS = ("first_use", "rows", "host", "solver")   # first use runs before this process uses CUDA
 SMALL_BATCH_SUITE = "patterns_small_batch"
@@ -210,23 +211,6 @@ def first_use_summary(runs):
 
 
 # -- host overhead --------------------------------------------------------------------------------
-def host_seconds_per_call(fn, loops, calls):
-    """Host seconds per call of ``fn``: the median over ``loops`` loops of ``calls`` calls
-    (each loop's time divided by ``calls``), after ``calls`` untimed ones (compiles, plans,
-    memoized choices)."""
-    for _ in range(calls):
-        fn()
-    cupy.cuda.Device().synchronize()
-    per_call = []
-    for _ in range(loops):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        per_call.append((time.perf_counter() - start) / calls)
-        cupy.cuda.Device().synchronize()    # drained off the clock: loops do not overlap
-    return float(numpy.median(per_call))
-
-
 def run_host(loops, calls):
     rng = cupy.random.default_rng(1)
     K = ks.KSMatrix.random(TINY_PATTERN, dtype=numpy.float32, xp=cupy, seed=0)
@@ -244,9 +228,9 @@ def run_host(loops, calls):
     floors = {"allocate_result": lambda: cupy.ndarray((K.shape[0],), numpy.float32),
               "prepared_launch": lambda: run.launch(x.data.ptr, y.data.ptr)}
     return {"pattern": list(TINY_PATTERN), "loops": loops, "calls": calls,
-            "us": {name: 1e6 * host_seconds_per_call(fn, loops, calls)
+            "us": {name: 1e6 * host_seconds(fn, calls, loops)
                    for name, fn in cases.items()},
-            "floor_us": {name: 1e6 * host_seconds_per_call(fn, loops, calls)
+            "floor_us": {name: 1e6 * host_seconds(fn, calls, loops)
                          for name, fn in floors.items()}}
 
 

@@ -11,13 +11,12 @@ Float16 and float32, B = 25088 and 64, both layouts, ten patterns of small block
 """
 import argparse
 import json
-import time
 
 import cupy
 import numpy
 
 import kscupy as ks
-from kscupy.bench.timing import run_metadata, throughput_seconds
+from kscupy.bench.timing import host_seconds, run_metadata, throughput_seconds
 from kscupy.core import device as devices
 from kscupy.core.problem import problem_of
 from kscupy.engine import decide, registry
@@ -27,18 +26,6 @@ PATTERNS = [(1, 64, 64, 3), (1, 64, 64, 6), (1, 96, 96, 2), (1, 48, 192, 4), (1,
             (1, 256, 64, 1), (2, 64, 64, 4), (4, 48, 48, 4), (1, 128, 128, 4),
             (1, 1024, 1024, 1)]
 CALLS = 300
-
-
-def host_seconds(fn):
-    for _ in range(10):
-        fn()
-    cupy.cuda.Device().synchronize()
-    start = time.perf_counter()
-    for _ in range(CALLS):
-        fn()
-    seconds = (time.perf_counter() - start) / CALLS
-    cupy.cuda.Device().synchronize()
-    return seconds
 
 
 def row_of(pattern, dtype, batch, layout):
@@ -59,12 +46,12 @@ def row_of(pattern, dtype, batch, layout):
                 continue
             row["model_us"][name] = round(backend.seconds(problem, device) * 1e6, 2)
         fn = (lambda name: lambda: K.matmul(X, layout=layout, backend=name))(name)
-        row["host_us"][name] = round(host_seconds(fn) * 1e6, 2)
+        row["host_us"][name] = round(host_seconds(fn, CALLS, warmup=10) * 1e6, 2)
         row["events_us"][name] = round(
             throughput_seconds(lambda _: fn(), [None], budget_s=0.05) * 1e6, 2)
     D = K.todense()
     dense = (lambda: D @ X) if layout == "bsl" else (lambda: X @ D.T)
-    row["host_us"]["cupy_dense"] = round(host_seconds(dense) * 1e6, 2)
+    row["host_us"]["cupy_dense"] = round(host_seconds(dense, CALLS, warmup=10) * 1e6, 2)
     row["events_us"]["cupy_dense"] = round(
         throughput_seconds(lambda _: dense(), [None], budget_s=0.05) * 1e6, 2)
     return row

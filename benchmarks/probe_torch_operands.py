@@ -9,28 +9,16 @@ Each step is given as host time a call (enqueue only) / CUDA-event time of back-
 import cProfile
 import pstats
 import sys
-import time
 
 import cupy
 import numpy
 import torch
 
 import kscupy as ks
-from kscupy.bench.timing import throughput_seconds
+from kscupy.bench.timing import host_seconds, throughput_seconds
 from kscupy.core import arrays, foreign
 
 BATCH = 25088
-
-
-def host_us(fn, calls=300):
-    fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    seconds = time.perf_counter() - t
-    torch.cuda.synchronize()
-    return seconds / calls * 1e6
 
 
 def wrapped(t, dtype):
@@ -76,7 +64,7 @@ def main(pattern="2,48,48,16", dtype="bfloat16", layout="bsl"):
              "is_foreign": lambda: foreign.is_foreign(T)}
     for name, fn in steps.items():
         s = throughput_seconds(lambda _: fn(), [None])
-        print(f"  {name}: {host_us(fn):.1f} / {s * 1e6:.1f} us")
+        print(f"  {name}: {host_seconds(fn, 300, warmup=1) * 1e6:.1f} / {s * 1e6:.1f} us")
     profile = cProfile.Profile()
     torch.cuda.synchronize()
     profile.enable()

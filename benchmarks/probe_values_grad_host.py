@@ -10,13 +10,12 @@ of the public function on the first row::
 import cProfile
 import pstats
 import sys
-import time
 
 import cupy
 import numpy
 
 import kscupy as ks
-from kscupy.bench.timing import throughput_seconds
+from kscupy.bench.timing import host_seconds, throughput_seconds
 from kscupy.engine import gradient_paths
 from kscupy.kernels import gemm
 
@@ -24,17 +23,6 @@ BATCH = 25088
 CALLS = 300
 ROWS = ("1,256,1024,3:bsl:float16", "1,256,64,12:bsl:float16", "1,96,384,4:bsf:float16",
         "1,48,192,4:bsf:float16", "2,192,768,4:bsf:float16", "1,96,96,2:bsl:float32")
-
-
-def host_us(fn):
-    fn()
-    cupy.cuda.get_current_stream().synchronize()
-    t = time.perf_counter()
-    for _ in range(CALLS):
-        fn()
-    seconds = time.perf_counter() - t
-    cupy.cuda.get_current_stream().synchronize()
-    return seconds / CALLS * 1e6
 
 
 def operands(pattern, layout, dtype):
@@ -65,8 +53,8 @@ def probe(spec):
     ways["dense_gemm"] = (lambda: G @ X.T if layout == "bsl" else G.T @ X)
     ways["values_grad"]()
     chosen = gradient_paths.choice(G, X, pattern, layout)
-    cells = [f"{name} {host_us(fn):.0f}/{throughput_seconds(lambda _: fn(), [None]) * 1e6:.0f}"
-             for name, fn in ways.items()]
+    cells = [f"{name} {host_seconds(fn, CALLS, warmup=1) * 1e6:.0f}/"
+             f"{throughput_seconds(lambda _: fn(), [None]) * 1e6:.0f}" for name, fn in ways.items()]
     print(f"{pattern} {layout} {dtype} (chose {chosen}), host/events us: " + ", ".join(cells))
     return ways["values_grad"]
 

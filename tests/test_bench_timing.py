@@ -61,3 +61,21 @@ def test_the_engine_rows_timer_gives_throughput_and_latency_of_each_method():
     one = engine.EventsAndCalls(budget_s=0.05)(copy, [x])
     assert set(one) == {"seconds", "call_seconds"}
     assert 0.7 < one["seconds"] / one["call_seconds"] < 1.3, one
+
+
+def test_host_seconds_counts_its_calls_and_drains_the_gpu_between_loops(monkeypatch):
+    """host_seconds: ``warmup`` untimed calls (``calls`` by default), then ``loops`` timed
+    loops of ``calls``, the GPU drained after the warm-up and after every loop (off the
+    clock), the median loop's time per call."""
+    import types
+    from kscupy.bench import timing
+    events = []
+    device = types.SimpleNamespace(synchronize=lambda: events.append("sync"))
+    monkeypatch.setattr(timing, "cupy", types.SimpleNamespace(
+        cuda=types.SimpleNamespace(Device=lambda: device)))
+    seconds = timing.host_seconds(lambda: events.append("call"), calls=4, loops=3, warmup=2)
+    assert events == ["call"] * 2 + ["sync"] + (["call"] * 4 + ["sync"]) * 3
+    assert 0 < seconds < 1e-3
+    events.clear()
+    timing.host_seconds(lambda: events.append("call"), calls=5)
+    assert events == ["call"] * 5 + ["sync"] + ["call"] * 5 + ["sync"]

@@ -13,6 +13,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 
 import numpy
 
@@ -102,6 +103,27 @@ def interleaved_seconds(methods, inputs, budget_s=0.15, max_calls=1000, rounds=5
             with contexts.get(name, contextlib.nullcontext)():
                 times[name].append(run(methods[name], counts[name]))
     return {name: float(numpy.median(ts)) for name, ts in times.items()}
+
+
+def host_seconds(fn, calls=300, loops=1, warmup=None):
+    """The host's seconds per call of ``fn`` called back to back: the median over ``loops``
+    loops of ``calls`` calls (each loop's ``perf_counter`` time over ``calls``, no
+    synchronisation inside, the GPU drained between loops, off the clock), after ``warmup``
+    untimed calls (default ``calls``: compiles, plans, memoized choices). Where the GPU's
+    time per call is the longer, the loop waits on it once the launch queue fills: the figure
+    is the host's own only where it is below the CUDA-event throughput
+    (:func:`throughput_seconds`)."""
+    for _ in range(calls if warmup is None else warmup):
+        fn()
+    cupy.cuda.Device().synchronize()
+    per_call = []
+    for _ in range(loops):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        per_call.append((time.perf_counter() - start) / calls)
+        cupy.cuda.Device().synchronize()
+    return float(numpy.median(per_call))
 
 
 class Interleaved:

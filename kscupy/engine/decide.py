@@ -43,10 +43,10 @@ __all__ = ["Choice", "choose", "close_call", "settle", "defer", "close_calls_def
 #: puts them within this factor of each other: the model's error is 10-30% per backend,
 #: and it misses cuBLAS's edge on blocks that fill its tiles ...
 GPU_CLOSE_CALL = 1.25
-#: ... and prices the faster one at this or more. The timing runs each candidate four times
-#: and synchronises after each, which a few hundred calls repay where the model was wrong
-#: by a few percent; shorter products, where the host's launch path is most of the time,
-#: keep the model's choice.
+#: ... and prices the faster one at this or more. The timing runs each candidate about ten
+#: times (:func:`.single.pipeline_seconds`), which a few hundred calls repay where the
+#: model was wrong by a few percent; shorter products, where the host's launch path is
+#: most of the time, keep the model's choice.
 GPU_MEASURE_MIN_SECONDS = 30e-6
 #: On a device whose cost constants were not fitted on it (the generic constants applied to
 #: its own rates; ``kscupy info`` says which) the ranking is an estimate, and ``auto`` times

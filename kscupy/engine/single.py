@@ -92,23 +92,30 @@ def _prepared(factor, X, layout, choice):
 #: A close call times each rival over this many rounds of :data:`CLOSE_CALL_CALLS` calls
 #: back to back (after one untimed call) and keeps its best round.
 CLOSE_CALL_ROUNDS = 2
-CLOSE_CALL_CALLS = 3
+CLOSE_CALL_CALLS = 4
 
 
 def pipeline_seconds(runs, X):
-    """The seconds per call of each prepared run on ``X`` as a pipeline sees them: CUDA
-    events around calls made back to back on the current stream, so that a run's host
-    time counts where it exceeds its GPU time (never under a CUDA graph capture, where
-    :func:`.execute.prepare` refuses to prepare)."""
+    """The seconds per call of each prepared run on ``X`` as a pipeline sees them, the
+    larger of its host and its GPU time: CUDA events around calls made back to back on the
+    current stream (never under a CUDA graph capture, where :func:`.execute.prepare`
+    refuses to prepare).
+
+    Each round queues one call before its start event, so that the GPU is busy when the
+    timed calls begin, as in a pipeline: with host time ``h`` and GPU time ``g`` per call,
+    ``n`` timed calls then span ``n * max(h, g)`` between the events. (Timed from an idle
+    GPU, the first call's host time would count in full for every run, ``(h + n*g) / n``
+    per call for a GPU-bound one, favouring the runs with the most host time.)"""
     import cupy
     stream = cupy.cuda.get_current_stream()
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
     seconds = []
     for run in runs:
         run(X)
-        stream.synchronize()        # the first round starts on an idle GPU, as the others do
+        stream.synchronize()        # every run's rounds start from an idle GPU
         best = float("inf")
         for _ in range(CLOSE_CALL_ROUNDS):
+            run(X)                  # the queue's head: the timed calls follow it
             start.record(stream)
             for _ in range(CLOSE_CALL_CALLS):
                 run(X)

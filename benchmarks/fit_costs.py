@@ -38,9 +38,11 @@ same GPU).
     python3 benchmarks/fit_costs.py --regret engine.json engine_f64.json probe_host_h100.json
 
 replays the model's pick among the backends each row timed (``base_dense`` standing for
-``dense``: the same cuBLAS GEMM) and prints, per file and over all, the pick's time over
-the fastest of them (geometric mean) and the rows it loses by more than 10%: the check of a
-change to the model's form or constants against what was measured, on the CPU.
+``dense``: the same cuBLAS GEMM), and ``auto``'s rule (the fastest of the rivals its close
+calls time), and prints, per file and over all, their time over the fastest of them
+(geometric mean) and the rows they lose by more than 10%: the check of a change to the
+model's form or constants, or to the close-call rule, against what was measured, on the
+CPU.
 """
 from __future__ import annotations
 
@@ -154,10 +156,12 @@ REPLAYED = {"kernel": "kernel", "kernel_bsl": "kernel_bsl", "kernel_fma": "kerne
 def regret(files, names, rates):
     """Per file and over all: the time of the model's pick among the backends a row timed
     (rows of default precision; ``events_us`` rows of probe_host.py in microseconds) over
-    the fastest of them."""
-    everything = []
+    the fastest of them, and that of ``auto``'s rule: the fastest measured of the rivals
+    :func:`kscupy.engine.decide.close_call` names (what its timing would find), else the
+    pick."""
+    everything = {"pick": [], "auto": []}
     for name, data in zip(names, files):
-        ratios, slow = [], []
+        ratios, slow = {"pick": [], "auto": []}, []
         for row in data["rows"]:
             if row.get("precision", "default") != "default" or row.get("suite") == "graph":
                 continue
@@ -171,21 +175,27 @@ def regret(files, names, rates):
             if len(weighed) < 2:
                 continue
             pick, fastest = weighed[0][1], min(measured[n] for _, n in weighed)
-            ratios.append(measured[pick] / fastest)
-            if ratios[-1] > 1.1:
+            rivals = [c.backend for c in decide.close_call(p, rates) or ()
+                      if c.backend in measured] or [pick]
+            ratios["pick"].append(measured[pick] / fastest)
+            ratios["auto"].append(min(measured[n] for n in rivals) / fastest)
+            if ratios["pick"][-1] > 1.1:
                 slow.append(f"{tuple(row['pattern'])} {row['layout']} {dtype} B={row['batch']}:"
-                            f" {pick} {ratios[-1]:.2f}")
-        everything += ratios
-        if ratios:
-            mean = numpy.exp(numpy.mean(numpy.log(ratios)))
-            print(f"{name}: {len(ratios)} rows, pick / fastest {mean:.3f} (geometric mean), "
-                  f"{len(slow)} more than 10% slow")
+                            f" {pick} {ratios['pick'][-1]:.2f}, auto {ratios['auto'][-1]:.2f}")
+        for key in everything:
+            everything[key] += ratios[key]
+        if ratios["pick"]:
+            print(f"{name}: {len(ratios['pick'])} rows, over the fastest (geometric mean, rows "
+                  f"more than 10% slow): {_regret_line(ratios)}")
             for line in slow:
                 print(f"    {line}")
-    if everything:
-        print(f"all: {len(everything)} rows, "
-              f"{numpy.exp(numpy.mean(numpy.log(everything))):.4f}, "
-              f"{sum(r > 1.1 for r in everything)} more than 10% slow")
+    if everything["pick"]:
+        print(f"all: {len(everything['pick'])} rows, {_regret_line(everything)}")
+
+
+def _regret_line(ratios):
+    return ", ".join(f"{key} {numpy.exp(numpy.mean(numpy.log(r))):.4f} "
+                     f"({sum(x > 1.1 for x in r)})" for key, r in ratios.items())
 
 
 def compare_chains(data, rates, max_cluster=None):

@@ -32,7 +32,6 @@ import kscupy
 from kscupy.arguments import (UsageError, choice_list, out_of_memory, positive_int,
                               positive_int_list)
 from kscupy.core import arrays, device, memory
-from kscupy.engine import decide
 from kscupy.engine.costs import constants
 from kscupy.operators.base import LAYOUTS
 
@@ -64,8 +63,7 @@ def _model_lines(facts) -> list:
     files = constants.files_for(facts.name)
     how = ("constants fitted on this device" if constants.fitted_on(facts.name)
            else "the generic constants applied to this device's own rates (not fitted "
-           f"here: auto times its two best where they are within "
-           f"{decide.UNFITTED_CLOSE_CALL:g}x)")
+           "here)")
     lines.append(f"cost model: {' + '.join(files)}: {how}")
     return lines
 

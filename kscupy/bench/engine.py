@@ -268,8 +268,8 @@ def bench_row(pattern, layout, dtype, precision, sample, args, ceilings, *, batc
            "floor_s": floor_seconds(pattern, B, dtype, precision, ceilings), "seconds": {}, "relerr": {}}
     time_methods(row, methods, inputs, ref, layout, timer)
     retime_misses(row, methods, inputs, timer)
-    # after auto ran: on a close call of the model its first run timed the two best
-    # candidates, and the faster is the choice (kscupy.engine.decide)
+    # after auto ran: on a close call of the model its first run timed the rivals, and the
+    # fastest is the choice (kscupy.engine.decide)
     row[f"{LEAD[precision]}_choice"] = decide.choose(problem_of(K.factor, inputs[0], layout),
                                                      precision=precision).backend
     del inputs

@@ -7,11 +7,9 @@ Three sources, each falling back on the next:
    (:mod:`.tuning_cache`).
 2. **Cost model**: every backend of :data:`~.registry.REGISTRY` that ``auto`` may pick is
    ranked by its modelled time (:mod:`.costs.gpu`) and the fastest is the choice. Where the
-   model cannot tell its two best apart on a product long enough to time
-   (:data:`GPU_CLOSE_CALL`, :data:`GPU_MEASURE_MIN_SECONDS`), :func:`close_call` names the
-   two (on a device the constants were not fitted on, up to :data:`UNFITTED_RIVALS` within
-   :data:`UNFITTED_CLOSE_CALL`) and the first preparation times them on its operand
-   (:mod:`.single`); the fastest is this process's choice from then on (:func:`settle`).
+   model prices others within :data:`CLOSE_CALL` of it, :func:`close_call` names up to
+   :data:`RIVALS` and the first preparation times them on its operand (:mod:`.single`);
+   the fastest is this process's choice from then on (:func:`settle`).
 3. **Heuristic**: each kernel backend's ``heuristic`` gives a tile configuration for any
    problem.
 
@@ -30,33 +28,25 @@ from ..core import device as devices
 from ..core.device import DeviceFacts
 from ..core.problem import Problem
 from . import registry, tuning_cache
-from .costs import constants
 from .registry import Choice
 
 __all__ = ["Choice", "choose", "close_call", "settle", "defer", "close_calls_deferred",
            "close_calls_timed", "expire_prepared_runs", "forget_decisions", "seconds",
-           "configuration", "ranked", "candidates", "tuned", "GPU_CLOSE_CALL",
-           "GPU_MEASURE_MIN_SECONDS", "UNFITTED_CLOSE_CALL", "UNFITTED_RIVALS",
+           "configuration", "ranked", "candidates", "tuned", "CLOSE_CALL", "RIVALS",
            "KERNEL_MARGIN", "epoch"]
 
-#: ``auto`` times its two best candidates on the first operand of a problem when the model
-#: puts them within this factor of each other: the model's error is 10-30% per backend,
-#: and it misses cuBLAS's edge on blocks that fill its tiles ...
-GPU_CLOSE_CALL = 1.25
-#: ... and prices the faster one at this or more. The timing runs each candidate about ten
-#: times (:func:`.single.pipeline_seconds`), which a few hundred calls repay where the
-#: model was wrong by a few percent; shorter products, where the host's launch path is
-#: most of the time, keep the model's choice.
-GPU_MEASURE_MIN_SECONDS = 30e-6
-#: On a device whose cost constants were not fitted on it (the generic constants applied to
-#: its own rates; ``kscupy info`` says which) the ranking is an estimate, and ``auto`` times
-#: its best candidates wherever the next is priced within this factor of the first, however
-#: short the product, up to :data:`UNFITTED_RIVALS` of them: a few calls of each at a
-#: problem's first preparation against a wrong pick on every call after it. (Where the
-#: products are short the estimate is weakest: its fixed costs stand for the host's time
-#: of each way, and a third candidate, often the one dense GEMM, wins there.)
-UNFITTED_CLOSE_CALL = 2.0
-UNFITTED_RIVALS = 3
+#: ``auto`` times its best candidates on the first operand of a problem wherever the model
+#: prices the next within this factor of the first, up to :data:`RIVALS` of them, however
+#: short the product. The model's error is 10-30% per backend (more on a device its
+#: constants were not fitted on, priced by the generic constants and its own rates;
+#: ``kscupy info`` says which); it misses cuBLAS's edge on blocks that fill its tiles; and
+#: its fixed costs add each way's host time to its GPU time, where a pipeline of short
+#: products pays only the larger. The timing (:func:`.single.pipeline_seconds`) sees what a
+#: pipeline sees: about ten calls of each, once per problem, against a wrong pick on every
+#: call after it (``benchmarks/fit_costs.py --regret`` compares this rule with the model's
+#: pick on measured rows).
+CLOSE_CALL = 2.0
+RIVALS = 3
 #: ``auto`` picks the FMA kernel over other backends only when the model finds it faster by
 #: this factor: in batch-size-last the model is unbiased and any margin gave away the
 #: kernel's wins; in batch-size-first a wrong pick of it costs far more than a missed one.
@@ -143,25 +133,20 @@ def _choice_of(entry, problem: Problem) -> Choice:
 
 
 def close_call(problem: Problem, device: DeviceFacts, precision: str = "default"):
-    """The choices to time on the operand of ``problem``'s first preparation, or None: when
-    a verdict or the tuning cache settled the problem, or the model's two best are not
-    within :data:`GPU_CLOSE_CALL` (or the faster is priced below
-    :data:`GPU_MEASURE_MIN_SECONDS`), which settles it as the model's choice. Two choices,
-    the first :func:`choose`'s; on a device the constants were not fitted on, every one of
-    the best :data:`UNFITTED_RIVALS` priced within :data:`UNFITTED_CLOSE_CALL` of the
-    first, at any length."""
+    """The choices to time on the operand of ``problem``'s first preparation, or None when
+    a verdict or the tuning cache settled the problem, or the model prices no other
+    candidate within :data:`CLOSE_CALL` of its best (which settles it as the model's
+    choice): :func:`choose`'s first, then every other of the best :data:`RIVALS` priced
+    within :data:`CLOSE_CALL` of it."""
     settled = _memo_key("timed", problem, device, precision)
     if settled in _MEMO or (precision == "default" and _cached(problem, device) is not None):
         return None
     ranking = ranked(problem, device, precision)
-    band, shortest, most = ((GPU_CLOSE_CALL, GPU_MEASURE_MIN_SECONDS, 2)
-                            if constants.fitted_on(device.name)
-                            else (UNFITTED_CLOSE_CALL, 0.0, UNFITTED_RIVALS))
-    if len(ranking) < 2 or ranking[0][0] < shortest or ranking[1][0] > band * ranking[0][0]:
+    others = [_choice_of(entry, problem) for seconds, entry in ranking[1:RIVALS]
+              if seconds <= CLOSE_CALL * ranking[0][0]]
+    if not others:
         _MEMO[settled] = None
         return None
-    others = [_choice_of(entry, problem) for seconds, entry in ranking[1:most]
-              if seconds <= band * ranking[0][0]]
     return (choose(problem, device, precision), *others)
 
 

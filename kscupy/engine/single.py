@@ -63,10 +63,10 @@ def prepare(factor, X, layout, backend):
 
 def _prepare_auto(factor, X, layout, precision):
     """``auto``'s run on the GPU: :func:`kscupy.engine.decide.choose`'s, or on a close call
-    of the model the fastest of its rivals (:func:`~kscupy.engine.decide.close_call`: its
-    two best, more on a device its constants were not fitted on), all prepared and timed on ``X``
-    (not inside :func:`~kscupy.engine.decide.close_calls_deferred`). With
-    ``KSCUPY_AUTOTUNE=1`` a problem the tuning cache does not hold is tuned first."""
+    of the model the fastest of its rivals (:func:`~kscupy.engine.decide.close_call`: up
+    to three of its best), all prepared and timed on ``X`` (not inside
+    :func:`~kscupy.engine.decide.close_calls_deferred`). With ``KSCUPY_AUTOTUNE=1`` a
+    problem the tuning cache does not hold is tuned first."""
     problem = problem_of(factor, X, layout)
     device = devices.current()
     if (precision == "default" and os.environ.get("KSCUPY_AUTOTUNE", "0") not in ("", "0")

@@ -123,8 +123,8 @@ def test_a_long_direct_call_waits_for_the_kernel(poisoned, gate, rng, monkeypatc
     monkeypatch.setattr(execute, "DIRECT_MAX_SECONDS", 0.0)
     K = ks.KSMatrix.random(PATTERN, dtype=numpy.float32, xp=cupy, seed=4)
     X = cupy.asarray(random_array(rng, (K.shape[1], BATCH), numpy.float32))
-    # a close call (on a device the constants were not fitted on, e.g. under
-    # KSCUPY_EMULATE_ARCH) compiles both rivals to time them
+    # a close call (rivals priced within decide.CLOSE_CALL) compiles every rival to time
+    # them
     problem = problem_of(K.factor, X, "bsl")
     rivals = decide.close_call(problem, device.current()) or (decide.choose(problem),)
     check(K @ X, oracle(K.values, X, "bsl"), numpy.float32)
@@ -146,8 +146,8 @@ def test_fresh_processes_answer_and_exit_cleanly(tmp_path):
             "Y = (K @ X).get(); err = numpy.linalg.norm(Y - ref) / numpy.linalg.norm(ref); "
             "assert err < 1e-5, err; "
             "assert bool(nvrtc._pending) == (sys.argv[1] == 'empty'), nvrtc._pending; "
-            # a second product: where auto times a close call (a device the constants were
-            # not fitted on), it compiles the rival, which the warm process then loads too
+            # a second product: where auto times a close call, it compiles the rivals,
+            # which the warm process then loads too
             "nvrtc.finish_background_compiles(); Y = (K @ X).get(); "
             "assert numpy.linalg.norm(Y - ref) / numpy.linalg.norm(ref) < 1e-5; "
             "print('ok')")

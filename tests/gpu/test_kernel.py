@@ -259,8 +259,8 @@ def test_tune_and_cache(tmp_path, monkeypatch):
 
 
 def test_auto_times_a_close_call(tmp_path, monkeypatch, poisoned):
-    """Where the model cannot tell its two best backends apart on a product long enough to
-    time, auto's first preparation times both on the operand and runs the faster; the
+    """Where the model cannot tell its best backends apart (decide.CLOSE_CALL), auto's first
+    preparation times them on the operand and runs the fastest; the
     verdict is the process's choice for that problem from then on (decide.close_call and
     decide.settle, driven by kscupy.engine.single.prepare). Every problem counts as a close
     call here."""
@@ -268,8 +268,7 @@ def test_auto_times_a_close_call(tmp_path, monkeypatch, poisoned):
     from kscupy.core import device as devices
     from kscupy.core.problem import problem_of
     from kscupy.engine import decide
-    monkeypatch.setattr(decide, "GPU_CLOSE_CALL", float("inf"))
-    monkeypatch.setattr(decide, "GPU_MEASURE_MIN_SECONDS", 0.0)
+    monkeypatch.setattr(decide, "CLOSE_CALL", float("inf"))
     rng = numpy.random.default_rng(11)
     K = ks.KSMatrix(cupy.asarray(_random(rng, (3, 32, 48, 2), numpy.float32)))
     device = devices.current()
@@ -277,8 +276,7 @@ def test_auto_times_a_close_call(tmp_path, monkeypatch, poisoned):
         M, N = K.shape
         X = cupy.asarray(_random(rng, (N, 777) if layout == "bsl" else (777, N), numpy.float32))
         problem = problem_of(K.factor, X, layout)
-        # the two best (on a device the constants were not fitted on, up to
-        # decide.UNFITTED_RIVALS within decide.UNFITTED_CLOSE_CALL)
+        # up to decide.RIVALS of the best
         rivals = {choice.backend for choice in decide.close_call(problem, device)}
         assert len(rivals) >= 2 and rivals <= {
             entry.name for _, entry in decide.ranked(problem, device, "default")[:3]}
@@ -298,8 +296,7 @@ def test_warmup_times_its_close_calls_after_the_pool(tmp_path, monkeypatch, pois
     from kscupy.core import device as devices
     from kscupy.core.problem import problem_of
     from kscupy.engine import decide
-    monkeypatch.setattr(decide, "GPU_CLOSE_CALL", float("inf"))
-    monkeypatch.setattr(decide, "GPU_MEASURE_MIN_SECONDS", 0.0)
+    monkeypatch.setattr(decide, "CLOSE_CALL", float("inf"))
     decide.forget_decisions()
     rng = numpy.random.default_rng(12)
     K = ks.KSMatrix(cupy.asarray(_random(rng, (2, 48, 32, 3), numpy.float32)))
@@ -309,7 +306,7 @@ def test_warmup_times_its_close_calls_after_the_pool(tmp_path, monkeypatch, pois
         M, N = K.shape
         X = operands[layout] = cupy.asarray(
             _random(rng, (N, 513) if layout == "bsl" else (513, N), numpy.float32))
-        # two rivals (on a device the constants were not fitted on, up to three)
+        # up to decide.RIVALS rivals
         rivals[layout] = decide.close_call(problem_of(K.factor, X, layout), device)
     report = ks.warmup(operators=[K], layouts=("bsl", "bsf"), batches=(513,), threads=2)
     assert report.products == 2 and report.timed_after == 2, report

@@ -64,9 +64,9 @@ def prepare(factor, X, layout, backend):
 def _prepare_auto(factor, X, layout, precision):
     """``auto``'s run on the GPU: :func:`kscupy.engine.decide.choose`'s, or on a close call
     of the model the fastest of its rivals (:func:`~kscupy.engine.decide.close_call`: up
-    to three of its best), all prepared and timed on ``X`` (not inside
-    :func:`~kscupy.engine.decide.close_calls_deferred`). With ``KSCUPY_AUTOTUNE=1`` a
-    problem the tuning cache does not hold is tuned first."""
+    to :data:`~kscupy.engine.decide.RIVALS` of its best), all prepared and timed on ``X``
+    (not inside :func:`~kscupy.engine.decide.close_calls_deferred`). With
+    ``KSCUPY_AUTOTUNE=1`` a problem the tuning cache does not hold is tuned first."""
     problem = problem_of(factor, X, layout)
     device = devices.current()
     if (precision == "default" and os.environ.get("KSCUPY_AUTOTUNE", "0") not in ("", "0")
@@ -90,7 +90,8 @@ def _prepared(factor, X, layout, choice):
 
 
 #: A close call times each rival over this many rounds of :data:`CLOSE_CALL_CALLS` calls
-#: back to back (after one untimed call) and keeps its best round.
+#: back to back (after a warm-up call; each round behind one queued call) and keeps its best
+#: round.
 CLOSE_CALL_ROUNDS = 2
 CLOSE_CALL_CALLS = 4
 
@@ -112,7 +113,7 @@ def pipeline_seconds(runs, X):
     seconds = []
     for run in runs:
         run(X)
-        stream.synchronize()        # every run's rounds start from an idle GPU
+        stream.synchronize()        # no run's rounds queue behind another run's work
         best = float("inf")
         for _ in range(CLOSE_CALL_ROUNDS):
             run(X)                  # the queue's head: the timed calls follow it

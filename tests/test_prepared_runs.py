@@ -8,6 +8,7 @@ import numpy
 import kscupy as ks
 from kscupy.engine import decide
 from kscupy.engine.runs import MAX_PREPARED_RUNS, PreparedRuns
+from kscupy.kernels.launcher import KernelRun
 from kscupy.kernels import nvrtc
 
 
@@ -90,3 +91,35 @@ def test_runs_are_bounded():
     for batch in range(1, MAX_PREPARED_RUNS + 2):
         _product(runs, _operand((3, batch)), "bsl", "auto", prepare)
     assert len(runs) <= MAX_PREPARED_RUNS
+
+
+def _kernel_run(dtype=numpy.float32):
+    """A KernelRun made without CuPy (its constructor imports CuPy)."""
+    run = KernelRun.__new__(KernelRun)
+    run.launch, run.y_shape, run.dtype, run.kept = (lambda x, y: None), (3, 5), \
+        numpy.dtype(dtype), ()
+    return run
+
+
+def test_a_kernel_run_is_found_by_an_operands_description():
+    """What a PyTorch tensor's repeated product looks up (foreign.tensor_product): the run
+    kept for a CuPy operand of that shape, strides, dtype, alignment, layout, backend and
+    device, where it is current, launches on pointers and has the operand's dtype."""
+    K = ks.KSMatrix.random((1, 3, 3, 1), dtype=numpy.float32, seed=0)
+    runs, X = PreparedRuns(K.factor, lambda: 0), _operand()
+    described = (X.shape, X.strides, X.dtype, X.data.ptr, "bsl", "auto", 0)
+    assert runs.kernel_run(*described) is None
+    run = _kernel_run()
+    runs.keep(X, "bsl", "auto", run, runs.stamp())
+    assert runs.kernel_run(*described) is run
+    moved = described[:3] + (X.data.ptr + 4,) + described[4:]       # another alignment
+    assert runs.kernel_run(*moved) is None
+    for at, other in ((1, X.T.strides), (2, numpy.dtype(numpy.float64)), (4, "bsf"),
+                      (5, "kernel"), (6, 1)):
+        assert runs.kernel_run(*described[:at], other, *described[at + 1:]) is None
+    decide.expire_prepared_runs()                                   # stale
+    assert runs.kernel_run(*described) is None
+    runs.keep(X, "bsl", "auto", lambda X: None, runs.stamp())       # not a launch on pointers
+    assert runs.kernel_run(*described) is None
+    runs.keep(X, "bsl", "auto", _kernel_run(numpy.float64), runs.stamp())    # converts
+    assert runs.kernel_run(*described) is None

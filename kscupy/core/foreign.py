@@ -10,9 +10,10 @@ found among the modules already imported (kscupy imports no framework): ``torch`
 ``jax.dlpack``'s, or ``from_dlpack`` of the producer's top-level module. A PyTorch CUDA
 tensor skips the protocol, whose handshakes cost more host time than short products take:
 it comes in as a CuPy view made from its pointer, shape and strides, and its result goes
-back through a capsule (:func:`_tensor_taken`). Its product runs on PyTorch's current
-stream (as a CuPy ``ExternalStream``), so that it follows the caller's work with no wait
-between streams.
+back through a capsule (:func:`_tensor_taken`); a repeated product whose run is a launch
+on pointers skips CuPy arrays altogether and writes into a tensor PyTorch allocates
+(:func:`tensor_product`). Its product runs on PyTorch's current stream (as a CuPy
+``ExternalStream``), so that it follows the caller's work with no wait between streams.
 
 A PyTorch tensor whose conjugation or negation is a lazy bit (``t.conj()``,
 ``t.conj().imag``) is resolved first, a copy (:func:`_resolved`).
@@ -34,7 +35,7 @@ import numpy
 from . import arrays
 from .arrays import array_module, gpu_module
 
-__all__ = ["Foreign", "is_foreign", "take", "native"]
+__all__ = ["Foreign", "is_foreign", "take", "native", "tensor_product"]
 
 #: DLPack device types (``DLDeviceType``) whose memory NumPy reads, and CuPy.
 _CPU = (1, 3)           # kDLCPU, kDLCUDAHost (pinned host memory)
@@ -195,33 +196,68 @@ def _bfloat16_back(bfloat16_back, back):
         else back(result)
 
 
+def tensor_product(x, runs, layout: str, backend: str):
+    """The product of a repeated PyTorch CUDA tensor ``x`` with no CuPy array made on either
+    side: where ``runs`` (a :class:`~kscupy.engine.runs.PreparedRuns`) holds a current
+    kernel run for ``x``'s CuPy view (``kernel_run``: one that reads the operand's address
+    and writes a new C-order result, kept by the first product of such a tensor), the result
+    is a tensor PyTorch allocates (on its current stream, as its own operations do) and the
+    run writes into it on that stream. None where it does not apply: the product then goes
+    through :func:`take`. (Taking the tensor in as a CuPy view and handing a CuPy result
+    back through DLPack cost the host more than short products take on the GPU.)"""
+    parts = _tensor_parts(x)
+    if parts is None:
+        return None
+    shape, strides, dtype, address, device_id = parts
+    run = runs.kernel_run(shape, strides, dtype, address, layout, backend, device_id)
+    if run is None:
+        return None
+    result = x.new_empty(run.y_shape)
+    with _producer_stream(_gpu_cupy(), x, "torch", device_id):
+        run.launch(address, result.data_ptr())
+    return result
+
+
+def _tensor_parts(x):
+    """``(shape, strides in bytes, NumPy dtype, address, device)`` of ``x`` where it is a
+    PyTorch CUDA tensor that CuPy can view as it is, with CuPy present; None where DLPack
+    must decide (and say what is wrong): not such a tensor, no CuPy, a dtype CuPy has no
+    name for here (bfloat16 without ``ml_dtypes``), a tensor that requires grad (the
+    exporter refuses it), one with a lazy conjugation or negation (:func:`_resolved`), or
+    one without strided memory (sparse, nested, ...)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(x, torch.Tensor) or not x.is_cuda or x.requires_grad \
+            or x.is_conj() or x.is_neg() or x.layout is not torch.strided \
+            or getattr(x, "is_nested", False) or _gpu_cupy() is None:
+        return None
+    dtype = _torch_dtypes().get(x.dtype)
+    if dtype is None:
+        return None
+    size = dtype.itemsize
+    return (tuple(x.shape), tuple(s * size for s in x.stride()), dtype, x.data_ptr(),
+            x.get_device())
+
+
 def _tensor_taken(x):
     """The PyTorch CUDA tensor ``x`` taken in as a CuPy view made from its pointer, shape and
     strides, which PyTorch reports in a fraction of the host time its DLPack export takes
     (products of a few tens of microseconds would otherwise wait on the host); the view
     keeps ``x`` alive, and the result goes back through :func:`_tensor_back`. None where
-    DLPack must decide (and say what is wrong): no CuPy, a dtype CuPy has no name for here
-    (bfloat16 without ``ml_dtypes``), a tensor that requires grad (the exporter refuses it),
-    or one without strided memory (sparse, nested, ...)."""
-    torch = _torch()
-    cupy = _gpu_cupy()
-    dtype = _torch_dtypes().get(x.dtype)
-    if cupy is None or dtype is None or x.requires_grad or x.layout is not torch.strided \
-            or getattr(x, "is_nested", False):
+    DLPack must decide (:func:`_tensor_parts`)."""
+    parts = _tensor_parts(x)
+    if parts is None:
         return None
-    device_id = x.get_device()
-    shape, strides = tuple(x.shape), x.stride()
-    size = x.element_size()
+    shape, strides, dtype, address, device_id = parts
+    cupy = _gpu_cupy()
     # the bytes the view reaches: its last element's offset plus one (PyTorch's strides are
     # never negative; an empty tensor reaches none)
     if x.is_contiguous():
-        span = x.numel() * size
+        span = x.numel() * dtype.itemsize
     else:
         span = 0 if 0 in shape else \
-            (1 + sum((n - 1) * s for n, s in zip(shape, strides))) * size
-    memory = cupy.cuda.UnownedMemory(x.data_ptr(), span, x, device_id)
-    native = cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0),
-                          tuple(s * size for s in strides))
+            dtype.itemsize + sum((n - 1) * s for n, s in zip(shape, strides))
+    memory = cupy.cuda.UnownedMemory(address, span, x, device_id)
+    native = cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0), strides)
     return Foreign(native, _tensor_back, _producer_stream(cupy, x, "torch", device_id))
 
 

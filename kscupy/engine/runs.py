@@ -59,6 +59,20 @@ class PreparedRuns:
         return (X.shape, X.strides, X.dtype, X.data.ptr & 15, layout, backend,
                 self._current_device())
 
+    def kernel_run(self, shape, strides, dtype, address, layout, backend, device):
+        """The run kept for CuPy operands of ``shape``, ``strides`` (bytes), ``dtype`` and
+        ``address`` on ``device`` in ``layout`` with ``backend``, where it is current and a
+        :class:`~kscupy.kernels.launcher.KernelRun` of that dtype (which reads the operand's
+        address only and writes a new C-order result), else None: what a PyTorch tensor's
+        product reuses with no CuPy array made on either side
+        (:func:`kscupy.core.foreign.tensor_product`)."""
+        found = self._runs.get((shape, strides, dtype, address & 15, layout, backend,
+                                device))
+        if found is None or found[0] != self.stamp():
+            return None
+        run = found[1]
+        return run if isinstance(run, KernelRun) and run.dtype == dtype else None
+
     def stamp(self) -> tuple:
         """The stamp of a run prepared from now on (:func:`stamp` of the factors' caches)."""
         return stamp(f.cache for f in self._factors)

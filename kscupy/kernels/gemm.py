@@ -81,6 +81,7 @@ import numpy
 
 from ..core import arrays
 from ..core.arrays import PRECISIONS, runs_at
+from .launcher import KernelRun
 
 __all__ = ["prepare", "prepare_groups", "values_gradient", "values_gradient_run",
            "values_gradient_diagonal", "values_gradient_diagonal_run"]
@@ -140,7 +141,6 @@ def prepare(D, X, layout, precision: str = "default"):
     stream, for operands shaped and typed like ``X``, at ``precision`` (see
     ``arrays.PRECISIONS``); None where this does not apply (an operand or matrix not in C
     order; dtypes that differ; a side beyond 2^31 - 1, cuBLAS's int)."""
-    import cupy
     from cupy_backends.cuda.libs import cublas
     dtype = X.dtype
     if not runs_at(dtype, precision):
@@ -153,7 +153,7 @@ def prepare(D, X, layout, precision: str = "default"):
     M, N = D.shape
     one, zero = _host_scalars(scalar)
     alpha, beta = one.ctypes.data, zero.ctypes.data
-    new, op_n, op_t = cupy.ndarray, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_T
+    op_n, op_t = cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_T
     d = D.data.ptr
     call = _cublas_runner()
     if layout == "bsl":
@@ -173,12 +173,8 @@ def prepare(D, X, layout, precision: str = "default"):
                                                     data, N, x, data, N, beta, y, data, M,
                                                     compute, algo)
 
-    def run(X):
-        Y = new(y_shape, dtype)
-        call(product(X.data.ptr, Y.data.ptr))
-        return Y
-    run.kept = (D, one, zero)    # the run reads their memory by address: keep them alive
-    return run
+    # the run reads D, alpha and beta by address: it keeps them alive
+    return KernelRun(lambda x, y: call(product(x, y)), y_shape, dtype, kept=(D, one, zero))
 
 
 def _strided_batched(blas, handle, gemm, k, x, other, out, calls, x_first, isz, osz):
@@ -326,14 +322,8 @@ def _group_calls(factor, X, layout, precision):
         return lambda handle, blas: _strided_batched(
             blas, handle, gemm, k, x, w, y, calls, layout == "bsl", isz, isz)
 
-    new = cupy.ndarray
-
-    def run(X):
-        Y = new(y_shape, dtype)
-        call(product(X.data.ptr, Y.data.ptr))
-        return Y
-    run.kept = (tiles, one, zero)
-    return run
+    return KernelRun(lambda x, y: call(product(x, y)), y_shape, dtype,
+                     kept=(tiles, one, zero))
 
 
 #: The values' gradient sums over the long batch; where the groups' ``b x c`` outputs give

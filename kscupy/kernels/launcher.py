@@ -106,16 +106,21 @@ class Launcher:
 
 
 class KernelRun:
-    """A prepared kernel product: ``run(X)`` allocates a new C-contiguous ``Y`` of
-    ``y_shape`` and ``dtype`` and calls ``launch(X's pointer, Y's pointer)``. The kernel reads
-    only ``X``'s address (its shape and strides were fixed when the run was prepared), so
-    :meth:`with_result_shape` serves a vector through the run prepared for its ``(N, 1)``
-    view without reshaping either side (a CuPy reshape costs host time)."""
-    __slots__ = ("launch", "y_shape", "dtype", "_new")
+    """A prepared product: ``run(X)`` allocates a new C-contiguous ``Y`` of ``y_shape`` and
+    ``dtype`` and calls ``launch(X's pointer, Y's pointer)``, which queues the product on
+    CuPy's current stream: a kernel's :class:`Launcher`, or cuBLAS calls
+    (:mod:`kscupy.kernels.gemm`); ``kept``: what the launch reads by address, kept alive
+    with it. The launch reads only ``X``'s address (its shape and strides were fixed when
+    the run was prepared), so :meth:`with_result_shape` serves a vector through the run
+    prepared for its ``(N, 1)`` view without reshaping either side (a CuPy reshape costs
+    host time), and a PyTorch tensor's product writes into a tensor PyTorch allocates
+    (:func:`kscupy.core.foreign.tensor_product`)."""
+    __slots__ = ("launch", "y_shape", "dtype", "kept", "_new")
 
-    def __init__(self, launch, y_shape, dtype):
+    def __init__(self, launch, y_shape, dtype, kept=()):
         import cupy
         self.launch, self.y_shape, self.dtype = launch, tuple(y_shape), numpy.dtype(dtype)
+        self.kept = kept
         self._new = cupy.ndarray          # the constructor: cupy.empty's Python layer skipped
 
     def __call__(self, X):
@@ -127,4 +132,4 @@ class KernelRun:
         """The same launch with ``Y`` allocated as ``y_shape`` (same size, C order)."""
         if numpy.prod(y_shape) != numpy.prod(self.y_shape):
             raise ValueError(f"result shape {y_shape} does not hold {self.y_shape}")
-        return KernelRun(self.launch, y_shape, self.dtype)
+        return KernelRun(self.launch, y_shape, self.dtype, self.kept)

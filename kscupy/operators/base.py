@@ -148,6 +148,10 @@ class KSOperator:
         runs = self._runs()
         if runs is None or type(X) is not self._xp.ndarray:
             if foreign.is_foreign(X):           # a PyTorch, JAX, ... array: through DLPack
+                if runs is not None:            # a repeated PyTorch product, launched as is
+                    Y = foreign.tensor_product(X, runs, layout, backend)
+                    if Y is not None:
+                        return Y
                 taken = foreign.take(X)
                 with taken.stream:              # the producer's stream, where it has one
                     return taken.back(self.matmul(taken.native, layout=layout,

@@ -6,6 +6,7 @@ would be) holds NumPy memory behind ``__dlpack__`` and has its own ``from_dlpack
 mechanics are tested on any machine; PyTorch and JAX are tested where they import (CPU
 tensors here, CUDA tensors in the GPU suite). Results are compared with a float64 oracle
 from the definition (conftest)."""
+import contextlib
 import sys
 import types
 
@@ -396,3 +397,66 @@ def test_pytorch_tensors_on_another_gpu_are_multiplied_there(rng):
     assert rel_err(Y.cpu().numpy(), D @ x) < 1e-5
     assert rel_err(dX.cpu().numpy(), D.T @ g) < 1e-5
     assert rel_err(dW.get(), ks.values_grad(ks.KSMatrix(w), x, g)) < 1e-5
+
+
+def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(monkeypatch):
+    """foreign.tensor_product's mechanics on the CPU, with a stand-in for PyTorch's CUDA
+    tensors: the run kept for the tensor's CuPy view (same shape, byte strides, dtype,
+    alignment, layout, backend and device) launches on the tensor's address into a result
+    the tensor's library allocates (``new_empty``), inside the producer's stream; a tensor
+    of other strides, one with a lazy conjugation and one that requires grad find none."""
+    from kscupy.core import foreign
+    from kscupy.engine.runs import PreparedRuns
+    from kscupy.kernels.launcher import KernelRun
+
+    class Tensor:
+        def __init__(self, shape, stride, address, **bits):
+            self.shape, self._stride, self._address = shape, stride, address
+            self.is_cuda, self.dtype, self.layout, self.is_nested = True, "f32", "strided", False
+            self.requires_grad = bits.get("requires_grad", False)
+            self._conj = bits.get("conj", False)
+
+        def stride(self):
+            return self._stride
+
+        def is_conj(self):
+            return self._conj
+
+        def is_neg(self):
+            return False
+
+        def data_ptr(self):
+            return self._address
+
+        def get_device(self):
+            return 1
+
+        def new_empty(self, shape):
+            return Tensor(shape, None, 4096)
+
+    torch = types.SimpleNamespace(Tensor=Tensor, strided="strided")
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setattr(foreign, "_torch_dtypes", lambda: {"f32": numpy.dtype(numpy.float32)})
+    monkeypatch.setattr(foreign, "_gpu_cupy", lambda: object())
+    streams = []
+    monkeypatch.setattr(foreign, "_producer_stream",
+                        lambda cupy, x, library, device: streams.append(device) or
+                        contextlib.nullcontext())
+    launched = []
+    run = KernelRun.__new__(KernelRun)
+    run.launch, run.y_shape, run.dtype, run.kept = \
+        (lambda x, y: launched.append((x, y, len(streams)))), (6, 5), numpy.dtype("f4"), ()
+    K = ks.KSMatrix.random((1, 3, 2, 1), dtype=numpy.float32, seed=0)
+    runs = PreparedRuns(K.factor, lambda: 1)
+    view = types.SimpleNamespace(shape=(2, 5), strides=(20, 4), dtype=numpy.dtype("f4"),
+                                 data=types.SimpleNamespace(ptr=2048))
+    runs.keep(view, "bsl", "auto", run, runs.stamp())
+    result = foreign.tensor_product(Tensor((2, 5), (5, 1), 2048), runs, "bsl", "auto")
+    assert isinstance(result, Tensor) and result.shape == (6, 5)
+    assert launched == [(2048, 4096, 1)] and streams == [1]     # launched inside the stream
+    for other in (Tensor((2, 5), (1, 2), 2048), Tensor((2, 5), (5, 1), 2048, conj=True),
+                  Tensor((2, 5), (5, 1), 2048, requires_grad=True),
+                  Tensor((2, 5), (5, 1), 2056)):
+        assert foreign.tensor_product(other, runs, "bsl", "auto") is None
+    assert foreign.tensor_product(Tensor((2, 5), (5, 1), 2048), runs, "bsf", "auto") is None
+    assert len(launched) == 1

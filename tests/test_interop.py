@@ -254,8 +254,8 @@ def test_repeated_pytorch_products_write_into_tensors_pytorch_allocates(backend,
     cuBLAS call) makes no CuPy array (foreign.tensor_product): on a side stream with work
     pending on the operand, each product (the result's block poisoned with NaN by the
     caching allocator first) equals the oracle, for batches, vectors and strided vectors;
-    with the fused FMA kernel and the dense GEMM, a batch and a vector are taken in as CuPy
-    arrays once each."""
+    with the fused FMA kernel and the dense GEMM, the third product of a batch or a vector
+    takes no CuPy view of the tensor."""
     torch = pytest.importorskip("torch")
     if not gpu_available() or not torch.cuda.is_available():
         pytest.skip(GPU_REASON)
@@ -272,9 +272,9 @@ def test_repeated_pytorch_products_write_into_tensors_pytorch_allocates(backend,
     monkeypatch.setattr(foreign, "take", lambda x, *args: taken.append(x) or take(x, *args))
     tolerance = 1e-5 if dtype == "float32" else 1e-2
     side = torch.cuda.Stream()
-    for operand in ("batch",) * 3 + ("vector",) * 2 + ("strided vector",) * 2:
-        if operand == "strided vector" and backend in ("kernel_fma", "dense"):
-            assert len(taken) == 2              # once for the batch, once for the vector
+    operands = ("batch",) * 3 + ("vector",) * 3 + ("strided vector",) * 2
+    for number, operand in enumerate(operands):
+        taken_before = len(taken)
         shape = ((N, B) if layout == "bsl" else (B, N)) if operand == "batch" else (N, 3)
         with torch.cuda.stream(side):
             X = torch.from_numpy(random_array(rng, shape, numpy.float32)).to("cuda", tdtype)
@@ -293,6 +293,11 @@ def test_repeated_pytorch_products_write_into_tensors_pytorch_allocates(backend,
         x = X.double().cpu().numpy()
         expected = D @ x if (layout == "bsl" or operand != "batch") else x @ D.T
         assert rel_err(Y.double().cpu().numpy(), expected) < tolerance
+        # the third product of a batch or a vector repeats a kept run (the second may
+        # prepare anew: a background compile finished since the first expires its run)
+        if operands[number - 2:number + 1] == (operand,) * 3 \
+                and backend in ("kernel_fma", "dense"):
+            assert len(taken) == taken_before
 
 
 @pytest.mark.gpu

@@ -56,8 +56,15 @@ class PreparedRuns:
         return self._runs.items()
 
     def _key(self, X, layout, backend):
-        return (X.shape, X.strides, X.dtype, X.data.ptr & 15, layout, backend,
-                self._current_device())
+        return _described(X.shape, X.strides, X.dtype, X.data.ptr, layout, backend,
+                          self._current_device())
+
+    def _current(self, key):
+        """The run kept under ``key`` where its stamp is the current one, else None."""
+        found = self._runs.get(key)
+        if found is None or found[0] != self.stamp():
+            return None
+        return found[1]
 
     def kernel_run(self, shape, strides, dtype, address, layout, backend, device):
         """The run kept for CuPy operands of ``shape``, ``strides`` (bytes), ``dtype`` and
@@ -66,11 +73,8 @@ class PreparedRuns:
         address only and writes a new C-order result), else None: what a PyTorch tensor's
         product reuses with no CuPy array made on either side
         (:func:`kscupy.core.foreign.tensor_product`)."""
-        found = self._runs.get((shape, strides, dtype, address & 15, layout, backend,
-                                device))
-        if found is None or found[0] != self.stamp():
-            return None
-        run = found[1]
+        run = self._current(_described(shape, strides, dtype, address, layout, backend,
+                                       device))
         return run if isinstance(run, KernelRun) and run.dtype == dtype else None
 
     def stamp(self) -> tuple:
@@ -80,10 +84,7 @@ class PreparedRuns:
     def get(self, X, layout: str, backend: str):
         """The run kept for CuPy operands like ``X`` in ``layout`` with ``backend``, or None
         where none is kept or the one kept is stale."""
-        found = self._runs.get(self._key(X, layout, backend))
-        if found is None or found[0] != self.stamp():
-            return None
-        return found[1]
+        return self._current(self._key(X, layout, backend))
 
     def keep(self, X, layout: str, backend: str, run, valid_for: tuple):
         """Keep ``run``, prepared for operands like ``X`` after :meth:`stamp` gave
@@ -99,6 +100,12 @@ class PreparedRuns:
             self._runs.clear()
         self._runs[key] = (valid_for, run)
         return run
+
+
+def _described(shape, strides, dtype, address, layout, backend, device) -> tuple:
+    """The key of the runs kept for operands so described: their shape, strides (bytes),
+    dtype and 16-byte alignment, the layout, the backend and the device."""
+    return (shape, strides, dtype, address & 15, layout, backend, device)
 
 
 def runs_of(factor: Factor) -> PreparedRuns:

@@ -43,25 +43,32 @@ def main(pattern="2,48,48,16", dtype="bfloat16", layout="bsl"):
     print(f"{pattern} {dtype} {layout}: cupy {cupy_s * 1e6:.1f} us, torch {torch_s * 1e6:.1f} us")
     Y = K.matmul(X, layout=layout)
     taken = foreign.take(T)
-
-    def in_stream():
-        with taken.stream:
-            K.matmul(taken.native, layout=layout)
+    runs = K._runs()
+    shape, strides, dtype_, address, device_id = foreign._tensor_parts(T)
+    run = runs.kernel_run(shape, strides, dtype_, address, layout, "auto", device_id)
+    result = T.new_empty(run.y_shape)
+    D = torch.from_dlpack(K.todense().astype(dt))
     steps = {"K @ cupy": lambda: K.matmul(X, layout=layout),
              "K @ tensor": lambda: K.matmul(T, layout=layout),
-             "from_dlpack(t)": lambda: cupy.from_dlpack(T),
-             "from_dlpack(to_dlpack(t))": lambda: cupy.from_dlpack(torch.utils.dlpack.to_dlpack(T)),
-             "torch.from_dlpack(Y)": lambda: torch.from_dlpack(Y),
-             "Y.__dlpack__(stream=-1)": lambda: Y.__dlpack__(stream=-1),
-             "foreign.take(t)": lambda: foreign.take(T),
-             "taken.back(Y)": lambda: taken.back(Y),
+             "torch dense matmul": (lambda: D @ T) if layout == "bsl" else (lambda: T @ D.T),
+             # the tensor fast path (foreign.tensor_product), step by step
+             "is_foreign": lambda: foreign.is_foreign(T),
+             "_tensor_parts": lambda: foreign._tensor_parts(T),
+             "kernel_run lookup": lambda: runs.kernel_run(shape, strides, dtype_, address,
+                                                          layout, "auto", device_id),
+             "new_empty": lambda: T.new_empty(run.y_shape),
+             "empty_like": lambda: torch.empty_like(T),
+             "cupy.ndarray": lambda: cupy.ndarray(run.y_shape, dtype_),
+             "stream check": lambda: (cupy.cuda.runtime.getDevice(),
+                                      foreign._raw_stream(torch, 0),
+                                      cupy.cuda.get_current_stream().ptr),
              "enter and leave the stream": lambda: (taken.stream.__enter__(),
                                                     taken.stream.__exit__(None, None, None)),
-             "K @ view in the stream": in_stream,
-             "torch.empty": lambda: torch.empty(Y.shape, dtype=T.dtype, device=T.device),
-             "wrapped(t)": lambda: wrapped(T, dt),
-             "current_stream": lambda: torch.cuda.current_stream(0),
-             "is_foreign": lambda: foreign.is_foreign(T)}
+             "launch": lambda: run.launch(address, result.data_ptr()),
+             "data_ptr": lambda: result.data_ptr(),
+             # the first product's path (a CuPy view in, a tensor back through DLPack)
+             "foreign.take(t)": lambda: foreign.take(T),
+             "taken.back(Y)": lambda: taken.back(Y)}
     for name, fn in steps.items():
         s = throughput_seconds(lambda _: fn(), [None])
         print(f"  {name}: {host_seconds(fn, 300, warmup=1) * 1e6:.1f} / {s * 1e6:.1f} us")

@@ -408,18 +408,20 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
     """foreign.tensor_product's mechanics on the CPU, with a stand-in for PyTorch's CUDA
     tensors: the run kept for the tensor's CuPy view (same shape, byte strides, dtype,
     alignment, layout, backend and device) launches on the tensor's address into a result
-    the tensor's library allocates (``new_empty``), inside the producer's stream; a tensor
-    of other strides, one with a lazy conjugation and one that requires grad find none."""
+    the tensor's library allocates (``new_empty``): inside the producer's stream where that
+    is not CuPy's current one on the current device, straight away where it is; a tensor of
+    other strides or alignment, a complex one with a lazy conjugation, one with a lazy
+    negation and one that requires grad find none."""
     from kscupy.core import foreign
     from kscupy.engine.runs import PreparedRuns
     from kscupy.kernels.launcher import KernelRun
 
     class Tensor:
-        def __init__(self, shape, stride, address, **bits):
+        def __init__(self, shape, stride, address, dtype="f32", **bits):
             self.shape, self._stride, self._address = shape, stride, address
-            self.is_cuda, self.dtype, self.layout, self.is_nested = True, "f32", "strided", False
+            self.dtype, self.layout, self.is_nested = dtype, "strided", False
             self.requires_grad = bits.get("requires_grad", False)
-            self._conj = bits.get("conj", False)
+            self._conj, self._neg = bits.get("conj", False), bits.get("neg", False)
 
         def stride(self):
             return self._stride
@@ -428,7 +430,7 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
             return self._conj
 
         def is_neg(self):
-            return False
+            return self._neg
 
         def data_ptr(self):
             return self._address
@@ -439,29 +441,48 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
         def new_empty(self, shape):
             return Tensor(shape, None, 4096)
 
-    torch = types.SimpleNamespace(Tensor=Tensor, strided="strided")
+    torch_stream = [7]
+    torch = types.SimpleNamespace(Tensor=Tensor, strided="strided", _C=types.SimpleNamespace(
+        _cuda_getCurrentRawStream=lambda device: torch_stream[0]))
     monkeypatch.setitem(sys.modules, "torch", torch)
-    monkeypatch.setattr(foreign, "_torch_dtypes", lambda: {"f32": numpy.dtype(numpy.float32)})
-    monkeypatch.setattr(foreign, "_gpu_cupy", lambda: object())
+    monkeypatch.setattr(foreign, "_torch_dtypes", lambda: {
+        "f32": numpy.dtype(numpy.float32), "c64": numpy.dtype(numpy.complex64)})
+    device = [0]
+    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        runtime=types.SimpleNamespace(getDevice=lambda: device[0]),
+        get_current_stream=lambda: types.SimpleNamespace(ptr=7)))
+    monkeypatch.setattr(foreign, "_gpu_cupy", lambda: cupy)
     streams = []
     monkeypatch.setattr(foreign, "_producer_stream",
                         lambda cupy, x, library, device: streams.append(device) or
                         contextlib.nullcontext())
     launched = []
-    run = KernelRun.__new__(KernelRun)
-    run.launch, run.y_shape, run.dtype, run.kept = \
-        (lambda x, y: launched.append((x, y, len(streams)))), (6, 5), numpy.dtype("f4"), ()
     K = ks.KSMatrix.random((1, 3, 2, 1), dtype=numpy.float32, seed=0)
     runs = PreparedRuns(K.factor, lambda: 1)
-    view = types.SimpleNamespace(shape=(2, 5), strides=(20, 4), dtype=numpy.dtype("f4"),
-                                 data=types.SimpleNamespace(ptr=2048))
-    runs.keep(view, "bsl", "auto", run, runs.stamp())
+    for dtype in ("f4", "c8"):
+        run = KernelRun.__new__(KernelRun)
+        run.launch, run.y_shape, run.dtype, run.kept = \
+            (lambda x, y: launched.append((x, y, len(streams)))), (6, 5), numpy.dtype(dtype), ()
+        size = numpy.dtype(dtype).itemsize
+        view = types.SimpleNamespace(shape=(2, 5), strides=(5 * size, size),
+                                     dtype=numpy.dtype(dtype),
+                                     data=types.SimpleNamespace(ptr=2048))
+        runs.keep(view, "bsl", "auto", run, runs.stamp())
+    # the tensor's GPU is not the current one: launched inside the producer's stream
     result = foreign.tensor_product(Tensor((2, 5), (5, 1), 2048), runs, "bsl", "auto")
     assert isinstance(result, Tensor) and result.shape == (6, 5)
-    assert launched == [(2048, 4096, 1)] and streams == [1]     # launched inside the stream
-    for other in (Tensor((2, 5), (1, 2), 2048), Tensor((2, 5), (5, 1), 2048, conj=True),
+    assert launched == [(2048, 4096, 1)] and streams == [1]
+    # its GPU is current and PyTorch's stream is CuPy's: launched with no stream entered
+    device[0] = 1
+    foreign.tensor_product(Tensor((2, 5), (5, 1), 2048, "c64"), runs, "bsl", "auto")
+    assert launched[1:] == [(2048, 4096, 1)] and streams == [1]
+    torch_stream[0] = 8                 # another stream: entered
+    foreign.tensor_product(Tensor((2, 5), (5, 1), 2048), runs, "bsl", "auto")
+    assert launched[2:] == [(2048, 4096, 2)] and streams == [1, 1]
+    for other in (Tensor((2, 5), (1, 2), 2048), Tensor((2, 5), (5, 1), 2048, "c64", conj=True),
+                  Tensor((2, 5), (5, 1), 2048, neg=True),
                   Tensor((2, 5), (5, 1), 2048, requires_grad=True),
                   Tensor((2, 5), (5, 1), 2056)):
         assert foreign.tensor_product(other, runs, "bsl", "auto") is None
     assert foreign.tensor_product(Tensor((2, 5), (5, 1), 2048), runs, "bsf", "auto") is None
-    assert len(launched) == 1
+    assert len(launched) == 3

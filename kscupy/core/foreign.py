@@ -213,8 +213,15 @@ def tensor_product(x, runs, layout: str, backend: str):
     if run is None:
         return None
     result = x.new_empty(run.y_shape)
-    with _producer_stream(_gpu_cupy(), x, "torch", device_id):
+    cupy = _gpu_cupy()
+    # where PyTorch's current stream is CuPy's on the current device (both on the legacy
+    # default stream, the common case) the launch needs no stream entered
+    if device_id == cupy.cuda.runtime.getDevice() and \
+            _raw_stream(sys.modules["torch"], device_id) == cupy.cuda.get_current_stream().ptr:
         run.launch(address, result.data_ptr())
+    else:
+        with _producer_stream(cupy, x, "torch", device_id):
+            run.launch(address, result.data_ptr())
     return result
 
 
@@ -224,18 +231,19 @@ def _tensor_parts(x):
     must decide (and say what is wrong): not such a tensor, no CuPy, a dtype CuPy has no
     name for here (bfloat16 without ``ml_dtypes``), a tensor that requires grad (the
     exporter refuses it), one with a lazy conjugation or negation (:func:`_resolved`), or
-    one without strided memory (sparse, nested, ...)."""
+    one without strided memory (sparse, nested, ...). (Every product of a tensor asks this:
+    each attribute PyTorch reports costs the host a little, so each is read once.)"""
     torch = sys.modules.get("torch")
-    if torch is None or not isinstance(x, torch.Tensor) or not x.is_cuda or x.requires_grad \
-            or x.is_conj() or x.is_neg() or x.layout is not torch.strided \
-            or getattr(x, "is_nested", False) or _gpu_cupy() is None:
+    if torch is None or not isinstance(x, torch.Tensor) or x.requires_grad or x.is_neg() \
+            or x.layout is not torch.strided or x.is_nested or _gpu_cupy() is None:
         return None
+    device_id = x.get_device()          # -1 for a tensor in host memory
     dtype = _torch_dtypes().get(x.dtype)
-    if dtype is None:
+    if device_id < 0 or dtype is None or (dtype.kind == "c" and x.is_conj()):
         return None
     size = dtype.itemsize
-    return (tuple(x.shape), tuple(s * size for s in x.stride()), dtype, x.data_ptr(),
-            x.get_device())
+    # torch.Size is a tuple: it keys the runs as the CuPy view's shape would
+    return x.shape, tuple([s * size for s in x.stride()]), dtype, x.data_ptr(), device_id
 
 
 def _tensor_taken(x):

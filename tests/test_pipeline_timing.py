@@ -1,8 +1,9 @@
-"""How ``auto``'s close calls time their rivals (kscupy.engine.single.pipeline_seconds), on
+"""How ``auto``'s close calls time their rivals (kscupy.engine.single.pipeline_times), on
 the CPU: a stand-in for CuPy's stream and events keeps a host clock and a GPU queue, and a
 run spends ``host`` seconds launching work that takes the GPU ``gpu`` seconds. A pipeline
 of such calls costs ``max(host, gpu)`` a call, which is what the timing must report, for
-host-bound and GPU-bound runs alike."""
+host-bound and GPU-bound runs alike, with the host's own time beside it; and how the
+verdict weighs the two (kscupy.engine.decide.settle)."""
 import sys
 import types
 
@@ -26,6 +27,15 @@ class _Timeline:
         self.host = max(self.host, self.gpu_free)
 
 
+@pytest.fixture
+def timeline(monkeypatch):
+    """A timeline that CuPy's stream and events and the host's clock follow."""
+    timeline = _Timeline()
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(timeline))
+    monkeypatch.setattr(single, "time", types.SimpleNamespace(perf_counter=lambda: timeline.host))
+    return timeline
+
+
 def _fake_cupy(timeline):
     """The parts of CuPy that pipeline_seconds uses, on ``timeline``."""
 
@@ -46,27 +56,59 @@ def _fake_cupy(timeline):
 
 @pytest.mark.parametrize("host_us, gpu_us", [(18.0, 6.0), (10.0, 16.0), (10.0, 10.0),
                                              (3.0, 250.0)])
-def test_a_close_call_times_what_a_pipeline_sees(monkeypatch, host_us, gpu_us):
-    timeline = _Timeline()
-    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(timeline))
+def test_a_close_call_times_what_a_pipeline_sees(timeline, host_us, gpu_us):
     calls = []
 
     def run(X):
         calls.append(X)
         timeline.launch(host_us * 1e-6, gpu_us * 1e-6)
 
-    (seconds,) = single.pipeline_seconds([run], "X")
+    ((seconds, host_seconds),) = single.pipeline_times([run], "X")
     assert seconds == pytest.approx(max(host_us, gpu_us) * 1e-6, rel=1e-9)
+    assert host_seconds == pytest.approx(host_us * 1e-6, rel=1e-9)
+    assert single.pipeline_seconds([run], "X") == [pytest.approx(seconds, rel=1e-9)]
     assert calls and set(calls) == {"X"}
 
 
-def test_a_kernel_with_less_host_time_beats_a_host_bound_call(monkeypatch):
+def test_a_kernel_with_less_host_time_beats_a_host_bound_call(timeline):
     """A kernel of 10 us host and 16 us GPU time against a cuBLAS call of 18 us host and
     6 us GPU time: in a pipeline the kernel is faster; timed from an idle GPU, the kernel's
     first launch would count in full and the cuBLAS call would look faster."""
-    timeline = _Timeline()
-    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(timeline))
     kernel = lambda X: timeline.launch(10e-6, 16e-6)      # noqa: E731
     cublas = lambda X: timeline.launch(18e-6, 6e-6)       # noqa: E731
     kernel_s, cublas_s = single.pipeline_seconds([kernel, cublas], "X")
     assert kernel_s < cublas_s
+
+
+@pytest.mark.parametrize("times_us, choice", [
+    # host-bound fastest; a rival 1% slower with less host time is the choice
+    ([(16.7, 16.6), (16.8, 6.0)], 1),
+    # ... and the least host time among those tied, not merely the second
+    ([(16.7, 16.6), (17.0, 12.0), (17.2, 7.0)], 2),
+    # a rival beyond HOST_TIE is not, however little host time it needs
+    ([(16.0, 15.9), (17.6, 6.0)], 0),
+    # a GPU-bound fastest stays, whatever its rivals' host time
+    ([(100.0, 10.0), (101.0, 5.0)], 0),
+    # the fastest need not come first
+    ([(18.0, 6.0), (12.0, 11.9), (30.0, 3.0)], 1),
+])
+def test_a_host_bound_verdict_goes_to_a_tied_rival_of_less_host_time(times_us, choice):
+    from kscupy.engine import decide
+    seconds = [s * 1e-6 for s, _ in times_us]
+    host_seconds = [h * 1e-6 for _, h in times_us]
+    assert decide._fastest(seconds, host_seconds) == choice
+    assert decide._fastest(seconds) == seconds.index(min(seconds))   # no host times known
+
+
+def test_a_tied_gpu_bound_kernel_is_chosen_over_a_host_bound_call(timeline):
+    """A cuBLAS call of 16.7 us host time (5 us of GPU time) against a kernel of 16.8 us of
+    GPU time (6 us of host time): timed alike in a pipeline of CuPy products, but a caller
+    with 5 us of host work of its own a call (a PyTorch tensor's) would wait 21.7 us a call
+    on the cuBLAS call and still 16.8 on the kernel. The timings the close call gives make
+    the kernel the verdict."""
+    from kscupy.engine import decide
+    cublas = lambda X: timeline.launch(16.7e-6, 5e-6)      # noqa: E731
+    kernel = lambda X: timeline.launch(6e-6, 16.8e-6)      # noqa: E731
+    seconds, host_seconds = zip(*single.pipeline_times([cublas, kernel], "X"))
+    assert seconds[0] < seconds[1]
+    assert decide._fastest(list(seconds), list(host_seconds)) == 1

@@ -345,10 +345,10 @@ def close_call(tmp_path, monkeypatch):
     monkeypatch.setattr(decide, "ranked", lambda problem, device, precision: list(ranking))
     monkeypatch.setattr(single, "_prepared", lambda factor, X, layout, choice: choice.backend)
 
-    def gpu_seconds(runs, X):
+    def gpu_times(runs, X):         # (seconds, host seconds): none bound by the host
         timings.append(tuple(runs))
-        return [measured[run] for run in runs]
-    monkeypatch.setattr(single, "pipeline_seconds", gpu_seconds)
+        return [(measured[run], 0.0) for run in runs]
+    monkeypatch.setattr(single, "pipeline_times", gpu_times)
 
     def prepare(problem):
         a, b, c, d = problem.pattern

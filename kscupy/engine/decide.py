@@ -9,7 +9,8 @@ Three sources, each falling back on the next:
    ranked by its modelled time (:mod:`.costs.gpu`) and the fastest is the choice. Where the
    model prices others within :data:`CLOSE_CALL` of it, :func:`close_call` names up to
    :data:`RIVALS` and the first preparation times them on its operand (:mod:`.single`);
-   the fastest is this process's choice from then on (:func:`settle`).
+   the fastest (of those tied with it, the one of least host time where it is bound by
+   its host: :data:`HOST_TIE`) is this process's choice from then on (:func:`settle`).
 3. **Heuristic**: each kernel backend's ``heuristic`` gives a tile configuration for any
    problem.
 
@@ -33,7 +34,7 @@ from .registry import Choice
 __all__ = ["Choice", "choose", "close_call", "settle", "defer", "close_calls_deferred",
            "close_calls_timed", "expire_prepared_runs", "forget_decisions", "seconds",
            "configuration", "ranked", "candidates", "tuned", "CLOSE_CALL", "RIVALS",
-           "KERNEL_MARGIN", "epoch"]
+           "HOST_BOUND", "HOST_TIE", "KERNEL_MARGIN", "epoch"]
 
 #: ``auto`` times its best candidates on the first operand of a problem wherever the model
 #: prices the next within this factor of the first, up to :data:`RIVALS` of them, however
@@ -41,12 +42,19 @@ __all__ = ["Choice", "choose", "close_call", "settle", "defer", "close_calls_def
 #: constants were not fitted on, priced by the generic constants and its own rates;
 #: ``kscupy info`` says which); it misses cuBLAS's edge on blocks that fill its tiles; and
 #: its fixed costs add each way's host time to its GPU time, where a pipeline of short
-#: products pays only the larger. The timing (:func:`.single.pipeline_seconds`) sees what a
+#: products pays only the larger. The timing (:func:`.single.pipeline_times`) sees what a
 #: pipeline sees: about ten calls of each, once per problem, against a wrong pick on every
 #: call after it (``benchmarks/fit_costs.py --regret`` compares this rule with the model's
 #: pick on measured rows).
 CLOSE_CALL = 2.0
 RIVALS = 3
+#: A close call's fastest run whose host time is this share of its time or more is bound by
+#: the host, and a rival timed within ``HOST_TIE`` of it (the rounds' spread on short
+#: products) that needs less host time is the choice: it costs a CuPy caller at most that
+#: much, and saves a caller with host work of its own per call (PyTorch tensors, Python
+#: between calls) up to that work (:func:`settle`).
+HOST_BOUND = 0.8
+HOST_TIE = 0.05
 #: ``auto`` picks the FMA kernel over other backends only when the model finds it faster by
 #: this factor: in batch-size-last the model is unbiased and any margin gave away the
 #: kernel's wins; in batch-size-first a wrong pick of it costs far more than a missed one.
@@ -150,18 +158,38 @@ def close_call(problem: Problem, device: DeviceFacts, precision: str = "default"
     return (choose(problem, device, precision), *others)
 
 
-def settle(problem: Problem, device: DeviceFacts, precision: str, rivals, seconds) -> int:
-    """Record the verdict of a close call (``rivals`` timed at ``seconds``): the faster is
-    ``auto``'s choice for the rest of the process (:func:`choose` returns it, and the chain
-    planner prices with it). A verdict other than the model's choice expires what was built
-    before it. Returns the index of the faster."""
-    fastest = seconds.index(min(seconds))
+def settle(problem: Problem, device: DeviceFacts, precision: str, rivals, seconds,
+           host_seconds=None) -> int:
+    """Record the verdict of a close call (``rivals`` timed at ``seconds`` a call, of which
+    ``host_seconds`` the host's, where known): the faster is ``auto``'s choice for the rest
+    of the process (:func:`choose` returns it, and the chain planner prices with it),
+    except that where the faster is bound by its host time, a rival within
+    :data:`HOST_TIE` of it that needs less host time is the choice (:func:`_fastest`). A
+    verdict other than the model's choice expires what was built before it. Returns the
+    index of the choice."""
+    fastest = _fastest(seconds, host_seconds)
     _MEMO[_memo_key("auto", problem, device, precision)] = rivals[fastest]
+    # what was timed, {backend: (seconds, host seconds or None)}
+    hosts = [None] * len(seconds) if host_seconds is None else host_seconds
     _MEMO[_memo_key("timed", problem, device, precision)] = {
-        c.backend: s for c, s in zip(rivals, seconds)}
+        c.backend: (s, h) for c, s, h in zip(rivals, seconds, hosts)}
     if fastest != 0:    # chain plans priced with the model's choice are priced again
         expire_prepared_runs()
     return fastest
+
+
+def _fastest(seconds, host_seconds=None) -> int:
+    """The index of the fastest of runs timed at ``seconds`` a call in a pipeline; where
+    the fastest's host time is :data:`HOST_BOUND` or more of its time, the run of least
+    host time among those within :data:`HOST_TIE` of it. (A host-bound run makes every
+    microsecond of its caller's own host work a call, a framework's operands or Python
+    between products, a microsecond more a call; a GPU-bound rival of about the same time
+    hides that work behind its GPU time.)"""
+    fastest = seconds.index(min(seconds))
+    if host_seconds is None or host_seconds[fastest] < HOST_BOUND * seconds[fastest]:
+        return fastest
+    tied = [i for i, s in enumerate(seconds) if s <= seconds[fastest] * (1 + HOST_TIE)]
+    return min(tied, key=lambda i: (host_seconds[i], seconds[i]))
 
 
 _deferring = threading.local()

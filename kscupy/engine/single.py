@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 
 import numpy
 
@@ -18,7 +19,7 @@ from ..kernels import nvrtc
 from . import cpu_choice, decide, registry
 from .tuner import tune
 
-__all__ = ["prepare", "pipeline_seconds"]
+__all__ = ["prepare", "pipeline_seconds", "pipeline_times"]
 
 _OTHER_LAYOUT = {"bsl": "bsf", "bsf": "bsl"}
 
@@ -81,8 +82,9 @@ def _prepare_auto(factor, X, layout, precision):
                                for c in rivals))
     if decide.defer(problem):
         return runs[0]
-    seconds = pipeline_seconds(runs, X)
-    return runs[decide.settle(problem, device, precision, rivals, seconds)]
+    seconds, host_seconds = zip(*pipeline_times(runs, X))
+    return runs[decide.settle(problem, device, precision, rivals, list(seconds),
+                              list(host_seconds))]
 
 
 def _prepared(factor, X, layout, choice):
@@ -97,34 +99,44 @@ CLOSE_CALL_CALLS = 4
 
 
 def pipeline_seconds(runs, X):
-    """The seconds per call of each prepared run on ``X`` as a pipeline sees them, the
-    larger of its host and its GPU time: CUDA events around calls made back to back on the
-    current stream (never under a CUDA graph capture, where :func:`.execute.prepare`
-    refuses to prepare).
+    """The seconds per call of each prepared run on ``X`` as a pipeline sees them
+    (:func:`pipeline_times`' first figures)."""
+    return [seconds for seconds, _ in pipeline_times(runs, X)]
+
+
+def pipeline_times(runs, X):
+    """``(seconds, host_seconds)`` per call of each prepared run on ``X``: the seconds a
+    pipeline sees, the larger of its host and its GPU time, by CUDA events around calls made
+    back to back on the current stream (never under a CUDA graph capture, where
+    :func:`.execute.prepare` refuses to prepare); and the host's own, by the host's clock
+    around the same calls (which queue without waiting: too few to fill the launch queue).
 
     Each round queues one call before its start event, so that the GPU is busy when the
     timed calls begin, as in a pipeline: with host time ``h`` and GPU time ``g`` per call,
     ``n`` timed calls then span ``n * max(h, g)`` between the events. (Timed from an idle
     GPU, the first call's host time would count in full for every run, ``(h + n*g) / n``
-    per call for a GPU-bound one, favouring the runs with the most host time.)"""
+    per call for a GPU-bound one, favouring the runs with the most host time.) Each figure
+    is the best of the rounds."""
     import cupy
     stream = cupy.cuda.get_current_stream()
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    seconds = []
+    times = []
     for run in runs:
         run(X)
         stream.synchronize()        # no run's rounds queue behind another run's work
-        best = float("inf")
+        best = host = float("inf")
         for _ in range(CLOSE_CALL_ROUNDS):
             run(X)                  # the queue's head: the timed calls follow it
             start.record(stream)
+            began = time.perf_counter()
             for _ in range(CLOSE_CALL_CALLS):
                 run(X)
+            host = min(host, (time.perf_counter() - began) / CLOSE_CALL_CALLS)
             stop.record(stream)
             stop.synchronize()
             best = min(best, cupy.cuda.get_elapsed_time(start, stop) * 1e-3 / CLOSE_CALL_CALLS)
-        seconds.append(best)
-    return seconds
+        times.append((best, host))
+    return times
 
 
 def _stored_in_other_layout(X, layout) -> bool:

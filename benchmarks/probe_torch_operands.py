@@ -17,6 +17,8 @@ import torch
 import kscupy as ks
 from kscupy.bench.timing import host_seconds, throughput_seconds
 from kscupy.core import arrays, foreign
+from kscupy.core.problem import problem_of
+from kscupy.engine import decide
 
 BATCH = 25088
 
@@ -40,12 +42,17 @@ def main(pattern="2,48,48,16", dtype="bfloat16", layout="bsl"):
     T = torch.from_dlpack(X)
     cupy_s = throughput_seconds(lambda x: K.matmul(x, layout=layout), [X])
     torch_s = throughput_seconds(lambda t: K.matmul(t, layout=layout), [T])
-    print(f"{pattern} {dtype} {layout}: cupy {cupy_s * 1e6:.1f} us, torch {torch_s * 1e6:.1f} us")
+    choice = decide.choose(problem_of(K.factor, X, layout)).backend
+    print(f"{pattern} {dtype} {layout}: cupy {cupy_s * 1e6:.1f} us, torch {torch_s * 1e6:.1f} us"
+          f" (auto: {choice})")
     Y = K.matmul(X, layout=layout)
     taken = foreign.take(T)
     runs = K._runs()
     shape, strides, dtype_, address, device_id = foreign._tensor_parts(T)
     run = runs.kernel_run(shape, strides, dtype_, address, layout, "auto", device_id)
+    if run is None:
+        print("  no kernel run kept for the tensor: its products go through foreign.take")
+        return
     result = T.new_empty(run.y_shape)
     D = torch.from_dlpack(K.todense().astype(dt))
     steps = {"K @ cupy": lambda: K.matmul(X, layout=layout),

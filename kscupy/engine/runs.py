@@ -4,7 +4,7 @@ dictionary lookup and one launch.
 An operator's :class:`PreparedRuns` maps what decides a product (the operand's shape,
 strides, dtype and 16-byte alignment, the layout, the backend and the device) to the run
 prepared for the first such product, and a chain's to its plans. Each run is stamped with
-:func:`stamp`: the decisions it was built under (:data:`kscupy.engine.decide.epoch`), the
+:meth:`PreparedRuns.stamp`: the decisions it was built under (:data:`kscupy.engine.decide.epoch`), the
 kernels compiled so far (:data:`kscupy.kernels.nvrtc.compiles_finished`, so that a run of
 the direct kernel gives way to the compiled one) and the values of the target's factors
 (their storages' write counts). A run whose stamp is not the current one is prepared anew
@@ -17,17 +17,11 @@ from ..kernels import nvrtc
 from ..kernels.launcher import KernelRun
 from . import decide
 
-__all__ = ["PreparedRuns", "stamp", "runs_of", "for_vectors", "MAX_PREPARED_RUNS"]
+__all__ = ["PreparedRuns", "runs_of", "for_vectors", "MAX_PREPARED_RUNS"]
 
 #: Prepared runs an operator keeps (one per operand shape, strides, dtype and alignment, per
 #: layout and backend); beyond this many they are all dropped and rebuilt as used.
 MAX_PREPARED_RUNS = 64
-
-
-def stamp(caches) -> tuple:
-    """What a run prepared now is valid for, given the caches of its target's factors
-    (:class:`~kscupy.core.factor.FactorCache`): see the module."""
-    return (decide.epoch, nvrtc.compiles_finished) + tuple(c.generation for c in caches)
 
 
 class PreparedRuns:
@@ -78,8 +72,13 @@ class PreparedRuns:
         return run if isinstance(run, KernelRun) and run.dtype == dtype else None
 
     def stamp(self) -> tuple:
-        """The stamp of a run prepared from now on (:func:`stamp` of the factors' caches)."""
-        return stamp(f.cache for f in self._factors)
+        """What a run prepared from now on is valid for: the decisions' epoch, the kernels
+        compiled so far and the generation of each factor's cache (see the module). Every
+        repeated product asks for it, so a single factor's is built without a loop."""
+        factors = self._factors
+        if len(factors) == 1:
+            return decide.epoch, nvrtc.compiles_finished, factors[0].cache.generation
+        return (decide.epoch, nvrtc.compiles_finished, *[f.cache.generation for f in factors])
 
     def get(self, X, layout: str, backend: str):
         """The run kept for CuPy operands like ``X`` in ``layout`` with ``backend``, or None

@@ -4,10 +4,10 @@ dictionary lookup and one launch.
 An operator's :class:`PreparedRuns` maps what decides a product (the operand's shape,
 strides, dtype and 16-byte alignment, the layout, the backend and the device) to the run
 prepared for the first such product, and a chain's to its plans. Each run is stamped with
-:meth:`PreparedRuns.stamp`: the decisions it was built under (:data:`kscupy.engine.decide.epoch`), the
-kernels compiled so far (:data:`kscupy.kernels.nvrtc.compiles_finished`, so that a run of
-the direct kernel gives way to the compiled one) and the values of the target's factors
-(their storages' write counts). A run whose stamp is not the current one is prepared anew
+:meth:`PreparedRuns.stamp`: the decisions it was built under
+(:data:`kscupy.engine.decide.epoch`), the kernels compiled so far
+(:data:`kscupy.kernels.nvrtc.compiles_finished`, so that a run of the direct kernel gives way
+to the compiled one) and the values of the target's factors (their storages' write counts). A run whose stamp is not the current one is prepared anew
 in its place.
 """
 from __future__ import annotations

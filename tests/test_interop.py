@@ -447,15 +447,25 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
     monkeypatch.setitem(sys.modules, "torch", torch)
     monkeypatch.setattr(foreign, "_torch_dtypes", lambda: {
         "f32": numpy.dtype(numpy.float32), "c64": numpy.dtype(numpy.complex64)})
+    streams = []                        # the devices of the streams entered, in order
+
+    class ExternalStream:
+        def __init__(self, ptr, device_id):
+            self.ptr, self.device_id = ptr, device_id
+
+        def __enter__(self):
+            streams.append(self.device_id)
+
+        def __exit__(self, *exc):
+            pass
+
     device = [0]
     cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(
         runtime=types.SimpleNamespace(getDevice=lambda: device[0]),
-        get_current_stream=lambda: types.SimpleNamespace(ptr=7)))
+        get_current_stream=lambda: types.SimpleNamespace(ptr=7),
+        ExternalStream=ExternalStream, Device=lambda device_id: contextlib.nullcontext()))
     monkeypatch.setattr(foreign, "_gpu_cupy", lambda: cupy)
-    streams = []
-    monkeypatch.setattr(foreign, "_producer_stream",
-                        lambda cupy, x, library, device: streams.append(device) or
-                        contextlib.nullcontext())
+    monkeypatch.setattr(foreign, "_STREAMS", {})
     launched = []
     K = ks.KSMatrix.random((1, 3, 2, 1), dtype=numpy.float32, seed=0)
     runs = PreparedRuns(K.factor, lambda: 1)

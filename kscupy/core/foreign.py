@@ -13,7 +13,8 @@ it comes in as a CuPy view made from its pointer, shape and strides, and its res
 back through a capsule (:func:`_tensor_taken`); a repeated product whose run is a launch
 on pointers skips CuPy arrays altogether and writes into a tensor PyTorch allocates
 (:func:`tensor_product`). Its product runs on PyTorch's current stream (as a CuPy
-``ExternalStream``), so that it follows the caller's work with no wait between streams.
+``ExternalStream``, or CuPy's current stream where that is PyTorch's), so that it follows
+the caller's work with no wait between streams.
 
 A PyTorch tensor whose conjugation or negation is a lazy bit (``t.conj()``,
 ``t.conj().imag``) is resolved first, a copy (:func:`_resolved`).
@@ -52,9 +53,10 @@ class Foreign:
     NumPy or CuPy result as the caller's type (the result itself where the producer offers
     no ``from_dlpack``), ``stream`` the context to compute in: the producer's current CUDA
     stream as CuPy's where the producer says which it is (PyTorch; with the tensor's GPU made
-    current where it is not), else the array's GPU (a context that changes nothing where it
-    is the current one). (A plain class with slots: one is made for every product of a
-    foreign operand, and a frozen dataclass costs the host several times more to make.)"""
+    current where it is not; nothing where it is CuPy's current stream already), else the
+    array's GPU (a context that changes nothing where it is the current one). (A plain
+    class with slots: one is made for every product of a foreign operand, and a frozen
+    dataclass costs the host several times more to make.)"""
     __slots__ = ("native", "back", "stream")
 
     def __init__(self, native, back, stream=None):
@@ -213,15 +215,8 @@ def tensor_product(x, runs, layout: str, backend: str):
     if run is None:
         return None
     result = x.new_empty(run.y_shape)
-    cupy = _gpu_cupy()
-    # where PyTorch's current stream is CuPy's on the current device (both on the legacy
-    # default stream, the common case) the launch needs no stream entered
-    if device_id == cupy.cuda.runtime.getDevice() and \
-            _raw_stream(sys.modules["torch"], device_id) == cupy.cuda.get_current_stream().ptr:
+    with _producer_stream(_gpu_cupy(), x, "torch", device_id):
         run.launch(address, result.data_ptr())
-    else:
-        with _producer_stream(cupy, x, "torch", device_id):
-            run.launch(address, result.data_ptr())
     return result
 
 
@@ -315,13 +310,18 @@ def _torch_dtypes() -> dict:
 def _producer_stream(cupy, x, library, device_id):
     """PyTorch's current stream on the tensor's device, as a CuPy stream (so that the
     product runs where the caller's work runs, with no wait between streams), which also
-    makes the tensor's GPU current where it is not (:class:`_OnDevice`); for other
+    makes the tensor's GPU current where it is not (:class:`_OnDevice`); nothing where it is
+    CuPy's current stream on the current GPU (both on the legacy default stream, the common
+    case: entering a stream costs the host more than some products take). For other
     producers the array's GPU as a context (nothing where it is the current one)."""
     torch = sys.modules.get("torch") if library == "torch" else None
+    on_current = device_id == cupy.cuda.runtime.getDevice()
     if torch is None:
-        return contextlib.nullcontext() if device_id == cupy.cuda.runtime.getDevice() \
-            else cupy.cuda.Device(device_id)
-    key = (_raw_stream(torch, device_id), device_id)
+        return contextlib.nullcontext() if on_current else cupy.cuda.Device(device_id)
+    handle = _raw_stream(torch, device_id)
+    if on_current and handle == cupy.cuda.get_current_stream().ptr:
+        return contextlib.nullcontext()
+    key = (handle, device_id)
     stream = _STREAMS.get(key)
     if stream is None:      # a wrapper of the handle, made once (CuPy never destroys it)
         if len(_STREAMS) >= MAX_STREAMS:
@@ -333,9 +333,7 @@ def _producer_stream(cupy, x, library, device_id):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             stream = _STREAMS[key] = cupy.cuda.ExternalStream(*key)
-    if device_id != cupy.cuda.runtime.getDevice():
-        return _OnDevice(cupy, stream)
-    return stream
+    return stream if on_current else _OnDevice(cupy, stream)
 
 
 class _OnDevice:

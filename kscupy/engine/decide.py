@@ -159,9 +159,9 @@ def close_call(problem: Problem, device: DeviceFacts, precision: str = "default"
 
 
 def settle(problem: Problem, device: DeviceFacts, precision: str, rivals, seconds,
-           host_seconds=None) -> int:
+           host_seconds) -> int:
     """Record the verdict of a close call (``rivals`` timed at ``seconds`` a call, of which
-    ``host_seconds`` the host's, where known): the faster is ``auto``'s choice for the rest
+    ``host_seconds`` the host's): the faster is ``auto``'s choice for the rest
     of the process (:func:`choose` returns it, and the chain planner prices with it),
     except that where the faster is bound by its host time, a rival within
     :data:`HOST_TIE` of it that needs less host time is the choice (:func:`_fastest`). A
@@ -169,10 +169,9 @@ def settle(problem: Problem, device: DeviceFacts, precision: str, rivals, second
     index of the choice."""
     fastest = _fastest(seconds, host_seconds)
     _MEMO[_memo_key("auto", problem, device, precision)] = rivals[fastest]
-    # what was timed, {backend: (seconds, host seconds or None)}
-    hosts = [None] * len(seconds) if host_seconds is None else host_seconds
+    # what was timed, {backend: (seconds, host seconds)}
     _MEMO[_memo_key("timed", problem, device, precision)] = {
-        c.backend: (s, h) for c, s, h in zip(rivals, seconds, hosts)}
+        c.backend: (s, h) for c, s, h in zip(rivals, seconds, host_seconds)}
     if fastest != 0:    # chain plans priced with the model's choice are priced again
         expire_prepared_runs()
     return fastest

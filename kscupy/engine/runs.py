@@ -7,8 +7,8 @@ prepared for the first such product, and a chain's to its plans. Each run is sta
 :meth:`PreparedRuns.stamp`: the decisions it was built under
 (:data:`kscupy.engine.decide.epoch`), the kernels compiled so far
 (:data:`kscupy.kernels.nvrtc.compiles_finished`, so that a run of the direct kernel gives way
-to the compiled one) and the values of the target's factors (their storages' write counts). A run whose stamp is not the current one is prepared anew
-in its place.
+to the compiled one) and the values of the target's factors (their storages' write counts).
+A run whose stamp is not the current one is prepared anew in its place.
 """
 from __future__ import annotations
 

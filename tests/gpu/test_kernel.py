@@ -259,16 +259,12 @@ def test_tune_and_cache(tmp_path, monkeypatch):
 
 
 def _verdict(timed) -> str:
-    """The backend a close call timed as ``{backend: (seconds, host seconds)}`` settles on:
-    the fastest, or where that one is bound by its host time, the tied rival of least host
-    time (decide.HOST_BOUND, decide.HOST_TIE)."""
+    """The backend a close call timed as ``{backend: (seconds, host seconds)}`` settles on
+    (decide._fastest: the fastest, or where that one is bound by its host time, the tied
+    rival of least host time)."""
     from kscupy.engine import decide
-    fastest = min(timed, key=lambda name: timed[name][0])
-    seconds, host_seconds = timed[fastest]
-    if host_seconds < decide.HOST_BOUND * seconds:
-        return fastest
-    tied = [name for name, (s, _) in timed.items() if s <= seconds * (1 + decide.HOST_TIE)]
-    return min(tied, key=lambda name: (timed[name][1], timed[name][0]))
+    names = list(timed)
+    return names[decide._fastest([timed[n][0] for n in names], [timed[n][1] for n in names])]
 
 
 def test_auto_times_a_close_call(tmp_path, monkeypatch, poisoned):

@@ -103,3 +103,35 @@ def test_contexts_need_a_timer_of_methods_together():
     with pytest.raises(ValueError, match="together"):
         engine.timed({"auto": "auto"}, [None], scripted_timer({"auto": [1.0]}),
                       {"auto": contextlib.nullcontext})
+
+
+class _DenseOnly:
+    """A caller's baselines with a dense product only (records the precision asked for)."""
+    name = "framework"
+    asked = []
+
+    def bmm(self, blocks, layout, tf32=False):
+        return None
+
+    def dense(self, D, layout, tf32=False):
+        self.asked.append(tf32)
+        return lambda x: ("framework dense", D.shape, layout)
+
+
+@pytest.mark.parametrize("precision", ["default", "tf32"])
+def test_a_callers_dense_product_joins_the_baselines_at_every_precision(precision):
+    """The strongest dense product a user has is their framework's own where one is given
+    (the same GEMM, issued with less host time than CuPy's matmul for short products):
+    it stands beside CuPy's dense product at default precision, and alone with TF32."""
+    import numpy
+    import kscupy as ks
+    from kscupy.bench import cli
+    K = ks.KSMatrix.random((2, 3, 4, 2), dtype=numpy.float32, seed=1)
+    args = cli.parser().parse_args(["--suite", "engine"])
+    baselines = _DenseOnly()
+    baselines.asked = []
+    methods = engine.baseline_methods(K, "bsf", precision, 8, args, baselines)
+    name = "base_framework_dense" if precision == "default" else "base_dense_tf32"
+    assert methods[name](None) == ("framework dense", K.shape, "bsf")
+    assert baselines.asked == [precision == "tf32"]
+    assert ("base_dense" in methods) == (precision == "default")

@@ -7,8 +7,8 @@ per dtype and precision, with relative errors against a float64 oracle.
 Baselines (``base_`` prefix, timed in the same run): ``base_cupy_bmm`` (the paper's permute /
 batched GEMM / permute with ``cupy.matmul``), ``base_dense`` (cuBLAS on the dense matrix
 where it fits), and those a caller adds (:mod:`.baselines`: the repository's
-``benchmarks/bench_suite.py`` adds ``base_torch_bmm``, and for the TF32 opt-in
-``base_torch_bmm_tf32`` and ``base_dense_tf32``, PyTorch with TF32 allowed). kscupy
+``benchmarks/bench_suite.py`` adds ``base_torch_bmm`` and ``base_torch_dense``, and for the
+TF32 opt-in ``base_torch_bmm_tf32`` and ``base_dense_tf32``, PyTorch with TF32 allowed). kscupy
 methods: ``auto``, ``kernel`` (tensor cores), ``kernel_fma``, ``bmm`` (cuBLAS on the groups
 where they lie), in batch-size-first also ``kernel_bsl`` (the kernel between two
 transposes); for the opt-in ``auto_tf32`` and its candidates ``kernel_tf32`` and ``bmm_tf32``.
@@ -185,8 +185,9 @@ def operands(pattern, layout, dtype, B):
 
 def baseline_methods(K, layout, precision, B, args, baselines=NONE):
     """``{name: fn}``: the baselines of a row (``base_`` prefix): CuPy's BMM (not for bfloat16,
-    which its batched matmul lacks), ``baselines'`` BMM and cuBLAS on the dense matrix where
-    it fits ``args.dense_limit`` (GiB) and ``args.dense_flops``; for the TF32 opt-in their TF32 versions."""
+    which its batched matmul lacks), ``baselines'`` BMM, and the dense matrix's product by
+    CuPy (cuBLAS) and by ``baselines`` where it fits ``args.dense_limit`` (GiB) and
+    ``args.dense_flops``; for the TF32 opt-in the ``baselines'`` TF32 versions."""
     M, N = K.shape
     blocks = K.blocks
     tf32 = precision == "tf32"
@@ -205,6 +206,11 @@ def baseline_methods(K, layout, precision, B, args, baselines=NONE):
                 methods["base_dense_tf32"] = td
         else:
             methods["base_dense"] = lambda x: reference.dense(D, x, layout, cupy)
+            # the caller's own dense product: the same GEMM, but a framework may issue it
+            # with less host time than CuPy's matmul, which short products feel
+            td = baselines.dense(D, layout)
+            if td is not None:
+                methods[f"base_{baselines.name}_dense"] = td
     return methods
 
 

@@ -11,6 +11,7 @@
 // NVRTC-compilable: no host headers.
 #pragma once
 
+#include "ks_mbarrier.cuh"
 #include "ks_scalar.cuh"
 
 namespace ks {
@@ -102,32 +103,6 @@ __device__ __forceinline__ V ld_cluster(unsigned at) {
     asm volatile("ld.shared::cluster.u16 %0, [%1];" : "=h"(w) : "r"(at) : "memory");
   }
   return *reinterpret_cast<const V*>(&w);
-}
-
-// -- mbarriers: transactions of bytes that other blocks write here --------------------------
-// An mbarrier (8 bytes of shared memory, at shared-window address `bar`) completes a phase
-// when its one arrival (this block's: arrive_expect_tx, which also adds the bytes the phase
-// expects) has come and every expected byte has been written by st_async. The arrival and
-// the writes may come in any order (the byte count may go below zero meanwhile; the pending
-// arrival keeps the phase open). A wait on the phase acquires at cluster scope, the scope of
-// the other blocks' writes, so it sees their bytes.
-__device__ __forceinline__ void mbarrier_init(unsigned bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar) : "memory");
-}
-// Makes the initialization visible to the cluster's blocks (before the cluster barrier that
-// lets them write here).
-__device__ __forceinline__ void fence_mbarrier_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
-  asm volatile("{\n\t.reg .pred done;\n"
-               "WAIT:\n\t"
-               "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n\t"
-               "@!done bra WAIT;\n}" :: "r"(bar), "r"(parity) : "memory");
 }
 
 // A value of V (4, 8 or 16 bytes, aligned to its size) written to a cluster-mapped shared

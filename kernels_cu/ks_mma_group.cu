@@ -291,7 +291,7 @@ ks_mma_group(const T* __restrict__ X, T* __restrict__ Y, const T* __restrict__ W
     }
   };
   auto bulk_w = [&](int stage) {   // W_BULK, thread 0
-    mbarrier_expect_bytes(bars + 8 * stage, W_TILE_BYTES);
+    mbarrier_arrive_expect_tx(bars + 8 * stage, W_TILE_BYTES);
     cp_async_bulk(stage_at(stage) + L::XS_SIZE * E, X_RING ? w_run : w_src, W_TILE_BYTES,
                   bars + 8 * stage);
   };

@@ -807,7 +807,7 @@ struct Passes<Lc, FI, P, Rest...> {
       // where the next pass reads the other blocks' too, a cluster barrier follows, which
       // each block reaches after its own wait.
       if constexpr (Run::ASYNC) {
-        mbarrier_wait(shared_window(tile) + Lc::BAR_OFFSET, e.parity);
+        mbarrier_wait_cluster(shared_window(tile) + Lc::BAR_OFFSET, e.parity);
         if constexpr (Next::FIRST_REMOTE) {
           __syncwarp();   // (the wait's retry loop may leave a warp apart; the barrier is .aligned)
           cluster_sync();
@@ -1041,7 +1041,7 @@ __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(NT, MINB) ks_rows_c
   const unsigned bar = shared_window(tile) + Lc::BAR_OFFSET;
   if (exchange && threadIdx.x == 0) {
     mbarrier_init(bar);
-    fence_mbarrier_init();
+    mbarrier_init_fence();
   }
   cluster_sync_relaxed();   // every block of the cluster runs (and its mbarrier is set up)
   unsigned parity = 0;      // before any reaches another

@@ -24,6 +24,7 @@
 // m16n8k16 product (exact products of the 11-bit or 8-bit values, FP32 accumulation).
 #pragma once
 
+#include "ks_mbarrier.cuh"
 #include "ks_scalar.cuh"
 
 namespace ks {
@@ -271,29 +272,8 @@ __device__ __forceinline__ void cp_async(unsigned dst, const void* src, bool ok)
 }
 
 // -- bulk copies on the Tensor Memory Accelerator, completing on an mbarrier (sm_90) --------------
-// A stage's barrier counts one arrival (the thread that issues the stage's copies, with the
-// bytes they will bring) and completes when those bytes have landed; waiters name the phase
-// (0, 1, 0, ...) of the use they wait for.
-__device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
-}
-// Makes initialised barriers visible to the copy engine (before the block's first barrier).
-__device__ __forceinline__ void mbarrier_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-__device__ __forceinline__ void mbarrier_expect_bytes(unsigned bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned phase) {
-  asm volatile(
-      "{\n"
-      ".reg .pred ready;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 ready, [%0], %1;\n"
-      "@!ready bra WAIT;\n"
-      "}\n" :: "r"(bar), "r"(phase) : "memory");
-}
+// (A stage's barrier, ks_mbarrier.cuh, counts one arrival: the thread that issues the stage's
+// copies, with the bytes they will bring.)
 // BYTES (a multiple of 16) from global `src` to shared `dst` (both 16-byte aligned), counted
 // on barrier `bar`.
 __device__ __forceinline__ void cp_async_bulk(unsigned dst, const void* src, unsigned bytes,

@@ -326,10 +326,13 @@ def test_single_rows_and_unaligned_operands_are_addressed_or_copied(gemm):
 
 
 def test_dense_product(gemm):
+    """D in C order and in Fortran order (Dᵀ stored, how the dense backend keeps it): each
+    its own GEMM form."""
     rng = numpy.random.default_rng(3)
-    for dtype, layout, B in itertools.product([numpy.float32, numpy.complex128, numpy.float16],
-                                              ["bsl", "bsf"], [1, 6]):
-        D = host(_random(rng, (5, 7), dtype))
+    for dtype, layout, B, order in itertools.product(
+            [numpy.float32, numpy.complex128, numpy.float16], ["bsl", "bsf"], [1, 6], "CF"):
+        D = host(numpy.asarray(_random(rng, (5, 7), dtype), order=order))
+        assert D.flags.c_contiguous == (order == "C")
         X = host(_random(rng, (7, B) if layout == "bsl" else (B, 7), dtype))
         Y = gemm.prepare(D, X, layout)(X)
         ref = D @ X if layout == "bsl" else X @ D.T

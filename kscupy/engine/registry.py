@@ -126,9 +126,10 @@ def _prepare_dense(precision):
     def prepare(factor, X, layout, config):
         M, N = factor.shape
         if factor.xp is not numpy and factor.dtype.itemsize * M * N <= DENSE_CACHE_BYTES:
-            # D in Fortran order, a view of the transpose's dense matrix (Dᵀ in C order):
-            # the GEMM forms cuBLAS runs fastest (kernels/gemm.py)
-            D = factor.T.dense().T
+            # for some dtypes D in Fortran order, a view of the transpose's dense matrix (Dᵀ
+            # in C order): the GEMM forms cuBLAS runs fastest there (kernels/gemm.py)
+            D = factor.T.dense().T if gemm.stores_transposed(factor.dtype, precision) \
+                else factor.dense()
             run = gemm.prepare(D, X, layout, precision)
             if run is None and precision != "default" and not X.flags.c_contiguous:
                 inner = gemm.prepare(D, X.copy(order="C"), layout, precision)

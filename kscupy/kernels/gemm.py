@@ -8,9 +8,11 @@ with row stride ``s`` is the column-major ``C × R`` matrix with leading dimensi
 C-order products are column-major products of the transposes.
 
 **Dense** (:func:`prepare`), ``D`` in C order (read by cuBLAS as the column-major
-``Dᵀ``) or in Fortran order (read as ``D`` itself, ``Dᵀ`` stored in C order: how the
-``dense`` backend keeps it, as cuBLAS's heuristics pick kernels at least as fast for these
-forms and up to a fifth faster on float32 products of short batches):
+``Dᵀ``) or in Fortran order (read as ``D`` itself, ``Dᵀ`` stored in C order). The ``dense``
+backend keeps ``D`` in Fortran order for the dtypes of :data:`DENSE_STORED_TRANSPOSED`,
+where cuBLAS's heuristics pick kernels at least as fast for those forms, and up to a fifth
+faster on products of short batches; the 16-bit dtypes keep C order, whose bsf form runs up
+to a tenth faster (``docs/performance.md``):
 
 * bsl: ``Y (M, B) = D (M, N) @ X (N, B)``, i.e. ``Yᵀ = Xᵀ Dᵀ``:
   ``gemm(N, N, m=B, n=M, k=N, Xᵀ ld B, Dᵀ ld N, Yᵀ ld B)``, or with ``D`` in Fortran
@@ -88,10 +90,22 @@ from ..core import arrays
 from ..core.arrays import PRECISIONS, runs_at
 from .launcher import KernelRun
 
-__all__ = ["prepare", "prepare_groups", "values_gradient", "values_gradient_run",
+__all__ = ["prepare", "stores_transposed", "prepare_groups", "values_gradient",
+           "values_gradient_run",
            "values_gradient_diagonal", "values_gradient_diagonal_run"]
 
 _INT32_MAX = 2**31 - 1
+
+
+#: The dtypes whose dense matrix the ``dense`` backend keeps in Fortran order (``Dᵀ`` in C
+#: order) at default precision: the forms measured faster (float32) or as fast.
+DENSE_STORED_TRANSPOSED = ("float32",)
+
+
+def stores_transposed(dtype, precision: str = "default") -> bool:
+    """Whether the ``dense`` backend hands :func:`prepare` its matrix in Fortran order for
+    ``dtype`` at ``precision`` (:data:`DENSE_STORED_TRANSPOSED`)."""
+    return precision == "default" and numpy.dtype(dtype).name in DENSE_STORED_TRANSPOSED
 
 
 def _algo(dtype):

@@ -57,6 +57,10 @@ def main(pattern="2,48,48,16", dtype="bfloat16", layout="bsl"):
     D = torch.from_dlpack(K.todense().astype(dt))
     steps = {"K @ cupy": lambda: K.matmul(X, layout=layout),
              "K @ tensor": lambda: K.matmul(T, layout=layout),
+             "K @ tensor, backend='kernel'": lambda: K.matmul(T, layout=layout,
+                                                              backend="kernel"),
+             "K @ tensor, backend='dense'": lambda: K.matmul(T, layout=layout,
+                                                             backend="dense"),
              "torch dense matmul": (lambda: D @ T) if layout == "bsl" else (lambda: T @ D.T),
              # the tensor fast path (foreign.tensor_product), step by step
              "is_foreign": lambda: foreign.is_foreign(T),

@@ -112,7 +112,7 @@ def take(x, role: str = "operand") -> Foreign:
             if cupy is None:
                 raise TypeError(f"a {library} array in GPU memory as {role}, but {why}")
             stream = _producer_stream(cupy, x, library, device_id)
-            with cupy.cuda.Device(device_id), stream:
+            with cupy.cuda.Device(device_id), stream or contextlib.nullcontext():
                 native = cupy.from_dlpack(x)
             return Foreign(native, _back_to(library), stream)
         else:
@@ -215,8 +215,12 @@ def tensor_product(x, runs, layout: str, backend: str):
     if run is None:
         return None
     result = x.new_empty(run.y_shape)
-    with _producer_stream(_gpu_cupy(), x, "torch", device_id):
+    stream = _producer_stream(_gpu_cupy(), x, "torch", device_id)
+    if stream is None:          # PyTorch's stream is CuPy's current one (entering costs)
         run.launch(address, result.data_ptr())
+    else:
+        with stream:
+            run.launch(address, result.data_ptr())
     return result
 
 
@@ -310,17 +314,17 @@ def _torch_dtypes() -> dict:
 def _producer_stream(cupy, x, library, device_id):
     """PyTorch's current stream on the tensor's device, as a CuPy stream (so that the
     product runs where the caller's work runs, with no wait between streams), which also
-    makes the tensor's GPU current where it is not (:class:`_OnDevice`); nothing where it is
+    makes the tensor's GPU current where it is not (:class:`_OnDevice`); None where it is
     CuPy's current stream on the current GPU (both on the legacy default stream, the common
     case: entering a stream costs the host more than some products take). For other
-    producers the array's GPU as a context (nothing where it is the current one)."""
+    producers the array's GPU as a context (None where it is the current one)."""
     torch = sys.modules.get("torch") if library == "torch" else None
     on_current = device_id == cupy.cuda.runtime.getDevice()
     if torch is None:
-        return contextlib.nullcontext() if on_current else cupy.cuda.Device(device_id)
+        return None if on_current else cupy.cuda.Device(device_id)
     handle = _raw_stream(torch, device_id)
     if on_current and handle == cupy.cuda.get_current_stream().ptr:
-        return contextlib.nullcontext()
+        return None
     key = (handle, device_id)
     stream = _STREAMS.get(key)
     if stream is None:      # a wrapper of the handle, made once (CuPy never destroys it)

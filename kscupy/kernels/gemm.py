@@ -136,21 +136,23 @@ def _group_offsets(a, d, by_i, by_j):
 
 
 def _cublas_runner():
-    """``call(fn)``: ``fn(handle, blas)`` on CuPy's cuBLAS handle, on CuPy's current stream,
-    with scalars read from the host; ``blas`` has CuPy's cuBLAS functions, called through
-    :mod:`.cublas_direct` while the stream is being captured in a CUDA graph."""
+    """``call(fn, *args)``: ``fn(handle, blas, *args)`` on CuPy's cuBLAS handle, on CuPy's
+    current stream, with scalars read from the host; ``blas`` has CuPy's cuBLAS functions,
+    called through :mod:`.cublas_direct` while the stream is being captured in a CUDA
+    graph. (A prepared product's launch is ``functools.partial(call, product)``: no closure
+    made per call.)"""
     from cupy.cuda import device, get_current_stream
     from cupy_backends.cuda.libs import cublas
     from . import cublas_direct
     host_mode = cublas.CUBLAS_POINTER_MODE_HOST
 
-    def call(fn):
+    def call(fn, *args):
         handle = device.get_cublas_handle()
         stream = get_current_stream()
         blas = cublas_direct.direct() if stream.is_capturing() else cublas
         blas.setStream(handle, stream.ptr)
         blas.setPointerMode(handle, host_mode)
-        fn(handle, blas)
+        fn(handle, blas, *args)
     return call
 
 
@@ -186,22 +188,20 @@ def prepare(D, X, layout, precision: str = "default"):
         y_shape = (M, B)
         op_d = op_t if stored_transposed else op_n
 
-        def product(x, y):
-            return lambda handle, blas: blas.gemmEx(handle, op_n, op_d, B, M, N, alpha, x,
-                                                    data, B, d, data, ld_d, beta, y, data, B,
-                                                    compute, algo)
+        def product(handle, blas, x, y):
+            blas.gemmEx(handle, op_n, op_d, B, M, N, alpha, x, data, B, d, data, ld_d, beta, y,
+                        data, B, compute, algo)
     else:                       # op(A) = D
         B = X.shape[0]
         y_shape = (B, M)
         op_d = op_n if stored_transposed else op_t
 
-        def product(x, y):
-            return lambda handle, blas: blas.gemmEx(handle, op_d, op_n, M, B, N, alpha, d,
-                                                    data, ld_d, x, data, N, beta, y, data, M,
-                                                    compute, algo)
+        def product(handle, blas, x, y):
+            blas.gemmEx(handle, op_d, op_n, M, B, N, alpha, d, data, ld_d, x, data, N, beta, y,
+                        data, M, compute, algo)
 
     # the run reads D, alpha and beta by address: it keeps them alive
-    return KernelRun(lambda x, y: call(product(x, y)), y_shape, dtype, kept=(D, one, zero))
+    return KernelRun(functools.partial(call, product), y_shape, dtype, kept=(D, one, zero))
 
 
 def _strided_batched(blas, handle, gemm, k, x, other, out, calls, x_first, isz, osz):
@@ -345,11 +345,12 @@ def _group_calls(factor, X, layout, precision):
     lda, ldb, ldc = lds
     gemm = (transa, transb, m, n, alpha, lda, ldb, ldc, beta, data, data, compute, algo)
 
-    def product(x, y):
-        return lambda handle, blas: _strided_batched(
-            blas, handle, gemm, k, x, w, y, calls, layout == "bsl", isz, isz)
+    x_first = layout == "bsl"
 
-    return KernelRun(lambda x, y: call(product(x, y)), y_shape, dtype,
+    def product(handle, blas, x, y):
+        _strided_batched(blas, handle, gemm, k, x, w, y, calls, x_first, isz, isz)
+
+    return KernelRun(functools.partial(call, product), y_shape, dtype,
                      kept=(tiles, one, zero))
 
 

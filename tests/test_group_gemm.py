@@ -326,18 +326,26 @@ def test_single_rows_and_unaligned_operands_are_addressed_or_copied(gemm):
 
 
 def test_dense_product(gemm):
-    """D in C order and in Fortran order (Dᵀ stored, how the dense backend keeps it): each
-    its own GEMM form."""
+    """D in C order, in Fortran order, and as the dense backend keeps float32's (the C-order
+    transpose seen transposed): each order its own GEMM form; a single row or column (both
+    orders at once) too."""
     rng = numpy.random.default_rng(3)
-    for dtype, layout, B, order in itertools.product(
-            [numpy.float32, numpy.complex128, numpy.float16], ["bsl", "bsf"], [1, 6], "CF"):
-        D = host(numpy.asarray(_random(rng, (5, 7), dtype), order=order))
-        assert D.flags.c_contiguous == (order == "C")
-        X = host(_random(rng, (7, B) if layout == "bsl" else (B, 7), dtype))
+    for dtype, layout, B, (M, N), order in itertools.product(
+            [numpy.float32, numpy.complex128, numpy.float16], ["bsl", "bsf"], [1, 6],
+            [(5, 7), (1, 7), (5, 1)], ["C", "F", "transposed"]):
+        D = _random(rng, (M, N), dtype)
+        if order == "transposed":
+            D = host(numpy.ascontiguousarray(D.T)).T
+        else:
+            D = host(numpy.asarray(D, order=order))
+        assert D.flags.c_contiguous == (order == "C") or min(M, N) == 1
+        X = host(_random(rng, (N, B) if layout == "bsl" else (B, N), dtype))
         Y = gemm.prepare(D, X, layout)(X)
-        ref = D @ X if layout == "bsl" else X @ D.T
-        numpy.testing.assert_allclose(Y.astype(numpy.complex128), ref.astype(numpy.complex128),
-                                      rtol=2e-3 if dtype == numpy.float16 else 1e-5)
+        ref = D.astype(numpy.complex128) @ X if layout == "bsl" \
+            else X.astype(numpy.complex128) @ D.T
+        tol = 2e-3 if dtype == numpy.float16 else 1e-5       # of the largest element
+        numpy.testing.assert_allclose(Y.astype(numpy.complex128), ref, rtol=tol,
+                                      atol=tol * numpy.abs(ref).max())
     with pytest.raises(TypeError, match="precision"):
         gemm.prepare(host(numpy.ones((2, 2))), host(numpy.ones((2, 2))), "bsl", "tf32")
 

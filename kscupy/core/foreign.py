@@ -112,7 +112,8 @@ def take(x, role: str = "operand") -> Foreign:
             if cupy is None:
                 raise TypeError(f"a {library} array in GPU memory as {role}, but {why}")
             stream = _producer_stream(cupy, x, library, device_id)
-            with cupy.cuda.Device(device_id), stream or contextlib.nullcontext():
+            with cupy.cuda.Device(device_id), \
+                    stream if stream is not None else contextlib.nullcontext():
                 native = cupy.from_dlpack(x)
             return Foreign(native, _back_to(library), stream)
         else:

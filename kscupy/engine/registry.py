@@ -121,13 +121,16 @@ _run_dense_any = _half_in_single(_run_dense, {"cpu"})
 
 def _prepare_dense(precision):
     """On CuPy, with the dense matrix kept (at most DENSE_CACHE_BYTES), one prepared cuBLAS
-    call per product at ``precision`` (kernels/gemm.py); otherwise, at default precision,
-    the general path (the dense matrix formed for each product where it is not kept)."""
+    call per product at ``precision`` (kernels/gemm.py), or where cuBLAS cannot take the
+    operand as it is, at default precision, the general product on the kept matrix;
+    otherwise, at default precision, the general path (the dense matrix formed for each
+    product where it is not kept)."""
     def prepare(factor, X, layout, config):
         M, N = factor.shape
         if factor.xp is not numpy and factor.dtype.itemsize * M * N <= DENSE_CACHE_BYTES:
             # for some dtypes D in Fortran order, a view of the transpose's dense matrix (Dᵀ
-            # in C order): the GEMM forms cuBLAS runs fastest there (kernels/gemm.py)
+            # in C order): the GEMM forms cuBLAS runs fastest there (kernels/gemm.py). The
+            # one matrix kept serves every product of the factor (no second copy in C order)
             D = factor.T.dense().T if gemm.stores_transposed(factor.dtype, precision) \
                 else factor.dense()
             run = gemm.prepare(D, X, layout, precision)
@@ -137,6 +140,8 @@ def _prepare_dense(precision):
                     run = lambda X: inner(X.copy(order="C"))   # noqa: E731
             if run is not None:
                 return run
+            if precision == "default":
+                return lambda X: reference.dense(D, X, layout, factor.xp)
         if precision != "default":
             raise ValueError(f"dense at precision {precision!r} runs on CuPy with its dense "
                              f"matrix kept (at most {DENSE_CACHE_BYTES} bytes, here "

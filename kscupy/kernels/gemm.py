@@ -9,10 +9,11 @@ C-order products are column-major products of the transposes.
 
 **Dense** (:func:`prepare`), ``D`` in C order (read by cuBLAS as the column-major
 ``Dᵀ``) or in Fortran order (read as ``D`` itself, ``Dᵀ`` stored in C order). The ``dense``
-backend keeps ``D`` in Fortran order for the dtypes of :data:`DENSE_STORED_TRANSPOSED`,
-where cuBLAS's heuristics pick kernels at least as fast for those forms, and up to a fifth
-faster on products of short batches; the 16-bit dtypes keep C order, whose bsf form runs up
-to a tenth faster (``docs/performance.md``):
+backend keeps ``D`` in Fortran order for the dtypes of :data:`DENSE_STORED_TRANSPOSED` at
+default precision (``dense_tf32`` keeps C order), where cuBLAS's heuristics pick kernels at
+least as fast for those forms, and up to a fifth faster on products of short batches; the
+16-bit dtypes keep C order, whose bsf form runs up to a tenth faster
+(``docs/performance.md``):
 
 * bsl: ``Y (M, B) = D (M, N) @ X (N, B)``, i.e. ``Yᵀ = Xᵀ Dᵀ``:
   ``gemm(N, N, m=B, n=M, k=N, Xᵀ ld B, Dᵀ ld N, Yᵀ ld B)``, or with ``D`` in Fortran
@@ -98,7 +99,8 @@ _INT32_MAX = 2**31 - 1
 
 
 #: The dtypes whose dense matrix the ``dense`` backend keeps in Fortran order (``Dᵀ`` in C
-#: order) at default precision: the forms measured faster (float32) or as fast.
+#: order) at default precision: where those forms were measured faster (float32; float64 and
+#: complex64 ran as fast either way and keep C order, as do the 16-bit dtypes, slower so).
 DENSE_STORED_TRANSPOSED = ("float32",)
 
 
@@ -167,7 +169,9 @@ def prepare(D, X, layout, precision: str = "default"):
     dtype = X.dtype
     if not runs_at(dtype, precision):
         raise TypeError(f"cuBLAS's GEMM here does not run {dtype} at precision {precision!r}")
-    stored_transposed = D.flags.f_contiguous        # Dᵀ in C order: D column-major, ld M
+    # Dᵀ in C order: D column-major, ld M (a single row or column, in both orders, keeps
+    # the C-order forms)
+    stored_transposed = D.flags.f_contiguous and not D.flags.c_contiguous
     if D.dtype != dtype or not X.flags.c_contiguous \
             or not (D.flags.c_contiguous or stored_transposed) \
             or max(D.shape + X.shape) > _INT32_MAX:

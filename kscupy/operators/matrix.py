@@ -266,8 +266,10 @@ class KSMatrix(KSOperator):
         it takes at most :data:`kscupy.core.factor.DENSE_CACHE_BYTES`; formed anew otherwise.
 
         The ``dense`` backend (which ``auto`` picks on the GPU for small, nearly dense
-        factors where cuBLAS on the dense matrix beats both KS algorithms) uses it;
-        :meth:`clear_cache` releases it. It refuses writes as :attr:`values` does, without
+        factors where cuBLAS on the dense matrix beats both KS algorithms) uses it, except
+        for float32 at default precision, whose products read the transpose's
+        (``K.T.dense_cached()``, the GEMM forms cuBLAS runs fastest there);
+        :meth:`clear_cache` releases both. It refuses writes as :attr:`values` does, without
         being copied: it is the kept matrix itself.
         """
         return self._factor.dense()

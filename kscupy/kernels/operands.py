@@ -60,6 +60,14 @@ TILE_RUN = 8
 RUN_WAVES = 4
 
 
+def tile_run(tiles: int, resident: int) -> int:
+    """Tiles a block of a run-walking kernel takes, for ``tiles`` tiles on a GPU that holds
+    ``resident`` of its blocks at once: up to :data:`TILE_RUN` while that leaves at least
+    :data:`RUN_WAVES` waves (``benchmarks/probe_tile_runs.py`` replaces this function to
+    time other rules)."""
+    return max(1, min(TILE_RUN, tiles // (RUN_WAVES * resident)))
+
+
 def division_magic(d: int) -> int:
     """The multiplier with which the kernels divide by ``d`` (``Divider`` in
     ``kernels_cu/ks_tiles.cuh``): ``floor((2^64 - 1) / d) + 1``, or 0 for ``d = 1``."""
@@ -75,8 +83,8 @@ def tile_launcher(fn, factor, B, strides, y_shape, dtype, *, bm, bn, slots, thre
     stream a 1-D grid of one block per tile, capped at 2^31 - 1 blocks.
 
     With ``runs`` (a kernel that walks a run of consecutive tiles per block, ``ks_mma``),
-    blocks take up to :data:`TILE_RUN` tiles each while that leaves at least
-    :data:`RUN_WAVES` waves of blocks (the GPU's SMs times the blocks of ``fn`` that fit one).
+    blocks take :func:`tile_run` tiles each (the resident blocks: the GPU's SMs times the
+    blocks of ``fn`` that fit one).
     ``weights``: the array the kernel reads W from, where not ``factor.tiles`` (the tensor-core
     kernel's packed weights, :func:`~.ks_mma.packed_weights`).
     """
@@ -92,7 +100,7 @@ def tile_launcher(fn, factor, B, strides, y_shape, dtype, *, bm, bn, slots, thre
         per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
             fn.kernel.ptr, threads, smem)
         resident = max(1, per_sm) * devices.current().sms
-        run = max(1, min(TILE_RUN, tiles // (RUN_WAVES * resident)))
+        run = tile_run(tiles, resident)
     grid = min(-(-tiles // run), 2**31 - 1)
     i32, i64, u64 = numpy.int32, numpy.int64, numpy.uint64
     launch = Launcher(fn, (grid,), (threads,), smem,

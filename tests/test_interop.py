@@ -446,7 +446,8 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
         _cuda_getCurrentRawStream=lambda device: torch_stream[0]))
     monkeypatch.setitem(sys.modules, "torch", torch)
     monkeypatch.setattr(foreign, "_torch_dtypes", lambda: {
-        "f32": numpy.dtype(numpy.float32), "c64": numpy.dtype(numpy.complex64)})
+        "f32": numpy.dtype(numpy.float32), "c64": numpy.dtype(numpy.complex64),
+        "f16": numpy.dtype(numpy.float16)})
     streams = []                        # the devices of the streams entered, in order
 
     class ExternalStream:
@@ -473,6 +474,7 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
         run = KernelRun.__new__(KernelRun)
         run.launch, run.y_shape, run.dtype, run.kept = \
             (lambda x, y: launched.append((x, y, len(streams)))), (6, 5), numpy.dtype(dtype), ()
+        run.gemm, run.views = ("D", "bsl"), {}      # one GEMM, but not 16-bit: launched
         size = numpy.dtype(dtype).itemsize
         view = types.SimpleNamespace(shape=(2, 5), strides=(5 * size, size),
                                      dtype=numpy.dtype(dtype),
@@ -495,4 +497,28 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
                   Tensor((2, 5), (5, 1), 2056)):
         assert foreign.tensor_product(other, runs, "bsl", "auto") is None
     assert foreign.tensor_product(Tensor((2, 5), (5, 1), 2048), runs, "bsf", "auto") is None
+    assert len(launched) == 3
+
+    # a 16-bit run that is one GEMM by a kept matrix: PyTorch's matmul by a view of that
+    # matrix (made once per run), D @ X in bsl and X @ D.T in bsf; nothing launched
+    class Matrix:                       # PyTorch's view of the kept matrix
+        T = "its transpose"
+    views, products = [], []
+    monkeypatch.setattr(foreign, "_tensor_back", lambda D: views.append(D) or Matrix())
+    torch.matmul = lambda A, B: products.append((A, B)) or "the product"
+    for layout in ("bsl", "bsf"):
+        run = KernelRun.__new__(KernelRun)
+        run.launch, run.y_shape, run.dtype, run.kept = \
+            (lambda x, y: launched.append((x, y))), (6, 5), numpy.dtype("f2"), ()
+        run.gemm, run.views = ("D " + layout, layout), {}
+        view = types.SimpleNamespace(shape=(2, 5), strides=(10, 2), dtype=numpy.dtype("f2"),
+                                     data=types.SimpleNamespace(ptr=2048))
+        runs.keep(view, layout, "dense", run, runs.stamp())
+        X = Tensor((2, 5), (5, 1), 2048, "f16")
+        for _ in range(2):
+            assert foreign.tensor_product(X, runs, layout, "dense") == "the product"
+        assert views[-1] == "D " + layout and len(views) == (1 if layout == "bsl" else 2)
+        matrix = run.views["torch"]
+        assert products[-2:] == [(matrix, X)] * 2 if layout == "bsl" else \
+            products[-2:] == [(X, "its transpose")] * 2
     assert len(launched) == 3

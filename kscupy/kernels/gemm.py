@@ -205,7 +205,8 @@ def prepare(D, X, layout, precision: str = "default"):
                         data, M, compute, algo)
 
     # the run reads D, alpha and beta by address: it keeps them alive
-    return KernelRun(functools.partial(call, product), y_shape, dtype, kept=(D, one, zero))
+    return KernelRun(functools.partial(call, product), y_shape, dtype, kept=(D, one, zero),
+                     gemm=(D, layout))
 
 
 def _strided_batched(blas, handle, gemm, k, x, other, out, calls, x_first, isz, osz):

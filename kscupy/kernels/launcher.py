@@ -114,13 +114,16 @@ class KernelRun:
     the run was prepared), so :meth:`with_result_shape` serves a vector through the run
     prepared for its ``(N, 1)`` view without reshaping either side (a CuPy reshape costs
     host time), and a PyTorch tensor's product writes into a tensor PyTorch allocates
-    (:func:`kscupy.core.foreign.tensor_product`)."""
-    __slots__ = ("launch", "y_shape", "dtype", "kept", "_new")
+    (:func:`kscupy.core.foreign.tensor_product`). ``gemm``: ``(D, layout)`` where the run
+    is one GEMM by the matrix ``D`` (``D @ X`` in ``"bsl"``, ``X @ D.T`` in ``"bsf"``), which
+    a PyTorch tensor's product may hand to PyTorch's own GEMM; ``views`` holds other
+    libraries' views of ``D``, made once."""
+    __slots__ = ("launch", "y_shape", "dtype", "kept", "gemm", "views", "_new")
 
-    def __init__(self, launch, y_shape, dtype, kept=()):
+    def __init__(self, launch, y_shape, dtype, kept=(), gemm=None):
         import cupy
         self.launch, self.y_shape, self.dtype = launch, tuple(y_shape), numpy.dtype(dtype)
-        self.kept = kept
+        self.kept, self.gemm, self.views = kept, gemm, {}
         self._new = cupy.ndarray          # the constructor: cupy.empty's Python layer skipped
 
     def __call__(self, X):
@@ -132,4 +135,4 @@ class KernelRun:
         """The same launch with ``Y`` allocated as ``y_shape`` (same size, C order)."""
         if numpy.prod(y_shape) != numpy.prod(self.y_shape):
             raise ValueError(f"result shape {y_shape} does not hold {self.y_shape}")
-        return KernelRun(self.launch, y_shape, self.dtype, self.kept)
+        return KernelRun(self.launch, y_shape, self.dtype, self.kept, self.gemm)

@@ -301,6 +301,58 @@ def test_repeated_pytorch_products_write_into_tensors_pytorch_allocates(backend,
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_repeated_16_bit_dense_tensor_products_under_autocast_and_in_a_graph(dtype, layout,
+                                                                              rng):
+    """A repeated dense product of a 16-bit CUDA tensor, which runs PyTorch's own matmul by a
+    view of the kept matrix: under ``torch.autocast`` to the other 16-bit dtype (which
+    would cast a matmul) it keeps the operand's dtype; a PyTorch CUDA graph captured right
+    after the first product (the view is made inside the capture) replays with new data in
+    the captured operand, each result (poisoned with NaN before the replay) equal to the
+    oracle."""
+    torch = pytest.importorskip("torch")
+    if not gpu_available() or not torch.cuda.is_available():
+        pytest.skip(GPU_REASON)
+    from kscupy.core import arrays
+    if dtype == "bfloat16" and arrays.BFLOAT16 is None:
+        pytest.skip("bfloat16 needs ml_dtypes")
+    tdtype = getattr(torch, dtype)
+    other = torch.bfloat16 if dtype == "float16" else torch.float16
+    w = random_array(rng, (2, 16, 8, 3), numpy.float32)
+    D = dense_oracle(torch.from_numpy(w).to(tdtype).double().numpy())   # as K rounded them
+    N, B = 2 * 8 * 3, 37
+    shape = (N, B) if layout == "bsl" else (B, N)
+
+    def oracle(X):
+        x = X.double().cpu().numpy()
+        return D @ x if layout == "bsl" else x @ D.T
+
+    def product(K, X):
+        return K.matmul(X, layout=layout, backend="dense")
+
+    K = ks.KSMatrix(torch.from_numpy(w).to("cuda", tdtype))
+    X = torch.from_numpy(random_array(rng, shape, numpy.float32)).to("cuda", tdtype)
+    product(K, X)
+    product(K, X)
+    with torch.autocast("cuda", dtype=other):
+        Y = product(K, X)
+    assert Y.dtype == tdtype and rel_err(Y.double().cpu().numpy(), oracle(X)) < 1e-2
+    K = ks.KSMatrix(torch.from_numpy(w).to("cuda", tdtype))       # nothing kept yet
+    X = torch.from_numpy(random_array(rng, shape, numpy.float32)).to("cuda", tdtype)
+    product(K, X)                       # the first product, then the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        Y = product(K, X)
+    for _ in range(3):
+        X.copy_(torch.from_numpy(random_array(rng, shape, numpy.float32)).to("cuda", tdtype))
+        Y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel_err(Y.double().cpu().numpy(), oracle(X)) < 1e-2
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("view", ["transposed", "offset", "strided", "broadcast", "empty"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "complex128", "bfloat16"])
 def test_pytorch_cuda_views_are_read_where_they_lie(view, dtype, rng):
@@ -500,17 +552,28 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
     assert len(launched) == 3
 
     # a 16-bit run that is one GEMM by a kept matrix: PyTorch's matmul by a view of that
-    # matrix (made once per run), D @ X in bsl and X @ D.T in bsf; nothing launched
-    class Matrix:                       # PyTorch's view of the kept matrix
-        T = "its transpose"
-    views, products = [], []
-    monkeypatch.setattr(foreign, "_tensor_back", lambda D: views.append(D) or Matrix())
+    # matrix (made once per run, with no stream order asked for), D @ X in bsl and X @ D.T
+    # in bsf; nothing launched. Under autocast, or float16 with PyTorch's float16
+    # accumulation on, the run launches as before.
+    class Matrix:                       # a kept matrix, and PyTorch's view of it
+        def __init__(self, name):
+            self.name, self.T = name, name + "ᵀ"
+
+        def __dlpack__(self, stream=None):
+            assert stream == -1
+            return self.name
+
+    views, products, autocast, fp16_accumulation = [], [], [False], [False]
+    torch.utils = types.SimpleNamespace(dlpack=types.SimpleNamespace(
+        from_dlpack=lambda capsule: views.append(capsule) or Matrix("view of " + capsule)))
     torch.matmul = lambda A, B: products.append((A, B)) or "the product"
+    torch.is_autocast_enabled = lambda: autocast[0]
+    torch._C._get_cublas_allow_fp16_accumulation = lambda: fp16_accumulation[0]
     for layout in ("bsl", "bsf"):
         run = KernelRun.__new__(KernelRun)
         run.launch, run.y_shape, run.dtype, run.kept = \
             (lambda x, y: launched.append((x, y))), (6, 5), numpy.dtype("f2"), ()
-        run.gemm, run.views = ("D " + layout, layout), {}
+        run.gemm, run.views = (Matrix("D " + layout), layout), {}
         view = types.SimpleNamespace(shape=(2, 5), strides=(10, 2), dtype=numpy.dtype("f2"),
                                      data=types.SimpleNamespace(ptr=2048))
         runs.keep(view, layout, "dense", run, runs.stamp())
@@ -518,7 +581,12 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
         for _ in range(2):
             assert foreign.tensor_product(X, runs, layout, "dense") == "the product"
         assert views[-1] == "D " + layout and len(views) == (1 if layout == "bsl" else 2)
-        matrix = run.views["torch"]
-        assert products[-2:] == [(matrix, X)] * 2 if layout == "bsl" else \
-            products[-2:] == [(X, "its transpose")] * 2
-    assert len(launched) == 3
+        named = [(getattr(A, "name", A), B) for A, B in products[-2:]]
+        assert named == ([("view of D bsl", X)] * 2 if layout == "bsl" else
+                         [(X, "view of D bsfᵀ")] * 2)
+    assert len(launched) == 3 and len(products) == 4
+    for switch in (autocast, fp16_accumulation):
+        switch[0] = True
+        assert isinstance(foreign.tensor_product(X, runs, "bsf", "dense"), Tensor)
+        switch[0] = False
+    assert len(launched) == 5 and len(products) == 4

@@ -210,11 +210,11 @@ def tensor_product(x, runs, layout: str, backend: str):
     back through DLPack cost the host more than short products take on the GPU.)
 
     Where the run is one 16-bit GEMM by a kept matrix ``D`` (``run.gemm``), the product is
-    PyTorch's own ``matmul`` by a view of ``D`` instead: the same cuBLAS GEMM at the same
-    accuracy (float32 accumulation), for a few microseconds less of host time than
-    kscupy's call (a new tensor and the cuBLAS handle's stream and modes set from Python),
-    which is what bounds short products. Only 16-bit: PyTorch's float32 GEMM follows its
-    own TF32 switch, which kscupy's default precision does not."""
+    PyTorch's own ``matmul`` by a view of ``D`` instead (:func:`_torch_gemm`): the same
+    cuBLAS GEMM summed in float32, for a few microseconds less of host time than kscupy's
+    call (a new tensor, the cuBLAS handle's stream and modes set from Python), which is
+    what bounds short products. Not float32: PyTorch's float32 GEMM follows its own TF32
+    switch, which kscupy's default precision does not."""
     parts = _tensor_parts(x)
     if parts is None:
         return None
@@ -223,7 +223,9 @@ def tensor_product(x, runs, layout: str, backend: str):
     if run is None:
         return None
     if run.gemm is not None and dtype.itemsize == 2:
-        return _torch_gemm(x, run)
+        result = _torch_gemm(x, run, dtype)
+        if result is not None:
+            return result
     result = x.new_empty(run.y_shape)
     stream = _producer_stream(_gpu_cupy(), x, "torch", device_id)
     if stream is None:          # PyTorch's stream is CuPy's current one (entering costs)
@@ -234,14 +236,30 @@ def tensor_product(x, runs, layout: str, backend: str):
     return result
 
 
-def _torch_gemm(x, run):
-    """``run``'s GEMM on the tensor ``x`` through PyTorch's ``matmul`` (on PyTorch's
-    current stream), with a view of the run's matrix made once."""
+def _torch_gemm(x, run, dtype):
+    """``run``'s GEMM on the 16-bit tensor ``x`` through PyTorch's ``matmul`` (on PyTorch's
+    current stream), by a view of the run's matrix made once; None where PyTorch's matmul
+    would not compute what the run does: under autocast (it would cast the operands), or
+    for float16 with PyTorch's float16 accumulation switched on
+    (``torch.backends.cuda.matmul.allow_fp16_accumulation``)."""
+    torch = _torch()
+    if torch.is_autocast_enabled() or (dtype == numpy.float16 and _fp16_accumulation(torch)):
+        return None
     D, layout = run.gemm
-    view = run.views.get("torch")
-    if view is None:
-        view = run.views["torch"] = _tensor_back(D)
-    return _torch().matmul(view, x) if layout == "bsl" else _torch().matmul(x, view.T)
+    operand = run.views.get("torch")
+    if operand is None:
+        # no stream order asked for: D was complete before its run was kept (a preparation
+        # waits for what it queued), and a wait recorded on CuPy's stream would break a
+        # PyTorch graph capture in progress
+        view = torch.utils.dlpack.from_dlpack(D.__dlpack__(stream=-1))
+        operand = run.views["torch"] = view if layout == "bsl" else view.T
+    return torch.matmul(operand, x) if layout == "bsl" else torch.matmul(x, operand)
+
+
+def _fp16_accumulation(torch) -> bool:
+    """Whether PyTorch's float16 GEMMs accumulate in float16 (a switch since PyTorch 2.7)."""
+    get = getattr(torch._C, "_get_cublas_allow_fp16_accumulation", None)
+    return get is not None and get()
 
 
 def _tensor_parts(x):

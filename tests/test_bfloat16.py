@@ -106,6 +106,10 @@ def test_multiples_and_sums_stay_bfloat16(module, rng):
                              (K - L, DK - DL)):
         assert result.dtype == BF16 and result.values.dtype == BF16
         assert rel_err(dense_oracle(as64(result.values)), expected) < TOL
+    # a Python complex makes it complex64, a NumPy scalar keeps its own precision (NEP 50,
+    # whatever ml_dtypes' own promotion of bfloat16 says)
+    assert (1j * K).dtype == numpy.complex64 and (numpy.float32(2) * K).dtype == numpy.float32
+    assert rel_err(dense_oracle((2j * K).values), 2j * DK) < TOL
 
 
 def test_a_chain_and_mixed_dtypes(module, rng):

@@ -142,8 +142,18 @@ def check_dtype(dtype) -> numpy.dtype:
 
 
 def result_dtype(*dtypes) -> numpy.dtype:
-    """``numpy.result_type`` of the operands, checked to be a supported dtype."""
-    dt = numpy.result_type(*dtypes)
+    """``numpy.result_type`` of the operands (dtypes, or scalars), checked to be a supported
+    dtype. A Python int, float or complex is "weak" (NumPy 2's rule, NEP 50): it keeps the
+    other operands' floating dtype, or makes it complex of the same precision. The rule is
+    applied here: ``ml_dtypes`` 0.5.1 (not 0.7) promotes bfloat16 and a Python float to
+    float64."""
+    weak = [t for t in dtypes if type(t) in (int, float, complex)]
+    dt = numpy.result_type(*[t for t in dtypes if type(t) not in (int, float, complex)])
+    if dt.kind in "fc" or is_bfloat16(dt):          # bfloat16's kind is "V"
+        if dt.kind != "c" and any(type(t) is complex for t in weak):
+            dt = numpy.promote_types(dt, numpy.complex64)
+    elif weak:
+        dt = numpy.result_type(dt, *weak)
     if dt not in SUPPORTED_DTYPES:
         names = ", ".join(str(t) for t in SUPPORTED_DTYPES)
         raise TypeError(f"operands of dtypes {', '.join(str(numpy.dtype(t)) for t in dtypes)} "

@@ -286,9 +286,9 @@ class KSOperator:
     def __mul__(self, alpha):
         """``op * alpha`` for a Python or NumPy scalar or a 0-d NumPy or CuPy array.
 
-        The dtype is ``numpy.result_type(op.dtype, alpha)``, NumPy's rule for an array and a
-        scalar: with NumPy 2 a Python scalar is "weak" (``2.5 * K`` keeps a float32 ``K``
-        float32, ``1j * K`` makes it complex64) while a NumPy scalar keeps its precision
+        The dtype is ``numpy.result_type(op.dtype, alpha)``, NumPy 2's rule for an array and
+        a scalar: a Python scalar is "weak" (``2.5 * K`` keeps a float32 or bfloat16 ``K`` so,
+        ``1j * K`` makes it complex64) while a NumPy scalar keeps its precision
         (``numpy.float64(2) * K`` is float64). Nothing is downcast; a result outside the
         supported dtypes raises TypeError. A matrix scales its values; a chain scales one
         factor (the leftmost), so the product is scaled once.

@@ -34,7 +34,7 @@ from ..core.problem import problem_of
 from ..engine import decide
 from .grid import PAPER_BATCH, paper_grid, stratified_sample
 from .timing import l2_bytes, measure_ceilings, progress, run_metadata, time_fn
-from ..arguments import UsageError, choice_list, fraction, nonnegative_int, positive_float, positive_int
+from ..arguments import UsageError, choice_list, fraction, nonnegative_int, positive_float
 from ..operators.base import LAYOUTS
 
 SWEEP_BATCHES = (1, 16, 256, 4096, 25_088, 262_144)

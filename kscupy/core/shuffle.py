@@ -36,7 +36,7 @@ def check_permutation(perm, n=None, what="the permutation"):
     if isinstance(perm, (list, tuple)):
         raise TypeError(f"{what} is a {type(perm).__name__}: pass numpy.asarray(perm) (or "
                         f"cupy.asarray(perm)) of an integer dtype")
-    xp = arrays.plain_array_module(perm, what)
+    arrays.plain_array_module(perm, what)          # TypeError for any other array type
     if perm.dtype.kind not in "iu":
         raise TypeError(f"{what} must be an integer array, got dtype {perm.dtype}")
     if perm.ndim != 1:

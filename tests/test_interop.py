@@ -244,6 +244,18 @@ def test_pytorch_products_follow_the_callers_stream(rng):
     assert rel_err(Y.cpu().numpy(), dense_oracle(w) @ (2 * x)) < 1e-5
 
 
+def _cuda_torch(dtype):
+    """PyTorch and its dtype named ``dtype``, where PyTorch, CUDA and (for bfloat16)
+    ml_dtypes are there; else the test is skipped, saying which is missing."""
+    torch = pytest.importorskip("torch")
+    if not gpu_available() or not torch.cuda.is_available():
+        pytest.skip(GPU_REASON)
+    from kscupy.core import arrays
+    if dtype == "bfloat16" and arrays.BFLOAT16 is None:
+        pytest.skip("bfloat16 needs ml_dtypes")
+    return torch, getattr(torch, dtype)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["auto", "kernel", "kernel_fma", "bmm", "dense"])
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
@@ -256,13 +268,8 @@ def test_repeated_pytorch_products_write_into_tensors_pytorch_allocates(backend,
     caching allocator first) equals the oracle, for batches, vectors and strided vectors;
     with the fused FMA kernel and the dense GEMM, the third product of a batch or a vector
     takes no CuPy view of the tensor."""
-    torch = pytest.importorskip("torch")
-    if not gpu_available() or not torch.cuda.is_available():
-        pytest.skip(GPU_REASON)
-    from kscupy.core import arrays, foreign
-    if dtype == "bfloat16" and arrays.BFLOAT16 is None:
-        pytest.skip("bfloat16 needs ml_dtypes")
-    tdtype = getattr(torch, dtype)
+    torch, tdtype = _cuda_torch(dtype)
+    from kscupy.core import foreign
     w = random_array(rng, (2, 16, 8, 1 if backend == "bmm" else 3), numpy.float32)
     K = ks.KSMatrix(torch.from_numpy(w).to("cuda", tdtype))
     D = dense_oracle(torch.from_numpy(w).to(tdtype).double().numpy())    # as K rounded them
@@ -311,13 +318,7 @@ def test_repeated_16_bit_dense_tensor_products_under_autocast_and_in_a_graph(dty
     after the first product (the view is made inside the capture) replays with new data in
     the captured operand, each result (poisoned with NaN before the replay) equal to the
     oracle."""
-    torch = pytest.importorskip("torch")
-    if not gpu_available() or not torch.cuda.is_available():
-        pytest.skip(GPU_REASON)
-    from kscupy.core import arrays
-    if dtype == "bfloat16" and arrays.BFLOAT16 is None:
-        pytest.skip("bfloat16 needs ml_dtypes")
-    tdtype = getattr(torch, dtype)
+    torch, tdtype = _cuda_torch(dtype)
     other = torch.bfloat16 if dtype == "float16" else torch.float16
     w = random_array(rng, (2, 16, 8, 3), numpy.float32)
     D = dense_oracle(torch.from_numpy(w).to(tdtype).double().numpy())   # as K rounded them

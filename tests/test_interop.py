@@ -557,8 +557,8 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
     # in bsf; nothing launched. Under autocast, or float16 with PyTorch's float16
     # accumulation on, the run launches as before.
     class Matrix:                       # a kept matrix, and PyTorch's view of it
-        def __init__(self, name):
-            self.name, self.T = name, name + "ᵀ"
+        def __init__(self, name, device=1):
+            self.name, self.T, self.device = name, name + "ᵀ", types.SimpleNamespace(id=device)
 
         def __dlpack__(self, stream=None):
             assert stream == -1
@@ -591,3 +591,6 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
         assert isinstance(foreign.tensor_product(X, runs, "bsf", "dense"), Tensor)
         switch[0] = False
     assert len(launched) == 5 and len(products) == 4
+    run.gemm, run.views = (Matrix("D on GPU 0", device=0), "bsf"), {}   # the tensor is on 1
+    assert isinstance(foreign.tensor_product(X, runs, "bsf", "dense"), Tensor)
+    assert len(launched) == 6 and len(products) == 4

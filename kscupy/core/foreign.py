@@ -223,7 +223,7 @@ def tensor_product(x, runs, layout: str, backend: str):
     if run is None:
         return None
     if run.gemm is not None and dtype.itemsize == 2:
-        result = _torch_gemm(x, run, dtype)
+        result = _torch_gemm(x, run, dtype, device_id)
         if result is not None:
             return result
     result = x.new_empty(run.y_shape)
@@ -236,23 +236,27 @@ def tensor_product(x, runs, layout: str, backend: str):
     return result
 
 
-def _torch_gemm(x, run, dtype):
-    """``run``'s GEMM on the 16-bit tensor ``x`` through PyTorch's ``matmul`` (on PyTorch's
-    current stream), by a view of the run's matrix made once; None where PyTorch's matmul
-    would not compute what the run does: under autocast (it would cast the operands), or
-    for float16 with PyTorch's float16 accumulation switched on
-    (``torch.backends.cuda.matmul.allow_fp16_accumulation``)."""
+def _torch_gemm(x, run, dtype, device_id):
+    """``run``'s GEMM on the 16-bit tensor ``x`` (on GPU ``device_id``) through PyTorch's
+    ``matmul`` (on PyTorch's current stream), by a view of the run's matrix made once; None
+    where PyTorch's matmul would not compute what the run does: under autocast (it would
+    cast the operands), for float16 with PyTorch's float16 accumulation switched on
+    (``torch.backends.cuda.matmul.allow_fp16_accumulation``), or with the matrix on another
+    GPU (which cuBLAS reads across, and PyTorch refuses)."""
     torch = _torch()
     if torch.is_autocast_enabled() or (dtype == numpy.float16 and _fp16_accumulation(torch)):
         return None
     D, layout = run.gemm
-    operand = run.views.get("torch")
-    if operand is None:
+    kept = run.views.get("torch")
+    if kept is None:
         # no stream order asked for: D was complete before its run was kept (a preparation
         # waits for what it queued), and a wait recorded on CuPy's stream would break a
         # PyTorch graph capture in progress
         view = torch.utils.dlpack.from_dlpack(D.__dlpack__(stream=-1))
-        operand = run.views["torch"] = view if layout == "bsl" else view.T
+        kept = run.views["torch"] = (view if layout == "bsl" else view.T, D.device.id)
+    operand, device = kept
+    if device != device_id:
+        return None
     return torch.matmul(operand, x) if layout == "bsl" else torch.matmul(x, operand)
 
 

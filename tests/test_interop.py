@@ -7,6 +7,7 @@ mechanics are tested on any machine; PyTorch and JAX are tested where they impor
 tensors here, CUDA tensors in the GPU suite). Results are compared with a float64 oracle
 from the definition (conftest)."""
 import contextlib
+import functools
 import sys
 import types
 
@@ -570,6 +571,9 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
     torch.matmul = lambda A, B: products.append((A, B)) or "the product"
     torch.is_autocast_enabled = lambda: autocast[0]
     torch._C._get_cublas_allow_fp16_accumulation = lambda: fp16_accumulation[0]
+    # a cache of its own for the stand-in's switch, the process's own restored after
+    monkeypatch.setattr(foreign, "_fp16_accumulation_switch", functools.lru_cache(maxsize=1)(
+        foreign._fp16_accumulation_switch.__wrapped__))
     for layout in ("bsl", "bsf"):
         run = KernelRun.__new__(KernelRun)
         run.launch, run.y_shape, run.dtype, run.kept = \

@@ -244,7 +244,7 @@ def _torch_gemm(x, run, dtype, device_id):
     (``torch.backends.cuda.matmul.allow_fp16_accumulation``), or with the matrix on another
     GPU (which cuBLAS reads across, and PyTorch refuses)."""
     torch = _torch()
-    if torch.is_autocast_enabled() or (dtype == numpy.float16 and _fp16_accumulation(torch)):
+    if torch.is_autocast_enabled() or (dtype == numpy.float16 and _fp16_accumulation()):
         return None
     D, layout = run.gemm
     kept = run.views.get("torch")
@@ -260,10 +260,16 @@ def _torch_gemm(x, run, dtype, device_id):
     return torch.matmul(operand, x) if layout == "bsl" else torch.matmul(x, operand)
 
 
-def _fp16_accumulation(torch) -> bool:
+def _fp16_accumulation() -> bool:
     """Whether PyTorch's float16 GEMMs accumulate in float16 (a switch since PyTorch 2.7)."""
-    get = getattr(torch._C, "_get_cublas_allow_fp16_accumulation", None)
+    get = _fp16_accumulation_switch()
     return get is not None and get()
+
+
+@functools.lru_cache(maxsize=1)
+def _fp16_accumulation_switch():
+    """PyTorch's reader of that switch, looked up once (None before PyTorch 2.7)."""
+    return getattr(_torch()._C, "_get_cublas_allow_fp16_accumulation", None)
 
 
 def _tensor_parts(x):

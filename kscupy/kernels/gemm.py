@@ -92,8 +92,7 @@ from ..core.arrays import PRECISIONS, runs_at
 from .launcher import KernelRun
 
 __all__ = ["prepare", "stores_transposed", "prepare_groups", "values_gradient",
-           "values_gradient_run",
-           "values_gradient_diagonal", "values_gradient_diagonal_run"]
+           "values_gradient_run", "values_gradient_diagonal", "values_gradient_diagonal_run"]
 
 _INT32_MAX = 2**31 - 1
 

@@ -240,6 +240,41 @@ def test_group_products_match_the_definition(gemm, dtype, layout):
 
 @pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64, numpy.float16])
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
+def test_one_call_group_runs_describe_their_batched_product(gemm, dtype, layout):
+    """``KernelRun.groups``, what a PyTorch tensor's product hands to PyTorch's ``bmm``: set
+    exactly where the run is one batched call on the operand in place (``min(a, d) = 1`` in
+    bsl, ``d = 1`` in bsf) and its blocks need no conjugation; there, the blocks ``W`` and
+    the operand's and a poisoned result's matrices seen through its sizes and strides give,
+    by ``Y_g = W[g] @ X_g``, the definition's product, for every view and operand kind."""
+    from kscupy.kernels.launcher import KernelRun
+    rng = numpy.random.default_rng(5)
+    tol = 2e-3 if dtype == numpy.float16 else 1e-5
+    isz = numpy.dtype(dtype).itemsize
+    for (a, b, c, d), (transposed, conjugated), B, factor in _views(rng, dtype):
+        D = factor.todense().astype(numpy.complex128)
+        N = D.shape[1]
+        for kind, X in _operands(rng, (N, B) if layout == "bsl" else (B, N), dtype).items():
+            run = gemm.prepare_groups(factor, X, layout)
+            in_place = isinstance(run, KernelRun)
+            one_call = min(a, d) == 1 if layout == "bsl" else d == 1
+            described = in_place and one_call and not (conjugated and
+                                                      numpy.dtype(dtype).kind == "c")
+            assert (in_place and run.groups is not None) == described, \
+                ((a, b, c, d), transposed, conjugated, kind)
+            if not described:
+                continue
+            W, x_size, x_strides, y_size, y_strides = run.groups
+            Y = _poisoned(run.y_shape, dtype)
+            Yg = numpy.lib.stride_tricks.as_strided(Y, y_size, [s * isz for s in y_strides])
+            Yg[...] = numpy.asarray(W) @ numpy.lib.stride_tricks.as_strided(
+                X, x_size, [s * isz for s in x_strides])
+            ref = D @ X if layout == "bsl" else numpy.asarray(X) @ D.T
+            err = numpy.abs(Y - ref).max() / max(1.0, numpy.abs(ref).max())
+            assert err < tol, ((a, b, c, d), transposed, conjugated, B, kind, err)
+
+
+@pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64, numpy.float16])
+@pytest.mark.parametrize("layout", ["bsl", "bsf"])
 def test_block_dense_products_match_the_definition(gemm, dtype, layout):
     """The block_dense backend's product: the groups' calls on the factor's dense diagonal
     blocks (Factor.block_dense, pattern (a, b*d, c*d, 1)), for every view, against the dense

@@ -309,38 +309,57 @@ def test_repeated_pytorch_products_write_into_tensors_pytorch_allocates(backend,
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("backend, pattern, handed", [
+    ("dense", (2, 16, 8, 3), ("bsl", "bsf")), ("bmm", (1, 16, 8, 3), ("bsl",)),
+    ("bmm", (3, 8, 16, 1), ("bsl", "bsf"))])
 @pytest.mark.parametrize("layout", ["bsl", "bsf"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_repeated_16_bit_dense_tensor_products_under_autocast_and_in_a_graph(dtype, layout,
-                                                                              rng):
-    """A repeated dense product of a 16-bit CUDA tensor, which runs PyTorch's own matmul by a
-    view of the kept matrix: under ``torch.autocast`` to the other 16-bit dtype (which
-    would cast a matmul) it keeps the operand's dtype; a PyTorch CUDA graph captured right
-    after the first product (the view is made inside the capture) replays with new data in
-    the captured operand, each result (poisoned with NaN before the replay) equal to the
-    oracle."""
+def test_repeated_16_bit_cublas_tensor_products_under_autocast_and_in_a_graph(
+        dtype, layout, backend, pattern, handed, transposed, rng, monkeypatch):
+    """A repeated cuBLAS product of a 16-bit CUDA tensor, which runs PyTorch's own matmul or
+    bmm by a view of the kept matrix or blocks where the run is one call (the layouts of
+    ``handed``; else kscupy's launch): under ``torch.autocast`` to the other 16-bit dtype
+    (which would cast a matmul) it keeps the operand's dtype; a PyTorch CUDA graph captured
+    right after the first product (the view is made inside the capture) replays with new
+    data in the captured operand, each result (poisoned with NaN before the replay) equal
+    to the oracle; for the operator and its transposed view."""
+    from kscupy.core import foreign
     torch, tdtype = _cuda_torch(dtype)
     other = torch.bfloat16 if dtype == "float16" else torch.float16
-    w = random_array(rng, (2, 16, 8, 3), numpy.float32)
+    a, b, c, d = pattern
+    w = random_array(rng, (a, b, c, d), numpy.float32)
     D = dense_oracle(torch.from_numpy(w).to(tdtype).double().numpy())   # as K rounded them
-    N, B = 2 * 8 * 3, 37
+    if transposed:
+        D = D.T
+    N, B = D.shape[1], 37
     shape = (N, B) if layout == "bsl" else (B, N)
+    by_pytorch = []
+    torch_blas = foreign._torch_blas
+    monkeypatch.setattr(foreign, "_torch_blas", lambda *args: by_pytorch.append(1) or
+                        torch_blas(*args))
 
     def oracle(X):
         x = X.double().cpu().numpy()
         return D @ x if layout == "bsl" else x @ D.T
 
-    def product(K, X):
-        return K.matmul(X, layout=layout, backend="dense")
+    def operator():
+        K = ks.KSMatrix(torch.from_numpy(w).to("cuda", tdtype))
+        return K.T if transposed else K
 
-    K = ks.KSMatrix(torch.from_numpy(w).to("cuda", tdtype))
+    def product(K, X):
+        return K.matmul(X, layout=layout, backend=backend)
+
+    K = operator()
     X = torch.from_numpy(random_array(rng, shape, numpy.float32)).to("cuda", tdtype)
     product(K, X)
-    product(K, X)
+    Y = product(K, X)
+    assert rel_err(Y.double().cpu().numpy(), oracle(X)) < 1e-2
+    assert len(by_pytorch) == (layout in handed)
     with torch.autocast("cuda", dtype=other):
         Y = product(K, X)
     assert Y.dtype == tdtype and rel_err(Y.double().cpu().numpy(), oracle(X)) < 1e-2
-    K = ks.KSMatrix(torch.from_numpy(w).to("cuda", tdtype))       # nothing kept yet
+    K = operator()                      # nothing kept yet
     X = torch.from_numpy(random_array(rng, shape, numpy.float32)).to("cuda", tdtype)
     product(K, X)                       # the first product, then the capture
     graph = torch.cuda.CUDAGraph()
@@ -465,7 +484,9 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
     the tensor's library allocates (``new_empty``): inside the producer's stream where that
     is not CuPy's current one on the current device, straight away where it is; a tensor of
     other strides or alignment, a complex one with a lazy conjugation, one with a lazy
-    negation and one that requires grad find none."""
+    negation and one that requires grad find none. A 16-bit run of one cuBLAS call (a GEMM
+    by a kept matrix, a batched GEMM of the groups' blocks) goes to PyTorch's matmul or bmm
+    instead, except under autocast, with float16 accumulation on, or across GPUs."""
     from kscupy.core import foreign
     from kscupy.engine.runs import PreparedRuns
     from kscupy.kernels.launcher import KernelRun
@@ -528,7 +549,7 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
         run = KernelRun.__new__(KernelRun)
         run.launch, run.y_shape, run.dtype, run.kept = \
             (lambda x, y: launched.append((x, y, len(streams)))), (6, 5), numpy.dtype(dtype), ()
-        run.gemm, run.views = ("D", "bsl"), {}      # one GEMM, but not 16-bit: launched
+        run.gemm, run.groups, run.views = ("D", "bsl"), None, {}    # not 16-bit: launched
         size = numpy.dtype(dtype).itemsize
         view = types.SimpleNamespace(shape=(2, 5), strides=(5 * size, size),
                                      dtype=numpy.dtype(dtype),
@@ -578,7 +599,7 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
         run = KernelRun.__new__(KernelRun)
         run.launch, run.y_shape, run.dtype, run.kept = \
             (lambda x, y: launched.append((x, y))), (6, 5), numpy.dtype("f2"), ()
-        run.gemm, run.views = (Matrix("D " + layout), layout), {}
+        run.gemm, run.groups, run.views = (Matrix("D " + layout), layout), None, {}
         view = types.SimpleNamespace(shape=(2, 5), strides=(10, 2), dtype=numpy.dtype("f2"),
                                      data=types.SimpleNamespace(ptr=2048))
         runs.keep(view, layout, "dense", run, runs.stamp())
@@ -598,3 +619,25 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
     run.gemm, run.views = (Matrix("D on GPU 0", device=0), "bsf"), {}   # the tensor is on 1
     assert isinstance(foreign.tensor_product(X, runs, "bsf", "dense"), Tensor)
     assert len(launched) == 6 and len(products) == 4
+
+    # a 16-bit run that is one batched GEMM of the groups' blocks: PyTorch's bmm by a view of
+    # the blocks (made once), on the tensor and on a result PyTorch allocates, both seen
+    # through the run's sizes and strides; nothing launched
+    torch.bmm = lambda W, X, out: products.append((W.name, X, out))
+    Tensor.as_strided = lambda self, size, strides: (self._address, size, strides)
+    run = KernelRun.__new__(KernelRun)
+    run.launch, run.y_shape, run.dtype, run.kept = \
+        (lambda x, y: launched.append((x, y))), (6, 5), numpy.dtype("f2"), ()
+    groups = (Matrix("W"), (2, 1, 5), (5, 10, 1), (2, 3, 5), (5, 10, 1))
+    run.gemm, run.groups, run.views = None, groups, {}
+    runs.keep(view, "bsl", "bmm", run, runs.stamp())
+    for _ in range(2):
+        result = foreign.tensor_product(X, runs, "bsl", "bmm")
+        assert isinstance(result, Tensor) and result.shape == (6, 5)
+        assert products[-1] == ("view of W", (2048, (2, 1, 5), (5, 10, 1)),
+                                (4096, (2, 3, 5), (5, 10, 1)))
+    assert views[-1] == "W" and views.count("W") == 1
+    assert len(launched) == 6 and len(products) == 6
+    autocast[0] = True
+    assert isinstance(foreign.tensor_product(X, runs, "bsl", "bmm"), Tensor)
+    assert len(launched) == 7 and len(products) == 6

@@ -209,12 +209,13 @@ def tensor_product(x, runs, layout: str, backend: str):
     through :func:`take`. (Taking the tensor in as a CuPy view and handing a CuPy result
     back through DLPack cost the host more than short products take on the GPU.)
 
-    Where the run is one 16-bit GEMM by a kept matrix ``D`` (``run.gemm``), the product is
-    PyTorch's own ``matmul`` by a view of ``D`` instead (:func:`_torch_gemm`): the same
-    cuBLAS GEMM summed in float32, for a few microseconds less of host time than kscupy's
-    call (a new tensor, the cuBLAS handle's stream and modes set from Python), which is
-    what bounds short products. Not float32: PyTorch's float32 GEMM follows its own TF32
-    switch, which kscupy's default precision does not."""
+    Where the run is one 16-bit cuBLAS call, a GEMM by a kept matrix ``D`` (``run.gemm``)
+    or one batched GEMM of the groups' blocks (``run.groups``), the product is PyTorch's own
+    ``matmul`` or ``bmm`` by a view of ``D`` or of the blocks instead (:func:`_torch_blas`):
+    the same cuBLAS call summed in float32, for a few microseconds less of host time than
+    kscupy's call (the cuBLAS handle's stream and modes set from Python), which is what
+    bounds short products. Not float32: PyTorch's float32 GEMM follows its own TF32 switch,
+    which kscupy's default precision does not."""
     parts = _tensor_parts(x)
     if parts is None:
         return None
@@ -222,8 +223,8 @@ def tensor_product(x, runs, layout: str, backend: str):
     run = runs.kernel_run(shape, strides, dtype, address, layout, backend, device_id)
     if run is None:
         return None
-    if run.gemm is not None and dtype.itemsize == 2:
-        result = _torch_gemm(x, run, dtype, device_id)
+    if dtype.itemsize == 2 and (run.gemm is not None or run.groups is not None):
+        result = _torch_blas(x, run, dtype, device_id)
         if result is not None:
             return result
     result = x.new_empty(run.y_shape)
@@ -236,28 +237,38 @@ def tensor_product(x, runs, layout: str, backend: str):
     return result
 
 
-def _torch_gemm(x, run, dtype, device_id):
-    """``run``'s GEMM on the 16-bit tensor ``x`` (on GPU ``device_id``) through PyTorch's
-    ``matmul`` (on PyTorch's current stream), by a view of the run's matrix made once; None
-    where PyTorch's matmul would not compute what the run does: under autocast (it would
-    cast the operands), for float16 with PyTorch's float16 accumulation switched on
+def _torch_blas(x, run, dtype, device_id):
+    """``run``'s cuBLAS call on the 16-bit tensor ``x`` (on GPU ``device_id``) through
+    PyTorch (on PyTorch's current stream), by a view of the run's matrix or blocks made once:
+    ``matmul`` for ``run.gemm``, ``bmm`` on strided views of ``x`` and of the result for
+    ``run.groups`` (views that cuBLAS reads in place, as kscupy's call does). None where
+    PyTorch would not compute what the run does: under autocast (it would cast the
+    operands), for float16 with PyTorch's float16 accumulation switched on
     (``torch.backends.cuda.matmul.allow_fp16_accumulation``), or with the matrix on another
     GPU (which cuBLAS reads across, and PyTorch refuses)."""
     torch = _torch()
     if torch.is_autocast_enabled() or (dtype == numpy.float16 and _fp16_accumulation()):
         return None
-    D, layout = run.gemm
     kept = run.views.get("torch")
     if kept is None:
-        # no stream order asked for: D was complete before its run was kept (a preparation
-        # waits for what it queued), and a wait recorded on CuPy's stream would break a
-        # PyTorch graph capture in progress
-        view = torch.utils.dlpack.from_dlpack(D.__dlpack__(stream=-1))
-        kept = run.views["torch"] = (view if layout == "bsl" else view.T, D.device.id)
+        # no stream order asked for: the matrix was complete before its run was kept (a
+        # preparation waits for what it queued), and a wait recorded on CuPy's stream
+        # would break a PyTorch graph capture in progress
+        A = run.gemm[0] if run.gemm is not None else run.groups[0]
+        view = torch.utils.dlpack.from_dlpack(A.__dlpack__(stream=-1))
+        if run.gemm is not None and run.gemm[1] == "bsf":
+            view = view.T
+        kept = run.views["torch"] = (view, A.device.id)
     operand, device = kept
     if device != device_id:
         return None
-    return torch.matmul(operand, x) if layout == "bsl" else torch.matmul(x, operand)
+    if run.gemm is not None:
+        return torch.matmul(operand, x) if run.gemm[1] == "bsl" else torch.matmul(x, operand)
+    _, x_size, x_strides, y_size, y_strides = run.groups
+    result = x.new_empty(run.y_shape)
+    torch.bmm(operand, x.as_strided(x_size, x_strides),
+              out=result.as_strided(y_size, y_strides))
+    return result
 
 
 def _fp16_accumulation() -> bool:

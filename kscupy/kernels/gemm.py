@@ -355,7 +355,29 @@ def _group_calls(factor, X, layout, precision):
         _strided_batched(blas, handle, gemm, k, x, w, y, calls, x_first, isz, isz)
 
     return KernelRun(functools.partial(call, product), y_shape, dtype,
-                     kept=(tiles, one, zero))
+                     kept=(tiles, one, zero), groups=_groups(factor, tiles, calls, layout, B, lds))
+
+
+def _groups(factor, tiles, calls, layout, B, lds):
+    """``KernelRun.groups`` of a product made as ``calls``, where it is one batched call from
+    the operands' starts and its blocks need no conjugation, else None: the operator's
+    ``(G, b, c)`` blocks (a view of ``tiles``) and, in elements, the sizes and strides of the
+    operand's ``c × B`` matrices ``X_g`` and the result's ``b × B`` matrices ``Y_g``; in
+    ``"bsf"`` of ``X_gᵀ`` and ``Y_gᵀ``, whose columns are the C-order operand's rows. ``lds``:
+    the calls' leading dimensions, of ``(X, W, Y)`` in bsl and ``(W, X, Y)`` in bsf."""
+    if len(calls) != 1 or calls[0][0] != (0, 0, 0) or \
+            (factor.conjugated and tiles.dtype.kind == "c"):
+        return None
+    _, (sx, _, sy), G = calls[0]
+    a, b, c, d = factor.pattern
+    W = tiles.reshape(G, *tiles.shape[-2:])     # the stored blocks, row-major
+    if factor.transposed:
+        W = W.transpose(0, 2, 1)
+    if layout == "bsf":         # X_g's element (l, r) at X[r, g*c + l]
+        _, ld_x, ld_y = lds
+        return W, (G, c, B), (sx, 1, ld_x), (G, b, B), (sy, 1, ld_y)
+    ld_x, _, ld_y = lds         # g = i*d + j: X_g's element (l, r) at X[(i*c + l)*d + j, r]
+    return W, (G, c, B), (sx, ld_x, 1), (G, b, B), (sy, ld_y, 1)
 
 
 #: The values' gradient sums over the long batch; where the groups' ``b x c`` outputs give

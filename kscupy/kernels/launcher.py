@@ -114,16 +114,21 @@ class KernelRun:
     the run was prepared), so :meth:`with_result_shape` serves a vector through the run
     prepared for its ``(N, 1)`` view without reshaping either side (a CuPy reshape costs
     host time), and a PyTorch tensor's product writes into a tensor PyTorch allocates
-    (:func:`kscupy.core.foreign.tensor_product`). ``gemm``: ``(D, layout)`` where the run
-    is one GEMM by the matrix ``D`` (``D @ X`` in ``"bsl"``, ``X @ D.T`` in ``"bsf"``), which
-    a PyTorch tensor's product may hand to PyTorch's own GEMM; ``views`` holds other
-    libraries' views of ``D``, made once."""
-    __slots__ = ("launch", "y_shape", "dtype", "kept", "gemm", "views", "_new")
+    (:func:`kscupy.core.foreign.tensor_product`). What a PyTorch tensor's product may hand
+    to PyTorch's own cuBLAS calls instead: ``gemm``, ``(D, layout)`` where the run is one
+    GEMM by the matrix ``D`` (``D @ X`` in ``"bsl"``, ``X @ D.T`` in ``"bsf"``); ``groups``,
+    ``(W, x_size, x_strides, y_size, y_strides)`` where it is one batched product of the
+    groups' blocks, ``Y_g = W[g] @ X_g`` (``W`` ``(G, b, c)``, the operator's blocks; ``X_g``
+    the ``c × B`` matrix ``g`` of the operand seen with that size and those strides in
+    elements, ``Y_g`` of the C-order result likewise, transposed in ``"bsf"``:
+    :func:`kscupy.kernels.gemm.prepare_groups`). ``views`` holds other libraries' views of
+    ``D`` or ``W``, made once."""
+    __slots__ = ("launch", "y_shape", "dtype", "kept", "gemm", "groups", "views", "_new")
 
-    def __init__(self, launch, y_shape, dtype, kept=(), gemm=None):
+    def __init__(self, launch, y_shape, dtype, kept=(), gemm=None, groups=None):
         import cupy
         self.launch, self.y_shape, self.dtype = launch, tuple(y_shape), numpy.dtype(dtype)
-        self.kept, self.gemm, self.views = kept, gemm, {}
+        self.kept, self.gemm, self.groups, self.views = kept, gemm, groups, {}
         self._new = cupy.ndarray          # the constructor: cupy.empty's Python layer skipped
 
     def __call__(self, X):
@@ -135,4 +140,4 @@ class KernelRun:
         """The same launch with ``Y`` allocated as ``y_shape`` (same size, C order)."""
         if numpy.prod(y_shape) != numpy.prod(self.y_shape):
             raise ValueError(f"result shape {y_shape} does not hold {self.y_shape}")
-        return KernelRun(self.launch, y_shape, self.dtype, self.kept, self.gemm)
+        return KernelRun(self.launch, y_shape, self.dtype, self.kept, self.gemm, self.groups)

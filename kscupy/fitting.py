@@ -431,7 +431,11 @@ def _lbfgs(chain, factors, T, draw, o):
     def objective(vector):
         for f, w in zip(factors, unpack(vector)):
             f.values = w
-        loss, grads = _loss_and_gradients(chain, factors, P, TP)
+        # a line search's trial step may overflow (a target of 1e-180 has factors near
+        # 1e-45, and a first step near 1): its infinite loss sends the search back, which
+        # NumPy need not warn of
+        with numpy.errstate(over="ignore", invalid="ignore"):
+            loss, grads = _loss_and_gradients(chain, factors, P, TP)
         return loss, pack(grads)
 
     history, state = [], {"best": numpy.inf, "since": 0, "stopped": "steps"}

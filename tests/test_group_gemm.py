@@ -249,7 +249,6 @@ def test_one_call_group_runs_describe_their_batched_product(gemm, dtype, layout)
     from kscupy.kernels.launcher import KernelRun
     rng = numpy.random.default_rng(5)
     tol = 2e-3 if dtype == numpy.float16 else 1e-5
-    isz = numpy.dtype(dtype).itemsize
     for (a, b, c, d), (transposed, conjugated), B, factor in _views(rng, dtype):
         D = factor.todense().astype(numpy.complex128)
         N = D.shape[1]
@@ -263,14 +262,31 @@ def test_one_call_group_runs_describe_their_batched_product(gemm, dtype, layout)
                 ((a, b, c, d), transposed, conjugated, kind)
             if not described:
                 continue
-            W, x_size, x_strides, y_size, y_strides = run.groups
-            Y = _poisoned(run.y_shape, dtype)
-            Yg = numpy.lib.stride_tricks.as_strided(Y, y_size, [s * isz for s in y_strides])
-            Yg[...] = numpy.asarray(W) @ numpy.lib.stride_tricks.as_strided(
-                X, x_size, [s * isz for s in x_strides])
             ref = D @ X if layout == "bsl" else numpy.asarray(X) @ D.T
-            err = numpy.abs(Y - ref).max() / max(1.0, numpy.abs(ref).max())
+            err = _groups_error(run, X, ref)
             assert err < tol, ((a, b, c, d), transposed, conjugated, B, kind, err)
+
+
+def _groups_error(run, X, ref):
+    """The relative error of ``run.groups``'s product ``Y_g = W[g] @ X_g`` (into a poisoned
+    result seen through its sizes and strides) against ``ref``, after checking what PyTorch's
+    ``bmm`` asks of the description: three-dimensional operands of one batch and matching
+    inner sizes, views that stay inside ``X`` and the result, and each matrix with a unit
+    stride and the other at least its length (read in place by cuBLAS, no copy)."""
+    W, x_size, x_strides, y_size, y_strides = run.groups
+    G, c, B = x_size
+    assert W.shape == (G, y_size[1], c) and y_size == (G, W.shape[1], B)
+    isz = X.dtype.itemsize
+    Y = _poisoned(run.y_shape, X.dtype)
+    for A, size, strides in ((X, x_size, x_strides), (Y, y_size, y_strides)):
+        reach = sum((n - 1) * s for n, s in zip(size, strides))
+        assert reach <= sum((n - 1) * s // isz for n, s in zip(A.shape, A.strides))
+        assert (strides[2] == 1 and strides[1] >= max(1, size[2])) or \
+            (strides[1] == 1 and strides[2] >= max(1, size[1])), (size, strides)
+    Yg = numpy.lib.stride_tricks.as_strided(Y, y_size, [s * isz for s in y_strides])
+    Yg[...] = numpy.asarray(W) @ numpy.lib.stride_tricks.as_strided(
+        X, x_size, [s * isz for s in x_strides])
+    return numpy.abs(Y - ref).max() / max(1.0, numpy.abs(ref).max())
 
 
 @pytest.mark.parametrize("dtype", [numpy.float32, numpy.complex64, numpy.float16])
@@ -287,10 +303,13 @@ def test_block_dense_products_match_the_definition(gemm, dtype, layout):
         blocks = Factor.of_blocks(host(wide.tiles), wide.pattern)
         D = factor.todense().astype(numpy.complex128)
         X = host(_random(rng, (D.shape[1], B) if layout == "bsl" else (B, D.shape[1]), dtype))
-        Y = gemm.prepare_groups(blocks, X, layout)(X)
+        run = gemm.prepare_groups(blocks, X, layout)
+        Y = run(X)
         ref = D @ X if layout == "bsl" else numpy.asarray(X) @ D.T
         err = numpy.abs(Y - ref).max() / max(1.0, numpy.abs(ref).max())
         assert Y.dtype == dtype and err < tol, ((a, b, c, d), transposed, conjugated, B, err)
+        if run.groups is not None:      # one call (d = 1): PyTorch's bmm may run it
+            assert _groups_error(run, X, ref) < tol, ((a, b, c, d), transposed, conjugated)
 
 
 def test_block_dense_blocks_keep_infinities_and_zeros_apart():

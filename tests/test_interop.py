@@ -334,10 +334,14 @@ def test_repeated_16_bit_cublas_tensor_products_under_autocast_and_in_a_graph(
         D = D.T
     N, B = D.shape[1], 37
     shape = (N, B) if layout == "bsl" else (B, N)
-    by_pytorch = []
+    by_pytorch = []                     # per call of _torch_blas: whether PyTorch ran it
     torch_blas = foreign._torch_blas
-    monkeypatch.setattr(foreign, "_torch_blas", lambda *args: by_pytorch.append(1) or
-                        torch_blas(*args))
+
+    def counted(*args):
+        result = torch_blas(*args)
+        by_pytorch.append(result is not None)
+        return result
+    monkeypatch.setattr(foreign, "_torch_blas", counted)
 
     def oracle(X):
         x = X.double().cpu().numpy()
@@ -352,13 +356,28 @@ def test_repeated_16_bit_cublas_tensor_products_under_autocast_and_in_a_graph(
 
     K = operator()
     X = torch.from_numpy(random_array(rng, shape, numpy.float32)).to("cuda", tdtype)
-    product(K, X)
-    Y = product(K, X)
-    assert rel_err(Y.double().cpu().numpy(), oracle(X)) < 1e-2
-    assert len(by_pytorch) == (layout in handed)
+    for _ in range(3):      # the second or third repeats a kept run (see the test above)
+        Y = product(K, X)
+        assert rel_err(Y.double().cpu().numpy(), oracle(X)) < 1e-2
+    assert by_pytorch and all(by_pytorch) if layout in handed else by_pytorch == []
+    del by_pytorch[:]
     with torch.autocast("cuda", dtype=other):
         Y = product(K, X)
     assert Y.dtype == tdtype and rel_err(Y.double().cpu().numpy(), oracle(X)) < 1e-2
+    assert by_pytorch == ([False] if layout in handed else [])
+    # a window of a wider tensor (rows padded, a storage offset) and a strided vector (taken
+    # as a batch of one in bsl), each repeated
+    wide = torch.from_numpy(random_array(rng, (shape[0] + 2, shape[1] + 3), numpy.float32))
+    window = wide.to("cuda", tdtype)[1:shape[0] + 1, 2:shape[1] + 2]
+    column = torch.from_numpy(random_array(rng, (N, 3), numpy.float32)).to("cuda", tdtype)
+    for operand, expected, by in ((window, oracle(window), layout in handed),
+                                  (column[:, 1], D @ column[:, 1].double().cpu().numpy(),
+                                   "bsl" in handed)):
+        del by_pytorch[:]
+        for _ in range(3):
+            Y = product(K, operand)
+            assert rel_err(Y.double().cpu().numpy(), expected) < 1e-2
+        assert by_pytorch and all(by_pytorch) if by else by_pytorch == []
     K = operator()                      # nothing kept yet
     X = torch.from_numpy(random_array(rng, shape, numpy.float32)).to("cuda", tdtype)
     product(K, X)                       # the first product, then the capture
@@ -486,7 +505,8 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
     other strides or alignment, a complex one with a lazy conjugation, one with a lazy
     negation and one that requires grad find none. A 16-bit run of one cuBLAS call (a GEMM
     by a kept matrix, a batched GEMM of the groups' blocks) goes to PyTorch's matmul or bmm
-    instead, except under autocast, with float16 accumulation on, or across GPUs."""
+    instead, except under autocast, with float16 accumulation or deterministic algorithms
+    on, or across GPUs."""
     from kscupy.core import foreign
     from kscupy.engine.runs import PreparedRuns
     from kscupy.kernels.launcher import KernelRun
@@ -590,7 +610,9 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
     torch.utils = types.SimpleNamespace(dlpack=types.SimpleNamespace(
         from_dlpack=lambda capsule: views.append(capsule) or Matrix("view of " + capsule)))
     torch.matmul = lambda A, B: products.append((A, B)) or "the product"
+    deterministic = [False]
     torch.is_autocast_enabled = lambda: autocast[0]
+    torch.are_deterministic_algorithms_enabled = lambda: deterministic[0]
     torch._C._get_cublas_allow_fp16_accumulation = lambda: fp16_accumulation[0]
     # a cache of its own for the stand-in's switch, the process's own restored after
     monkeypatch.setattr(foreign, "_fp16_accumulation_switch", functools.lru_cache(maxsize=1)(
@@ -611,14 +633,14 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
         assert named == ([("view of D bsl", X)] * 2 if layout == "bsl" else
                          [(X, "view of D bsfᵀ")] * 2)
     assert len(launched) == 3 and len(products) == 4
-    for switch in (autocast, fp16_accumulation):
+    for switch in (autocast, fp16_accumulation, deterministic):
         switch[0] = True
         assert isinstance(foreign.tensor_product(X, runs, "bsf", "dense"), Tensor)
         switch[0] = False
-    assert len(launched) == 5 and len(products) == 4
+    assert len(launched) == 6 and len(products) == 4
     run.gemm, run.views = (Matrix("D on GPU 0", device=0), "bsf"), {}   # the tensor is on 1
     assert isinstance(foreign.tensor_product(X, runs, "bsf", "dense"), Tensor)
-    assert len(launched) == 6 and len(products) == 4
+    assert len(launched) == 7 and len(products) == 4
 
     # a 16-bit run that is one batched GEMM of the groups' blocks: PyTorch's bmm by a view of
     # the blocks (made once), on the tensor and on a result PyTorch allocates, both seen
@@ -637,7 +659,7 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
         assert products[-1] == ("view of W", (2048, (2, 1, 5), (5, 10, 1)),
                                 (4096, (2, 3, 5), (5, 10, 1)))
     assert views[-1] == "W" and views.count("W") == 1
-    assert len(launched) == 6 and len(products) == 6
+    assert len(launched) == 7 and len(products) == 6
     autocast[0] = True
     assert isinstance(foreign.tensor_product(X, runs, "bsl", "bmm"), Tensor)
-    assert len(launched) == 7 and len(products) == 6
+    assert len(launched) == 8 and len(products) == 6

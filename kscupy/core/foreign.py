@@ -241,13 +241,18 @@ def _torch_blas(x, run, dtype, device_id):
     """``run``'s cuBLAS call on the 16-bit tensor ``x`` (on GPU ``device_id``) through
     PyTorch (on PyTorch's current stream), by a view of the run's matrix or blocks made once:
     ``matmul`` for ``run.gemm``, ``bmm`` on strided views of ``x`` and of the result for
-    ``run.groups`` (views that cuBLAS reads in place, as kscupy's call does). None where
-    PyTorch would not compute what the run does: under autocast (it would cast the
-    operands), for float16 with PyTorch's float16 accumulation switched on
-    (``torch.backends.cuda.matmul.allow_fp16_accumulation``), or with the matrix on another
-    GPU (which cuBLAS reads across, and PyTorch refuses)."""
+    ``run.groups`` (views that cuBLAS reads in place, as kscupy's call does). PyTorch's own
+    cuBLAS switches then apply (reduced-precision reductions, cuBLASLt, TunableOp), at
+    defaults that compute what kscupy's call does. None where PyTorch would not compute
+    what the run does or would refuse: under autocast (it would cast the operands), for
+    float16 with PyTorch's float16 accumulation switched on
+    (``torch.backends.cuda.matmul.allow_fp16_accumulation``), with deterministic
+    algorithms asked for (PyTorch's GEMMs then raise unless ``CUBLAS_WORKSPACE_CONFIG`` is
+    set), or with the matrix on another GPU (which cuBLAS reads across, and PyTorch
+    refuses)."""
     torch = _torch()
-    if torch.is_autocast_enabled() or (dtype == numpy.float16 and _fp16_accumulation()):
+    if torch.is_autocast_enabled() or torch.are_deterministic_algorithms_enabled() or \
+            (dtype == numpy.float16 and _fp16_accumulation()):
         return None
     kept = run.views.get("torch")
     if kept is None:

@@ -365,14 +365,18 @@ def test_repeated_16_bit_cublas_tensor_products_under_autocast_and_in_a_graph(
         Y = product(K, X)
     assert Y.dtype == tdtype and rel_err(Y.double().cpu().numpy(), oracle(X)) < 1e-2
     assert by_pytorch == ([False] if layout in handed else [])
-    # a window of a wider tensor (rows padded, a storage offset) and a strided vector (taken
-    # as a batch of one in bsl), each repeated
+    # a window of a wider tensor (rows padded, a storage offset), a vector and a strided
+    # vector (both a batch of one in bsl), each repeated; the dense GEMM reads C-order
+    # operands only (others are copied first, and so not handed over)
     wide = torch.from_numpy(random_array(rng, (shape[0] + 2, shape[1] + 3), numpy.float32))
     window = wide.to("cuda", tdtype)[1:shape[0] + 1, 2:shape[1] + 2]
     column = torch.from_numpy(random_array(rng, (N, 3), numpy.float32)).to("cuda", tdtype)
-    for operand, expected, by in ((window, oracle(window), layout in handed),
-                                  (column[:, 1], D @ column[:, 1].double().cpu().numpy(),
-                                   "bsl" in handed)):
+    in_place = backend == "bmm"
+    for operand, expected, by in (
+            (window, oracle(window), in_place and layout in handed),
+            (column[:, 1].contiguous(), D @ column[:, 1].double().cpu().numpy(),
+             "bsl" in handed),
+            (column[:, 1], D @ column[:, 1].double().cpu().numpy(), in_place and "bsl" in handed)):
         del by_pytorch[:]
         for _ in range(3):
             Y = product(K, operand)

@@ -1,11 +1,15 @@
 """Products captured in CUDA graphs (CuPy's stream capture) and replayed with new data in
 the same buffers, against a float64 oracle from the definition; a product not prepared
 before the capture is refused with the fix named."""
+import os
+import subprocess
+import sys
+
 import numpy
 import pytest
 
 import kscupy as ks
-from conftest import GPU_REASON, gpu_available, random_array, rel_err, to_numpy
+from conftest import GPU_REASON, dense_oracle, gpu_available, random_array, rel_err, to_numpy
 from operator_kinds import operator_oracle
 
 pytestmark = pytest.mark.gpu
@@ -125,3 +129,52 @@ def test_a_product_not_prepared_before_capture_is_refused(cupy, rng):
         finally:
             stream.end_capture()
     assert rel_err(op @ X, operator_oracle(op) @ to_numpy(X)) < 1e-5   # usable after
+
+
+#: Run in a fresh process (a CuPy cache of its own, so that the kernel compiled below is not
+#: on disk yet): a product captured in CUDA's global mode (PyTorch's default) while a
+#: background compile finishes, and loads its module, in another thread, then the same
+#: product after it (its kept run, stale by a kernel compiled since, is what a capture can
+#: run). Saves what the replay computed to argv[1].
+CAPTURED_WHILE_COMPILING = """
+import sys, time, numpy, cupy, kscupy as ks
+from kscupy.kernels import ks_direct, nvrtc
+K = ks.KSMatrix.random((2, 8, 8, 2), dtype=numpy.float32, xp=cupy, seed=6)
+X = cupy.asarray(numpy.random.default_rng(7).standard_normal((K.shape[1], 5), numpy.float32))
+stream = cupy.cuda.Stream(non_blocking=True)
+with stream:
+    warm = [K.matmul(X, backend="dense") for _ in range(2)]  # two results' blocks pooled
+    del warm
+    stream.synchronize()
+    stream.begin_capture(mode=cupy.cuda.runtime.streamCaptureModeGlobal)
+    try:
+        Y = K.matmul(X, backend="dense")
+        finished = nvrtc.compiles_finished
+        ks_direct.compile_ahead(numpy.complex128, X.device.id)      # not asked for before
+        while nvrtc.compiles_finished == finished:      # counted after the compile's end
+            time.sleep(0.001)
+        Z = K.matmul(X, backend="dense")
+    finally:
+        graph = stream.end_capture()
+    Y.fill(numpy.nan)
+    Z.fill(numpy.nan)
+    graph.launch(stream)
+    stream.synchronize()
+numpy.savez(sys.argv[1], values=K.values.get(), X=X.get(), Y=Y.get(), Z=Z.get())
+"""
+
+
+def test_a_capture_survives_a_background_compile_finishing_meanwhile(cupy, tmp_path):
+    """A compile that finishes in the background during a user's capture neither
+    invalidates it (the module loads in CUDA's relaxed capture mode) nor refuses the
+    products captured after it (see CAPTURED_WHILE_COMPILING)."""
+    env = dict(os.environ, CUPY_CACHE_DIR=str(tmp_path / "cupy"),
+               KSCUPY_CACHE_DIR=str(tmp_path / "ks"))
+    saved = tmp_path / "replayed.npz"
+    done = subprocess.run([sys.executable, "-c", CAPTURED_WHILE_COMPILING, str(saved)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    replayed = numpy.load(saved)
+    expected = dense_oracle(replayed["values"]) @ replayed["X"].astype(numpy.float64)
+    assert rel_err(replayed["Y"], expected) < 1e-5
+    assert rel_err(replayed["Z"], expected) < 1e-5

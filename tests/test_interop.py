@@ -568,7 +568,7 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
     monkeypatch.setattr(foreign, "_STREAMS", {})
     launched = []
     K = ks.KSMatrix.random((1, 3, 2, 1), dtype=numpy.float32, seed=0)
-    runs = PreparedRuns(K.factor, lambda: 1)
+    runs = PreparedRuns(K.factor, lambda: 1, lambda: False)
     for dtype in ("f4", "c8"):
         run = KernelRun.__new__(KernelRun)
         run.launch, run.y_shape, run.dtype, run.kept = \

@@ -19,6 +19,11 @@ class _Array(numpy.ndarray):
         return types.SimpleNamespace(ptr=self.ctypes.data)
 
 
+def _runs(target):
+    """The runs of ``target`` on device 0, outside any graph capture."""
+    return PreparedRuns(target, lambda: 0, lambda: False)
+
+
 def _operand(shape=(3, 5)):
     return numpy.zeros(shape, numpy.float32).view(_Array)
 
@@ -45,7 +50,7 @@ def _product(runs, X, layout, backend, prepare):
 
 def test_a_repeated_product_reuses_its_run_until_what_it_was_built_on_changes(monkeypatch):
     K = ks.KSMatrix.random((1, 3, 3, 1), dtype=numpy.float32, seed=0)
-    runs, prepare, X = PreparedRuns(K.factor, lambda: 0), _counting(), _operand()
+    runs, prepare, X = _runs(K.factor), _counting(), _operand()
 
     def product(X=X, layout="bsl", backend="auto"):
         return _product(runs, X, layout, backend, prepare)
@@ -66,7 +71,7 @@ def test_a_close_call_settled_while_preparing_leaves_its_run_current():
     built before it, not the run that holds the verdict: the next product reuses it (one
     captured in a CUDA graph could not prepare again)."""
     K = ks.KSMatrix.random((1, 3, 3, 1), dtype=numpy.float32, seed=0)
-    runs, counting, X = PreparedRuns(K.factor, lambda: 0), _counting(), _operand()
+    runs, counting, X = _runs(K.factor), _counting(), _operand()
 
     def settling(X, layout, backend):
         run = counting(X, layout, backend)
@@ -76,10 +81,34 @@ def test_a_close_call_settled_while_preparing_leaves_its_run_current():
     assert _product(runs, X, "bsl", "auto", settling) == 1
 
 
+def test_while_a_graph_is_captured_a_run_stale_only_by_kernels_or_decisions_is_run(
+        monkeypatch):
+    """Nothing can be prepared inside a CUDA graph capture: a run kept before a kernel
+    finished compiling or a decision changed computes the same product and is run there;
+    one kept before its values were written is not (it holds the old values)."""
+    K = ks.KSMatrix.random((1, 3, 3, 1), dtype=numpy.float32, seed=0)
+    capturing = [False]
+    runs = PreparedRuns(K.factor, lambda: 0, lambda: capturing[0])
+    prepare, X = _counting(), _operand()
+
+    def product():
+        return _product(runs, X, "bsl", "auto", prepare)
+    assert product() == 1
+    monkeypatch.setattr(nvrtc, "compiles_finished", nvrtc.compiles_finished + 1)
+    decide.expire_prepared_runs()
+    capturing[0] = True
+    assert product() == 1 == product()                  # stale, but the same values
+    capturing[0] = False
+    assert product() == 2                               # prepared anew outside a capture
+    K.values = K.values * 2
+    capturing[0] = True
+    assert product() == 3                               # (the product refuses in a capture)
+
+
 def test_a_chains_runs_watch_every_factor():
     C = ks.KSChain([ks.KSMatrix.random((1, 3, 3, 1), seed=1),
                     ks.KSMatrix.random((1, 3, 3, 1), seed=2)])
-    runs, prepare, X = PreparedRuns(C.factor_chain, lambda: 0), _counting(), _operand()
+    runs, prepare, X = _runs(C.factor_chain), _counting(), _operand()
     assert _product(runs, X, "bsl", "auto", prepare) == 1
     C.factors[1].values = C.factors[1].values + 1
     assert _product(runs, X, "bsl", "auto", prepare) == 2
@@ -87,7 +116,7 @@ def test_a_chains_runs_watch_every_factor():
 
 def test_runs_are_bounded():
     K = ks.KSMatrix.random((1, 3, 3, 1), seed=0)
-    runs, prepare = PreparedRuns(K.factor, lambda: 0), _counting()
+    runs, prepare = _runs(K.factor), _counting()
     for batch in range(1, MAX_PREPARED_RUNS + 2):
         _product(runs, _operand((3, batch)), "bsl", "auto", prepare)
     assert len(runs) <= MAX_PREPARED_RUNS
@@ -106,7 +135,7 @@ def test_a_kernel_run_is_found_by_an_operands_description():
     kept for a CuPy operand of that shape, strides, dtype, alignment, layout, backend and
     device, where it is current, launches on pointers and has the operand's dtype."""
     K = ks.KSMatrix.random((1, 3, 3, 1), dtype=numpy.float32, seed=0)
-    runs, X = PreparedRuns(K.factor, lambda: 0), _operand()
+    runs, X = _runs(K.factor), _operand()
     described = (X.shape, X.strides, X.dtype, X.data.ptr, "bsl", "auto", 0)
     assert runs.kernel_run(*described) is None
     run = _kernel_run()

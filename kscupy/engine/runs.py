@@ -8,7 +8,11 @@ prepared for the first such product, and a chain's to its plans. Each run is sta
 (:data:`kscupy.engine.decide.epoch`), the kernels compiled so far
 (:data:`kscupy.kernels.nvrtc.compiles_finished`, so that a run of the direct kernel gives way
 to the compiled one) and the values of the target's factors (their storages' write counts).
-A run whose stamp is not the current one is prepared anew in its place.
+A run whose stamp is not the current one is prepared anew in its place, except while the
+current stream captures a CUDA graph, where nothing can be prepared: a run that is stale
+only by the decisions or the kernels compiled since still computes the product of the same
+values, and is run (a background compile finishing between a user's first product and the
+capture would otherwise refuse the captured one).
 """
 from __future__ import annotations
 
@@ -27,15 +31,20 @@ MAX_PREPARED_RUNS = 64
 class PreparedRuns:
     """The prepared runs (and, for a chain, the plans) of one GPU operator's target (a
     Factor or a FactorChain); ``current_device()`` gives the current CUDA device's id
-    (default: CuPy's)."""
-    __slots__ = ("_factors", "_runs", "_current_device", "plans")
+    (default: CuPy's), ``capturing()`` whether the current stream captures a CUDA graph
+    (default: CuPy's current stream)."""
+    __slots__ = ("_factors", "_runs", "_current_device", "_capturing", "plans")
 
-    def __init__(self, target, current_device=None):
+    def __init__(self, target, current_device=None, capturing=None):
         if current_device is None:
             import cupy
             current_device = cupy.cuda.runtime.getDevice
+        if capturing is None:
+            capturing = _cupy_stream_capturing
         #: the id of the current CUDA device (a run is prepared for the device it ran on)
         self._current_device = current_device
+        #: whether the current stream is capturing a CUDA graph
+        self._capturing = capturing
         # the factors themselves, not their caches: a write replaces a factor's cache
         self._factors = (target,) if isinstance(target, Factor) else target.factors
         self._runs = {}
@@ -54,11 +63,16 @@ class PreparedRuns:
                           self._current_device())
 
     def _current(self, key):
-        """The run kept under ``key`` where its stamp is the current one, else None."""
+        """The run kept under ``key`` where its stamp is the current one (while a CUDA graph
+        is captured: where its factors' values are, see the module), else None."""
         found = self._runs.get(key)
-        if found is None or found[0] != self.stamp():
+        if found is None:
             return None
-        return found[1]
+        stamp, run = found
+        if stamp == self.stamp():
+            return run
+        # stamp[2:]: the factors' write counts
+        return run if stamp[2:] == self.stamp()[2:] and self._capturing() else None
 
     def kernel_run(self, shape, strides, dtype, address, layout, backend, device):
         """The run kept for CuPy operands of ``shape``, ``strides`` (bytes), ``dtype`` and
@@ -99,6 +113,11 @@ class PreparedRuns:
             self._runs.clear()
         self._runs[key] = (valid_for, run)
         return run
+
+
+def _cupy_stream_capturing() -> bool:
+    import cupy
+    return cupy.cuda.get_current_stream().is_capturing()
 
 
 def _described(shape, strides, dtype, address, layout, backend, device) -> tuple:

@@ -22,12 +22,15 @@ calling thread. ``KSCUPY_BACKGROUND_COMPILE=0`` in the environment (or
 :func:`waiting`) makes every call wait instead: each call then runs the same kernels, bit for
 bit, from the first one on. A compile that failed in the background raises its error in the
 next call that asks for it. The process waits for compiles still running when it exits, so
-that they land in the disk cache.
+that they land in the disk cache. A background thread loads what it compiled in CUDA's
+relaxed stream-capture mode, so that a CUDA graph another thread captures meanwhile stays
+valid.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import ctypes
 import functools
 import hashlib
 import os
@@ -231,8 +234,41 @@ def _leave_marker(key):
 
 def _compile_in_background(key):
     import cupy
-    with cupy.cuda.Device(key[3]):        # a new thread's current device is 0
+    with _capture_relaxed(), cupy.cuda.Device(key[3]):   # a new thread's device is 0
         function(*key)
+
+
+#: ``CU_STREAM_CAPTURE_MODE_RELAXED`` of the driver's ``CUstreamCaptureMode``.
+_CAPTURE_MODE_RELAXED = 2
+
+
+@contextlib.contextmanager
+def _capture_relaxed():
+    """This thread's stream-capture interaction mode set to relaxed, restored on exit.
+
+    Loading a module and raising a kernel's shared-memory limit are driver calls that CUDA
+    counts as unsafe while a stream is captured: in the default (global) mode, such a call
+    from any thread invalidates a capture that another thread has begun, e.g. a user's
+    CUDA graph captured while a background compile finishes. A thread in relaxed mode may
+    make them; they do not touch the captured stream, so the graph stays what was captured."""
+    exchange = _driver().cuThreadExchangeStreamCaptureMode
+    mode = ctypes.c_int(_CAPTURE_MODE_RELAXED)
+    _check_driver(exchange(ctypes.byref(mode)))         # mode now holds the thread's old one
+    try:
+        yield
+    finally:
+        _check_driver(exchange(ctypes.byref(mode)))
+
+
+@functools.lru_cache(maxsize=None)
+def _driver():
+    """The CUDA driver library (CuPy has loaded it already)."""
+    return ctypes.CDLL("libcuda.so.1")
+
+
+def _check_driver(status: int):
+    if status != 0:
+        raise RuntimeError(f"cuThreadExchangeStreamCaptureMode failed (CUresult {status})")
 
 
 def _count_finished(future):

@@ -10,6 +10,7 @@ from .core.shuffle import (perfect_shuffle, inverse_perfect_shuffle, inverse_per
                            perfect_shuffle_matrix, bit_reversal, block_diagonal_permutations,
                            block_diagonalize)
 from .core.arrays import SUPPORTED_DTYPES, gpu_module
+from .core.captured import release_captured_memory
 from .operators import KSMatrix, KSChain, KSSubmatrix, KSRealPart
 from .transforms import (dft, idft, dct, dst, hadamard, butterfly, block_butterfly, monarch,
                          low_rank, choose_pattern, factorize)
@@ -29,4 +30,4 @@ __all__ = ["KSPattern", "KSMatrix", "DFTStage", "KSChain", "KSSubmatrix", "KSRea
            "low_rank", "choose_pattern", "perfect_shuffle", "inverse_perfect_shuffle",
            "inverse_permutation", "perfect_shuffle_matrix", "bit_reversal",
            "block_diagonal_permutations", "block_diagonalize", "aslinearoperator", "save",
-           "load", "values_grad", "vjp", "fit", "FitResult", "stream_matmul", "testing", "tune", "warmup", "SUPPORTED_DTYPES", "gpu_module", "__version__"]
+           "load", "values_grad", "vjp", "fit", "FitResult", "stream_matmul", "testing", "tune", "warmup", "release_captured_memory", "SUPPORTED_DTYPES", "gpu_module", "__version__"]

@@ -28,7 +28,7 @@ import contextlib
 
 import numpy
 
-from .core import arrays, foreign, memory, reference
+from .core import arrays, captured, foreign, memory, reference
 from .core.argument_checks import check_layout
 from .core.shuffle import inverse_permutation
 from .engine import gradient_paths
@@ -143,7 +143,9 @@ def vjp(op, X, G, *, layout="bsl", wrt="both", intermediates="auto"):
             if len(_CHECKED) >= MAX_CHECKED:
                 _CHECKED.clear()
             _CHECKED[signature] = (layout, vector, dtype)
-    with stream:
+    # in a CUDA graph capture, the memory the gradients allocate is the graph's
+    with stream, captured.memory(torch_stream=back is not None) if op.xp is not numpy \
+            else contextlib.nullcontext():
         return _vjp(op, X, G, layout, wrt, intermediates, dtype, vector, back)
 
 

@@ -385,6 +385,10 @@ def test_repeated_16_bit_cublas_tensor_products_under_autocast_and_in_a_graph(
     K = operator()                      # nothing kept yet
     X = torch.from_numpy(random_array(rng, shape, numpy.float32)).to("cuda", tdtype)
     product(K, X)                       # the first product, then the capture
+    import cupy
+    # CuPy's pool empty: a block CuPy's pool gave kscupy during the capture would need
+    # cudaMalloc, which PyTorch's (global) capture mode forbids
+    cupy.get_default_memory_pool().free_all_blocks()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         Y = product(K, X)

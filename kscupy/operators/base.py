@@ -8,12 +8,15 @@ a repeated product with one lookup and the launch.
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy
 
-from ..core import arrays, foreign, memory
+from ..core import arrays, captured, foreign, memory
 from ..core.argument_checks import LAYOUTS, check_layout
 from ..dask import is_dask_array, matmul as dask_matmul
 from ..engine.runs import for_vectors
+from ..kernels.launcher import KernelRun
 
 __all__ = ["KSOperator", "LAYOUTS"]
 
@@ -153,7 +156,10 @@ class KSOperator:
                     if Y is not None:
                         return Y
                 taken = foreign.take(X)
-                with taken.stream:              # the producer's stream, where it has one
+                # the producer's stream, where it has one (in its graph capture, the
+                # product's memory is the graph's: kscupy.core.captured)
+                with taken.stream, captured.memory(torch_stream=True) if runs is not None \
+                        else contextlib.nullcontext():
                     return taken.back(self.matmul(taken.native, layout=layout,
                                                   backend=backend))
             if is_dask_array(X):                # lazy, chunk by chunk, as op @ X does
@@ -167,7 +173,10 @@ class KSOperator:
         if run is None:
             valid_for = runs.stamp()
             run = runs.keep(X, layout, backend, self._prepare(X, layout, backend), valid_for)
-        return run(X)
+        if type(run) is KernelRun:          # one launch into a new result: nothing else held
+            return run(X)
+        with captured.memory():             # copies and intermediates a graph replays into
+            return run(X)
 
     def _prepare(self, X, layout, backend):
         """``run(X)`` for operands like ``X``: the operand checked, the result dtype decided,

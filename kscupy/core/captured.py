@@ -1,0 +1,95 @@
+"""The memory of products captured in a CUDA graph.
+
+A captured kernel keeps the addresses it was given during the capture: every replay of the
+graph reads and writes them again. A block that a product allocated during the capture (its
+result, a transposed copy of the operand, a chain's intermediate) and gave back to a memory
+pool when the call returned would go to the next array allocated, and each replay would
+then overwrite that array. So while the current stream captures a graph, what kscupy
+allocates stays the graph's:
+
+- in a PyTorch capture (a tensor's product, computed on PyTorch's stream), CuPy allocates
+  through PyTorch's caching allocator, which gives a capture's blocks to the graph's own
+  pool until the graph is freed (CuPy's pool could not grow there anyway: PyTorch captures
+  in CUDA's global mode, where ``cudaMalloc`` invalidates the capture);
+- in a CuPy capture, blocks come from CuPy's allocator as usual and are held here, until
+  :func:`release_captured_memory` (CuPy's graphs have no pool of their own).
+
+Outside a capture nothing changes; a kernel run that allocates only its result (which the
+caller holds for as long as the graph writes it) is not wrapped at all.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+
+__all__ = ["memory", "release_captured_memory", "held_blocks"]
+
+_HELD: list = []                    # blocks allocated in CuPy captures (MemoryPointers)
+_HELD_LOCK = threading.Lock()
+_THREAD = threading.local()         # .active: a capture's allocator is in effect here
+
+
+def memory(torch_stream: bool = False):
+    """A context for a product's allocations: while the current stream captures a CUDA graph,
+    they stay the graph's (see the module), else nothing. ``torch_stream``: the product runs
+    on PyTorch's current stream (a tensor's product), whose capture PyTorch knows of. Nested
+    uses keep the outer one's allocator."""
+    if getattr(_THREAD, "active", False):
+        return contextlib.nullcontext()
+    torch = sys.modules.get("torch") if torch_stream else None
+    if torch is not None and torch.cuda.is_current_stream_capturing():
+        return _allocating(_torch_malloc(torch))
+    import cupy
+    if cupy.cuda.get_current_stream().is_capturing():
+        return _allocating(_held_malloc(cupy.cuda.get_allocator()))
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _allocating(malloc):
+    import cupy
+    _THREAD.active = True
+    try:
+        with cupy.cuda.using_allocator(malloc):
+            yield
+    finally:
+        _THREAD.active = False
+
+
+def _torch_malloc(torch):
+    """CuPy's allocator function, allocating a PyTorch tensor of bytes on the current
+    device and stream (the view keeps it alive)."""
+    import cupy
+
+    def malloc(size):
+        device_id = cupy.cuda.runtime.getDevice()
+        block = torch.empty(size, dtype=torch.uint8, device=f"cuda:{device_id}")
+        memory = cupy.cuda.UnownedMemory(block.data_ptr(), size, block, device_id)
+        return cupy.cuda.MemoryPointer(memory, 0)
+    return malloc
+
+
+def _held_malloc(allocate):
+    """CuPy's allocator function ``allocate``, each block also held in :data:`_HELD`."""
+    def malloc(size):
+        block = allocate(size)
+        with _HELD_LOCK:
+            _HELD.append(block)
+        return block
+    return malloc
+
+
+def release_captured_memory():
+    """Let go of the memory that products captured in CuPy's CUDA graphs allocated (their
+    results, and copies and intermediates they used); it returns to CuPy's pool as the
+    arrays that still use it are freed. Call it once those graphs are no longer launched:
+    a replay would write into memory that other arrays then hold. (PyTorch's graphs keep
+    their memory in their own pools; this does not concern them.)"""
+    with _HELD_LOCK:
+        del _HELD[:]
+
+
+def held_blocks() -> int:
+    """Blocks held for graphs captured in CuPy (:func:`release_captured_memory`)."""
+    return len(_HELD)

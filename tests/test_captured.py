@@ -1,0 +1,91 @@
+"""kscupy.core.captured driven on the CPU with stand-ins for CuPy and PyTorch: which
+allocator a product's memory comes from while a stream captures a CUDA graph, and that the
+blocks of CuPy captures are held until released. (The GPU behaviour, replays that leave
+later arrays alone, is tests/test_graphs.py's.)"""
+import contextlib
+import sys
+import types
+
+import pytest
+
+from kscupy.core import captured
+
+
+class _StandIns:
+    """A CuPy and a PyTorch whose current streams capture or not, as set."""
+
+    def __init__(self):
+        self.cupy_capturing = self.torch_capturing = False
+        self.allocators = []            # the allocator of each using_allocator, entered
+        self.torch_blocks = []
+        stream = types.SimpleNamespace(is_capturing=lambda: self.cupy_capturing)
+        cuda = types.SimpleNamespace(
+            get_current_stream=lambda: stream,
+            get_allocator=lambda: (lambda size: ("cupy block", size)),
+            using_allocator=self._using,
+            runtime=types.SimpleNamespace(getDevice=lambda: 0),
+            UnownedMemory=lambda ptr, size, owner, device: ("unowned", ptr, size, owner),
+            MemoryPointer=lambda memory, offset: ("pointer", memory))
+        self.cupy = types.SimpleNamespace(cuda=cuda)
+        self.torch = types.SimpleNamespace(
+            uint8="uint8",
+            cuda=types.SimpleNamespace(is_current_stream_capturing=lambda: self.torch_capturing),
+            empty=self._torch_empty)
+
+    @contextlib.contextmanager
+    def _using(self, malloc):
+        self.allocators.append(malloc)
+        yield
+
+    def _torch_empty(self, size, dtype, device):
+        address = 4096 * (len(self.torch_blocks) + 1)
+        block = types.SimpleNamespace(data_ptr=lambda: address, size=size, device=device)
+        self.torch_blocks.append(block)
+        return block
+
+
+@pytest.fixture
+def stand_ins(monkeypatch):
+    made = _StandIns()
+    monkeypatch.setitem(sys.modules, "cupy", made.cupy)
+    monkeypatch.setitem(sys.modules, "torch", made.torch)
+    captured.release_captured_memory()
+    yield made
+    captured.release_captured_memory()
+
+
+def test_outside_a_capture_nothing_changes(stand_ins):
+    with captured.memory(), captured.memory(torch_stream=True):
+        pass
+    assert stand_ins.allocators == []
+
+
+def test_in_a_cupy_capture_blocks_are_held_until_released(stand_ins):
+    stand_ins.cupy_capturing = True
+    with captured.memory():
+        with captured.memory():                 # nested: the outer allocator stays
+            pass
+    assert len(stand_ins.allocators) == 1
+    malloc = stand_ins.allocators[0]
+    assert malloc(512) == ("cupy block", 512) and malloc(64) == ("cupy block", 64)
+    assert captured.held_blocks() == 2
+    captured.release_captured_memory()
+    assert captured.held_blocks() == 0
+
+
+def test_in_a_pytorch_capture_memory_comes_from_pytorch(stand_ins):
+    stand_ins.torch_capturing = True
+    with captured.memory(torch_stream=True):
+        with captured.memory():                 # a product inside the tensor's product
+            pass
+    assert len(stand_ins.allocators) == 1
+    pointer = stand_ins.allocators[0](1000)
+    block = stand_ins.torch_blocks[0]
+    assert block.size == 1000 and block.device == "cuda:0"
+    assert pointer == ("pointer", ("unowned", 4096, 1000, block))    # the view keeps it
+    assert captured.held_blocks() == 0          # PyTorch's graph pool keeps it, not kscupy
+    # a product that is not a tensor's does not ask PyTorch
+    stand_ins.allocators.clear()
+    with captured.memory():
+        pass
+    assert stand_ins.allocators == []

@@ -246,11 +246,12 @@ _CAPTURE_MODE_RELAXED = 2
 def _capture_relaxed():
     """This thread's stream-capture interaction mode set to relaxed, restored on exit.
 
-    Loading a module and raising a kernel's shared-memory limit are driver calls that CUDA
-    counts as unsafe while a stream is captured: in the default (global) mode, such a call
-    from any thread invalidates a capture that another thread has begun, e.g. a user's
-    CUDA graph captured while a background compile finishes. A thread in relaxed mode may
-    make them; they do not touch the captured stream, so the graph stays what was captured."""
+    Loading a module and raising a kernel's shared-memory limit are driver calls outside
+    any stream. While a stream is captured in CUDA's default (global) mode, a call that
+    CUDA deems potentially unsafe, from any thread, invalidates the capture (e.g. a user's
+    CUDA graph captured while a background compile finishes); a thread in relaxed mode is
+    not held to that. These calls do not touch the captured stream, so the graph stays
+    what was captured."""
     exchange = _driver().cuThreadExchangeStreamCaptureMode
     mode = ctypes.c_int(_CAPTURE_MODE_RELAXED)
     _check_driver(exchange(ctypes.byref(mode)))         # mode now holds the thread's old one

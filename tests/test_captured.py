@@ -4,6 +4,7 @@ blocks of CuPy captures are held until released. (The GPU behaviour, replays tha
 later arrays alone, is tests/test_graphs.py's.)"""
 import contextlib
 import sys
+import threading
 import types
 
 import pytest
@@ -89,3 +90,33 @@ def test_in_a_pytorch_capture_memory_comes_from_pytorch(stand_ins):
     with captured.memory():
         pass
     assert stand_ins.allocators == []
+
+
+def test_the_capture_allocator_ends_with_its_context_even_on_an_error(stand_ins):
+    stand_ins.cupy_capturing = True
+    with pytest.raises(ZeroDivisionError):
+        with captured.memory():
+            1 / 0
+    with captured.memory():                     # not taken for a nested use
+        pass
+    assert len(stand_ins.allocators) == 2
+
+
+def test_another_threads_capture_allocator_is_not_this_ones(stand_ins):
+    """The nesting mark is per thread: a product on another thread while one thread's
+    capture allocator is in effect gets its own."""
+    stand_ins.cupy_capturing = True
+    entered, release = threading.Event(), threading.Event()
+
+    def capture():
+        with captured.memory():
+            entered.set()
+            release.wait(10)
+    thread = threading.Thread(target=capture)
+    thread.start()
+    entered.wait(10)
+    with captured.memory():
+        pass
+    release.set()
+    thread.join()
+    assert len(stand_ins.allocators) == 2

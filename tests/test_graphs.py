@@ -117,16 +117,19 @@ def test_a_values_gradient_is_captured(cupy, rng, layout):
     _replay_with_new_data(cupy, rng, graph, stream, X, out, oracle, replays=10, tol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["bsf transposes", "chain"])
+@pytest.mark.parametrize("name", ["bsf transposes", "chain", "dct"])
 def test_the_memory_a_captured_product_allocates_stays_the_graphs(cupy, rng, name):
     """A captured product's copies and intermediates (bmm's transposes in bsf with d > 1, a
-    chain's intermediates) are not handed to arrays allocated after the capture: those keep
-    their values through the replays, and each result is right; release_captured_memory
-    lets go of them."""
+    chain's intermediates, the DCT's complex operand and product, from an operator that
+    keeps no runs of its own) are not handed to arrays allocated after the capture: those
+    keep their values through the replays, and each result is right;
+    release_captured_memory lets go of them."""
     from kscupy.core import captured
     if name == "chain":
         op, backend, layout = ks.butterfly(256, dtype=numpy.float32, xp=cupy, seed=8), \
             "kernel", "bsl"             # factor by factor: seven intermediates
+    elif name == "dct":
+        op, backend, layout = ks.dct(64, dtype=numpy.float32, xp=cupy), "auto", "bsl"
     else:
         op, backend, layout = ks.KSMatrix.random((2, 16, 8, 3), dtype=numpy.float32, xp=cupy,
                                                  seed=9), "bmm", "bsf"
@@ -147,11 +150,13 @@ def test_the_memory_a_captured_product_allocates_stays_the_graphs(cupy, rng, nam
         others = [cupy.full(size, 7.0, numpy.float32) for size in (X.size, Y.size) * 8]
         stream.synchronize()
     D = operator_oracle(op)
-    _replay_with_new_data(cupy, rng, graph, stream, X, Y,
-                          lambda x: D @ x if layout == "bsl" else x @ D.T, replays=5)
-    for other in others:
-        assert bool((other == 7.0).all())
-    ks.release_captured_memory()
+    try:
+        _replay_with_new_data(cupy, rng, graph, stream, X, Y,
+                              lambda x: D @ x if layout == "bsl" else x @ D.T, replays=5)
+        for other in others:
+            assert bool((other == 7.0).all())
+    finally:
+        ks.release_captured_memory()
     assert captured.held_blocks() == 0
 
 
@@ -221,3 +226,6 @@ def test_a_capture_survives_a_background_compile_finishing_meanwhile(cupy, tmp_p
     expected = dense_oracle(replayed["values"]) @ replayed["X"].astype(numpy.float64)
     assert rel_err(replayed["Y"], expected) < 1e-5
     assert rel_err(replayed["Z"], expected) < 1e-5
+    if "compiled during the capture: True" not in done.stdout:
+        pytest.skip("the background compile did not finish within the capture's wait: the "
+                    "products replayed right, but what the test is for did not happen")

@@ -1,7 +1,9 @@
 """The prepared runs an operator keeps on the GPU (kscupy.engine.runs), driven on the CPU
 with NumPy arrays that carry CuPy's ``data.ptr``: a repeated product reuses its run until
 the decisions, the compiled kernels or the values change."""
+import gc
 import types
+import weakref
 
 import numpy
 
@@ -103,6 +105,24 @@ def test_while_a_graph_is_captured_a_run_stale_only_by_kernels_or_decisions_is_r
     K.values = K.values * 2
     capturing[0] = True
     assert product() == 3                               # (the product refuses in a capture)
+
+
+def test_a_replaced_run_lives_as_long_as_the_operator(monkeypatch):
+    """A run replaced under its key (a kernel compiled since) is not dropped: a CUDA graph
+    captured with it may still read what it alone holds."""
+    K = ks.KSMatrix.random((1, 3, 3, 1), dtype=numpy.float32, seed=0)
+    runs, X = _runs(K.factor), _operand()
+
+    def run(X):
+        return 1
+    runs.keep(X, "bsl", "auto", run, runs.stamp())
+    first = weakref.ref(run)
+    del run
+    monkeypatch.setattr(nvrtc, "compiles_finished", nvrtc.compiles_finished + 1)
+    assert runs.get(X, "bsl", "auto") is None
+    runs.keep(X, "bsl", "auto", lambda X: 2, runs.stamp())
+    gc.collect()
+    assert first() is not None and runs.get(X, "bsl", "auto")(X) == 2
 
 
 def test_a_chains_runs_watch_every_factor():

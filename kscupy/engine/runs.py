@@ -33,7 +33,7 @@ class PreparedRuns:
     Factor or a FactorChain); ``current_device()`` gives the current CUDA device's id
     (default: CuPy's), ``capturing()`` whether the current stream captures a CUDA graph
     (default: CuPy's current stream)."""
-    __slots__ = ("_factors", "_runs", "_current_device", "_capturing", "plans")
+    __slots__ = ("_factors", "_runs", "_replaced", "_current_device", "_capturing", "plans")
 
     def __init__(self, target, current_device=None, capturing=None):
         if current_device is None:
@@ -48,6 +48,11 @@ class PreparedRuns:
         # the factors themselves, not their caches: a write replaces a factor's cache
         self._factors = (target,) if isinstance(target, Factor) else target.factors
         self._runs = {}
+        #: runs a newer one replaced under their key: a CUDA graph captured with one may
+        #: still read what it alone holds (tables, copies it keeps); kept while the
+        #: operator lives (a key is replaced when a kernel finishes compiling or a decision
+        #: changes: at most once per kernel the process compiles and per decision)
+        self._replaced = []
         #: the chain's plans (:func:`kscupy.engine.planner.cached_plan`)
         self.plans = {}
 
@@ -111,6 +116,9 @@ class PreparedRuns:
         key = self._key(X, layout, backend)
         if key not in self._runs and len(self._runs) >= MAX_PREPARED_RUNS:
             self._runs.clear()
+        replaced = self._runs.get(key)
+        if replaced is not None:
+            self._replaced.append(replaced[1])
         self._runs[key] = (valid_for, run)
         return run
 

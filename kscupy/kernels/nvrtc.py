@@ -251,25 +251,27 @@ def _capture_relaxed():
     CUDA deems potentially unsafe, from any thread, invalidates the capture (e.g. a user's
     CUDA graph captured while a background compile finishes); a thread in relaxed mode is
     not held to that. These calls do not touch the captured stream, so the graph stays
-    what was captured."""
-    exchange = _driver().cuThreadExchangeStreamCaptureMode
+    what was captured. Where the driver library or the call is not there (another
+    platform), the mode stays as it is."""
+    exchange = _exchange_capture_mode()
     mode = ctypes.c_int(_CAPTURE_MODE_RELAXED)
-    _check_driver(exchange(ctypes.byref(mode)))         # mode now holds the thread's old one
+    # (on success ``mode`` holds the thread's previous mode, put back on exit)
+    relaxed = exchange is not None and exchange(ctypes.byref(mode)) == 0
     try:
         yield
     finally:
-        _check_driver(exchange(ctypes.byref(mode)))
+        if relaxed:
+            exchange(ctypes.byref(mode))
 
 
 @functools.lru_cache(maxsize=None)
-def _driver():
-    """The CUDA driver library (CuPy has loaded it already)."""
-    return ctypes.CDLL("libcuda.so.1")
-
-
-def _check_driver(status: int):
-    if status != 0:
-        raise RuntimeError(f"cuThreadExchangeStreamCaptureMode failed (CUresult {status})")
+def _exchange_capture_mode():
+    """The driver's ``cuThreadExchangeStreamCaptureMode``, or None where it cannot be
+    loaded."""
+    try:
+        return ctypes.CDLL("libcuda.so.1").cuThreadExchangeStreamCaptureMode
+    except (OSError, AttributeError):
+        return None
 
 
 def _count_finished(future):

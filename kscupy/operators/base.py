@@ -158,8 +158,8 @@ class KSOperator:
                 taken = foreign.take(X)
                 # the producer's stream, where it has one (in its graph capture, the
                 # product's memory is the graph's: kscupy.core.captured)
-                with taken.stream, captured.memory(torch_stream=True) if runs is not None \
-                        else contextlib.nullcontext():
+                with taken.stream, captured.memory(torch_stream=True) \
+                        if self._xp is not numpy else contextlib.nullcontext():
                     return taken.back(self.matmul(taken.native, layout=layout,
                                                   backend=backend))
             if is_dask_array(X):                # lazy, chunk by chunk, as op @ X does
@@ -168,7 +168,10 @@ class KSOperator:
                     raise ValueError(f"a dask operand is multiplied with backend='auto', got "
                                      f"{backend!r}")
                 return dask_matmul(self, X, layout=layout)
-            return self._prepare(X, layout, backend)(X)
+            if self._xp is numpy:
+                return self._prepare(X, layout, backend)(X)
+            with captured.memory():         # an operator that keeps no runs: its padding,
+                return self._prepare(X, layout, backend)(X)     # parts, ... (see below)
         run = runs.get(X, layout, backend)
         if run is None:
             valid_for = runs.stamp()

@@ -94,6 +94,8 @@ class KSMatrix(KSOperator):
                              f"structure {structure!r} (to within rounding in {tiles.dtype})")
         if xp is not source:                   # moved once tiled: no CuPy kernel runs here
             factor = factor.copy_to(xp)
+            if xp is not numpy:                # (the copy is queued, as the tiling above)
+                xp.cuda.get_current_stream().synchronize()
         self._factor = factor
         self._xp = xp
         if xp is not numpy:

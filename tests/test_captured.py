@@ -120,3 +120,13 @@ def test_another_threads_capture_allocator_is_not_this_ones(stand_ins):
     release.set()
     thread.join()
     assert len(stand_ins.allocators) == 2
+
+
+def test_new_values_inside_a_capture_are_refused_with_the_fix(stand_ins):
+    import numpy
+    captured.refuse_in_capture(numpy, "KSMatrix(values)")             # NumPy: nothing
+    captured.refuse_in_capture(stand_ins.cupy, "KSMatrix(values)")    # not capturing
+    stand_ins.cupy_capturing = True
+    with pytest.raises(RuntimeError, match="KSMatrix.values. while the current stream "
+                                           "captures a CUDA graph.*before capturing"):
+        captured.refuse_in_capture(stand_ins.cupy, "KSMatrix(values)")

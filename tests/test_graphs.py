@@ -160,6 +160,29 @@ def test_the_memory_a_captured_product_allocates_stays_the_graphs(cupy, rng, nam
     assert captured.held_blocks() == 0
 
 
+def test_new_values_inside_a_capture_are_refused_and_the_capture_stays_valid(cupy, rng):
+    """A KSMatrix made, or values written, while a graph is captured: RuntimeError naming
+    the fix, before anything is queued, so that the product captured after still replays."""
+    op = ks.KSMatrix.random((2, 8, 8, 2), dtype=numpy.float32, xp=cupy, seed=10)
+    w = cupy.asarray(random_array(rng, (2, 8, 8, 2), numpy.float32))
+    X = cupy.asarray(random_array(rng, (op.shape[1], 7), numpy.float32))
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        op @ X
+        stream.synchronize()
+        stream.begin_capture()
+        try:
+            with pytest.raises(RuntimeError, match="before capturing"):
+                ks.KSMatrix(w)
+            with pytest.raises(RuntimeError, match="before capturing"):
+                op.values = w
+            Y = op @ X
+        finally:
+            graph = stream.end_capture()
+    D = operator_oracle(op)
+    _replay_with_new_data(cupy, rng, graph, stream, X, Y, lambda x: D @ x, replays=3)
+
+
 def test_a_product_not_prepared_before_capture_is_refused(cupy, rng):
     op = ks.KSMatrix.random((2, 8, 8, 2), dtype=numpy.float32, xp=cupy, seed=3)
     X = cupy.asarray(random_array(rng, (op.shape[1], 7), numpy.float32))

@@ -23,7 +23,9 @@ import contextlib
 import sys
 import threading
 
-__all__ = ["memory", "release_captured_memory", "held_blocks"]
+import numpy
+
+__all__ = ["memory", "release_captured_memory", "held_blocks", "refuse_in_capture"]
 
 _HELD: list = []                    # blocks allocated in CuPy captures (MemoryPointers)
 _HELD_LOCK = threading.Lock()
@@ -78,6 +80,16 @@ def _held_malloc(allocate):
             _HELD.append(block)
         return block
     return malloc
+
+
+def refuse_in_capture(xp, what: str):
+    """RuntimeError naming the fix where ``what`` (new values: copied, then waited for) is
+    asked for while CuPy's current stream captures a CUDA graph; nothing for NumPy."""
+    if xp is not numpy and xp.cuda.get_current_stream().is_capturing():
+        raise RuntimeError(
+            f"{what} while the current stream captures a CUDA graph: new values are copied "
+            f"and waited for, which a capture cannot hold. Do it before capturing (a graph "
+            f"replays products of the values it was captured with).")
 
 
 def release_captured_memory():

@@ -24,7 +24,7 @@ import uuid
 
 import numpy
 
-from . import arrays
+from . import arrays, captured
 from .reference import tocsr, todense
 from .pattern import KSPattern
 
@@ -256,6 +256,7 @@ class Factor:
         storage (:meth:`Storage.replace`): every view sees them from then on, a product
         already running keeps the old ones."""
         xp = self.xp
+        captured.refuse_in_capture(xp, "writing a KS matrix's values")
         stored = blocks.swapaxes(-1, -2) if self.transposed else blocks
         tiles = xp.empty_like(self.tiles)
         tiles[...] = xp.conj(stored) if self.conjugated else stored

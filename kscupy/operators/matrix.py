@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy
 
 from .. import engine
-from ..core import argument_checks, arrays, foreign, memory, reference
+from ..core import argument_checks, arrays, captured, foreign, memory, reference
 from ..core.factor import Factor
 from ..core.pattern import KSPattern
 from ..core.structure import DFTStage
@@ -79,6 +79,8 @@ class KSMatrix(KSOperator):
             raise ValueError("KSMatrix(values) takes canonical values of shape (a, b, c, d), "
                              f"got an array of shape {values.shape}")
         pattern = KSPattern.of(values.shape)   # also rejects empty axes
+        for module in {source, xp}:
+            captured.refuse_in_capture(module, "KSMatrix(values)")
         with arrays.device_of(values):        # tiled (and checked) where the values are
             # always a copy: values whose (a, d, b, c) view is contiguous already would
             # otherwise be shared with the caller's array

@@ -435,6 +435,36 @@ def test_pytorch_cuda_views_are_read_where_they_lie(view, dtype, rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("view", ["contiguous", "transposed", "offset", "broadcast"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_products_on_a_pytorch_side_stream_with_a_matrix_made_outside_it(view, dtype, rng):
+    """Matrices made on the default stream, multiplied at once by tensors made on a
+    PyTorch side stream (non-blocking: it waits for no other stream), inside that stream's
+    context, several times with new matrices and operands: each result equals the oracle
+    (the matrix's tiles are complete before the side stream reads them; the operand is read
+    on its producer's stream)."""
+    torch, tdtype = _cuda_torch(dtype)
+    side = torch.cuda.Stream()
+    for _ in range(4):
+        w = random_array(rng, (2, 8, 4, 3), "float32")
+        K = ks.KSMatrix(torch.from_numpy(w).to("cuda", tdtype))
+        N, B = K.shape[1], 9
+        with torch.cuda.stream(side):
+            base = torch.from_numpy(random_array(rng, (2 * N + 3, 3 * B + 1), "float32")) \
+                .to("cuda", tdtype)
+            X = {"contiguous": base[:N, :B].contiguous(), "transposed": base[:B, :N].T,
+                 "offset": base[3:N + 3, 1:B + 1], "broadcast": base[:N, :1].expand(N, B)}[view]
+            Y = K @ X
+            Y2 = K @ X                              # a repeated product too
+        side.synchronize()
+        values = torch.from_numpy(w).to(tdtype).double().numpy()
+        oracle = dense_oracle(values) @ X.double().cpu().numpy()
+        tolerance = 1e-5 if dtype == "float32" else 1e-2
+        assert rel_err(Y.double().cpu().numpy(), oracle) < tolerance
+        assert rel_err(Y2.double().cpu().numpy(), oracle) < tolerance
+
+
+@pytest.mark.gpu
 def test_pytorch_cuda_tensors_without_strided_memory_are_named(rng):
     """A sparse CUDA tensor has no pointer and strides to read: the product raises
     TypeError saying it could not be taken, not PyTorch's own error."""

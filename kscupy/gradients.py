@@ -144,8 +144,7 @@ def vjp(op, X, G, *, layout="bsl", wrt="both", intermediates="auto"):
                 _CHECKED.clear()
             _CHECKED[signature] = (layout, vector, dtype)
     # in a CUDA graph capture, the memory the gradients allocate is the graph's
-    with stream, captured.memory(torch_stream=back is not None) if op.xp is not numpy \
-            else contextlib.nullcontext():
+    with stream, captured.memory(op.xp, torch_stream=back is not None):
         return _vjp(op, X, G, layout, wrt, intermediates, dtype, vector, back)
 
 

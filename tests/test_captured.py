@@ -56,15 +56,21 @@ def stand_ins(monkeypatch):
 
 
 def test_outside_a_capture_nothing_changes(stand_ins):
-    with captured.memory(), captured.memory(torch_stream=True):
+    cupy = stand_ins.cupy
+    with captured.memory(cupy), captured.memory(cupy, torch_stream=True):
+        pass
+    assert stand_ins.allocators == []
+    stand_ins.cupy_capturing = stand_ins.torch_capturing = True
+    import numpy
+    with captured.memory(numpy), captured.memory(numpy, torch_stream=True):    # NumPy
         pass
     assert stand_ins.allocators == []
 
 
 def test_in_a_cupy_capture_blocks_are_held_until_released(stand_ins):
     stand_ins.cupy_capturing = True
-    with captured.memory():
-        with captured.memory():                 # nested: the outer allocator stays
+    with captured.memory(stand_ins.cupy):
+        with captured.memory(stand_ins.cupy):  # nested: the outer allocator stays
             pass
     assert len(stand_ins.allocators) == 1
     malloc = stand_ins.allocators[0]
@@ -76,8 +82,8 @@ def test_in_a_cupy_capture_blocks_are_held_until_released(stand_ins):
 
 def test_in_a_pytorch_capture_memory_comes_from_pytorch(stand_ins):
     stand_ins.torch_capturing = True
-    with captured.memory(torch_stream=True):
-        with captured.memory():                 # a product inside the tensor's product
+    with captured.memory(stand_ins.cupy, torch_stream=True):
+        with captured.memory(stand_ins.cupy):  # a product inside the tensor's product
             pass
     assert len(stand_ins.allocators) == 1
     pointer = stand_ins.allocators[0](1000)
@@ -87,7 +93,7 @@ def test_in_a_pytorch_capture_memory_comes_from_pytorch(stand_ins):
     assert captured.held_blocks() == 0          # PyTorch's graph pool keeps it, not kscupy
     # a product that is not a tensor's does not ask PyTorch
     stand_ins.allocators.clear()
-    with captured.memory():
+    with captured.memory(stand_ins.cupy):
         pass
     assert stand_ins.allocators == []
 
@@ -95,9 +101,9 @@ def test_in_a_pytorch_capture_memory_comes_from_pytorch(stand_ins):
 def test_the_capture_allocator_ends_with_its_context_even_on_an_error(stand_ins):
     stand_ins.cupy_capturing = True
     with pytest.raises(ZeroDivisionError):
-        with captured.memory():
+        with captured.memory(stand_ins.cupy):
             1 / 0
-    with captured.memory():                     # not taken for a nested use
+    with captured.memory(stand_ins.cupy):  # not taken for a nested use
         pass
     assert len(stand_ins.allocators) == 2
 
@@ -109,13 +115,13 @@ def test_another_threads_capture_allocator_is_not_this_ones(stand_ins):
     entered, release = threading.Event(), threading.Event()
 
     def capture():
-        with captured.memory():
+        with captured.memory(stand_ins.cupy):
             entered.set()
             release.wait(10)
     thread = threading.Thread(target=capture)
     thread.start()
     entered.wait(10)
-    with captured.memory():
+    with captured.memory(stand_ins.cupy):
         pass
     release.set()
     thread.join()

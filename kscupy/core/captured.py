@@ -25,26 +25,33 @@ import threading
 
 import numpy
 
-__all__ = ["memory", "release_captured_memory", "held_blocks", "refuse_in_capture"]
+__all__ = ["capturing", "memory", "release_captured_memory", "held_blocks",
+           "refuse_in_capture"]
 
 _HELD: list = []                    # blocks allocated in CuPy captures (MemoryPointers)
 _HELD_LOCK = threading.Lock()
 _THREAD = threading.local()         # .active: a capture's allocator is in effect here
 
 
-def memory(torch_stream: bool = False):
-    """A context for a product's allocations: while the current stream captures a CUDA graph,
-    they stay the graph's (see the module), else nothing. ``torch_stream``: the product runs
-    on PyTorch's current stream (a tensor's product), whose capture PyTorch knows of. Nested
-    uses keep the outer one's allocator."""
-    if getattr(_THREAD, "active", False):
+def capturing() -> bool:
+    """Whether CuPy's current stream captures a CUDA graph."""
+    import cupy
+    return cupy.cuda.get_current_stream().is_capturing()
+
+
+def memory(xp, torch_stream: bool = False):
+    """A context for the allocations of a product on ``xp``'s arrays: while the current
+    stream captures a CUDA graph, they stay the graph's (see the module), else (and for
+    NumPy) nothing. ``torch_stream``: the product runs on PyTorch's current stream (a
+    tensor's product), whose capture PyTorch knows of. Nested uses keep the outer one's
+    allocator."""
+    if xp is numpy or getattr(_THREAD, "active", False):
         return contextlib.nullcontext()
     torch = sys.modules.get("torch") if torch_stream else None
     if torch is not None and torch.cuda.is_current_stream_capturing():
         return _allocating(_torch_malloc(torch))
-    import cupy
-    if cupy.cuda.get_current_stream().is_capturing():
-        return _allocating(_held_malloc(cupy.cuda.get_allocator()))
+    if capturing():
+        return _allocating(_held_malloc(xp.cuda.get_allocator()))
     return contextlib.nullcontext()
 
 
@@ -85,7 +92,7 @@ def _held_malloc(allocate):
 def refuse_in_capture(xp, what: str):
     """RuntimeError naming the fix where ``what`` (new values: copied, then waited for) is
     asked for while CuPy's current stream captures a CUDA graph; nothing for NumPy."""
-    if xp is not numpy and xp.cuda.get_current_stream().is_capturing():
+    if xp is not numpy and capturing():
         raise RuntimeError(
             f"{what} while the current stream captures a CUDA graph: new values are copied "
             f"and waited for, which a capture cannot hold. Do it before capturing (a graph "

@@ -16,6 +16,7 @@ capture would otherwise refuse the captured one).
 """
 from __future__ import annotations
 
+from ..core import captured
 from ..core.factor import Factor
 from ..kernels import nvrtc
 from ..kernels.launcher import KernelRun
@@ -40,7 +41,7 @@ class PreparedRuns:
             import cupy
             current_device = cupy.cuda.runtime.getDevice
         if capturing is None:
-            capturing = _cupy_stream_capturing
+            capturing = captured.capturing
         #: the id of the current CUDA device (a run is prepared for the device it ran on)
         self._current_device = current_device
         #: whether the current stream is capturing a CUDA graph
@@ -74,10 +75,11 @@ class PreparedRuns:
         if found is None:
             return None
         stamp, run = found
-        if stamp == self.stamp():
+        current = self.stamp()
+        if stamp == current:
             return run
         # stamp[2:]: the factors' write counts
-        return run if stamp[2:] == self.stamp()[2:] and self._capturing() else None
+        return run if stamp[2:] == current[2:] and self._capturing() else None
 
     def kernel_run(self, shape, strides, dtype, address, layout, backend, device):
         """The run kept for CuPy operands of ``shape``, ``strides`` (bytes), ``dtype`` and
@@ -121,11 +123,6 @@ class PreparedRuns:
             self._replaced.append(replaced[1])
         self._runs[key] = (valid_for, run)
         return run
-
-
-def _cupy_stream_capturing() -> bool:
-    import cupy
-    return cupy.cuda.get_current_stream().is_capturing()
 
 
 def _described(shape, strides, dtype, address, layout, backend, device) -> tuple:

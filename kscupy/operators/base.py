@@ -8,8 +8,6 @@ a repeated product with one lookup and the launch.
 """
 from __future__ import annotations
 
-import contextlib
-
 import numpy
 
 from ..core import arrays, captured, foreign, memory
@@ -158,8 +156,7 @@ class KSOperator:
                 taken = foreign.take(X)
                 # the producer's stream, where it has one (in its graph capture, the
                 # product's memory is the graph's: kscupy.core.captured)
-                with taken.stream, captured.memory(torch_stream=True) \
-                        if self._xp is not numpy else contextlib.nullcontext():
+                with taken.stream, captured.memory(self._xp, torch_stream=True):
                     return taken.back(self.matmul(taken.native, layout=layout,
                                                   backend=backend))
             if is_dask_array(X):                # lazy, chunk by chunk, as op @ X does
@@ -168,17 +165,15 @@ class KSOperator:
                     raise ValueError(f"a dask operand is multiplied with backend='auto', got "
                                      f"{backend!r}")
                 return dask_matmul(self, X, layout=layout)
-            if self._xp is numpy:
-                return self._prepare(X, layout, backend)(X)
-            with captured.memory():         # an operator that keeps no runs: its padding,
-                return self._prepare(X, layout, backend)(X)     # parts, ... (see below)
+            with captured.memory(self._xp):     # an operator that keeps no runs: its
+                return self._prepare(X, layout, backend)(X)     # padding, parts, ...
         run = runs.get(X, layout, backend)
         if run is None:
             valid_for = runs.stamp()
             run = runs.keep(X, layout, backend, self._prepare(X, layout, backend), valid_for)
         if type(run) is KernelRun:          # one launch into a new result: nothing else held
             return run(X)
-        with captured.memory():             # copies and intermediates a graph replays into
+        with captured.memory(self._xp):     # copies and intermediates a graph replays into
             return run(X)
 
     def _prepare(self, X, layout, backend):

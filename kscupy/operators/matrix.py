@@ -85,18 +85,17 @@ class KSMatrix(KSOperator):
             # always a copy: values whose (a, d, b, c) view is contiguous already would
             # otherwise be shared with the caller's array
             tiles = source.array(values.transpose(0, 3, 1, 2), order="C", copy=True)
-            if source is not numpy:
-                # complete before a product on another stream reads them (a non-blocking
-                # stream, PyTorch's side streams among them, does not wait for this one),
-                # as Factor.write leaves new values
-                source.cuda.get_current_stream().synchronize()
         factor = Factor.of_blocks(tiles, pattern, declared=structure)
         if structure is not None and factor.structure is None:
             raise ValueError(f"the values of pattern {tuple(pattern)} do not have the declared "
                              f"structure {structure!r} (to within rounding in {tiles.dtype})")
         if xp is not source:                   # moved once tiled: no CuPy kernel runs here
             factor = factor.copy_to(xp)
-            if xp is not numpy:                # (the copy is queued, as the tiling above)
+        if xp is not numpy:
+            # the tiles complete (their copy is queued) before a product on another stream
+            # reads them: a non-blocking stream, PyTorch's side streams among them, does not
+            # wait for this one (as Factor.write leaves new values)
+            with arrays.device_of(factor.tiles):
                 xp.cuda.get_current_stream().synchronize()
         self._factor = factor
         self._xp = xp

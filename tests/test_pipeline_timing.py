@@ -112,3 +112,27 @@ def test_a_tied_gpu_bound_kernel_is_chosen_over_a_host_bound_call(timeline):
     seconds, host_seconds = zip(*single.pipeline_times([cublas, kernel], "X"))
     assert seconds[0] < seconds[1]
     assert decide._fastest(list(seconds), list(host_seconds)) == 1
+
+
+def test_a_passing_disturbance_slows_a_round_of_each_rival_not_every_round_of_one(
+        timeline, monkeypatch):
+    """Rival A (6 us host, 16 us GPU a call) is faster than B (6 us host, 18 us GPU). While
+    the first rounds run, something else holds the host (a background compile's thread):
+    every launch takes 40 us more. Timed one after another, all of A's rounds would fall in
+    that time and B would win; with the rivals' rounds taking turns, A's last round is
+    undisturbed and A wins. (Without the turns, this test fails.)"""
+    from kscupy.engine import decide
+    monkeypatch.setattr(single, "CLOSE_CALL_ROUNDS", 3)
+    monkeypatch.setattr(single, "CLOSE_CALL_CALLS", 4)
+    disturbed = [17]                    # launches still to be slowed: A's warm-up and rounds
+
+    def rival(gpu_us):
+        def run(X):
+            extra = 40e-6 if disturbed[0] > 0 else 0.0
+            disturbed[0] -= 1
+            timeline.launch(6e-6 + extra, gpu_us * 1e-6)
+        return run
+    seconds, host_seconds = zip(*single.pipeline_times([rival(16.0), rival(18.0)], "X"))
+    assert seconds[0] == pytest.approx(16e-6, rel=1e-9)
+    assert seconds[1] == pytest.approx(18e-6, rel=1e-9)
+    assert decide._fastest(list(seconds), list(host_seconds)) == 0

@@ -43,7 +43,7 @@ __all__ = ["Choice", "choose", "close_call", "settle", "defer", "close_calls_def
 #: ``kscupy info`` says which); it misses cuBLAS's edge on blocks that fill its tiles; and
 #: its fixed costs add each way's host time to its GPU time, where a pipeline of short
 #: products pays only the larger. The timing (:func:`.single.pipeline_times`) sees what a
-#: pipeline sees: about ten calls of each, once per problem, against a wrong pick on every
+#: pipeline sees: sixteen calls of each, once per problem, against a wrong pick on every
 #: call after it (``benchmarks/fit_costs.py --regret`` compares this rule with the model's
 #: pick on measured rows).
 CLOSE_CALL = 2.0

@@ -93,8 +93,8 @@ def _prepared(factor, X, layout, choice):
 
 #: A close call times each rival over this many rounds of :data:`CLOSE_CALL_CALLS` calls
 #: back to back (after a warm-up call; each round behind one queued call) and keeps its best
-#: round.
-CLOSE_CALL_ROUNDS = 2
+#: round; the rivals' rounds take turns.
+CLOSE_CALL_ROUNDS = 3
 CLOSE_CALL_CALLS = 4
 
 
@@ -116,27 +116,31 @@ def pipeline_times(runs, X):
     ``n`` timed calls then span ``n * max(h, g)`` between the events. (Timed from an idle
     GPU, the first call's host time would count in full for every run, ``(h + n*g) / n``
     per call for a GPU-bound one, favouring the runs with the most host time.) Each figure
-    is the best of the rounds."""
+    is the best of the rounds, and the runs' rounds take turns: a disturbance of a few
+    hundred microseconds (a background compile's thread, another process's work, a clock
+    step) then slows a round of each run rather than every round of one, which timed one
+    run after another it would, wrongly deciding a close call against that run."""
     import cupy
     stream = cupy.cuda.get_current_stream()
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    times = []
-    for run in runs:
+    for run in runs:                # first calls: lazy module loads, cuBLAS's heuristics
         run(X)
-        stream.synchronize()        # no run's rounds queue behind another run's work
-        best = host = float("inf")
-        for _ in range(CLOSE_CALL_ROUNDS):
+    stream.synchronize()
+    best = [float("inf")] * len(runs)
+    host = [float("inf")] * len(runs)
+    for _ in range(CLOSE_CALL_ROUNDS):
+        for i, run in enumerate(runs):
             run(X)                  # the queue's head: the timed calls follow it
             start.record(stream)
             began = time.perf_counter()
             for _ in range(CLOSE_CALL_CALLS):
                 run(X)
-            host = min(host, (time.perf_counter() - began) / CLOSE_CALL_CALLS)
+            host[i] = min(host[i], (time.perf_counter() - began) / CLOSE_CALL_CALLS)
             stop.record(stream)
-            stop.synchronize()
-            best = min(best, cupy.cuda.get_elapsed_time(start, stop) * 1e-3 / CLOSE_CALL_CALLS)
-        times.append((best, host))
-    return times
+            stop.synchronize()      # no run's round queues behind another run's work
+            best[i] = min(best[i],
+                          cupy.cuda.get_elapsed_time(start, stop) * 1e-3 / CLOSE_CALL_CALLS)
+    return list(zip(best, host))
 
 
 def _stored_in_other_layout(X, layout) -> bool:

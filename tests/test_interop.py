@@ -613,6 +613,8 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
                                      dtype=numpy.dtype(dtype),
                                      data=types.SimpleNamespace(ptr=2048))
         runs.keep(view, "bsl", "auto", run, runs.stamp())
+        if dtype == "f4":
+            run_f4 = run
     # the tensor's GPU is not the current one: launched inside the producer's stream
     result = foreign.tensor_product(Tensor((2, 5), (5, 1), 2048), runs, "bsl", "auto")
     assert isinstance(result, Tensor) and result.shape == (6, 5)
@@ -631,6 +633,15 @@ def test_a_repeated_tensor_product_launches_into_a_tensor_its_library_allocates(
         assert foreign.tensor_product(other, runs, "bsl", "auto") is None
     assert foreign.tensor_product(Tensor((2, 5), (5, 1), 2048), runs, "bsf", "auto") is None
     assert len(launched) == 3
+    # a vector's and a 3-D tensor's strides are scaled to bytes like a matrix's
+    for shape, stride in (((10,), (2,)), ((2, 3, 5), (15, 5, 1))):
+        view = types.SimpleNamespace(shape=shape, strides=tuple(4 * s for s in stride),
+                                     dtype=numpy.dtype("f4"),
+                                     data=types.SimpleNamespace(ptr=2048))
+        runs.keep(view, "bsl", "auto", run_f4, runs.stamp())
+        foreign.tensor_product(Tensor(shape, stride, 2048), runs, "bsl", "auto")
+    assert len(launched) == 5
+    del launched[3:]                    # the counts below are the matrix's
 
     # a 16-bit run that is one GEMM by a kept matrix: PyTorch's matmul by a view of that
     # matrix (made once per run, with no stream order asked for), D @ X in bsl and X @ D.T

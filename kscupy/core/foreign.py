@@ -216,7 +216,7 @@ def tensor_product(x, runs, layout: str, backend: str):
     kscupy's call (the cuBLAS handle's stream and modes set from Python), which is what
     bounds short products. Not float32: PyTorch's float32 GEMM follows its own TF32 switch,
     which kscupy's default precision does not."""
-    parts = _tensor_parts(x)
+    parts = _tensor_parts(x)        # (CuPy is present: only its operators keep runs)
     if parts is None:
         return None
     shape, strides, dtype, address, device_id = parts
@@ -290,23 +290,27 @@ def _fp16_accumulation_switch():
 
 def _tensor_parts(x):
     """``(shape, strides in bytes, NumPy dtype, address, device)`` of ``x`` where it is a
-    PyTorch CUDA tensor that CuPy can view as it is, with CuPy present; None where DLPack
-    must decide (and say what is wrong): not such a tensor, no CuPy, a dtype CuPy has no
-    name for here (bfloat16 without ``ml_dtypes``), a tensor that requires grad (the
-    exporter refuses it), one with a lazy conjugation or negation (:func:`_resolved`), or
-    one without strided memory (sparse, nested, ...). (Every product of a tensor asks this:
+    PyTorch CUDA tensor that CuPy can view as it is; None where DLPack must decide (and say
+    what is wrong): not such a tensor, a dtype CuPy has no name for here (bfloat16 without
+    ``ml_dtypes``), a tensor that requires grad (the exporter refuses it), one with a lazy
+    conjugation or negation (:func:`_resolved`), or one without strided memory (sparse,
+    nested, ...). The caller knows CuPy is present. (Every product of a tensor asks this:
     each attribute PyTorch reports costs the host a little, so each is read once.)"""
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(x, torch.Tensor) or x.requires_grad or x.is_neg() \
-            or x.layout is not torch.strided or x.is_nested or _gpu_cupy() is None:
+            or x.layout is not torch.strided or x.is_nested:
         return None
     device_id = x.get_device()          # -1 for a tensor in host memory
     dtype = _torch_dtypes().get(x.dtype)
     if device_id < 0 or dtype is None or (dtype.kind == "c" and x.is_conj()):
         return None
     size = dtype.itemsize
+    steps = x.stride()
+    # a matrix's two strides without a loop (most products' operands)
+    strides = (steps[0] * size, steps[1] * size) if len(steps) == 2 else \
+        tuple([s * size for s in steps])
     # torch.Size is a tuple: it keys the runs as the CuPy view's shape would
-    return x.shape, tuple([s * size for s in x.stride()]), dtype, x.data_ptr(), device_id
+    return x.shape, strides, dtype, x.data_ptr(), device_id
 
 
 def _tensor_taken(x):
@@ -315,11 +319,11 @@ def _tensor_taken(x):
     (products of a few tens of microseconds would otherwise wait on the host); the view
     keeps ``x`` alive, and the result goes back through :func:`_tensor_back`. None where
     DLPack must decide (:func:`_tensor_parts`)."""
-    parts = _tensor_parts(x)
+    cupy = _gpu_cupy()
+    parts = None if cupy is None else _tensor_parts(x)
     if parts is None:
         return None
     shape, strides, dtype, address, device_id = parts
-    cupy = _gpu_cupy()
     # the bytes the view reaches: its last element's offset plus one (PyTorch's strides are
     # never negative; an empty tensor reaches none)
     if x.is_contiguous():

@@ -31,12 +31,13 @@ of a shape instead runs every way that applies on its operands, each finished as
 caller finishes it (rounded to the gradient's dtype), and times them as ``auto``'s close
 calls for products do (:func:`.single.pipeline_seconds`: three rounds of four calls back to
 back between CUDA events, each behind one untimed call, the ways' rounds taking turns): the
-fastest is this process's choice for gradients of that shape from then on (:func:`choice`). The ways differ by up to
-4x from pattern to pattern, in no fixed direction (narrow blocks favour the kernel, one
-large group cuBLAS), so a measured choice beats any fixed rule; its price, once per shape,
-is sixteen gradients of each way. The ways round differently (the kernel's float32 sums in
-another order than cuBLAS's), so with timing on, which way a process takes, and the last
-bits of its gradients, may differ from one process to the next.
+fastest is this process's choice for gradients of that shape from then on
+(:func:`choice`). The ways differ by up to 4x from pattern to pattern, in no fixed
+direction (narrow blocks favour the kernel, one large group cuBLAS), so a measured choice
+beats any fixed rule; its price, once per shape, is sixteen gradients of each way. The
+ways round differently (the kernel's float32 sums in another order than cuBLAS's), so with
+timing on, which way a process takes, and the last bits of its gradients, may differ from
+one process to the next.
 
 **Repeated gradients.** Once a way has run for operands of some shape, strides, alignment
 and device, its planned run is kept for them (:data:`_PLANS`): a gradient repeated in a

@@ -136,3 +136,30 @@ def test_a_passing_disturbance_slows_a_round_of_each_rival_not_every_round_of_on
     assert seconds[0] == pytest.approx(16e-6, rel=1e-9)
     assert seconds[1] == pytest.approx(18e-6, rel=1e-9)
     assert decide._fastest(list(seconds), list(host_seconds)) == 0
+
+
+def test_the_garbage_collector_waits_while_rivals_are_timed(timeline):
+    """No collection during a close call's timing (a full one takes milliseconds in a
+    process holding many objects); the collector's state is restored after, also where
+    a run raises."""
+    import gc
+    seen = []
+
+    def run(X):
+        seen.append(gc.isenabled())
+        timeline.launch(6e-6, 10e-6)
+    assert gc.isenabled()
+    single.pipeline_times([run, run], "X")
+    assert seen and not any(seen) and gc.isenabled()
+
+    def failing(X):
+        raise RuntimeError("a run that fails")
+    with pytest.raises(RuntimeError):
+        single.pipeline_times([failing], "X")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        single.pipeline_times([run], "X")
+        assert not gc.isenabled()           # left as the caller had it
+    finally:
+        gc.enable()

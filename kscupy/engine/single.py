@@ -8,6 +8,7 @@ answers while a kernel compiles (:mod:`.execute`).
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import time
 
@@ -119,27 +120,35 @@ def pipeline_times(runs, X):
     is the best of the rounds, and the runs' rounds take turns: a disturbance of a few
     hundred microseconds (a background compile's thread, another process's work, a clock
     step) then slows a round of each run rather than every round of one, which timed one
-    run after another it would, wrongly deciding a close call against that run."""
+    run after another it would, wrongly deciding a close call against that run. Python's
+    garbage collector waits until the timing ends (as ``timeit`` has it wait): a full
+    collection in a process holding many objects takes milliseconds."""
     import cupy
     stream = cupy.cuda.get_current_stream()
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    for run in runs:                # first calls: lazy module loads, cuBLAS's heuristics
-        run(X)
-    stream.synchronize()
     best = [float("inf")] * len(runs)
     host = [float("inf")] * len(runs)
-    for _ in range(CLOSE_CALL_ROUNDS):
-        for i, run in enumerate(runs):
-            run(X)                  # the queue's head: the timed calls follow it
-            start.record(stream)
-            began = time.perf_counter()
-            for _ in range(CLOSE_CALL_CALLS):
-                run(X)
-            host[i] = min(host[i], (time.perf_counter() - began) / CLOSE_CALL_CALLS)
-            stop.record(stream)
-            stop.synchronize()      # no run's round queues behind another run's work
-            best[i] = min(best[i],
-                          cupy.cuda.get_elapsed_time(start, stop) * 1e-3 / CLOSE_CALL_CALLS)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for run in runs:            # first calls: lazy module loads, cuBLAS's heuristics
+            run(X)
+        stream.synchronize()
+        for _ in range(CLOSE_CALL_ROUNDS):
+            for i, run in enumerate(runs):
+                run(X)              # the queue's head: the timed calls follow it
+                start.record(stream)
+                began = time.perf_counter()
+                for _ in range(CLOSE_CALL_CALLS):
+                    run(X)
+                host[i] = min(host[i], (time.perf_counter() - began) / CLOSE_CALL_CALLS)
+                stop.record(stream)
+                stop.synchronize()  # no run's round queues behind another run's work
+                best[i] = min(best[i], cupy.cuda.get_elapsed_time(start, stop) * 1e-3
+                              / CLOSE_CALL_CALLS)
+    finally:
+        if collecting:
+            gc.enable()
     return list(zip(best, host))
 
 

@@ -52,6 +52,7 @@ import threading
 
 import numpy
 
+from ..core import captured
 from ..core import device as devices
 from ..core.factor import block_dense_bytes
 from ..kernels import gemm, ks_values_grad
@@ -216,7 +217,6 @@ def values_gradient(G, X, pattern, layout, finish=lambda dW: dW):
     where no way applies (the caller then computes them with CuPy's own products).
     ``finish(dW)``: the caller's last pass (the gradient's order and dtype), timed with
     each way."""
-    import cupy
     pattern = tuple(pattern)
     exact = _exact(G, X, pattern, layout)
     planned = _PLANS.get(exact)
@@ -230,7 +230,7 @@ def values_gradient(G, X, pattern, layout, finish=lambda dW: dW):
         if dW is not None:
             return finish(dW)
     default, timed = _ways(pattern, layout, X.dtype, batch, devices.current())
-    capturing = cupy.cuda.get_current_stream().is_capturing()
+    capturing = captured.capturing()
     if (chosen is None and MEASURE and len(timed) > 1 and batch >= MEASURE_MIN_BATCH
             and not capturing):
         return _timed(G, X, pattern, layout, finish, key, timed)

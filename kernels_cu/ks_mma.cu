@@ -124,7 +124,8 @@ __global__ void ks_mma_layout(long long* out) {
 }
 
 // MIN_BLOCKS: blocks per SM the registers must allow (__launch_bounds__); 2 caps a 256-thread
-// block at 128 registers, so that a second block's copies overlap this one's products.
+// block at 128 registers, so that a second block's copies overlap this one's products; 4 a
+// 128-thread block likewise.
 //
 // Block β takes a run of consecutive tiles, ids β*T .. β*T + T - 1 with T = ceil(tiles /
 // gridDim.x) (kernels/operands.tile_launcher picks the grid), and its work is one stream of

@@ -64,6 +64,27 @@ def test_float32_group_order_widens_its_warp_pieces_for_long_batches():
     assert ks_mma.heuristic_config(p).bn // ks_mma.heuristic_config(p).wn == 32
 
 
+@pytest.mark.parametrize("dtype", [numpy.float16, numpy.float32])
+def test_small_blocks_are_also_tried_four_to_an_sm(dtype):
+    """The tuner tries blocks of up to 128 threads with launch bounds of four blocks per SM
+    (128 registers a thread; the heuristic's small 16-bit blocks take more, and three share
+    an SM), with stages cut until four fit the shared memory; larger blocks never."""
+    for pattern in [(1, 96, 96, 2), (1, 64, 64, 3), (2, 48, 40, 1)]:
+        p = _problem(pattern, 25088, dtype)
+        base = ks_mma.heuristic_config(p)
+        four = [c for c in ks_mma.candidate_configs(p) if c.min_blocks == 4]
+        if base.threads > 128:
+            assert not four, (pattern, base)
+            continue
+        assert four, (pattern, base)
+        for cfg in four:
+            assert cfg.threads <= 128 and cfg.fits(p.itemsize), (pattern, cfg)
+            assert cfg.name(dtype, "default", False, 1, 1).endswith(", 4>")
+    big = _problem((1, 1024, 1024, 1), 25088, dtype)
+    assert ks_mma.heuristic_config(big).threads > 128
+    assert all(c.min_blocks != 4 for c in ks_mma.candidate_configs(big))
+
+
 def test_config_validation_and_names():
     with pytest.raises(ValueError, match="divide"):
         MmaConfig(1, 100, 128, 32, 3, 4, 3, 0)
@@ -73,6 +94,8 @@ def test_config_validation_and_names():
         MmaConfig(1, 64, 64, 32, 1, 2, 3, 5)
     with pytest.raises(ValueError, match="stages"):
         MmaConfig(1, 64, 64, 32, 1, 2, 1, 0)
+    with pytest.raises(ValueError, match="min_blocks"):
+        MmaConfig(1, 64, 64, 32, 1, 2, 3, 0, min_blocks=3)
     cfg = MmaConfig(1, 128, 128, 32, 2, 4, 3, 0)
     assert cfg.threads == 256
     assert cfg.name(numpy.float32, "default", False, 4, 4) == \

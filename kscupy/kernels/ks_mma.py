@@ -86,7 +86,8 @@ class MmaConfig:
     wn: int
     stages: int
     order: int
-    #: blocks per SM the kernel's registers must allow (``__launch_bounds__``)
+    #: blocks per SM the kernel's registers must allow (``__launch_bounds__``): 2 caps a
+    #: 256-thread block at 128 registers a thread, 4 a 128-thread block
     min_blocks: int = 1
 
     def __post_init__(self):
@@ -96,8 +97,8 @@ class MmaConfig:
             raise ValueError(f"warps must divide the tile: {self}")
         if self.order not in (ORDER_BATCH, ORDER_GROUP, ORDER_INGROUP):
             raise ValueError(f"order must be 0, 1 or 2: {self}")
-        if self.min_blocks not in (1, 2):
-            raise ValueError(f"min_blocks must be 1 or 2: {self}")
+        if self.min_blocks not in (1, 2, 4):
+            raise ValueError(f"min_blocks must be 1, 2 or 4: {self}")
         if not 32 <= self.threads <= 1024:
             raise ValueError(f"{self.threads} threads per block: {self}")
 
@@ -463,6 +464,11 @@ def candidate_configs(problem: Problem):
     # two blocks per SM: half-height warp pieces fit 128 registers; one block's copies then
     # overlap the other's products, which pays where the reduction is short
     add(min_blocks=2)
+    if base.threads <= 128:
+        # four blocks of up to 128 threads, at 128 registers (fewer stages where four do
+        # not fit the shared memory): the heuristic's small 16-bit blocks take about 170,
+        # so three share an SM, and a short product's tiles run in more waves
+        add(min_blocks=4)
     wn = max(1, base.wn // 2)
     add(wm=base.wm * 2, wn=wn, bn=base.bn // base.wn * wn, min_blocks=2)
     if base.order == ORDER_GROUP:

@@ -10,6 +10,7 @@ import ctypes
 import ctypes.util
 import glob
 import os
+import re
 
 
 def _library_path():
@@ -47,21 +48,55 @@ def compile_source(source: str, names, include_dir, arch="compute_90"):
     to PTX only; ``sm_XX``: on to machine code, where ptxas rejects instructions the
     architecture lacks); returns ``(ok, log)``. NVRTC releases the GIL (a ctypes call), so
     threads compile in parallel."""
+    ok, log, _ = _compile(source, names, include_dir, arch)
+    return ok, log
+
+
+def resource_usage(source: str, names, include_dir, arch="sm_90") -> dict:
+    """``{name: (registers, spill store bytes)}`` of each kernel of ``names`` compiled to
+    machine code for ``arch`` (``sm_XX``), as ptxas reports them (``--ptxas-options=-v``).
+    RuntimeError with NVRTC's log where the source does not compile."""
+    ok, log, lowered = _compile(source, names, include_dir, arch, (b"--ptxas-options=-v",))
+    if not ok:
+        raise RuntimeError(log[-4000:])
+    usage, kernel = {}, None
+    for line in log.splitlines():      # per kernel: "Compiling entry function '<mangled>'",
+        entry = re.search(r"Compiling entry function '(\S+)'", line)     # then its figures
+        if entry:
+            kernel = lowered.get(entry.group(1))
+        spills = re.search(r"(\d+) bytes spill stores", line)
+        registers = re.search(r"Used (\d+) registers", line)
+        if kernel is not None and spills:
+            usage[kernel] = (None, int(spills.group(1)))
+        if kernel is not None and registers:
+            usage[kernel] = (int(registers.group(1)), usage.get(kernel, (None, 0))[1])
+    return usage
+
+
+def _compile(source, names, include_dir, arch, extra=()):
+    """``(ok, log, {lowered name: name})`` of one NVRTC program."""
     lib = ctypes.CDLL(LIBRARY)
     prog = ctypes.c_void_p()
     status = lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"kscupy.cu", 0,
                                     None, None)
     if status:
-        return False, f"nvrtcCreateProgram failed ({status})"
+        return False, f"nvrtcCreateProgram failed ({status})", {}
     try:
         for name in names:
             lib.nvrtcAddNameExpression(prog, name.encode())
-        options = [b"-std=c++17", f"-I{include_dir}".encode(), f"--gpu-architecture={arch}".encode()]
+        options = [b"-std=c++17", f"-I{include_dir}".encode(),
+                   f"--gpu-architecture={arch}".encode(), *extra]
         status = lib.nvrtcCompileProgram(prog, len(options), (ctypes.c_char_p * len(options))(*options))
         size = ctypes.c_size_t()
         lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
         log = ctypes.create_string_buffer(size.value)
         lib.nvrtcGetProgramLog(prog, log)
-        return status == 0, log.value.decode(errors="replace")
+        lowered = {}
+        if status == 0:
+            for name in names:
+                found = ctypes.c_char_p()
+                lib.nvrtcGetLoweredName(prog, name.encode(), ctypes.byref(found))
+                lowered[found.value.decode()] = name
+        return status == 0, log.value.decode(errors="replace"), lowered
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))

@@ -126,7 +126,7 @@ def test_mma_instantiations_compile(dtype):
         names.add(cfg.name(dtype, "default", transposed, 1, 1))
         names.add(dataclasses.replace(cfg, min_blocks=2).name(dtype, "default", transposed,
                                                               vx, vector))
-        if cfg.threads <= 128:      # the tuner's four-blocks-per-SM bound of small blocks
+        if cfg.threads == 128:      # the tuner's four-blocks-per-SM bound (16-bit tiles)
             names.add(dataclasses.replace(cfg, min_blocks=4).name(dtype, "default",
                                                                   transposed, vx, vector))
         names.add(cfg.layout_probe_name(dtype, transposed))

@@ -67,6 +67,28 @@ def resident(config, dtype, registers, facts) -> int:
     return min(by_registers, by_smem, facts.threads_per_sm // config.threads)
 
 
+def tile_usage(tiles, arch: int = 90) -> dict:
+    """``{(file, name): (config, dtype, registers, spill bytes)}`` of each distinct kernel
+    instantiation of ``tiles`` (``[(MmaConfig, dtype)]``, contiguous operands: copies of 16
+    bytes), compiled for ``sm_<arch>`` eight names a program, two programs at once."""
+    found = {}
+    for config, dtype in tiles:
+        vector = 16 // dtype.itemsize
+        vx = min(vector, config.slots) if config.order == ks_mma.ORDER_GROUP else vector
+        found.setdefault(config.source(dtype, "default", False, vx, vector), (config, dtype))
+    by_file = {}
+    for filename, name in found:
+        by_file.setdefault(filename, []).append(name)
+    usage = {}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        jobs = [pool.submit(resource_usage, nvrtc._source(f), names[i:i + 8],
+                            nvrtc.source_dir(), f"sm_{arch}")
+                for f, names in by_file.items() for i in range(0, len(names), 8)]
+        for job in jobs:
+            usage.update(job.result())
+    return {key: (*tile, *usage[key[1]]) for key, tile in found.items()}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("problems", nargs="*", help="a,b,c,d:layout:dtype:batch")
@@ -80,34 +102,21 @@ def main(argv=None):
         parser.error("NVRTC is not installed (pip install nvidia-cuda-nvrtc-cu12)")
     facts = device.current() if args.arch == 90 else device.emulating(device.H200, args.arch)
     device.current = lambda: facts          # the tiles kscupy picks on such a device
-    tiles = {}                              # (file, name) -> (config, dtype, heuristic?)
+    tiles, heuristics = [], set()
     for problem in problems(args):
         heuristic = ks_mma.heuristic_config(problem)
-        configs = [heuristic] + (ks_mma.candidate_configs(problem) if args.candidates else [])
-        vector = 16 // problem.dtype.itemsize
-        for config in configs:
-            vx = min(vector, config.slots) if config.order == ks_mma.ORDER_GROUP else vector
-            key = config.source(problem.dtype, "default", False, vx, vector)
-            if key not in tiles or config == heuristic:
-                tiles[key] = (config, problem.dtype, config == heuristic)
-    by_file = {}
-    for filename, name in tiles:
-        by_file.setdefault(filename, []).append(name)
-    usage = {}
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        jobs = [pool.submit(resource_usage, nvrtc._source(f), names[i:i + 8],
-                            nvrtc.source_dir(), f"sm_{args.arch}")
-                for f, names in by_file.items() for i in range(0, len(names), 8)]
-        for job in jobs:
-            usage.update(job.result())
+        heuristics.add((heuristic, problem.dtype))
+        tiles.append((heuristic, problem.dtype))
+        if args.candidates:
+            tiles += [(c, problem.dtype) for c in ks_mma.candidate_configs(problem)]
+    usage = tile_usage(tiles, args.arch)
     print(f"sm_{args.arch}: {facts.registers_per_sm} registers, {facts.smem_per_sm} bytes of "
           f"shared memory, {facts.threads_per_sm} threads an SM")
     rows = []
-    for (filename, name), (config, dtype, heuristic) in tiles.items():
-        registers, spills = usage[name]
+    for (_, name), (config, dtype, registers, spills) in usage.items():
         blocks = resident(config, dtype, registers, facts)
-        rows.append((-spills, blocks * config.threads // 32, heuristic, name, registers,
-                     spills, blocks, config.smem_bytes(dtype.itemsize)))
+        rows.append((-spills, blocks * config.threads // 32, (config, dtype) in heuristics,
+                     name, registers, spills, blocks, config.smem_bytes(dtype.itemsize)))
     for _, warps, heuristic, name, registers, spills, blocks, smem in sorted(rows):
         print(f"{'*' if heuristic else ' '} {name}: {registers} registers, {spills} bytes "
               f"spilled, {smem} bytes of shared memory -> {blocks} blocks, {warps} warps an SM")

@@ -59,18 +59,18 @@ def resource_usage(source: str, names, include_dir, arch="sm_90") -> dict:
     ok, log, lowered = _compile(source, names, include_dir, arch, (b"--ptxas-options=-v",))
     if not ok:
         raise RuntimeError(log[-4000:])
-    usage, kernel = {}, None
+    found, kernel = {}, None
     for line in log.splitlines():      # per kernel: "Compiling entry function '<mangled>'",
         entry = re.search(r"Compiling entry function '(\S+)'", line)     # then its figures
         if entry:
-            kernel = lowered.get(entry.group(1))
-        spills = re.search(r"(\d+) bytes spill stores", line)
-        registers = re.search(r"Used (\d+) registers", line)
-        if kernel is not None and spills:
-            usage[kernel] = (None, int(spills.group(1)))
-        if kernel is not None and registers:
-            usage[kernel] = (int(registers.group(1)), usage.get(kernel, (None, 0))[1])
-    return usage
+            kernel = found.setdefault(lowered.get(entry.group(1)), {})
+        for key, pattern in (("spills", r"(\d+) bytes spill stores"),
+                             ("registers", r"Used (\d+) registers")):
+            figure = re.search(pattern, line)
+            if kernel is not None and figure:
+                kernel[key] = int(figure.group(1))
+    return {name: (figures["registers"], figures.get("spills", 0))
+            for name, figures in found.items() if name is not None}
 
 
 def _compile(source, names, include_dir, arch, extra=()):

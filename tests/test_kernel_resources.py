@@ -1,8 +1,9 @@
 """What the tensor-core kernel's configurations cost in registers, compiled as kscupy
 compiles them (NVRTC) to sm_90 machine code, without a GPU: ptxas reports each kernel's
-registers and spills (``nvrtc_program.resource_usage``). A spill is silent: the kernel stays
+registers and spills (``benchmarks/kernel_resources.py``). A spill is silent: the kernel stays
 correct and only runs slower, so no GPU test would notice one that a source change adds."""
-import concurrent.futures
+import pathlib
+import sys
 
 import numpy
 import pytest
@@ -11,37 +12,17 @@ import kscupy as ks
 from kscupy.bench.grid import paper_grid, stratified_sample
 from kscupy.core import arrays
 from kscupy.core.problem import Problem
-from kscupy.kernels import ks_mma, nvrtc
-from nvrtc_program import LIBRARY, resource_usage
+from kscupy.kernels import ks_mma
+from nvrtc_program import LIBRARY
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "benchmarks"))
+from kernel_resources import tile_usage  # noqa: E402
 
 pytestmark = pytest.mark.skipif(LIBRARY is None, reason="NVRTC is not installed (the test "
                                 "extra installs nvidia-cuda-nvrtc-cu12 on Linux x86-64)")
 
 HALF = [numpy.dtype(numpy.float16)] + \
     ([numpy.dtype(arrays.BFLOAT16)] if arrays.BFLOAT16 is not None else [])
-
-
-def _instantiations(configs):
-    """``{(file, name): config}`` of ``[(config, dtype)]`` as a contiguous operand asks for
-    them (vectors of 16 bytes)."""
-    out = {}
-    for cfg, dtype in configs:
-        vector = 16 // dtype.itemsize
-        vx = min(vector, cfg.slots) if cfg.order == ks_mma.ORDER_GROUP else vector
-        out[cfg.source(dtype, "default", False, vx, vector)] = cfg
-    return out
-
-
-def _usage(instantiations) -> dict:
-    """``{(file, name): (registers, spill bytes)}``, compiled eight names a program."""
-    by_file = {}
-    for filename, name in instantiations:
-        by_file.setdefault(filename, []).append(name)
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        jobs = {pool.submit(resource_usage, nvrtc._source(f), names[i:i + 8],
-                            nvrtc.source_dir()): f
-                for f, names in by_file.items() for i in range(0, len(names), 8)}
-        return {(jobs[job], name): usage for job in jobs for name, usage in job.result().items()}
 
 
 def _problem(pattern, B, dtype, layout):
@@ -56,8 +37,8 @@ def test_16_bit_heuristic_tiles_do_not_spill():
     configs = [(ks_mma.heuristic_config(_problem(pattern, B, dtype, layout)), dtype)
                for pattern in stratified_sample(paper_grid(), 40)
                for dtype in HALF for layout in ("bsl", "bsf") for B in (25088, 64)]
-    usage = _usage(_instantiations(configs))
-    spilled = {name: u for (_, name), u in usage.items() if u[1]}
+    usage = tile_usage(configs)
+    spilled = {name: u[2:] for (_, name), u in usage.items() if u[3]}
     assert not spilled, f"ptxas spills (registers, spill bytes): {spilled}"
 
 
@@ -71,7 +52,7 @@ def test_four_blocks_an_sm_fit_without_spills():
                 p = _problem(pattern, B, dtype, layout)
                 configs += [(c, dtype) for c in ks_mma.candidate_configs(p)
                             if c.min_blocks == 4]
-    usage = _usage(_instantiations(configs))
+    usage = tile_usage(configs)
     assert len(usage) >= 4
-    for (_, name), (registers, spills) in usage.items():
+    for (_, name), (_, _, registers, spills) in usage.items():
         assert registers <= 128 and not spills, (name, registers, spills)

@@ -100,6 +100,31 @@ def test_a_host_bound_verdict_goes_to_a_tied_rival_of_less_host_time(times_us, c
     assert decide._fastest(seconds) == seconds.index(min(seconds))   # no host times known
 
 
+@pytest.mark.parametrize("backends, times_us, choice", [
+    # bmm and dense alike in time and host time: dense (a tensor's matmul hand-over)
+    (["bmm", "dense"], [(14.2, 13.8), (14.3, 13.9)], 1),
+    # ... also where dense is timed first, or is not the fastest of the tie
+    (["dense", "bmm"], [(14.4, 13.9), (14.2, 13.8)], 0),
+    # not dense needing more host time than HOST_TIE allows over the least
+    (["bmm", "dense"], [(14.2, 12.0), (14.3, 13.9)], 0),
+    # nor a dense call slower than the tie
+    (["bmm", "dense"], [(14.2, 13.8), (15.2, 13.8)], 0),
+    # nor dense beside a GPU-bound fastest
+    (["bmm", "dense"], [(14.2, 6.0), (14.3, 13.9)], 0),
+])
+def test_a_host_bound_tie_in_host_time_too_goes_to_dense(backends, times_us, choice):
+    """The close call times CuPy operands, where ``bmm`` and ``dense`` can tie; a 16-bit
+    PyTorch tensor's product hands ``dense`` to PyTorch's matmul and ``bmm`` to a strided
+    bmm that costs the host more, so a full tie goes to ``dense``."""
+    from kscupy.engine import decide
+    seconds = [s * 1e-6 for s, _ in times_us]
+    host_seconds = [h * 1e-6 for _, h in times_us]
+    assert decide._fastest(seconds, host_seconds, backends) == choice
+    # with no dense among the names, the tied run of least host time, as without names
+    assert decide._fastest(seconds, host_seconds, ["kernel", "bmm"]) == \
+        decide._fastest(seconds, host_seconds)
+
+
 def test_a_tied_gpu_bound_kernel_is_chosen_over_a_host_bound_call(timeline):
     """A cuBLAS call of 16.7 us host time (5 us of GPU time) against a kernel of 16.8 us of
     GPU time (6 us of host time): timed alike in a pipeline of CuPy products, but a caller

@@ -34,7 +34,7 @@ from .registry import Choice
 __all__ = ["Choice", "choose", "close_call", "settle", "defer", "close_calls_deferred",
            "close_calls_timed", "expire_prepared_runs", "forget_decisions", "seconds",
            "configuration", "ranked", "candidates", "tuned", "CLOSE_CALL", "RIVALS",
-           "HOST_BOUND", "HOST_TIE", "KERNEL_MARGIN", "epoch"]
+           "HOST_BOUND", "HOST_TIE", "HOST_TIE_PREFERRED", "KERNEL_MARGIN", "epoch"]
 
 #: ``auto`` times its best candidates on the first operand of a problem wherever the model
 #: prices the next within this factor of the first, up to :data:`RIVALS` of them, however
@@ -55,6 +55,12 @@ RIVALS = 3
 #: between calls) up to that work (:func:`settle`).
 HOST_BOUND = 0.8
 HOST_TIE = 0.05
+#: Of such rivals that also tie in host time (within ``HOST_TIE`` of the least), this one is
+#: the choice: timed on CuPy operands, ``dense`` and ``bmm`` can look alike, but a 16-bit
+#: PyTorch tensor's product hands ``dense`` to PyTorch's ``matmul`` and ``bmm`` to a
+#: ``bmm`` on strided views, which takes the host about 5 us more a call
+#: (:func:`kscupy.core.foreign.tensor_product`).
+HOST_TIE_PREFERRED = "dense"
 #: ``auto`` picks the FMA kernel over other backends only when the model finds it faster by
 #: this factor: in batch-size-last the model is unbiased and any margin gave away the
 #: kernel's wins; in batch-size-first a wrong pick of it costs far more than a missed one.
@@ -167,7 +173,7 @@ def settle(problem: Problem, device: DeviceFacts, precision: str, rivals, second
     :data:`HOST_TIE` of it that needs less host time is the choice (:func:`_fastest`). A
     verdict other than the model's choice expires what was built before it. Returns the
     index of the choice."""
-    fastest = _fastest(seconds, host_seconds)
+    fastest = _fastest(seconds, host_seconds, [c.backend for c in rivals])
     _MEMO[_memo_key("auto", problem, device, precision)] = rivals[fastest]
     # what was timed, {backend: (seconds, host seconds)}
     _MEMO[_memo_key("timed", problem, device, precision)] = {
@@ -177,18 +183,23 @@ def settle(problem: Problem, device: DeviceFacts, precision: str, rivals, second
     return fastest
 
 
-def _fastest(seconds, host_seconds=None) -> int:
+def _fastest(seconds, host_seconds=None, backends=None) -> int:
     """The index of the fastest of runs timed at ``seconds`` a call in a pipeline; where
     the fastest's host time is :data:`HOST_BOUND` or more of its time, the run of least
-    host time among those within :data:`HOST_TIE` of it. (A host-bound run makes every
-    microsecond of its caller's own host work a call, a framework's operands or Python
-    between products, a microsecond more a call; a GPU-bound rival of about the same time
-    hides that work behind its GPU time.)"""
+    host time among those within :data:`HOST_TIE` of it, or :data:`HOST_TIE_PREFERRED`
+    (named in ``backends``) where that one ties with it in host time too. (A host-bound
+    run makes every microsecond of its caller's own host work a call, a framework's
+    operands or Python between products, a microsecond more a call; a GPU-bound rival of
+    about the same time hides that work behind its GPU time.)"""
     fastest = seconds.index(min(seconds))
     if host_seconds is None or host_seconds[fastest] < HOST_BOUND * seconds[fastest]:
         return fastest
     tied = [i for i, s in enumerate(seconds) if s <= seconds[fastest] * (1 + HOST_TIE)]
-    return min(tied, key=lambda i: (host_seconds[i], seconds[i]))
+    least = min(tied, key=lambda i: (host_seconds[i], seconds[i]))
+    alike = [i for i in tied if host_seconds[i] <= host_seconds[least] * (1 + HOST_TIE)]
+    preferred = [i for i in alike if backends is not None
+                 and backends[i] == HOST_TIE_PREFERRED]
+    return preferred[0] if preferred else least
 
 
 _deferring = threading.local()

@@ -1,6 +1,5 @@
 """The portability suite (kscupy.bench.portability): its options, its summary keys, the
 emulation it switches on and off, and on a GPU one case's rows against the oracle."""
-import importlib
 import os
 
 import numpy
@@ -53,24 +52,6 @@ def test_emulation_is_switched_on_inside_the_block_only(monkeypatch):
     with portability.emulated("sm_75"):
         assert device.current().compute_capability == 75
     assert os.environ[device.EMULATE_ARCH] == "80"
-
-
-def test_kernels_are_compiled_ahead_per_dtype_and_batch_under_the_architecture(monkeypatch):
-    """compile_ahead warms each (dtype, batch) of the cases once, with every pattern and
-    layout of it, inside the context it is given (the emulated architecture)."""
-    warmup_module = importlib.import_module("kscupy.warmup")   # (kscupy.warmup: the function)
-    monkeypatch.delenv(device.EMULATE_ARCH, raising=False)
-    calls = []
-    monkeypatch.setattr(warmup_module, "warmup", lambda patterns, **kw: calls.append(
-        (patterns, kw["dtypes"], kw["layouts"], kw["batches"],
-         os.environ.get(device.EMULATE_ARCH))))
-    cases = [([1, 2, 2, 1], "bsl", "float32", 64), ([1, 2, 2, 1], "bsf", "float32", 64),
-             ([2, 3, 3, 1], "bsl", "float32", 64), ([1, 2, 2, 1], "bsl", "float16", 25088)]
-    seconds = engine.compile_ahead(cases, lambda: portability.emulated("sm_89"))
-    assert seconds >= 0 and device.EMULATE_ARCH not in os.environ
-    assert sorted(calls) == [
-        ([(1, 2, 2, 1)], ("float16",), ["bsl"], (25088,), "sm_89"),
-        ([(1, 2, 2, 1), (2, 3, 3, 1)], ("float32",), ["bsf", "bsl"], (64,), "sm_89")]
 
 
 @pytest.mark.gpu

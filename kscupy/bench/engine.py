@@ -478,28 +478,6 @@ def main(args, baselines=NONE):
     finish(result, out, time.time() - t0)
 
 
-def compile_ahead(cases, context=contextlib.nullcontext) -> float:
-    """Compile the kernels ``auto`` needs for ``cases`` (``(pattern, layout, dtype, B)``)
-    before their rows run, from a pool of threads, one per CPU (:func:`kscupy.warmup`:
-    NVRTC compiles without the GIL; close calls are timed after the pool, one at a time, as
-    a row's first call would time them). A row compiling its own kernels waits for each in
-    turn (benchmarks compile in the foreground), and on a fresh machine that waiting is most
-    of a suite's time. Runs inside ``context()`` (an emulated architecture). Returns the
-    seconds it took."""
-    from ..warmup import warmup
-    groups = {}                             # (dtype, B): (patterns, layouts)
-    for pattern, layout, dtype, B in cases:
-        patterns, layouts = groups.setdefault((dtype, B), ({}, set()))
-        patterns[tuple(pattern)] = None
-        layouts.add(layout)
-    start = time.perf_counter()
-    with context():
-        for (dtype, B), (patterns, layouts) in groups.items():
-            warmup(list(patterns), dtypes=(dtype,), layouts=sorted(layouts), batches=(B,),
-                   threads=min(16, os.cpu_count() or 1))
-    return time.perf_counter() - start
-
-
 def finish(result, out, seconds, summarize_rows=None):
     """Summarize the rows of ``result`` into it (by ``summarize_rows``, default the engine
     schema's :func:`summarize`), add ``seconds`` to its running time, write it to ``out``

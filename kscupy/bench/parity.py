@@ -10,9 +10,7 @@ grid (the held-out seed drawn at run time and recorded). Rows have the engine su
 (:mod:`.engine`); only ``auto`` and the baselines are timed (throughput: back-to-back calls
 between CUDA events, the methods' runs interleaved, :class:`.timing.Interleaved`), so a row
 costs about a third of an engine row and the five dtypes fit a few device calls
-(``--append`` goes on where a file stops, with its ceilings and seed). The kernels the
-rows' ``auto`` needs are compiled ahead, in parallel (:func:`.engine.compile_ahead`; the
-file's ``compile_ahead_s``).
+(``--append`` goes on where a file stops, with its ceilings and seed).
 
 A row's ``floor_s`` is max(bytes / copy bandwidth, flops / rate) (:func:`floor_seconds`),
 the rate that of its dtype's tensor-core GEMM measured in the same run: cuBLAS's float16
@@ -166,10 +164,7 @@ def main(args, baselines=NONE):
              for p in pats for lay in args.layouts]
     done = {(tuple(r["pattern"]), r["layout"], r["dtype"], r["sample"])
             for r in result["rows"]}
-    todo = [c for c in cases if c not in done]
-    result["compile_ahead_s"] = result.get("compile_ahead_s", 0) + engine.compile_ahead(
-        [(p, lay, dt, engine.BATCH[dt]) for p, lay, dt, _ in todo])
-    for case in progress(todo, desc="parity"):
+    for case in progress([c for c in cases if c not in done], desc="parity"):
         result["rows"].append(parity_row(*case, args, ceilings, baselines))
         out.write_text(json.dumps(result))
     engine.finish(result, out, time.time() - t0, summarize)

@@ -12,9 +12,7 @@ the oracle are computed once, and ``auto`` is timed once per architecture, each 
 KS matrix whose plans were made under that architecture. Only ``auto`` and the baselines
 are timed (throughput: back-to-back calls between CUDA events, every method's runs
 interleaved with the others', :class:`.timing.Interleaved`), since the suite asks
-whether ``auto`` stays sound with the unknown device's constants. The kernels ``auto``
-needs are compiled ahead under each architecture, in parallel (:func:`.engine.compile_ahead`;
-the file's ``compile_ahead_s``).
+whether ``auto`` stays sound with the unknown device's constants.
 
 Emulation shows the choices and the limits of another GPU, not its speed: the clocks, the
 memory bandwidth, the SM count and the schedulers stay this GPU's.
@@ -153,11 +151,7 @@ def main(args, baselines=NONE):
              for p in patterns for lay in args.layouts]
     done = {(tuple(r["pattern"]), r["layout"], r["dtype"], r["batch"]) for r in result["rows"]
             if r.get("emulated_arch") in args.archs}
-    todo = [c for c in cases if c not in done]
-    for arch in args.archs:
-        result["compile_ahead_s"] = result.get("compile_ahead_s", 0) + engine.compile_ahead(
-            [(p, lay, dt, B) for p, lay, dt, B in todo], functools.partial(emulated, arch))
-    for case in progress(todo, desc="portability"):
+    for case in progress([c for c in cases if c not in done], desc="portability"):
         result["rows"] += rows_of_case(*case, args.archs, args, ceilings, baselines)
         out.write_text(json.dumps(result))
     engine.finish(result, out, time.time() - t0)

@@ -269,7 +269,7 @@ def test_d1_batch_size_first_picks_match_the_measured_fastest_on_each_hopper(res
     gpu-h200.json), replayed on the d = 1 batch-size-first rows timed on the GPU they were
     fitted on (probe_ingroup.py: kernel, kernel_bsl and bmm) by auto's rule
     (decide.close_call): the fastest measured of the model's best RIVALS priced within
-    CLOSE_CALL of the first. The pick must be the fastest measured, within 5%.
+    the band of the first (decide.band). The pick must be the fastest measured, within 5%.
     Rows whose model pick is a backend the file did not time (dense) are not judged, nor
     such a rival (the timing would weigh it too). With
     the shared constants 8 of the H200's 22 rows lose 1.15-1.34x (bmm where the kernel wins)."""
@@ -283,7 +283,7 @@ def test_d1_batch_size_first_picks_match_the_measured_fastest_on_each_hopper(res
         measured = {k: row["seconds"][k] for k in ("kernel", "kernel_bsl", "bmm")}
         ranked = [(t, b.name) for t, b in decide.ranked(p, rates, "default")]
         rivals = [name for t, name in ranked[:decide.RIVALS]
-                  if t <= decide.CLOSE_CALL * ranked[0][0]]
+                  if t <= decide.band(ranked[0][0]) * ranked[0][0]]
         if rivals[0] not in measured:
             continue
         judged += 1
@@ -403,13 +403,30 @@ def test_up_to_three_rivals_within_the_close_call_band_are_timed(close_call):
     """The model's best RIVALS are timed where each is priced within CLOSE_CALL of the
     first (the fastest measured runs); one beyond the band, or a fourth, is not."""
     set_ranking, timings, prepare = close_call
-    four = [(1e-5, "kernel"), (1.2e-5, "bmm"), (1.9e-5, "dense"), (1.95e-5, "kernel_fma")]
+    four = [(1e-3, "kernel"), (1.2e-3, "bmm"), (1.9e-3, "dense"), (1.95e-3, "kernel_fma")]
     set_ranking(four, {"kernel": 3.0, "bmm": 2.0, "dense": 1.0, "kernel_fma": 0.5})
     assert prepare(_problem((1, 96, 96, 2), 25088)) == "dense"
     assert timings == [("kernel", "bmm", "dense")]
-    set_ranking([(1e-5, "kernel"), (1.2e-5, "bmm"), (2.1e-5, "dense")])
+    set_ranking([(1e-3, "kernel"), (1.2e-3, "bmm"), (2.1e-3, "dense")])
     assert prepare(_problem((1, 96, 96, 4), 25088)) == "bmm"
     assert timings[-1] == ("kernel", "bmm")
+
+
+@pytest.mark.parametrize("best_s, timed, runs", [
+    # short: the band is SHORT_CLOSE_CALL
+    (26e-6, ("bmm", "block_dense", "kernel_skinny"), "kernel_skinny"),
+    (260e-6, ("bmm", "block_dense"), "bmm")])           # ten times longer: CLOSE_CALL
+def test_a_short_product_times_rivals_of_a_wider_band(close_call, best_s, timed, runs):
+    """Under SHORT_PRODUCT_S the model's prices err by 2x and more (a GEMM of fewer tiles
+    than SMs), so a rival priced 2.1x the best is timed there, and not on a long product."""
+    set_ranking, timings, prepare = close_call
+    set_ranking([(best_s, "bmm"), (1.55 * best_s, "block_dense"),
+                 (2.1 * best_s, "kernel_skinny")],
+                {"bmm": 49.0, "block_dense": 60.0, "kernel_skinny": 30.0})
+    assert prepare(_problem((2, 192, 768, 4), 64)) == runs
+    assert timings == [timed]
+    assert decide.band(best_s) == (decide.SHORT_CLOSE_CALL if best_s < decide.SHORT_PRODUCT_S
+                                   else decide.CLOSE_CALL)
 
 
 def test_a_tuned_choice_is_not_timed_again(close_call):

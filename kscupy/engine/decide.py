@@ -31,9 +31,10 @@ from ..core.problem import Problem
 from . import registry, tuning_cache
 from .registry import Choice
 
-__all__ = ["Choice", "choose", "close_call", "settle", "defer", "close_calls_deferred",
+__all__ = ["Choice", "choose", "close_call", "band", "settle", "defer", "close_calls_deferred",
            "close_calls_timed", "expire_prepared_runs", "forget_decisions", "seconds",
            "configuration", "ranked", "candidates", "tuned", "CLOSE_CALL", "RIVALS",
+           "SHORT_CLOSE_CALL", "SHORT_PRODUCT_S",
            "HOST_BOUND", "HOST_TIE", "HOST_TIE_PREFERRED", "KERNEL_MARGIN", "epoch"]
 
 #: ``auto`` times its best candidates on the first operand of a problem wherever the model
@@ -48,6 +49,13 @@ __all__ = ["Choice", "choose", "close_call", "settle", "defer", "close_calls_def
 #: pick on measured rows).
 CLOSE_CALL = 2.0
 RIVALS = 3
+#: Where the model prices its best under :data:`SHORT_PRODUCT_S`, the band is this wide: on
+#: products that short its prices err by 2x and more (a cuBLAS GEMM of fewer tiles than the
+#: GPU has SMs runs at a few SMs' rate, e.g. float32 (2, 192, 768, 4) at a batch of 64 in
+#: batch-size-last: ``bmm`` priced at 26 us ran 49 on an H100, the dense GEMM priced at 56
+#: ran 43), and timing a rival more costs well under a millisecond, once a problem.
+SHORT_CLOSE_CALL = 4.0
+SHORT_PRODUCT_S = 100e-6
 #: A close call's fastest run whose host time is this share of its time or more is bound by
 #: the host, and a rival timed within ``HOST_TIE`` of it (the rounds' spread on short
 #: products) that needs less host time is the choice: it costs a CuPy caller at most that
@@ -149,19 +157,27 @@ def _choice_of(entry, problem: Problem) -> Choice:
 def close_call(problem: Problem, device: DeviceFacts, precision: str = "default"):
     """The choices to time on the operand of ``problem``'s first preparation, or None when
     a verdict or the tuning cache settled the problem, or the model prices no other
-    candidate within :data:`CLOSE_CALL` of its best (which settles it as the model's
+    candidate within the band of its best (:func:`band`; which settles it as the model's
     choice): :func:`choose`'s first, then every other of the best :data:`RIVALS` priced
-    within :data:`CLOSE_CALL` of it."""
+    within the band."""
     settled = _memo_key("timed", problem, device, precision)
     if settled in _MEMO or (precision == "default" and _cached(problem, device) is not None):
         return None
     ranking = ranked(problem, device, precision)
+    best = ranking[0][0]
     others = [_choice_of(entry, problem) for seconds, entry in ranking[1:RIVALS]
-              if seconds <= CLOSE_CALL * ranking[0][0]]
+              if seconds <= band(best) * best]
     if not others:
         _MEMO[settled] = None
         return None
     return (choose(problem, device, precision), *others)
+
+
+def band(best_seconds: float) -> float:
+    """How many times the model's best price a rival may be priced and still be timed:
+    :data:`SHORT_CLOSE_CALL` for a best under :data:`SHORT_PRODUCT_S`, else
+    :data:`CLOSE_CALL`."""
+    return SHORT_CLOSE_CALL if best_seconds < SHORT_PRODUCT_S else CLOSE_CALL
 
 
 def settle(problem: Problem, device: DeviceFacts, precision: str, rivals, seconds,

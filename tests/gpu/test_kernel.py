@@ -278,7 +278,7 @@ def test_auto_times_a_close_call(tmp_path, monkeypatch, poisoned):
     from kscupy.core import device as devices
     from kscupy.core.problem import problem_of
     from kscupy.engine import decide
-    monkeypatch.setattr(decide, "CLOSE_CALL", float("inf"))
+    monkeypatch.setattr(decide, "band", lambda best_seconds: float("inf"))
     rng = numpy.random.default_rng(11)
     K = ks.KSMatrix(cupy.asarray(_random(rng, (3, 32, 48, 2), numpy.float32)))
     device = devices.current()
@@ -306,7 +306,7 @@ def test_warmup_times_its_close_calls_after_the_pool(tmp_path, monkeypatch, pois
     from kscupy.core import device as devices
     from kscupy.core.problem import problem_of
     from kscupy.engine import decide
-    monkeypatch.setattr(decide, "CLOSE_CALL", float("inf"))
+    monkeypatch.setattr(decide, "band", lambda best_seconds: float("inf"))
     decide.forget_decisions()
     rng = numpy.random.default_rng(12)
     K = ks.KSMatrix(cupy.asarray(_random(rng, (2, 48, 32, 3), numpy.float32)))

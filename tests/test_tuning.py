@@ -400,8 +400,8 @@ def test_close_calls_are_timed_however_short_on_any_device(close_call, fitted):
 
 
 def test_up_to_three_rivals_within_the_close_call_band_are_timed(close_call):
-    """The model's best RIVALS are timed where each is priced within CLOSE_CALL of the
-    first (the fastest measured runs); one beyond the band, or a fourth, is not."""
+    """On a long product the model's best RIVALS are timed where each is priced within
+    CLOSE_CALL of the first (the fastest measured runs); one beyond the band, or a fourth, is not."""
     set_ranking, timings, prepare = close_call
     four = [(1e-3, "kernel"), (1.2e-3, "bmm"), (1.9e-3, "dense"), (1.95e-3, "kernel_fma")]
     set_ranking(four, {"kernel": 3.0, "bmm": 2.0, "dense": 1.0, "kernel_fma": 0.5})
@@ -412,21 +412,46 @@ def test_up_to_three_rivals_within_the_close_call_band_are_timed(close_call):
     assert timings[-1] == ("kernel", "bmm")
 
 
-@pytest.mark.parametrize("best_s, timed, runs", [
-    # short: the band is SHORT_CLOSE_CALL
-    (26e-6, ("bmm", "block_dense", "kernel_skinny"), "kernel_skinny"),
-    (260e-6, ("bmm", "block_dense"), "bmm")])           # ten times longer: CLOSE_CALL
-def test_a_short_product_times_rivals_of_a_wider_band(close_call, best_s, timed, runs):
+@pytest.mark.parametrize("best_s, ratio, timed, runs", [
+    # short: the band is SHORT_CLOSE_CALL (4x)
+    (26e-6, 2.1, ("bmm", "block_dense", "kernel_skinny"), "kernel_skinny"),
+    (26e-6, 3.9, ("bmm", "block_dense", "kernel_skinny"), "kernel_skinny"),
+    (26e-6, 4.1, ("bmm", "block_dense"), "bmm"),
+    (99e-6, 3.9, ("bmm", "block_dense", "kernel_skinny"), "kernel_skinny"),
+    # from SHORT_PRODUCT_S (100 us) on: CLOSE_CALL (2x)
+    (100e-6, 2.1, ("bmm", "block_dense"), "bmm"),
+    (260e-6, 2.1, ("bmm", "block_dense"), "bmm")])
+def test_a_short_product_times_rivals_of_a_wider_band(close_call, best_s, ratio, timed, runs):
     """Under SHORT_PRODUCT_S the model's prices err by 2x and more (a GEMM of fewer tiles
-    than SMs), so a rival priced 2.1x the best is timed there, and not on a long product."""
+    than SMs), so a rival priced up to 4x the best is timed there, and on a longer product
+    only up to 2x."""
     set_ranking, timings, prepare = close_call
     set_ranking([(best_s, "bmm"), (1.55 * best_s, "block_dense"),
-                 (2.1 * best_s, "kernel_skinny")],
+                 (ratio * best_s, "kernel_skinny")],
                 {"bmm": 49.0, "block_dense": 60.0, "kernel_skinny": 30.0})
     assert prepare(_problem((2, 192, 768, 4), 64)) == runs
     assert timings == [timed]
-    assert decide.band(best_s) == (decide.SHORT_CLOSE_CALL if best_s < decide.SHORT_PRODUCT_S
-                                   else decide.CLOSE_CALL)
+
+
+def test_the_band_is_4x_under_100_us_and_2x_from_there():
+    assert decide.band(26e-6) == 4.0 and decide.band(99.9e-6) == 4.0
+    assert decide.band(100e-6) == 2.0 and decide.band(2.6e-3) == 2.0
+
+
+def test_a_settled_host_bound_tie_in_host_time_keeps_dense():
+    """settle hands the rivals' names to the verdict: bmm and dense alike in time and host
+    time (host-bound), the process's choice from then on is dense, whichever came first."""
+    for order in (["bmm", "dense"], ["dense", "bmm"]):
+        decide.forget_decisions()
+        p = _problem((1, 96, 96, 2), 25088, dtype=numpy.float16)
+        rivals = [Choice(name) for name in order]
+        seconds = {"bmm": 14.2e-6, "dense": 14.3e-6}
+        host = {"bmm": 13.8e-6, "dense": 13.9e-6}
+        index = decide.settle(p, FITTED, "default", rivals, [seconds[n] for n in order],
+                              [host[n] for n in order])
+        assert order[index] == "dense"
+        assert decide.choose(p, FITTED).backend == "dense"
+    decide.forget_decisions()
 
 
 def test_a_tuned_choice_is_not_timed_again(close_call):

@@ -7,10 +7,12 @@ Three sources, each falling back on the next:
    (:mod:`.tuning_cache`).
 2. **Cost model**: every backend of :data:`~.registry.REGISTRY` that ``auto`` may pick is
    ranked by its modelled time (:mod:`.costs.gpu`) and the fastest is the choice. Where the
-   model prices others within :data:`CLOSE_CALL` of it, :func:`close_call` names up to
+   model prices others within the band of it (:func:`band`: :data:`CLOSE_CALL`, or
+   :data:`SHORT_CLOSE_CALL` for short products), :func:`close_call` names up to
    :data:`RIVALS` and the first preparation times them on its operand (:mod:`.single`);
    the fastest (of those tied with it, the one of least host time where it is bound by
-   its host: :data:`HOST_TIE`) is this process's choice from then on (:func:`settle`).
+   its host: :data:`HOST_TIE`; ``dense`` where that ties in host time too:
+   :data:`HOST_TIE_PREFERRED`) is this process's choice from then on (:func:`settle`).
 3. **Heuristic**: each kernel backend's ``heuristic`` gives a tile configuration for any
    problem.
 
@@ -38,8 +40,8 @@ __all__ = ["Choice", "choose", "close_call", "band", "settle", "defer", "close_c
            "HOST_BOUND", "HOST_TIE", "HOST_TIE_PREFERRED", "KERNEL_MARGIN", "epoch"]
 
 #: ``auto`` times its best candidates on the first operand of a problem wherever the model
-#: prices the next within this factor of the first, up to :data:`RIVALS` of them, however
-#: short the product. The model's error is 10-30% per backend (more on a device its
+#: prices the next within this factor of the first (:data:`SHORT_CLOSE_CALL` for products
+#: priced under :data:`SHORT_PRODUCT_S`), up to :data:`RIVALS` of them. The model's error is 10-30% per backend (more on a device its
 #: constants were not fitted on, priced by the generic constants and its own rates;
 #: ``kscupy info`` says which); it misses cuBLAS's edge on blocks that fill its tiles; and
 #: its fixed costs add each way's host time to its GPU time, where a pipeline of short
@@ -164,9 +166,9 @@ def close_call(problem: Problem, device: DeviceFacts, precision: str = "default"
     if settled in _MEMO or (precision == "default" and _cached(problem, device) is not None):
         return None
     ranking = ranked(problem, device, precision)
-    best = ranking[0][0]
+    limit = band(ranking[0][0]) * ranking[0][0]
     others = [_choice_of(entry, problem) for seconds, entry in ranking[1:RIVALS]
-              if seconds <= band(best) * best]
+              if seconds <= limit]
     if not others:
         _MEMO[settled] = None
         return None
@@ -186,7 +188,8 @@ def settle(problem: Problem, device: DeviceFacts, precision: str, rivals, second
     ``host_seconds`` the host's): the faster is ``auto``'s choice for the rest
     of the process (:func:`choose` returns it, and the chain planner prices with it),
     except that where the faster is bound by its host time, a rival within
-    :data:`HOST_TIE` of it that needs less host time is the choice (:func:`_fastest`). A
+    :data:`HOST_TIE` of it that needs less host time is the choice, or ``dense`` where it
+    ties in host time too (:func:`_fastest`). A
     verdict other than the model's choice expires what was built before it. Returns the
     index of the choice."""
     fastest = _fastest(seconds, host_seconds, [c.backend for c in rivals])

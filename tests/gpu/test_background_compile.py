@@ -123,7 +123,7 @@ def test_a_long_direct_call_waits_for_the_kernel(poisoned, gate, rng, monkeypatc
     monkeypatch.setattr(execute, "DIRECT_MAX_SECONDS", 0.0)
     K = ks.KSMatrix.random(PATTERN, dtype=numpy.float32, xp=cupy, seed=4)
     X = cupy.asarray(random_array(rng, (K.shape[1], BATCH), numpy.float32))
-    # a close call (rivals priced within decide.CLOSE_CALL) compiles every rival to time
+    # a close call (rivals priced within decide.band) compiles every rival to time
     # them
     problem = problem_of(K.factor, X, "bsl")
     rivals = decide.close_call(problem, device.current()) or (decide.choose(problem),)

@@ -269,7 +269,7 @@ def _verdict(timed) -> str:
 
 
 def test_auto_times_a_close_call(tmp_path, monkeypatch, poisoned):
-    """Where the model cannot tell its best backends apart (decide.CLOSE_CALL), auto's first
+    """Where the model cannot tell its best backends apart (decide.band), auto's first
     preparation times them on the operand and runs the fastest; the
     verdict is the process's choice for that problem from then on (decide.close_call and
     decide.settle, driven by kscupy.engine.single.prepare). Every problem counts as a close

@@ -401,7 +401,8 @@ def test_close_calls_are_timed_however_short_on_any_device(close_call, fitted):
 
 def test_up_to_three_rivals_within_the_close_call_band_are_timed(close_call):
     """On a long product the model's best RIVALS are timed where each is priced within
-    CLOSE_CALL of the first (the fastest measured runs); one beyond the band, or a fourth, is not."""
+    CLOSE_CALL of the first (the fastest measured runs); one beyond the band, or a fourth,
+    is not."""
     set_ranking, timings, prepare = close_call
     four = [(1e-3, "kernel"), (1.2e-3, "bmm"), (1.9e-3, "dense"), (1.95e-3, "kernel_fma")]
     set_ranking(four, {"kernel": 3.0, "bmm": 2.0, "dense": 1.0, "kernel_fma": 0.5})

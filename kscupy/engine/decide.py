@@ -41,14 +41,14 @@ __all__ = ["Choice", "choose", "close_call", "band", "settle", "defer", "close_c
 
 #: ``auto`` times its best candidates on the first operand of a problem wherever the model
 #: prices the next within this factor of the first (:data:`SHORT_CLOSE_CALL` for products
-#: priced under :data:`SHORT_PRODUCT_S`), up to :data:`RIVALS` of them. The model's error is 10-30% per backend (more on a device its
-#: constants were not fitted on, priced by the generic constants and its own rates;
-#: ``kscupy info`` says which); it misses cuBLAS's edge on blocks that fill its tiles; and
-#: its fixed costs add each way's host time to its GPU time, where a pipeline of short
-#: products pays only the larger. The timing (:func:`.single.pipeline_times`) sees what a
-#: pipeline sees: sixteen calls of each, once per problem, against a wrong pick on every
-#: call after it (``benchmarks/fit_costs.py --regret`` compares this rule with the model's
-#: pick on measured rows).
+#: priced under :data:`SHORT_PRODUCT_S`), up to :data:`RIVALS` of them. The model's error is
+#: 10-30% per backend (more on a device its constants were not fitted on, priced by the
+#: generic constants and its own rates; ``kscupy info`` says which); it misses cuBLAS's edge
+#: on blocks that fill its tiles; and its fixed costs add each way's host time to its GPU
+#: time, where a pipeline of short products pays only the larger. The timing
+#: (:func:`.single.pipeline_times`) sees what a pipeline sees: sixteen calls of each, once
+#: per problem, against a wrong pick on every call after it (``benchmarks/fit_costs.py
+#: --regret`` compares this rule with the model's pick on measured rows).
 CLOSE_CALL = 2.0
 RIVALS = 3
 #: Where the model prices its best under :data:`SHORT_PRODUCT_S`, the band is this wide: on
@@ -189,9 +189,8 @@ def settle(problem: Problem, device: DeviceFacts, precision: str, rivals, second
     of the process (:func:`choose` returns it, and the chain planner prices with it),
     except that where the faster is bound by its host time, a rival within
     :data:`HOST_TIE` of it that needs less host time is the choice, or ``dense`` where it
-    ties in host time too (:func:`_fastest`). A
-    verdict other than the model's choice expires what was built before it. Returns the
-    index of the choice."""
+    ties in host time too (:func:`_fastest`). A verdict other than the model's choice
+    expires what was built before it. Returns the index of the choice."""
     fastest = _fastest(seconds, host_seconds, [c.backend for c in rivals])
     _MEMO[_memo_key("auto", problem, device, precision)] = rivals[fastest]
     # what was timed, {backend: (seconds, host seconds)}
@@ -215,10 +214,12 @@ def _fastest(seconds, host_seconds=None, backends=None) -> int:
         return fastest
     tied = [i for i, s in enumerate(seconds) if s <= seconds[fastest] * (1 + HOST_TIE)]
     least = min(tied, key=lambda i: (host_seconds[i], seconds[i]))
-    alike = [i for i in tied if host_seconds[i] <= host_seconds[least] * (1 + HOST_TIE)]
-    preferred = [i for i in alike if backends is not None
-                 and backends[i] == HOST_TIE_PREFERRED]
-    return preferred[0] if preferred else least
+    if backends is not None:
+        for i in tied:
+            if backends[i] == HOST_TIE_PREFERRED and \
+                    host_seconds[i] <= host_seconds[least] * (1 + HOST_TIE):
+                return i
+    return least
 
 
 _deferring = threading.local()
